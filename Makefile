@@ -1,0 +1,59 @@
+# ureplicator-py — every command a developer or CI needs. `make help` lists them.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+PYTEST_ARGS ?=
+
+.PHONY: help install venv jars test unit integration lint demo stack-up stack-down clean
+
+help:
+	@echo "make install      venv (.venv, editable, dev extras) + pinned JVM jars (.cache/jvm)"
+	@echo "make test         unit + integration tests against a real local ZooKeeper/Kafka stack"
+	@echo "make demo         end-to-end demo: mirror 100,000 records and compare per partition"
+	@echo "make lint         ruff"
+	@echo "make stack-up / stack-down   a local stack for manual work (.cache/stack/stack.json)"
+
+install: venv jars
+
+# Reinstall only when the package metadata changed; say what was reused.
+venv:
+	@set -e; sum=$$(cat setup.cfg pyproject.toml | sha256sum | cut -c1-16); \
+	if [ -x $(BIN)/python ] && [ "$$(cat $(VENV)/.installed 2>/dev/null)" = "$$sum" ]; then \
+	  echo "venv: reused $(VENV) (setup.cfg unchanged)"; \
+	else \
+	  echo "venv: creating $(VENV) and installing ureplicator-py[dev] (pyspark is large; this takes a minute)"; \
+	  [ -x $(BIN)/python ] || $(PYTHON) -m venv $(VENV); \
+	  $(BIN)/python -m pip install --disable-pip-version-check -q --upgrade pip; \
+	  $(BIN)/python -m pip install --disable-pip-version-check -q --progress-bar off -e '.[dev]'; \
+	  echo "$$sum" > $(VENV)/.installed; \
+	  echo "venv: ready"; \
+	fi
+
+jars: venv
+	@$(BIN)/python -m common.jvm fetch
+
+unit: venv
+	$(BIN)/python -m pytest tests/unit -q $(PYTEST_ARGS)
+
+integration: install
+	$(BIN)/python -m pytest tests/integration -q $(PYTEST_ARGS)
+
+test: install
+	$(BIN)/python -m pytest tests -q -ra $(PYTEST_ARGS)
+
+lint: venv
+	$(BIN)/ruff check .
+
+demo: install
+	$(BIN)/ureplicator demo
+
+stack-up: install
+	$(BIN)/ureplicator stack up
+
+stack-down: venv
+	$(BIN)/ureplicator stack down
+
+clean:
+	-$(BIN)/ureplicator stack down 2>/dev/null
+	rm -rf $(VENV) .cache .pytest_cache .ruff_cache .hypothesis *.egg-info

@@ -1,0 +1,322 @@
+"""Load and validate the one frozen configuration of a controller or worker process.
+
+A config file is YAML; every key can be overridden by an environment variable
+named ``UREPLICATOR_`` + the dotted key upper-cased with dots as underscores
+(``worker.commit_interval_s`` -> ``UREPLICATOR_WORKER_COMMIT_INTERVAL_S``).
+Client properties are maps: ``UREPLICATOR_SOURCE_PROPERTIES_SASL_PASSWORD``
+sets ``source.properties["sasl.password"]`` (underscores become dots).
+
+Any problem raises :class:`common.errors.ConfigError` naming the key, so the
+process can stop with one message and exit status 2. ``docs/configuration.md``
+documents each key.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+from collections.abc import Mapping
+from dataclasses import MISSING, dataclass, field, fields, is_dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from common.errors import ConfigError
+
+ENV_PREFIX = "UREPLICATOR_"
+
+# Property names whose values are secrets: never logged, never echoed by the API.
+_SECRET_MARKERS = ("password", "secret", "token", "key.pem", "keystore", "sasl.jaas", "oauthbearer.config")
+REDACTED = "***"
+
+_PIPELINE_RE = re.compile(r"^[A-Za-z0-9._-]{1,100}$")
+_ALIAS_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+@dataclass(frozen=True)
+class ZooKeeperConfig:
+    connect: str
+    root: str = "/ureplicator"
+    session_timeout_s: float = 10.0
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    alias: str
+    bootstrap_servers: str
+    properties: Mapping[str, str] = field(default_factory=dict)
+
+    def client_config(self) -> dict[str, str]:
+        """librdkafka settings for a client of this cluster (user properties win)."""
+        return {"bootstrap.servers": self.bootstrap_servers, **self.properties}
+
+
+@dataclass(frozen=True)
+class ControllerConfig:
+    rest_host: str = "0.0.0.0"
+    rest_port: int = 9000
+    admin_token: str | None = None
+    reconcile_interval_s: float = 5.0
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    id: str = ""
+    metrics_port: int = 0
+    commit_interval_s: float = 5.0
+    auto_offset_reset: str = "earliest"
+    max_in_flight_bytes: int = 64 * 1024 * 1024
+    batch_size: int = 1000
+    shutdown_timeout_s: float = 30.0
+
+
+@dataclass(frozen=True)
+class Config:
+    """Everything one process needs; the controller ignores ``worker`` and vice versa."""
+
+    pipeline: str
+    zookeeper: ZooKeeperConfig
+    source: ClusterConfig
+    destination: ClusterConfig
+    controller: ControllerConfig = field(default_factory=ControllerConfig)
+    worker: WorkerConfig = field(default_factory=WorkerConfig)
+
+    @property
+    def root(self) -> str:
+        """The ZooKeeper path that holds this pipeline's state."""
+        return f"{self.zookeeper.root.rstrip('/')}/{self.pipeline}"
+
+    @property
+    def consumer_group(self) -> str:
+        return f"ureplicator.{self.pipeline}"
+
+    def redacted(self) -> dict[str, Any]:
+        """A dict of this config safe to log: secrets replaced by ``***``."""
+        return _redact(_asdict(self))
+
+
+def is_secret(name: str) -> bool:
+    lowered = name.lower()
+    return any(marker in lowered for marker in _SECRET_MARKERS)
+
+
+def _redact(value: Any, key: str = "") -> Any:
+    if isinstance(value, dict):
+        return {k: _redact(v, k) for k, v in value.items()}
+    if key and is_secret(key) and value is not None:
+        return REDACTED
+    return value
+
+
+def _asdict(obj: Any) -> Any:
+    if is_dataclass(obj):
+        return {f.name: _asdict(getattr(obj, f.name)) for f in fields(obj)}
+    if isinstance(obj, Mapping):
+        return {k: _asdict(v) for k, v in obj.items()}
+    return obj
+
+
+# --- loading -------------------------------------------------------------------------------
+
+_SECTIONS: dict[str, type] = {
+    "zookeeper": ZooKeeperConfig,
+    "source": ClusterConfig,
+    "destination": ClusterConfig,
+    "controller": ControllerConfig,
+    "worker": WorkerConfig,
+}
+
+
+def load(path: str | Path | None, env: Mapping[str, str] | None = None) -> Config:
+    """Read ``path`` (YAML, optional when the environment sets everything) plus env overrides."""
+    env = os.environ if env is None else env
+    raw: dict[str, Any] = {}
+    if path is not None:
+        raw = _read_yaml(Path(path))
+    _apply_env(raw, env)
+    return from_dict(raw)
+
+
+def from_dict(raw: Mapping[str, Any]) -> Config:
+    """Validate a parsed config document into a :class:`Config`."""
+    if not isinstance(raw, Mapping):
+        raise ConfigError("<root>", "the config must be a mapping of keys to values")
+    known = {"pipeline", *_SECTIONS}
+    for key in raw:
+        if key not in known:
+            raise ConfigError(str(key), f"unknown key (known: {', '.join(sorted(known))})")
+    if raw.get("pipeline") is None:
+        raise ConfigError("pipeline", "missing required key")
+    pipeline = _coerce("pipeline", "str", raw["pipeline"])
+    if not _PIPELINE_RE.match(pipeline):
+        raise ConfigError("pipeline", "use 1-100 characters of letters, digits, '.', '_' or '-'")
+    sections: dict[str, Any] = {}
+    for name, cls in _SECTIONS.items():
+        value = raw.get(name)
+        if value is None:
+            if name in ("zookeeper", "source", "destination"):
+                raise ConfigError(name, "missing required section")
+            value = {}
+        if not isinstance(value, Mapping):
+            raise ConfigError(name, f"expected a mapping, got {_describe(value)}")
+        sections[name] = _build(cls, name, value)
+    config = Config(pipeline=pipeline, **sections)
+    _check(config)
+    return config
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError("<file>", f"cannot read {path}: {exc.strerror or exc}") from None
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError("<file>", f"{path} is not valid YAML: {exc}") from None
+    if doc is None:
+        return {}
+    if not isinstance(doc, dict):
+        raise ConfigError("<root>", f"{path} must hold a mapping, got {_describe(doc)}")
+    return doc
+
+
+def _apply_env(raw: dict[str, Any], env: Mapping[str, str]) -> None:
+    """Overlay ``UREPLICATOR_*`` variables onto the parsed document, typed like YAML scalars."""
+    fixed: dict[str, tuple[str, ...]] = {"PIPELINE": ("pipeline",)}
+    for section, cls in _SECTIONS.items():
+        for f in fields(cls):
+            if f.name != "properties":
+                fixed[f"{section}_{f.name}".upper()] = (section, f.name)
+    for name, value in env.items():
+        if not name.startswith(ENV_PREFIX):
+            continue
+        suffix = name[len(ENV_PREFIX):]
+        if suffix in fixed:
+            path = fixed[suffix]
+            parsed = value if path[-1] in ("id", "alias", "admin_token") else _scalar(value)
+        else:
+            match = re.match(r"^(SOURCE|DESTINATION)_PROPERTIES_(.+)$", suffix)
+            if not match:
+                continue  # other tools share the prefix (UREPLICATOR_CACHE); not config keys
+            prop = match.group(2).lower().replace("_", ".")
+            path, parsed = (match.group(1).lower(), "properties", prop), value
+        node = raw
+        for part in path[:-1]:
+            child = node.get(part)
+            if not isinstance(child, dict):
+                child = {}
+                node[part] = child
+            node = child
+        node[path[-1]] = parsed
+
+
+def _scalar(text: str) -> Any:
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def _build(cls: type, section: str, values: Mapping[str, Any]) -> Any:
+    by_name = {f.name: f for f in fields(cls)}
+    kwargs: dict[str, Any] = {}
+    for key, value in values.items():
+        dotted = f"{section}.{key}"
+        if key not in by_name:
+            raise ConfigError(dotted, f"unknown key (known in {section}: {', '.join(by_name)})")
+        kwargs[key] = _coerce(dotted, by_name[key].type, value)
+    for name, f in by_name.items():
+        if name not in kwargs and f.default is MISSING and f.default_factory is MISSING:
+            raise ConfigError(f"{section}.{name}", "missing required key")
+    return cls(**kwargs)
+
+
+
+def _coerce(key: str, annotation: Any, value: Any) -> Any:
+    kind = str(annotation)
+    if kind == "str":
+        if not isinstance(value, str) or not value:
+            raise ConfigError(key, f"expected a non-empty string, got {_describe(value)}")
+        return value
+    if kind == "str | None":
+        if value is None:
+            return None
+        if not isinstance(value, str | int) or isinstance(value, bool):
+            raise ConfigError(key, f"expected a string, got {_describe(value)}")
+        return str(value)
+    if kind == "int":
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(key, f"expected an integer, got {_describe(value)}")
+        return value
+    if kind == "float":
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(key, f"expected a number, got {_describe(value)}")
+        return float(value)
+    if kind.startswith("Mapping"):
+        if not isinstance(value, Mapping):
+            raise ConfigError(key, f"expected a mapping of librdkafka properties, got {_describe(value)}")
+        props: dict[str, str] = {}
+        for k, v in value.items():
+            if isinstance(v, dict | list) or v is None:
+                raise ConfigError(f"{key}.{k}", f"expected a scalar value, got {_describe(v)}")
+            props[str(k)] = str(v).lower() if isinstance(v, bool) else str(v)
+        return props
+    raise AssertionError(f"no coercion for {key}: {kind}")  # a new field without a rule
+
+
+def _describe(value: Any) -> str:
+    if value is None:
+        return "nothing"
+    text = repr(value)
+    return f"{type(value).__name__} {text[:40]}"
+
+
+def _check(config: Config) -> None:
+    """Cross-field and range checks that a type alone cannot express."""
+    for name in ("source", "destination"):
+        cluster: ClusterConfig = getattr(config, name)
+        if not _ALIAS_RE.match(cluster.alias):
+            raise ConfigError(f"{name}.alias", "use 1-64 letters, digits, '_' or '-'")
+        if "bootstrap.servers" in cluster.properties:
+            raise ConfigError(f"{name}.properties.bootstrap.servers", f"set {name}.bootstrap_servers instead")
+    if config.source.alias == config.destination.alias:
+        raise ConfigError("destination.alias", "must differ from source.alias (provenance uses it)")
+    if not config.zookeeper.root.startswith("/"):
+        raise ConfigError("zookeeper.root", "must be an absolute path starting with '/'")
+    if config.zookeeper.session_timeout_s <= 0:
+        raise ConfigError("zookeeper.session_timeout_s", "must be positive")
+    _port("controller.rest_port", config.controller.rest_port, allow_zero=True)
+    _port("worker.metrics_port", config.worker.metrics_port, allow_zero=True)
+    for key, value in (
+        ("controller.reconcile_interval_s", config.controller.reconcile_interval_s),
+        ("worker.commit_interval_s", config.worker.commit_interval_s),
+        ("worker.shutdown_timeout_s", config.worker.shutdown_timeout_s),
+    ):
+        if value <= 0:
+            raise ConfigError(key, f"must be positive, got {value}")
+    if config.worker.max_in_flight_bytes < 1024:
+        raise ConfigError("worker.max_in_flight_bytes", "must be at least 1024")
+    if config.worker.batch_size < 1:
+        raise ConfigError("worker.batch_size", "must be at least 1")
+    if config.worker.auto_offset_reset not in ("earliest", "latest"):
+        raise ConfigError("worker.auto_offset_reset", "must be 'earliest' or 'latest'")
+    if config.controller.admin_token is not None and len(config.controller.admin_token) < 8:
+        raise ConfigError("controller.admin_token", "must be at least 8 characters")
+
+
+def _port(key: str, value: int, allow_zero: bool) -> None:
+    low = 0 if allow_zero else 1
+    if not low <= value <= 65535:
+        raise ConfigError(key, f"must be a TCP port between {low} and 65535, got {value}")
+
+
+def default_worker_id() -> str:
+    """Host name and process id: unique per process, readable in status and logs."""
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+def worker_id(config: Config) -> str:
+    return config.worker.id or default_worker_id()

@@ -1,0 +1,145 @@
+"""Build Kafka clients for the source and destination clusters, and read or create topics.
+
+The one place that knows librdkafka settings: throughput defaults for the
+mirror path, user properties (SASL/SSL, ...) layered on top, and librdkafka's
+logs routed to structlog. Topic helpers return plain values so the controller
+stays testable.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, NewPartitions, NewTopic
+
+from common import logs
+from common.config import ClusterConfig
+from common.errors import ClusterUnavailable, UReplicatorError
+
+# Topic configs that describe the source cluster rather than the data; never copied.
+_CLUSTER_SPECIFIC = {
+    "min.insync.replicas",
+    "unclean.leader.election.enable",
+    "leader.replication.throttled.replicas",
+    "follower.replication.throttled.replicas",
+    "message.format.version",
+    "confluent.placement.constraints",
+    "confluent.tier.enable",
+    "remote.storage.enable",
+}
+
+_CONSUMER_DEFAULTS: dict[str, Any] = {
+    "enable.auto.commit": False,
+    "enable.auto.offset.store": False,
+    "enable.partition.eof": False,
+    "fetch.min.bytes": 1,
+    "fetch.wait.max.ms": 100,
+    "queued.max.messages.kbytes": 65536,
+    "socket.keepalive.enable": True,
+}
+
+_PRODUCER_DEFAULTS: dict[str, Any] = {
+    "enable.idempotence": True,  # acks=all and ordered retries: no loss, no reorder
+    "acks": "all",
+    "linger.ms": 20,
+    "batch.size": 1_000_000,
+    "compression.type": "lz4",
+    "queue.buffering.max.kbytes": 262144,
+    "queue.buffering.max.messages": 500_000,
+    "message.timeout.ms": 0,  # never give up on a record; backpressure stops fetching instead
+    "socket.keepalive.enable": True,
+}
+
+
+class TopicNotFound(UReplicatorError):
+    """The topic does not exist on the cluster that was asked."""
+
+
+def consumer(cluster: ClusterConfig, group_id: str, client_id: str, **overrides: Any) -> Consumer:
+    config = {**_CONSUMER_DEFAULTS, "group.id": group_id, "client.id": client_id}
+    config.update(overrides)
+    config.update(cluster.client_config())
+    config["logger"] = logs.librdkafka_logger(f"consumer.{cluster.alias}")
+    return Consumer(config)
+
+
+def producer(cluster: ClusterConfig, client_id: str, **overrides: Any) -> Producer:
+    config = {**_PRODUCER_DEFAULTS, "client.id": client_id}
+    config.update(overrides)
+    config.update(cluster.client_config())
+    config["logger"] = logs.librdkafka_logger(f"producer.{cluster.alias}")
+    return Producer(config)
+
+
+def admin(cluster: ClusterConfig) -> AdminClient:
+    config: dict[str, Any] = dict(cluster.client_config())
+    config["logger"] = logs.librdkafka_logger(f"admin.{cluster.alias}")
+    return AdminClient(config)
+
+
+@dataclass(frozen=True)
+class TopicInfo:
+    name: str
+    partitions: int
+    configs: dict[str, str]
+
+
+def describe_topic(client: AdminClient, cluster: ClusterConfig, topic: str, timeout_s: float = 10.0) -> TopicInfo:
+    """Partition count and non-default, copyable configs of ``topic``."""
+    try:
+        metadata = client.list_topics(topic=topic, timeout=timeout_s)
+    except KafkaException as exc:
+        raise ClusterUnavailable(
+            f"cluster {cluster.alias} ({cluster.bootstrap_servers}) did not answer: {exc.args[0]}"
+        ) from None
+    found = metadata.topics.get(topic)
+    if found is None or found.error is not None or not found.partitions:
+        raise TopicNotFound(f"topic {topic!r} does not exist on cluster {cluster.alias}")
+    return TopicInfo(topic, len(found.partitions), _copyable_configs(client, topic, timeout_s))
+
+
+def _copyable_configs(client: AdminClient, topic: str, timeout_s: float) -> dict[str, str]:
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    try:
+        entries = client.describe_configs([resource])[resource].result(timeout=timeout_s)
+    except KafkaException:
+        return {}  # configs are best effort; partitions and data are what matter
+    return {
+        name: entry.value
+        for name, entry in entries.items()
+        if not entry.is_default
+        and not entry.is_read_only
+        and entry.value is not None
+        and name not in _CLUSTER_SPECIFIC
+        and entry.source in (ConfigSource.DYNAMIC_TOPIC_CONFIG, ConfigSource.DYNAMIC_TOPIC_CONFIG.value)
+    }
+
+
+def ensure_topic(client: AdminClient, cluster: ClusterConfig, want: TopicInfo, timeout_s: float = 30.0) -> str:
+    """Create ``want`` on the cluster, or grow its partitions; return what was done."""
+    try:
+        existing = client.list_topics(topic=want.name, timeout=timeout_s).topics.get(want.name)
+    except KafkaException as exc:
+        raise ClusterUnavailable(f"cluster {cluster.alias} did not answer: {exc.args[0]}") from None
+    if existing is None or existing.error is not None or not existing.partitions:
+        future = client.create_topics(
+            [NewTopic(want.name, num_partitions=want.partitions, replication_factor=-1, config=want.configs)],
+            operation_timeout=timeout_s,
+        )[want.name]
+        try:
+            future.result(timeout=timeout_s)
+        except KafkaException as exc:
+            if exc.args[0].name() != "TOPIC_ALREADY_EXISTS":
+                raise UReplicatorError(f"cannot create topic {want.name!r} on {cluster.alias}: {exc.args[0].str()}") from None
+        return "created"
+    have = len(existing.partitions)
+    if have < want.partitions:
+        future = client.create_partitions([NewPartitions(want.name, want.partitions)])[want.name]
+        try:
+            future.result(timeout=timeout_s)
+        except KafkaException as exc:
+            raise UReplicatorError(f"cannot grow {want.name!r} on {cluster.alias}: {exc.args[0].str()}") from None
+        return "grown"
+    return "exists"

@@ -1,0 +1,158 @@
+"""Connect to ZooKeeper and read or write the pipeline's documents (see common.zkschema).
+
+Small and split by concept: connection, topics, workers/status, assignments.
+Writes that touch several nodes go through ``transaction()`` and its result
+list is checked, because kazoo's ``commit()`` returns exceptions instead of
+raising them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError, NodeExistsError
+from kazoo.handlers.threading import KazooTimeoutError
+
+from common import logs
+from common.config import Config
+from common.errors import ClusterUnavailable, UReplicatorError
+from common.zkschema import Assignment, Paths, SchemaError, TopicRecord, WorkerStatus
+
+log = logs.get(__name__)
+
+
+class TransactionFailed(UReplicatorError):
+    """A multi-node write was refused (a precondition such as leadership no longer holds)."""
+
+
+def connect(config: Config, timeout_s: float = 15.0) -> KazooClient:
+    """Start a session, or raise ClusterUnavailable naming the ensemble."""
+    client = KazooClient(hosts=config.zookeeper.connect, timeout=config.zookeeper.session_timeout_s)
+    try:
+        client.start(timeout=timeout_s)
+    except KazooTimeoutError:
+        client.close()
+        raise ClusterUnavailable(
+            f"ZooKeeper at {config.zookeeper.connect} did not answer within {timeout_s:.0f}s"
+        ) from None
+    paths = Paths(config.root)
+    for parent in paths.all_parents():
+        client.ensure_path(parent)
+    return client
+
+
+def commit(transaction: object, what: str) -> None:
+    """Commit a kazoo transaction and raise if any operation failed."""
+    results = transaction.commit()  # type: ignore[attr-defined]
+    failures = [r for r in results if isinstance(r, Exception)]
+    if failures:
+        raise TransactionFailed(f"{what}: {', '.join(type(f).__name__ for f in failures)}")
+
+
+# --- topics --------------------------------------------------------------------------------
+
+
+def read_topics(client: KazooClient, paths: Paths) -> dict[str, TopicRecord]:
+    topics: dict[str, TopicRecord] = {}
+    for name in client.get_children(paths.topics):
+        record = read_topic(client, paths, name)
+        if record is not None:
+            topics[name] = record
+    return topics
+
+
+def read_topic(client: KazooClient, paths: Paths, name: str) -> TopicRecord | None:
+    try:
+        data, _ = client.get(paths.topic(name))
+    except NoNodeError:
+        return None
+    try:
+        return TopicRecord.decode(data)
+    except SchemaError as exc:
+        log.warning("topic_record_unreadable", topic=name, error=str(exc))
+        return None
+
+
+def create_topic(client: KazooClient, paths: Paths, record: TopicRecord) -> bool:
+    """Register a topic; False when it is already registered."""
+    try:
+        client.create(paths.topic(record.topic), record.encode())
+    except NodeExistsError:
+        return False
+    return True
+
+
+def update_topic(client: KazooClient, paths: Paths, record: TopicRecord) -> None:
+    client.set(paths.topic(record.topic), record.encode())
+
+
+def delete_topic(client: KazooClient, paths: Paths, name: str) -> bool:
+    try:
+        client.delete(paths.topic(name))
+    except NoNodeError:
+        return False
+    return True
+
+
+# --- workers and their status ------------------------------------------------------------------
+
+
+def live_workers(client: KazooClient, paths: Paths) -> list[str]:
+    return sorted(client.get_children(paths.workers))
+
+
+def read_statuses(client: KazooClient, paths: Paths) -> dict[str, WorkerStatus]:
+    statuses: dict[str, WorkerStatus] = {}
+    for worker in client.get_children(paths.status):
+        try:
+            data, _ = client.get(paths.worker_status(worker))
+            statuses[worker] = WorkerStatus.decode(data)
+        except NoNodeError:
+            continue  # the worker went away between the listing and the read
+        except SchemaError as exc:
+            log.warning("worker_status_unreadable", worker=worker, error=str(exc))
+    return statuses
+
+
+# --- assignments ---------------------------------------------------------------------------
+
+
+def read_assignments(client: KazooClient, paths: Paths) -> dict[str, Assignment]:
+    assignments: dict[str, Assignment] = {}
+    for worker in client.get_children(paths.assignments):
+        try:
+            data, _ = client.get(paths.assignment(worker))
+            assignments[worker] = Assignment.decode(data)
+        except NoNodeError:
+            continue
+        except SchemaError as exc:
+            log.warning("assignment_unreadable", worker=worker, error=str(exc))
+    return assignments
+
+
+def write_assignments(
+    client: KazooClient,
+    paths: Paths,
+    changed: dict[str, Assignment],
+    existing: Iterable[str],
+    removed: Iterable[str],
+    fence: str | None,
+) -> None:
+    """Write the changed assignments and drop those of departed workers, atomically.
+
+    ``fence`` is the leader's election node: if it is gone (session lost and a
+    new leader may act) the whole write is refused.
+    """
+    existing = set(existing)
+    tx = client.transaction()
+    if fence is not None:
+        tx.check(fence, -1)
+    for worker, assignment in sorted(changed.items()):
+        if worker in existing:
+            tx.set_data(paths.assignment(worker), assignment.encode())
+        else:
+            tx.create(paths.assignment(worker), assignment.encode())
+    for worker in sorted(removed):
+        tx.delete(paths.assignment(worker))
+    commit(tx, "writing assignments")

@@ -1,0 +1,57 @@
+"""Run one controller replica: ZooKeeper session, leader election, the REST API, until a signal."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import threading
+
+from common import kafka, logs, zk
+from common.config import Config
+from controller.api import Controller, create_app, serve
+from controller.leader import Leadership
+
+
+def run(config: Config) -> int:
+    identifier = f"{socket.gethostname()}-{os.getpid()}"
+    log = logs.get("controller", pipeline=config.pipeline, controller=identifier)
+    log.info("controller_starting", config=config.redacted())
+    client = zk.connect(config)
+    leadership = Leadership(config, client, identifier)
+    controller = Controller(
+        config=config,
+        zk=client,
+        leadership=leadership,
+        source_admin=kafka.admin(config.source),
+        destination_admin=kafka.admin(config.destination),
+    )
+    try:
+        server, _ = serve(create_app(controller), config.controller.rest_host, config.controller.rest_port)
+    except OSError as exc:
+        client.stop()
+        client.close()
+        log.error("rest_port_unavailable", port=config.controller.rest_port, error=str(exc))
+        return 1
+    leadership.start()
+    log.info("controller_started", rest_port=server.server_port)
+
+    stop = threading.Event()
+    signals = {"count": 0}
+
+    def on_signal(signum: int, _frame: object) -> None:
+        signals["count"] += 1
+        if signals["count"] > 1:
+            os._exit(130)  # second signal: leave now, as the operator asked
+        log.info("controller_stopping", signal=signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    stop.wait()
+    server.shutdown()
+    leadership.stop()
+    client.stop()
+    client.close()
+    log.info("controller_stopped")
+    return 0

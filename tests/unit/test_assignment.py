@@ -1,0 +1,90 @@
+"""Assignment properties: exactly one owner, balanced, spread, sticky, bounded moves; gated hand-off."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from controller.assignment import assign, gate_handoff, moves
+
+topics = st.dictionaries(st.sampled_from(list("abcdefgh")), st.integers(min_value=1, max_value=24), max_size=6)
+worker_sets = st.sets(st.sampled_from([f"w{i}" for i in range(10)]), min_size=1, max_size=8)
+
+
+def partitions_of(spec):
+    return {(t, p) for t, n in spec.items() for p in range(n)}
+
+
+def check_valid(plan, workers, partitions):
+    owners = [tp for tps in plan.values() for tp in tps]
+    assert sorted(owners) == sorted(partitions), "every partition exactly once"
+    assert set(plan) == set(workers)
+    loads = [len(tps) for tps in plan.values()]
+    assert max(loads) - min(loads) <= 1, "balanced within one partition"
+
+
+@given(topics, worker_sets)
+def test_fresh_assignment_is_complete_balanced_and_spread(spec, workers):
+    parts = partitions_of(spec)
+    plan = assign({}, sorted(workers), parts)
+    check_valid(plan, workers, parts)
+    for topic, n in spec.items():
+        per_worker = [sum(1 for t, _ in tps if t == topic) for tps in plan.values()]
+        assert max(per_worker) - min(per_worker) <= 1, f"topic {topic} spread evenly"
+
+
+@settings(max_examples=200)
+@given(topics, worker_sets, st.sampled_from([f"w{i}" for i in range(10, 13)]))
+def test_adding_a_worker_moves_about_p_over_w(spec, workers, newcomer):
+    parts = partitions_of(spec)
+    before = assign({}, sorted(workers), parts)
+    after = assign(before, sorted(workers | {newcomer}), parts)
+    check_valid(after, workers | {newcomer}, parts)
+    fair = len(parts) // (len(workers) + 1)
+    assert moves(before, after) <= fair + 1
+    assert len(after[newcomer]) >= fair
+
+
+@given(topics, worker_sets.filter(lambda w: len(w) >= 2))
+def test_removing_a_worker_moves_only_its_partitions(spec, workers):
+    parts = partitions_of(spec)
+    before = assign({}, sorted(workers), parts)
+    gone = sorted(workers)[0]
+    after = assign(before, sorted(workers - {gone}), parts)
+    check_valid(after, workers - {gone}, parts)
+    for worker in workers - {gone}:
+        assert before[worker] <= after[worker], "survivors keep everything they had"
+
+
+@given(topics, worker_sets, st.integers(min_value=1, max_value=16))
+def test_adding_a_topic_moves_nothing(spec, workers, n):
+    parts = partitions_of(spec)
+    before = assign({}, sorted(workers), parts)
+    new_topic = {("zz", p) for p in range(n)}
+    after = assign(before, sorted(workers), parts | new_topic)
+    check_valid(after, workers, parts | new_topic)
+    assert moves(before, after) == 0
+
+
+def test_removed_topic_partitions_are_dropped():
+    before = assign({}, ["w1", "w2"], {("a", 0), ("a", 1), ("b", 0)})
+    after = assign(before, ["w1", "w2"], {("a", 0), ("a", 1)})
+    assert {tp for tps in after.values() for tp in tps} == {("a", 0), ("a", 1)}
+
+
+def test_no_live_workers_means_no_assignment():
+    assert assign({"w1": {("a", 0)}}, [], {("a", 0)}) == {}
+
+
+def test_handoff_withholds_a_partition_until_the_old_owner_released_it():
+    desired = {"w1": frozenset(), "w2": frozenset({("a", 0), ("a", 1)})}
+    applied = {"w1": {("a", 0)}, "w2": {("a", 1)}}
+    plan = gate_handoff(desired, applied)
+    assert plan == {"w1": frozenset(), "w2": frozenset({("a", 1)})}
+    # w1 confirmed the release (status no longer lists a:0): now w2 gets it.
+    assert gate_handoff(desired, {"w1": set(), "w2": {("a", 1)}})["w2"] == {("a", 0), ("a", 1)}
+
+
+def test_crashed_owner_has_no_status_so_its_partitions_move_at_once():
+    desired = {"w2": frozenset({("a", 0)})}
+    assert gate_handoff(desired, {"w2": set()}) == desired

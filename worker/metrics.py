@@ -1,0 +1,55 @@
+"""Prometheus metrics of a worker process (``ureplicator_worker_*``), served on ``worker.metrics_port``."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+
+class WorkerMetrics:
+    """One registry per worker so tests can run several workers in one process."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.records = Counter(
+            "ureplicator_worker_records_mirrored", "Records acknowledged by the destination",
+            ["topic"], registry=r,
+        )
+        self.bytes = Counter(
+            "ureplicator_worker_bytes_mirrored", "Key+value bytes acknowledged by the destination",
+            ["topic"], registry=r, unit="bytes",
+        )
+        self.skipped = Counter(
+            "ureplicator_worker_records_skipped", "Records not mirrored because they originated at the destination",
+            ["topic"], registry=r,
+        )
+        self.produce_errors = Counter(
+            "ureplicator_worker_produce_errors", "Records the destination refused (partition stopped)",
+            ["topic"], registry=r,
+        )
+        self.latency = Histogram(
+            "ureplicator_worker_replication_latency_seconds",
+            "Destination acknowledgement time minus source record timestamp",
+            registry=r,
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
+        )
+        self.in_flight = Gauge(
+            "ureplicator_worker_in_flight_bytes", "Bytes sent to the destination and not yet acknowledged",
+            registry=r,
+        )
+        self.generation = Gauge(
+            "ureplicator_worker_assignment_generation", "Generation of the applied assignment", registry=r,
+        )
+        self.partitions = Gauge(
+            "ureplicator_worker_partitions_owned", "Source partitions this worker mirrors", registry=r,
+        )
+        self.lag = Gauge(
+            "ureplicator_worker_source_lag_records", "Source end offset minus next offset to mirror",
+            ["topic", "partition"], registry=r,
+        )
+        self.commits = Counter(
+            "ureplicator_worker_offset_commits", "Offset commits to the source cluster", ["result"], registry=r,
+        )
+
+    def serve(self, port: int) -> None:
+        start_http_server(port, registry=self.registry)
