@@ -1,0 +1,790 @@
+"""Start and stop a local ZooKeeper plus two single-broker KRaft clusters (source, destination)."""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import contextlib
+import errno
+import fcntl
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections import deque
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from common import jvm
+
+SERVICES: tuple[str, ...] = ("zookeeper", "source", "destination")
+BROKERS: tuple[str, ...] = ("source", "destination")
+
+STACK_FILE = "stack.json"
+STATE_FILE = "stack-state.json"
+LOG_NAME = "service.log"
+HOST = "127.0.0.1"
+
+# Heaps sized for a 2-core test box running both brokers, ZooKeeper, workers and Spark;
+# benchmarks can raise them without code changes.
+KAFKA_HEAP = os.environ.get("UREPLICATOR_STACK_KAFKA_HEAP", "256m")
+ZOOKEEPER_HEAP = os.environ.get("UREPLICATOR_STACK_ZOOKEEPER_HEAP", "128m")
+
+_LOG_TAIL_LINES = 30
+
+
+class StackError(Exception):
+    """The local stack could not be started, stopped or inspected."""
+
+
+def _say(message: str) -> None:
+    print(f"stack: {message}", file=sys.stderr, flush=True)
+
+
+# ----------------------------------------------------------------------------- files
+
+
+def _svc_dir(root: Path, name: str) -> Path:
+    return root / name
+
+
+def _log_path(root: Path, name: str) -> Path:
+    return root / name / LOG_NAME
+
+
+def _data_dir(root: Path, name: str) -> Path:
+    return root / name / "data"
+
+
+def _config_path(root: Path, name: str) -> Path:
+    return root / name / ("zoo.cfg" if name == "zookeeper" else "server.properties")
+
+
+def _write_json(path: Path, payload: dict[str, Any]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(payload, indent=2, sort_keys=False) + "\n")
+    os.replace(tmp, path)
+
+
+def _read_state(root: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads((root / STATE_FILE).read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise StackError(f"unreadable stack state {root / STATE_FILE}: {exc}") from exc
+
+
+def _tail(path: Path, lines: int) -> str:
+    try:
+        with open(path, errors="replace") as handle:
+            return "".join(deque(handle, maxlen=lines))
+    except OSError:
+        return ""
+
+
+@contextlib.contextmanager
+def _locked(root: Path) -> Iterator[None]:
+    # One operation per stack dir at a time (e.g. a fixture's down racing a CLI up).
+    # Python opens the file non-inheritable, so the JVMs never hold this lock.
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / ".lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+# ----------------------------------------------------------------------------- processes
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    # Field 3, after the parenthesised command name (which may itself contain spaces).
+    return stat.rsplit(")", 1)[-1].split()[0] == "Z"
+
+
+def _reap(pid: int) -> None:
+    # Reaps the process when it is our child (started by this Python process); anything
+    # else is reaped by its own parent or init.
+    with contextlib.suppress(ChildProcessError, OSError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+def _alive(pid: int) -> bool:
+    _reap(pid)
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return not _is_zombie(pid)
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(
+            errors="replace"
+        )
+    except OSError:
+        pass
+    # No procfs (macOS): ps gives the same information.
+    result = subprocess.run(
+        ["ps", "-o", "command=", "-p", str(pid)], capture_output=True, text=True, check=False
+    )
+    return result.stdout
+
+
+def _owned(pid: int | None, marker: str) -> bool:
+    """pid is alive and still runs our service (its command line names our config file),
+    so a recycled pid is never signalled."""
+    return bool(pid) and _alive(int(pid)) and marker in _cmdline(int(pid))
+
+
+def _wait_gone(pids: list[int], deadline: float) -> list[int]:
+    remaining = list(pids)
+    while remaining and time.monotonic() < deadline:
+        remaining = [p for p in remaining if _alive(p)]
+        if remaining:
+            time.sleep(0.1)
+    return [p for p in remaining if _alive(p)]
+
+
+def _terminate(pids: list[int], timeout_s: float) -> None:
+    """SIGTERM, then SIGKILL whatever is still there after timeout_s."""
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    stubborn = _wait_gone(pids, time.monotonic() + timeout_s)
+    for pid in stubborn:
+        _say(f"pid {pid} did not stop within {timeout_s:.0f}s, killing it")
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    _wait_gone(stubborn, time.monotonic() + 10)
+
+
+def _kill(pids: list[int]) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    _wait_gone(pids, time.monotonic() + 10)
+
+
+# ----------------------------------------------------------------------------- ports
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        # Same option the JVM sets on its server sockets: a port in TIME_WAIT from a
+        # previous run is usable, a port someone listens on is not.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((HOST, port))
+        except OSError as exc:
+            if exc.errno in (errno.EADDRINUSE, errno.EACCES):
+                return False
+            raise
+    return True
+
+
+def _free_ports(count: int, avoid: set[int]) -> list[int]:
+    # Hold every socket open until all are chosen so the kernel never hands out the
+    # same port twice.
+    socks: list[socket.socket] = []
+    ports: list[int] = []
+    try:
+        while len(ports) < count:
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            socks.append(sock)
+            sock.bind((HOST, 0))
+            port = sock.getsockname()[1]
+            if port not in avoid:
+                ports.append(port)
+    finally:
+        for sock in socks:
+            sock.close()
+    return ports
+
+
+def _plan_ports(ports: dict[str, int] | None) -> tuple[dict[str, int], dict[str, int]]:
+    """(client port per service, controller port per broker)."""
+    given = dict(ports or {})
+    unknown = sorted(set(given) - set(SERVICES))
+    if unknown:
+        raise StackError(f"unknown service(s) in ports: {', '.join(unknown)}; known: {SERVICES}")
+    seen: dict[int, str] = {}
+    for name, port in given.items():
+        if not isinstance(port, int) or not 0 < port < 65536:
+            raise StackError(f"invalid port for {name}: {port!r}")
+        if port in seen:
+            raise StackError(f"{name} and {seen[port]} were both given port {port}")
+        seen[port] = name
+        if not _port_free(port):
+            raise StackError(f"port {port} for {name} is already in use on {HOST}")
+    missing = [s for s in SERVICES if s not in given]
+    fresh = _free_ports(len(missing) + len(BROKERS), set(given.values()))
+    client = {**given, **dict(zip(missing, fresh[: len(missing)], strict=True))}
+    controller = dict(zip(BROKERS, fresh[len(missing) :], strict=True))
+    return {s: client[s] for s in SERVICES}, controller
+
+
+# ----------------------------------------------------------------------------- configs
+
+
+def _cluster_id() -> str:
+    # Same format as Kafka's Uuid.randomUuid().toString(): url-safe base64, no padding,
+    # never starting with "-" (Kafka regenerates those because they read as CLI flags).
+    while True:
+        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not text.startswith("-"):
+            return text
+
+
+def _props(values: dict[str, Any]) -> str:
+    return "".join(f"{k}={v}\n" for k, v in values.items())
+
+
+def _kafka_properties(
+    root: Path, name: str, port: int, controller_port: int, extra: dict[str, Any]
+) -> dict[str, Any]:
+    props: dict[str, Any] = {
+        # Combined mode: one JVM is the whole cluster (broker + its KRaft controller).
+        "process.roles": "broker,controller",
+        "node.id": 1,
+        "controller.quorum.voters": f"1@{HOST}:{controller_port}",
+        "listeners": f"PLAINTEXT://{HOST}:{port},CONTROLLER://{HOST}:{controller_port}",
+        "advertised.listeners": f"PLAINTEXT://{HOST}:{port}",
+        "controller.listener.names": "CONTROLLER",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+        "log.dirs": str(_data_dir(root, name)),
+        # A single node can replicate nothing: every default that expects 3 brokers.
+        "num.partitions": 1,
+        "default.replication.factor": 1,
+        "min.insync.replicas": 1,
+        "offsets.topic.replication.factor": 1,
+        "transaction.state.log.replication.factor": 1,
+        "transaction.state.log.min.isr": 1,
+        # Internal topics with 50 partitions each take seconds to create on first use.
+        "offsets.topic.num.partitions": 1,
+        "transaction.state.log.num.partitions": 1,
+        "group.initial.rebalance.delay.ms": 0,
+        # Topics exist only when the replicator (or a test) creates them on purpose.
+        "auto.create.topics.enable": "false",
+        "delete.topic.enable": "true",
+        "auto.leader.rebalance.enable": "false",
+        # Few threads and a small cleaner buffer (on-heap, 128 MB by default) for a
+        # 256 MB heap on 2 cores.
+        "num.network.threads": 2,
+        "num.io.threads": 4,
+        "background.threads": 2,
+        "num.recovery.threads.per.data.dir": 1,
+        "log.cleaner.threads": 1,
+        "log.cleaner.dedupe.buffer.size": 16 * 1024 * 1024,
+        "log.cleaner.backoff.ms": 1000,
+        # Deleted topics disappear promptly instead of after the default 60 s.
+        "file.delete.delay.ms": 1000,
+    }
+    props.update(extra)
+    return props
+
+
+def _log4j_properties(name: str) -> str:
+    # Console only: stdout is the service log, so there is a single writer to the file.
+    return _props(
+        {
+            "log4j.rootLogger": "INFO, stdout",
+            "log4j.appender.stdout": "org.apache.log4j.ConsoleAppender",
+            "log4j.appender.stdout.layout": "org.apache.log4j.PatternLayout",
+            "log4j.appender.stdout.layout.ConversionPattern": f"[%d] %p [{name}] %m (%c)%n",
+            "log4j.logger.kafka.request.logger": "WARN",
+            "log4j.logger.state.change.logger": "WARN",
+            "log4j.logger.kafka.authorizer.logger": "WARN",
+        }
+    )
+
+
+def _zoo_cfg(root: Path, port: int, extra: dict[str, Any]) -> dict[str, Any]:
+    cfg: dict[str, Any] = {
+        # A short tick keeps session expiry (worker crash detection) quick in tests;
+        # clients may still ask for up to a minute.
+        "tickTime": 500,
+        "minSessionTimeout": 1000,
+        "maxSessionTimeout": 60000,
+        "dataDir": str(_data_dir(root, "zookeeper")),
+        "clientPort": port,
+        "clientPortAddress": HOST,
+        # Every worker, controller and test connects from 127.0.0.1: no per-IP cap.
+        "maxClientCnxns": 0,
+        "admin.enableServer": "false",
+        "4lw.commands.whitelist": "ruok,srvr",
+        # Throwaway data: skip fsync and the 64 MB transaction-log preallocation.
+        "forceSync": "no",
+        "preAllocSize": 4096,
+    }
+    cfg.update(extra)
+    return cfg
+
+
+_LOGBACK_XML = """<configuration>
+  <appender name="CONSOLE" class="ch.qos.logback.core.ConsoleAppender">
+    <encoder>
+      <pattern>%d{ISO8601} %-5level [zookeeper] [%thread] %logger{36} - %msg%n</pattern>
+    </encoder>
+  </appender>
+  <root level="INFO">
+    <appender-ref ref="CONSOLE"/>
+  </root>
+</configuration>
+"""
+
+_COMMON_JVM_FLAGS = [
+    "-XX:+UseSerialGC",
+    "-XX:+ExitOnOutOfMemoryError",
+    "-Djava.awt.headless=true",
+]
+
+
+def _zookeeper_command(java: str, root: Path) -> list[str]:
+    svc = _svc_dir(root, "zookeeper")
+    return [
+        java,
+        "-Xms32m",
+        f"-Xmx{ZOOKEEPER_HEAP}",
+        *_COMMON_JVM_FLAGS,
+        f"-Dlogback.configurationFile={svc / 'logback.xml'}",
+        "-Dzookeeper.admin.enableServer=false",
+        "-Dzookeeper.jmx.log4j.disable=true",
+        "-cp",
+        jvm.classpath("zookeeper"),
+        "org.apache.zookeeper.server.ZooKeeperServerMain",
+        str(_config_path(root, "zookeeper")),
+    ]
+
+
+def _kafka_jvm(java: str, root: Path, name: str, heap: str) -> list[str]:
+    svc = _svc_dir(root, name)
+    return [
+        java,
+        "-Xms64m",
+        f"-Xmx{heap}",
+        *_COMMON_JVM_FLAGS,
+        f"-Dlog4j.configuration=file:{svc / 'log4j.properties'}",
+        f"-Dkafka.logs.dir={svc}",
+        "-cp",
+        jvm.classpath("kafka"),
+    ]
+
+
+def _kafka_command(java: str, root: Path, name: str) -> list[str]:
+    return [*_kafka_jvm(java, root, name, KAFKA_HEAP), "kafka.Kafka", str(_config_path(root, name))]
+
+
+def _format_command(java: str, root: Path, name: str, cluster_id: str) -> list[str]:
+    # A short-lived tool: C1 only starts faster and it needs little heap.
+    jvm_part = _kafka_jvm(java, root, name, "128m")
+    return [
+        *jvm_part[:1],
+        "-XX:TieredStopAtLevel=1",
+        *jvm_part[1:],
+        "kafka.tools.StorageTool",
+        "format",
+        "-t",
+        cluster_id,
+        "-c",
+        str(_config_path(root, name)),
+    ]
+
+
+def _write_configs(
+    root: Path,
+    ports: dict[str, int],
+    controller_ports: dict[str, int],
+    extra: dict[str, dict[str, Any]],
+) -> None:
+    for name in SERVICES:
+        svc = _svc_dir(root, name)
+        shutil.rmtree(_data_dir(root, name), ignore_errors=True)
+        _data_dir(root, name).mkdir(parents=True)
+        _log_path(root, name).write_text("")
+        if name == "zookeeper":
+            (svc / "logback.xml").write_text(_LOGBACK_XML)
+            cfg = _zoo_cfg(root, ports[name], extra.get(name, {}))
+        else:
+            (svc / "log4j.properties").write_text(_log4j_properties(name))
+            cfg = _kafka_properties(
+                root, name, ports[name], controller_ports[name], extra.get(name, {})
+            )
+        _config_path(root, name).write_text(_props(cfg))
+
+
+# ----------------------------------------------------------------------------- readiness
+
+
+def _zookeeper_ok(port: int) -> bool:
+    try:
+        with socket.create_connection((HOST, port), timeout=1) as sock:
+            sock.sendall(b"ruok")
+            sock.settimeout(1)
+            return sock.recv(16) == b"imok"
+    except OSError:
+        return False
+
+
+def _tcp_open(port: int) -> bool:
+    try:
+        with socket.create_connection((HOST, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+class _KafkaProbe:
+    """Asks a broker for metadata; created lazily once the port accepts connections so
+    librdkafka does not log 'connection refused' while the JVM is still booting."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.admin: Any = None
+
+    def ready(self, budget_s: float) -> bool:
+        if self.admin is None:
+            if not _tcp_open(self.port):
+                return False
+            from confluent_kafka.admin import AdminClient
+
+            self.admin = AdminClient({"bootstrap.servers": f"{HOST}:{self.port}"})
+        try:
+            metadata = self.admin.list_topics(timeout=max(0.5, min(2.0, budget_s)))
+        except Exception:  # KafkaException while the broker is not serving yet
+            return False
+        return bool(metadata.brokers)
+
+
+def _wait_ready(root: Path, name: str, pid: int, port: int, deadline: float) -> None:
+    probe = _KafkaProbe(port) if name in BROKERS else None
+    while True:
+        if not _alive(pid):
+            raise StackError(
+                f"{name} exited during startup; last lines of {_log_path(root, name)}:\n"
+                + _tail(_log_path(root, name), _LOG_TAIL_LINES)
+            )
+        remaining = deadline - time.monotonic()
+        ok = probe.ready(remaining) if probe is not None else _zookeeper_ok(port)
+        if ok:
+            return
+        if time.monotonic() >= deadline:
+            raise StackError(
+                f"{name} on {HOST}:{port} was not ready in time; last lines of "
+                f"{_log_path(root, name)}:\n" + _tail(_log_path(root, name), _LOG_TAIL_LINES)
+            )
+        time.sleep(0.2)
+
+
+# ----------------------------------------------------------------------------- launch
+
+
+def _launch(root: Path, name: str, cmd: list[str]) -> int:
+    with open(_log_path(root, name), "ab") as log:
+        proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=str(_svc_dir(root, name)),
+            # Own session: survives the `stack up` command and its terminal's Ctrl-C.
+            start_new_session=True,
+        )
+    return proc.pid
+
+
+def _format_brokers(root: Path, java: str, cluster_ids: dict[str, str], deadline: float) -> None:
+    procs: dict[str, subprocess.Popen[bytes]] = {}
+    try:
+        for name in BROKERS:
+            with open(_log_path(root, name), "ab") as log:
+                procs[name] = subprocess.Popen(
+                    _format_command(java, root, name, cluster_ids[name]),
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    cwd=str(_svc_dir(root, name)),
+                )
+        for name, proc in procs.items():
+            try:
+                rc = proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                raise StackError(
+                    f"{name}: formatting its storage did not finish in time; last lines of "
+                    f"{_log_path(root, name)}:\n" + _tail(_log_path(root, name), _LOG_TAIL_LINES)
+                ) from None
+            if rc != 0:
+                raise StackError(
+                    f"{name}: formatting its storage failed (exit {rc}); last lines of "
+                    f"{_log_path(root, name)}:\n" + _tail(_log_path(root, name), _LOG_TAIL_LINES)
+                )
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
+def _address(port: int) -> str:
+    return f"{HOST}:{port}"
+
+
+def _live_services(state: dict[str, Any]) -> dict[str, int]:
+    live = {}
+    for name, svc in state.get("services", {}).items():
+        if _owned(svc.get("pid"), svc["config"]):
+            live[name] = int(svc["pid"])
+    return live
+
+
+def up(
+    dir: Path,
+    ports: dict[str, int] | None = None,
+    timeout_s: float = 90,
+    extra_config: dict[str, dict[str, Any]] | None = None,
+) -> dict[str, str]:
+    """Start ZooKeeper and the source and destination brokers in dir; returns (and writes
+    to dir/stack.json) {"zookeeper": "127.0.0.1:p", "source": ..., "destination": ...}.
+
+    extra_config adds/overrides zoo.cfg or server.properties entries per service.
+    Raises StackError, after stopping whatever it started, when anything fails; also
+    when a stack is already running in dir.
+    """
+    root = Path(dir).resolve()
+    extra = dict(extra_config or {})
+    unknown = sorted(set(extra) - set(SERVICES))
+    if unknown:
+        raise StackError(f"unknown service(s) in extra_config: {', '.join(unknown)}")
+    with _locked(root):
+        state = _read_state(root)
+        if state is not None:
+            live = _live_services(state)
+            if live:
+                pids = ", ".join(f"{n} pid {p}" for n, p in live.items())
+                raise StackError(
+                    f"a stack is already running in {root} ({pids}); "
+                    "run `ureplicator stack down` first"
+                )
+            (root / STATE_FILE).unlink(missing_ok=True)  # leftovers of a dead stack
+        (root / STACK_FILE).unlink(missing_ok=True)
+
+        # Everything that can fail without side effects is checked before any JVM starts.
+        try:
+            java = jvm.java_executable()
+            jvm.classpath("zookeeper")
+            jvm.classpath("kafka")
+        except jvm.JvmError as exc:
+            raise StackError(str(exc)) from exc
+        client_ports, controller_ports = _plan_ports(ports)
+
+        started = time.monotonic()
+        deadline = started + timeout_s
+        for name in SERVICES:
+            _svc_dir(root, name).mkdir(parents=True, exist_ok=True)
+        _write_configs(root, client_ports, controller_ports, extra)
+        cluster_ids = {name: _cluster_id() for name in BROKERS}
+        state = {"dir": str(root), "created_at": time.time(), "services": {}}
+        launched: list[int] = []
+        try:
+            # ZooKeeper boots while the brokers' storage is formatted: JVM start-up
+            # dominates, so overlapping them roughly halves the wall time.
+            commands = {"zookeeper": _zookeeper_command(java, root)}
+            commands.update({n: _kafka_command(java, root, n) for n in BROKERS})
+            launch_times: dict[str, float] = {}
+
+            def start(name: str) -> None:
+                _say(f"starting {name} on {_address(client_ports[name])}")
+                pid = _launch(root, name, commands[name])
+                launched.append(pid)
+                launch_times[name] = time.monotonic()
+                state["services"][name] = {
+                    "address": _address(client_ports[name]),
+                    "port": client_ports[name],
+                    "controller_port": controller_ports.get(name),
+                    "cluster_id": cluster_ids.get(name),
+                    "pid": pid,
+                    "config": str(_config_path(root, name)),
+                    "log": str(_log_path(root, name)),
+                    "command": commands[name],
+                    "started_at": time.time(),
+                }
+                # Recorded at once, so `stack down` finds it even if this process dies.
+                _write_json(root / STATE_FILE, state)
+
+            start("zookeeper")
+            _format_brokers(root, java, cluster_ids, deadline)
+            for name in BROKERS:
+                start(name)
+            for name in SERVICES:
+                svc = state["services"][name]
+                _wait_ready(root, name, svc["pid"], svc["port"], deadline)
+                _say(f"{name} ready in {time.monotonic() - launch_times[name]:.1f}s")
+        except BaseException:
+            # No orphan JVM: whatever this call started goes, the logs stay.
+            _kill([p for p in launched if _alive(p)])
+            (root / STATE_FILE).unlink(missing_ok=True)
+            raise
+        addresses = {name: _address(client_ports[name]) for name in SERVICES}
+        _write_json(root / STACK_FILE, addresses)
+        _say(f"up in {time.monotonic() - started:.1f}s: {root / STACK_FILE}")
+        return addresses
+
+
+def down(dir: Path, timeout_s: float = 30) -> list[str]:
+    """Stop the processes recorded in dir's state file and remove their data and the
+    state files (logs and configs stay). Returns the services that were running."""
+    root = Path(dir).resolve()
+    if not root.is_dir():
+        return []
+    with _locked(root):
+        state = _read_state(root) or {}
+        live = _live_services(state)
+        if live:
+            _say(f"stopping {', '.join(live)}")
+            _terminate(list(live.values()), timeout_s)
+        leftover = [n for n, p in live.items() if _alive(p)]
+        if leftover:
+            raise StackError(f"could not stop {', '.join(leftover)} in {root}")
+        for name in SERVICES:
+            shutil.rmtree(_data_dir(root, name), ignore_errors=True)
+        (root / STATE_FILE).unlink(missing_ok=True)
+        (root / STACK_FILE).unlink(missing_ok=True)
+        return list(live)
+
+
+def status(dir: Path) -> dict[str, dict[str, Any]]:
+    """Per service {"address", "pid", "running"}; empty when no stack was started in dir."""
+    state = _read_state(Path(dir).resolve()) or {}
+    result: dict[str, dict[str, Any]] = {}
+    for name in SERVICES:
+        svc = state.get("services", {}).get(name)
+        if svc is None:
+            continue
+        result[name] = {
+            "address": svc["address"],
+            "pid": svc.get("pid"),
+            "running": _owned(svc.get("pid"), svc["config"]),
+        }
+    return result
+
+
+def _service_state(root: Path, name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    if name not in SERVICES:
+        raise StackError(f"unknown service {name!r}; expected one of {SERVICES}")
+    state = _read_state(root)
+    if state is None or name not in state.get("services", {}):
+        raise StackError(f"no stack in {root}; run `ureplicator stack up` first")
+    return state, state["services"][name]
+
+
+def stop_service(dir: Path, name: str, timeout_s: float = 30) -> None:
+    """Stop one service cleanly (SIGTERM; SIGKILL after timeout_s), keeping its data."""
+    root = Path(dir).resolve()
+    with _locked(root):
+        state, svc = _service_state(root, name)
+        if _owned(svc.get("pid"), svc["config"]):
+            _say(f"stopping {name} (pid {svc['pid']})")
+            _terminate([int(svc["pid"])], timeout_s)
+        svc["pid"] = None
+        _write_json(root / STATE_FILE, state)
+
+
+def kill_service(dir: Path, name: str) -> None:
+    """SIGKILL one service (a crash), keeping its data."""
+    root = Path(dir).resolve()
+    with _locked(root):
+        state, svc = _service_state(root, name)
+        if _owned(svc.get("pid"), svc["config"]):
+            _say(f"killing {name} (pid {svc['pid']})")
+            _kill([int(svc["pid"])])
+        svc["pid"] = None
+        _write_json(root / STATE_FILE, state)
+
+
+def start_service(dir: Path, name: str, timeout_s: float = 60) -> str:
+    """Start a stopped service again on the same port with the same data; returns its
+    address. A no-op when it is already running."""
+    root = Path(dir).resolve()
+    with _locked(root):
+        state, svc = _service_state(root, name)
+        if _owned(svc.get("pid"), svc["config"]):
+            return str(svc["address"])
+        busy = [p for p in (svc["port"], svc.get("controller_port")) if p and not _port_free(p)]
+        if busy:
+            raise StackError(
+                f"cannot restart {name}: port {busy[0]} is already in use on {HOST}"
+            )
+        with open(_log_path(root, name), "a") as log:
+            log.write(f"\n===== ureplicator stack: restarting {name} at {time.ctime()} =====\n")
+        _say(f"starting {name} on {svc['address']}")
+        started = time.monotonic()
+        pid = _launch(root, name, svc["command"])
+        svc["pid"] = pid
+        svc["started_at"] = time.time()
+        _write_json(root / STATE_FILE, state)
+        try:
+            _wait_ready(root, name, pid, svc["port"], started + timeout_s)
+        except BaseException:
+            _kill([pid] if _alive(pid) else [])
+            svc["pid"] = None
+            _write_json(root / STATE_FILE, state)
+            raise
+        _say(f"{name} ready in {time.monotonic() - started:.1f}s")
+        return str(svc["address"])
+
+
+def service_logs(dir: Path, lines: int = 50) -> dict[str, str]:
+    """The last lines of each service's log (for test failure reports)."""
+    root = Path(dir).resolve()
+    return {
+        name: _tail(_log_path(root, name), lines)
+        for name in SERVICES
+        if _log_path(root, name).exists()
+    }
+
+
+def default_dir() -> Path:
+    return jvm.CACHE_DIR / "stack"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m common.stack", description=__doc__)
+    parser.add_argument("command", choices=("up", "down", "status"))
+    parser.add_argument("--dir", type=Path, default=None, help="stack folder (default: %(prog)s"
+                        " uses $UREPLICATOR_CACHE/stack or .cache/stack)")
+    parser.add_argument("--timeout", type=float, default=None, help="seconds to wait")
+    args = parser.parse_args(argv)
+    root = args.dir if args.dir is not None else default_dir()
+    try:
+        if args.command == "up":
+            addresses = up(root, timeout_s=args.timeout or 90)
+            print(json.dumps(addresses, indent=2))
+        elif args.command == "down":
+            stopped = down(root, timeout_s=args.timeout or 30)
+            _say(f"stopped {', '.join(stopped)}" if stopped else f"nothing running in {root}")
+        else:
+            print(json.dumps(status(root), indent=2))
+    except StackError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,54 @@
+"""Session fixtures: one real ZooKeeper + two single-broker KRaft clusters for all integration tests."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.support.pipeline import Pipeline
+
+
+@pytest.fixture(scope="session")
+def services(tmp_path_factory):
+    """Start the stack once (same code as `ureplicator stack up`); stop it at the end."""
+    from common import stack
+
+    reuse = os.environ.get("UREPLICATOR_TEST_STACK")
+    if reuse:  # a developer's running `ureplicator stack up --dir D`: faster edit-test loops
+        directory = Path(reuse)
+        yield {**json.loads((directory / "stack.json").read_text()), "dir": directory}
+        return
+    directory = tmp_path_factory.mktemp("stack")
+    addresses = stack.up(directory)
+    yield {**addresses, "dir": directory}
+    stack.down(directory)
+
+
+@pytest.fixture
+def pipeline(services, tmp_path, request):
+    """A fresh pipeline (own ZooKeeper root and consumer group); its processes stop after the test."""
+    p = Pipeline(services={k: v for k, v in services.items() if k != "dir"}, workdir=tmp_path)
+    request.node.pipeline = p
+    yield p
+    p.stop_all()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """On failure, attach the service logs and the pipeline processes' logs to the report."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.when != "call" or not report.failed:
+        return
+    pipeline = getattr(item, "pipeline", None)
+    if pipeline is not None:
+        report.sections.append(("ureplicator processes", pipeline.logs()))
+    services = item.funcargs.get("services") if hasattr(item, "funcargs") else None
+    if services:
+        from common import stack
+
+        for name, text in stack.service_logs(services["dir"], lines=40).items():
+            report.sections.append((f"{name} log", text))

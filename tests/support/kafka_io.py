@@ -1,0 +1,122 @@
+"""Test helpers that write and read real Kafka partitions (no mocks): produce, drain, compare."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+
+from common import provenance
+
+
+@dataclass(frozen=True)
+class Record:
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes], ...]
+    timestamp: int
+
+    def logical(self) -> tuple:
+        """What must survive mirroring: everything except the offset and the urep header."""
+        kept = tuple((k, v) for k, v in self.headers if k != provenance.HEADER)
+        return (self.key, self.value, kept, self.timestamp)
+
+    def provenance(self) -> provenance.Provenance | None:
+        for k, v in self.headers:
+            if k == provenance.HEADER:
+                return provenance.decode(v)
+        return None
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int, config: dict[str, str] | None = None) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, partitions, 1, config=config or {})])[topic].result(30)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # metadata propagates asynchronously even on one broker
+        md = admin.list_topics(topic=topic, timeout=10).topics.get(topic)
+        if md is not None and md.error is None and len(md.partitions) == partitions:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"topic {topic} did not appear")
+
+
+def grow_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_partitions([NewPartitions(topic, partitions)])[topic].result(30)
+
+
+def produce(bootstrap: str, topic: str, count: int, partitions: int, start: int = 0, tag: str = "r") -> None:
+    """Keyed records with two headers each, spread over all partitions explicitly."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True})
+    base_ts = 1_700_000_000_000
+    for i in range(start, start + count):
+        while True:
+            try:
+                producer.produce(
+                    topic,
+                    key=f"key-{i}".encode(),
+                    value=f"{tag}-value-{i}-".encode() * (1 + i % 5),
+                    partition=i % partitions,
+                    headers=[("trace", f"t{i}".encode()), ("kind", b"\x00\x01binary")],
+                    timestamp=base_ts + i,
+                )
+                break
+            except BufferError:
+                producer.poll(0.1)
+        producer.poll(0)
+    assert producer.flush(60) == 0
+
+
+def end_offsets(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "test-reader", "enable.auto.commit": False})
+    try:
+        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(partitions)}
+    finally:
+        consumer.close()
+
+
+def read_partition(bootstrap: str, topic: str, partition: int, timeout_s: float = 60) -> list[Record]:
+    """Every record of one partition, from its start to its current end."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "test-reader", "enable.auto.commit": False})
+    try:
+        low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
+        records: list[Record] = []
+        if high <= low:
+            return records
+        consumer.assign([TopicPartition(topic, partition, OFFSET_BEGINNING)])
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for msg in consumer.consume(1000, 0.5):
+                if msg.error():
+                    continue
+                records.append(
+                    Record(msg.offset(), msg.key(), msg.value(), tuple(msg.headers() or ()), msg.timestamp()[1])
+                )
+            if records and records[-1].offset >= high - 1:
+                return records
+        raise AssertionError(f"{topic}:{partition} stopped at {len(records)} records, end offset {high}")
+    finally:
+        consumer.close()
+
+
+def committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        tps = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=10)
+        return {tp.partition: tp.offset for tp in tps}
+    finally:
+        consumer.close()
+
+
+def wait_for(predicate, timeout_s: float, what: str, interval_s: float = 0.5):  # noqa: ANN001, ANN201
+    deadline = time.monotonic() + timeout_s
+    last = None
+    while time.monotonic() < deadline:
+        last = predicate()
+        if last:
+            return last
+        time.sleep(interval_s)
+    raise AssertionError(f"timed out after {timeout_s}s waiting for {what} (last: {last!r})")

@@ -1,0 +1,139 @@
+"""Run real controller and worker processes of one pipeline against the test stack."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from common.cli import request
+
+_ids = itertools.count()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Process:
+    name: str
+    popen: subprocess.Popen
+    log: Path
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def terminate(self, timeout_s: float = 30) -> int:
+        if self.alive():
+            self.popen.send_signal(signal.SIGTERM)
+        return self.popen.wait(timeout_s)
+
+    def kill(self) -> None:
+        if self.alive():
+            self.popen.kill()
+        self.popen.wait(10)
+
+    def tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:]) if self.log.exists() else ""
+
+
+@dataclass
+class Pipeline:
+    """One pipeline (own ZooKeeper root and consumer group) with its processes."""
+
+    services: dict[str, str]
+    workdir: Path
+    name: str = field(default_factory=lambda: f"it{os.getpid()}x{next(_ids)}")
+    overrides: dict[str, Any] = field(default_factory=dict)
+    processes: list[Process] = field(default_factory=list)
+    rest_port: int = field(default_factory=free_port)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.rest_port}"
+
+    @property
+    def group(self) -> str:
+        return f"ureplicator.{self.name}"
+
+    def config_doc(self, **extra: Any) -> dict[str, Any]:
+        doc: dict[str, Any] = {
+            "pipeline": self.name,
+            "zookeeper": {"connect": self.services["zookeeper"], "session_timeout_s": 6},
+            "source": {"alias": "src", "bootstrap_servers": self.services["source"]},
+            "destination": {"alias": "dst", "bootstrap_servers": self.services["destination"]},
+            "controller": {"rest_host": "127.0.0.1", "rest_port": self.rest_port, "reconcile_interval_s": 1},
+            "worker": {"commit_interval_s": 1, "shutdown_timeout_s": 20},
+        }
+        for section, values in {**self.overrides, **extra}.items():
+            if isinstance(values, dict):
+                doc.setdefault(section, {}).update(values)
+            else:
+                doc[section] = values
+        return doc
+
+    def write_config(self, label: str, **extra: Any) -> Path:
+        path = self.workdir / f"{self.name}-{label}.yaml"
+        path.write_text(yaml.safe_dump(self.config_doc(**extra)))
+        return path
+
+    def _spawn(self, label: str, args: list[str], env: dict[str, str] | None = None) -> Process:
+        log = self.workdir / f"{self.name}-{label}.log"
+        popen = subprocess.Popen(
+            [sys.executable, "-m", "common.cli", *args],
+            stdout=log.open("ab"),
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, **(env or {})},
+        )
+        proc = Process(label, popen, log)
+        self.processes.append(proc)
+        return proc
+
+    def start_controller(self, label: str = "controller", **extra: Any) -> Process:
+        proc = self._spawn(label, ["controller", "--config", str(self.write_config(label, **extra))])
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            assert proc.alive(), f"controller exited:\n{proc.tail()}"
+            try:
+                with urllib.request.urlopen(f"{self.url}/health", timeout=2) as resp:
+                    if resp.status == 200:
+                        return proc
+            except OSError:
+                pass
+            time.sleep(0.3)
+        raise AssertionError(f"controller not healthy:\n{proc.tail()}")
+
+    def start_worker(self, worker_id: str, **extra: Any) -> Process:
+        worker = {"id": worker_id, **extra.pop("worker", {})}
+        return self._spawn(worker_id, ["worker", "--config", str(self.write_config(worker_id, worker=worker, **extra))])
+
+    def api(self, method: str, path: str, body: Any = None, token: str | None = None) -> tuple[int, Any]:
+        return request(f"{self.url}{path}", method, body, token)
+
+    def stop_all(self) -> None:
+        for proc in self.processes:
+            try:
+                proc.terminate(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {p.name} ---\n{p.tail(60)}" for p in self.processes)
+
+    def status(self) -> dict[str, Any]:
+        return json.loads(json.dumps(self.api("GET", "/topics")[1]))
