@@ -224,8 +224,10 @@ def fetch(force: bool = False) -> list[str]:
     with _lock(dest):
         # Someone else may have fetched while we waited for the lock.
         if not force and is_current(dest, digest):
-            _log(f"reused {len(COMPONENTS)} components in {_display(dest)}: "
-                 + _summary(jar_counts(dest)))
+            _log(
+                f"reused {len(COMPONENTS)} components in {_display(dest)}: "
+                + _summary(jar_counts(dest))
+            )
             return list(COMPONENTS)
         started = time.monotonic()
         # Maven writes into a staging folder that replaces the old jars only on success:

@@ -9,6 +9,7 @@ import errno
 import fcntl
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -89,6 +90,34 @@ def _tail(path: Path, lines: int) -> str:
         return ""
 
 
+_ERROR_LINE = re.compile(r"\b(ERROR|FATAL)\b|^Exception in thread|^Error:")
+_READ_CAP = 4 * 1024 * 1024
+
+
+def _failure_report(log: Path, since: int = 0) -> str:
+    """The first error of this start attempt (with its "Caused by" lines) and the log tail.
+
+    A JVM that fails at startup usually logs pages of shutdown noise after the actual
+    cause, so the tail alone often misses it.
+    """
+    try:
+        with open(log, "rb") as handle:
+            size = handle.seek(0, os.SEEK_END)
+            handle.seek(max(since, size - _READ_CAP))
+            lines = handle.read().decode(errors="replace").splitlines()
+    except OSError:
+        return f"(no log at {log})"
+    tail = lines[-_LOG_TAIL_LINES:]
+    report = []
+    first = next((i for i, line in enumerate(lines) if _ERROR_LINE.search(line)), None)
+    if first is not None and first < len(lines) - len(tail):
+        block = lines[first : first + 3]
+        causes = [ln for ln in lines[first + 3 : first + 200] if ln.startswith("Caused by:")]
+        report += [f"first error in {log}:", *block, *causes[:3], "..."]
+    report += [f"last lines of {log}:", *tail]
+    return "\n".join(report)
+
+
 @contextlib.contextmanager
 def _locked(root: Path) -> Iterator[None]:
     # One operation per stack dir at a time (e.g. a fixture's down racing a CLI up).
@@ -134,8 +163,8 @@ def _alive(pid: int) -> bool:
 
 def _cmdline(pid: int) -> str:
     try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(
-            errors="replace"
+        return (
+            Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         )
     except OSError:
         pass
@@ -472,13 +501,15 @@ class _KafkaProbe:
         return bool(metadata.brokers)
 
 
-def _wait_ready(root: Path, name: str, pid: int, port: int, deadline: float) -> None:
+def _wait_ready(
+    root: Path, name: str, pid: int, port: int, deadline: float, log_offset: int = 0
+) -> None:
     probe = _KafkaProbe(port) if name in BROKERS else None
     while True:
         if not _alive(pid):
             raise StackError(
-                f"{name} exited during startup; last lines of {_log_path(root, name)}:\n"
-                + _tail(_log_path(root, name), _LOG_TAIL_LINES)
+                f"{name} exited during startup; "
+                + _failure_report(_log_path(root, name), log_offset)
             )
         remaining = deadline - time.monotonic()
         ok = probe.ready(remaining) if probe is not None else _zookeeper_ok(port)
@@ -486,8 +517,8 @@ def _wait_ready(root: Path, name: str, pid: int, port: int, deadline: float) -> 
             return
         if time.monotonic() >= deadline:
             raise StackError(
-                f"{name} on {HOST}:{port} was not ready in time; last lines of "
-                f"{_log_path(root, name)}:\n" + _tail(_log_path(root, name), _LOG_TAIL_LINES)
+                f"{name} on {HOST}:{port} was not ready in time; "
+                + _failure_report(_log_path(root, name), log_offset)
             )
         time.sleep(0.2)
 
@@ -526,13 +557,13 @@ def _format_brokers(root: Path, java: str, cluster_ids: dict[str, str], deadline
                 rc = proc.wait(timeout=max(1.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 raise StackError(
-                    f"{name}: formatting its storage did not finish in time; last lines of "
-                    f"{_log_path(root, name)}:\n" + _tail(_log_path(root, name), _LOG_TAIL_LINES)
+                    f"{name}: formatting its storage did not finish in time; "
+                    + _failure_report(_log_path(root, name))
                 ) from None
             if rc != 0:
                 raise StackError(
-                    f"{name}: formatting its storage failed (exit {rc}); last lines of "
-                    f"{_log_path(root, name)}:\n" + _tail(_log_path(root, name), _LOG_TAIL_LINES)
+                    f"{name}: formatting its storage failed (exit {rc}); "
+                    + _failure_report(_log_path(root, name))
                 )
     finally:
         for proc in procs.values():
@@ -628,6 +659,7 @@ def up(
                 _write_json(root / STATE_FILE, state)
 
             start("zookeeper")
+            _say(f"formatting the storage of {' and '.join(BROKERS)}")
             _format_brokers(root, java, cluster_ids, deadline)
             for name in BROKERS:
                 start(name)
@@ -727,11 +759,10 @@ def start_service(dir: Path, name: str, timeout_s: float = 60) -> str:
             return str(svc["address"])
         busy = [p for p in (svc["port"], svc.get("controller_port")) if p and not _port_free(p)]
         if busy:
-            raise StackError(
-                f"cannot restart {name}: port {busy[0]} is already in use on {HOST}"
-            )
+            raise StackError(f"cannot restart {name}: port {busy[0]} is already in use on {HOST}")
         with open(_log_path(root, name), "a") as log:
             log.write(f"\n===== ureplicator stack: restarting {name} at {time.ctime()} =====\n")
+            log_offset = log.tell()
         _say(f"starting {name} on {svc['address']}")
         started = time.monotonic()
         pid = _launch(root, name, svc["command"])
@@ -739,7 +770,7 @@ def start_service(dir: Path, name: str, timeout_s: float = 60) -> str:
         svc["started_at"] = time.time()
         _write_json(root / STATE_FILE, state)
         try:
-            _wait_ready(root, name, pid, svc["port"], started + timeout_s)
+            _wait_ready(root, name, pid, svc["port"], started + timeout_s, log_offset)
         except BaseException:
             _kill([pid] if _alive(pid) else [])
             svc["pid"] = None
@@ -766,8 +797,12 @@ def default_dir() -> Path:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m common.stack", description=__doc__)
     parser.add_argument("command", choices=("up", "down", "status"))
-    parser.add_argument("--dir", type=Path, default=None, help="stack folder (default: %(prog)s"
-                        " uses $UREPLICATOR_CACHE/stack or .cache/stack)")
+    parser.add_argument(
+        "--dir",
+        type=Path,
+        default=None,
+        help="stack folder (default: %(prog)s uses $UREPLICATOR_CACHE/stack or .cache/stack)",
+    )
     parser.add_argument("--timeout", type=float, default=None, help="seconds to wait")
     args = parser.parse_args(argv)
     root = args.dir if args.dir is not None else default_dir()

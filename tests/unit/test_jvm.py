@@ -14,7 +14,8 @@ from common import jvm
 def _poms(root: Path, kafka_version: str = "3.9.1") -> Path:
     (root / "kafka").mkdir(parents=True, exist_ok=True)
     (root / "pom.xml").write_text("<project><modules><module>kafka</module></modules></project>")
-    (root / "kafka" / "pom.xml").write_text(f"<project><version>{kafka_version}</version></project>")
+    pom = f"<project><version>{kafka_version}</version></project>"
+    (root / "kafka" / "pom.xml").write_text(pom)
     return root
 
 
