@@ -33,6 +33,7 @@ REDACTED = "***"
 
 _PIPELINE_RE = re.compile(r"^[A-Za-z0-9._-]{1,100}$")
 _ALIAS_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,17 @@ class ControllerConfig:
     rest_port: int = 9000
     admin_token: str | None = None
     reconcile_interval_s: float = 5.0
+    topic_naming: str = "identity"  # identity | prefix | mapping
+    topic_mapping: Mapping[str, str] = field(default_factory=dict)
+    topic_sync_interval_s: float = 30.0
+    auto_whitelist_include: str | None = None
+    auto_whitelist_exclude: str | None = None
+    max_partitions_per_worker: int = 0
+    worker_restart_grace_s: float = 0.0
+    lag_threshold_records: int = 100_000
+    lag_rounds: int = 3
+    noprogress_threshold_s: float = 60.0
+    verification_dir: str | None = None
 
 
 @dataclass(frozen=True)
@@ -70,6 +82,8 @@ class WorkerConfig:
     max_in_flight_bytes: int = 64 * 1024 * 1024
     batch_size: int = 1000
     shutdown_timeout_s: float = 30.0
+    max_records_per_s: int = 0
+    max_bytes_per_s: int = 0
 
 
 @dataclass(frozen=True)
@@ -257,7 +271,7 @@ def _coerce(key: str, annotation: Any, value: Any) -> Any:
         return float(value)
     if kind.startswith("Mapping"):
         if not isinstance(value, Mapping):
-            raise ConfigError(key, f"expected a mapping of librdkafka properties, got {_describe(value)}")
+            raise ConfigError(key, f"expected a mapping, got {_describe(value)}")
         props: dict[str, str] = {}
         for k, v in value.items():
             if isinstance(v, dict | list) or v is None:
@@ -299,12 +313,48 @@ def _check(config: Config) -> None:
             raise ConfigError(key, f"must be positive, got {value}")
     if config.worker.max_in_flight_bytes < 1024:
         raise ConfigError("worker.max_in_flight_bytes", "must be at least 1024")
+    for key in ("max_records_per_s", "max_bytes_per_s"):
+        if getattr(config.worker, key) < 0:
+            raise ConfigError(f"worker.{key}", "must not be negative (0 = unlimited)")
     if config.worker.batch_size < 1:
         raise ConfigError("worker.batch_size", "must be at least 1")
     if config.worker.auto_offset_reset not in ("earliest", "latest"):
         raise ConfigError("worker.auto_offset_reset", "must be 'earliest' or 'latest'")
+    ctl = config.controller
+    if ctl.topic_naming not in ("identity", "prefix", "mapping"):
+        raise ConfigError("controller.topic_naming", "must be 'identity', 'prefix' or 'mapping'")
+    for pattern_key in ("auto_whitelist_include", "auto_whitelist_exclude"):
+        pattern = getattr(ctl, pattern_key)
+        if pattern is not None:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ConfigError(f"controller.{pattern_key}", f"not a valid regular expression: {exc}") from None
+    for src, dst in ctl.topic_mapping.items():
+        if not _TOPIC_RE.match(src) or not _TOPIC_RE.match(dst):
+            raise ConfigError(f"controller.topic_mapping.{src}", "source and destination must be Kafka topic names")
+    same_cluster = _servers(config.source.bootstrap_servers) == _servers(config.destination.bootstrap_servers)
+    if same_cluster:
+        if ctl.topic_naming == "identity":
+            raise ConfigError(
+                "controller.topic_naming",
+                "source and destination are the same cluster: identity naming would mirror every topic onto itself",
+            )
+        for src, dst in ctl.topic_mapping.items():
+            if src == dst:
+                raise ConfigError(f"controller.topic_mapping.{src}", "maps a topic onto itself on the same cluster")
+    for key in ("topic_sync_interval_s", "lag_rounds", "noprogress_threshold_s"):
+        if getattr(ctl, key) <= 0:
+            raise ConfigError(f"controller.{key}", "must be positive")
+    for key in ("max_partitions_per_worker", "worker_restart_grace_s", "lag_threshold_records"):
+        if getattr(ctl, key) < 0:
+            raise ConfigError(f"controller.{key}", "must not be negative")
     if config.controller.admin_token is not None and len(config.controller.admin_token) < 8:
         raise ConfigError("controller.admin_token", "must be at least 8 characters")
+
+
+def _servers(bootstrap: str) -> frozenset[str]:
+    return frozenset(s.strip().lower().replace("localhost", "127.0.0.1") for s in bootstrap.split(",") if s.strip())
 
 
 def _port(key: str, value: int, allow_zero: bool) -> None:

@@ -12,7 +12,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, Producer
-from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, NewPartitions, NewTopic
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ConfigSource,
+    NewPartitions,
+    NewTopic,
+)
 
 from common import logs
 from common.config import ClusterConfig
@@ -132,7 +140,9 @@ def ensure_topic(client: AdminClient, cluster: ClusterConfig, want: TopicInfo, t
             future.result(timeout=timeout_s)
         except KafkaException as exc:
             if exc.args[0].name() != "TOPIC_ALREADY_EXISTS":
-                raise UReplicatorError(f"cannot create topic {want.name!r} on {cluster.alias}: {exc.args[0].str()}") from None
+                raise UReplicatorError(
+                    f"cannot create topic {want.name!r} on {cluster.alias}: {exc.args[0].str()}"
+                ) from None
         return "created"
     have = len(existing.partitions)
     if have < want.partitions:
@@ -143,3 +153,37 @@ def ensure_topic(client: AdminClient, cluster: ClusterConfig, want: TopicInfo, t
             raise UReplicatorError(f"cannot grow {want.name!r} on {cluster.alias}: {exc.args[0].str()}") from None
         return "grown"
     return "exists"
+
+
+def list_topics(client: AdminClient, cluster: ClusterConfig, timeout_s: float = 10.0) -> list[str]:
+    try:
+        return sorted(client.list_topics(timeout=timeout_s).topics)
+    except KafkaException as exc:
+        raise ClusterUnavailable(f"cluster {cluster.alias} did not answer: {exc.args[0]}") from None
+
+
+def sync_configs(client: AdminClient, cluster: ClusterConfig, topic: str, wanted: dict[str, str],
+                 timeout_s: float = 10.0) -> list[str]:
+    """Set the destination topic's configs that differ from the source's; return the changed names."""
+    if not wanted:
+        return []
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    try:
+        current = client.describe_configs([resource])[resource].result(timeout=timeout_s)
+    except KafkaException:
+        return []  # topic gone or cluster briefly away: the next sync tries again
+    changed = sorted(k for k, v in wanted.items() if k not in current or current[k].value != v)
+    if not changed:
+        return []
+    update = ConfigResource(
+        ConfigResource.Type.TOPIC, topic,
+        incremental_configs=[
+            ConfigEntry(k, wanted[k], incremental_operation=AlterConfigOpType.SET) for k in changed
+        ],
+    )
+    try:
+        client.incremental_alter_configs([update])[update].result(timeout=timeout_s)
+    except KafkaException as exc:
+        logs.get(__name__).warning("config_sync_failed", topic=topic, error=str(exc.args[0]))
+        return []
+    return changed

@@ -227,6 +227,17 @@ def _port_free(port: int) -> bool:
     return True
 
 
+def _port_holders(port: int) -> str:
+    """Who holds a local TCP port, as `ss` reports it (best effort, for error messages)."""
+    if shutil.which("ss") is None:
+        return ""
+    result = subprocess.run(
+        ["ss", "-Htanp", f"sport = :{port}"], capture_output=True, text=True, check=False
+    )
+    lines = [" ".join(line.split()) for line in result.stdout.splitlines() if line.strip()]
+    return f" (ss: {'; '.join(lines[:5])})" if lines else ""
+
+
 def _free_ports(count: int, avoid: set[int]) -> list[int]:
     # Hold every socket open until all are chosen so the kernel never hands out the
     # same port twice.
@@ -260,7 +271,9 @@ def _plan_ports(ports: dict[str, int] | None) -> tuple[dict[str, int], dict[str,
             raise StackError(f"{name} and {seen[port]} were both given port {port}")
         seen[port] = name
         if not _port_free(port):
-            raise StackError(f"port {port} for {name} is already in use on {HOST}")
+            raise StackError(
+                f"port {port} for {name} is already in use on {HOST}{_port_holders(port)}"
+            )
     missing = [s for s in SERVICES if s not in given]
     fresh = _free_ports(len(missing) + len(BROKERS), set(given.values()))
     client = {**given, **dict(zip(missing, fresh[: len(missing)], strict=True))}
@@ -759,7 +772,10 @@ def start_service(dir: Path, name: str, timeout_s: float = 60) -> str:
             return str(svc["address"])
         busy = [p for p in (svc["port"], svc.get("controller_port")) if p and not _port_free(p)]
         if busy:
-            raise StackError(f"cannot restart {name}: port {busy[0]} is already in use on {HOST}")
+            raise StackError(
+                f"cannot restart {name}: port {busy[0]} is already in use on {HOST}"
+                + _port_holders(busy[0])
+            )
         with open(_log_path(root, name), "a") as log:
             log.write(f"\n===== ureplicator stack: restarting {name} at {time.ctime()} =====\n")
             log_offset = log.tell()

@@ -6,6 +6,10 @@ agree on one encoding. Layout (root ``<zookeeper.root>/<pipeline>``)::
     election/                   leader election (kazoo Election)
     topics/<topic>              TopicRecord
     blacklist/topics/<topic>    topics auto-whitelisting must not (re)add
+    blacklist/workers/<id>      workers that get no partitions (drained gracefully)
+    blacklist/partitions/<t>:<p> partitions that are not mirrored
+    admin/autobalancing         "true" | "false": weight/lag rebalancing of partitions that need not move
+    admin/rate_limit            RateLimit for every worker, changeable at runtime
     workers/<worker-id>         EPHEMERAL WorkerInfo
     assignments/<worker-id>     Assignment written by the leader
     status/<worker-id>          EPHEMERAL WorkerStatus written by the worker
@@ -67,6 +71,36 @@ class Paths:
     def blacklist_topics(self) -> str:
         return f"{self.root}/blacklist/topics"
 
+    @property
+    def blacklist_workers(self) -> str:
+        return f"{self.root}/blacklist/workers"
+
+    @property
+    def blacklist_partitions(self) -> str:
+        return f"{self.root}/blacklist/partitions"
+
+    @property
+    def admin(self) -> str:
+        return f"{self.root}/admin"
+
+    @property
+    def autobalancing(self) -> str:
+        return f"{self.admin}/autobalancing"
+
+    @property
+    def rate_limit(self) -> str:
+        return f"{self.admin}/rate_limit"
+
+    @property
+    def rebalance_request(self) -> str:
+        return f"{self.admin}/rebalance"
+
+    def blacklisted_worker(self, worker_id: str) -> str:
+        return f"{self.blacklist_workers}/{worker_id}"
+
+    def blacklisted_partition(self, topic: str, partition: int) -> str:
+        return f"{self.blacklist_partitions}/{topic}:{partition}"
+
     def topic(self, name: str) -> str:
         return f"{self.topics}/{name}"
 
@@ -83,7 +117,10 @@ class Paths:
         return f"{self.blacklist_topics}/{name}"
 
     def all_parents(self) -> list[str]:
-        return [self.topics, self.workers, self.assignments, self.status, self.blacklist_topics]
+        return [
+            self.topics, self.workers, self.assignments, self.status, self.admin,
+            self.blacklist_topics, self.blacklist_workers, self.blacklist_partitions,
+        ]
 
 
 @dataclass(frozen=True)
@@ -175,6 +212,29 @@ class PartitionStatus:
     bytes_per_s: float = 0.0
     lag: int = -1
     error: str | None = None
+    last_progress_at: float = 0.0  # epoch seconds when the position last moved (or lag was 0)
+
+
+@dataclass(frozen=True)
+class RateLimit:
+    """Per-worker throughput ceiling; 0 means unlimited."""
+
+    records_per_s: int = 0
+    bytes_per_s: int = 0
+
+    def encode(self) -> bytes:
+        return _dump(asdict(self))
+
+    @classmethod
+    def decode(cls, data: bytes) -> RateLimit:
+        doc = _load(data, "rate limit")
+        try:
+            limit = cls(int(doc.get("records_per_s", 0)), int(doc.get("bytes_per_s", 0)))
+        except (TypeError, ValueError) as exc:
+            raise SchemaError(f"rate limit mistypes {exc}") from None
+        if limit.records_per_s < 0 or limit.bytes_per_s < 0:
+            raise SchemaError("rate limit values must not be negative")
+        return limit
 
 
 @dataclass(frozen=True)

@@ -1,29 +1,36 @@
-"""The admin REST API (Flask app factory): topics, health, with uReplicator's paths and bodies.
+"""The admin REST API (Flask app factory) with uReplicator's paths and bodies, JSON everywhere.
 
 Every replica serves it; writes become desired state in ZooKeeper and the
-leader turns them into assignments. Every response is JSON, errors included:
-``{"error": {"code": <http status>, "message": ...}}``.
+leader turns them into assignments. Errors are
+``{"error": {"code": <http status>, "message": ...}}``: 400 malformed input,
+401/403 admin token, 404 unknown, 409 duplicate, 503 ZooKeeper or a cluster
+unreachable. The OpenAPI document is served at ``/openapi.json``.
 """
 
 from __future__ import annotations
 
 import hmac
 import threading
+import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
-from datetime import datetime, timezone
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from flask import Blueprint, Flask, current_app, jsonify, request
+from confluent_kafka import KafkaException, TopicPartition
+from flask import Blueprint, Flask, Response, current_app, jsonify, request
 from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from werkzeug.exceptions import HTTPException
 from werkzeug.serving import make_server
 
-from common import kafka, logs, zk
+from common import logs, zk
 from common.config import Config
 from common.errors import ClusterUnavailable, UReplicatorError
-from common.zkschema import Paths, TopicRecord, valid_topic_name
+from common.zkschema import Paths, RateLimit, SchemaError, TopicRecord, valid_topic_name, valid_worker_id
+from controller import topics
 from controller.leader import Leadership
+from controller.openapi import document
 
 log = logs.get(__name__)
 
@@ -44,6 +51,9 @@ class Controller:
     leadership: Leadership
     source_admin: Any
     destination_admin: Any
+    source_consumer: Any = None  # group ureplicator.<pipeline>: reads committed offsets, never commits
+    consumer_lock: threading.Lock = field(default_factory=threading.Lock)
+    extra_blueprints: list[Blueprint] = field(default_factory=list)
 
     @property
     def paths(self) -> Paths:
@@ -54,9 +64,11 @@ def create_app(controller: Controller) -> Flask:
     app = Flask("ureplicator.controller")
     app.config["controller"] = controller
     app.json.sort_keys = False  # type: ignore[attr-defined]
-    app.register_blueprint(_topics)
-    app.register_blueprint(_health)
+    app.url_map.strict_slashes = False
+    for blueprint in (_topics, _instances, _offsets, _admin, _meta, *controller.extra_blueprints):
+        app.register_blueprint(blueprint)
     app.register_error_handler(ApiError, _api_error)
+    app.register_error_handler(topics.TopicError, lambda exc: _error(exc.status, str(exc)))
     app.register_error_handler(HTTPException, _http_error)
     app.register_error_handler(Exception, _unexpected_error)
     return app
@@ -87,8 +99,8 @@ def _http_error(exc: HTTPException) -> tuple[Any, int]:
 
 
 def _unexpected_error(exc: Exception) -> tuple[Any, int]:
-    if isinstance(exc, ClusterUnavailable):
-        return _error(503, str(exc))
+    if isinstance(exc, ClusterUnavailable | KazooException):
+        return _error(503, f"a dependency is unavailable: {exc}")
     if isinstance(exc, UReplicatorError):
         return _error(502, str(exc))
     log.exception("request_failed", path=request.path)
@@ -113,7 +125,10 @@ def requires_admin(view: Callable[..., Any]) -> Callable[..., Any]:
     return guarded
 
 
-def _json_body() -> dict[str, Any]:
+def _json_body(optional: bool = False) -> dict[str, Any]:
+    raw = request.get_data(cache=True)
+    if optional and not raw.strip():
+        return {}
     body = request.get_json(silent=True, force=True)
     if not isinstance(body, dict):
         raise ApiError(400, "the request body must be a JSON object")
@@ -121,16 +136,23 @@ def _json_body() -> dict[str, Any]:
 
 
 def _positive_int(body: dict[str, Any], key: str) -> int | None:
-    """uReplicator's scripts send numPartitions as a number or a numeric string."""
+    """uReplicator's scripts send numbers as numbers or numeric strings."""
     if key not in body or body[key] is None:
         return None
     value = body[key]
-    if isinstance(value, bool):
-        raise ApiError(400, f"{key} must be a positive integer")
     if isinstance(value, str) and value.strip().isdigit():
         value = int(value.strip())
-    if not isinstance(value, int) or value <= 0:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0 or value > 1_000_000:
         raise ApiError(400, f"{key} must be a positive integer, got {body[key]!r}")
+    return value
+
+
+def _non_negative_int(body: dict[str, Any], key: str) -> int:
+    value = body.get(key, 0)
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value.strip())
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ApiError(400, f"{key} must be a non-negative integer, got {body.get(key)!r}")
     return value
 
 
@@ -138,6 +160,24 @@ def _topic_name(value: object, what: str = "topic") -> str:
     if not valid_topic_name(value):
         raise ApiError(400, f"{what} must be a Kafka topic name (1-249 of [a-zA-Z0-9._-]), got {value!r}")
     return str(value)
+
+
+def _worker_name(value: object) -> str:
+    if not valid_worker_id(value):
+        raise ApiError(400, f"worker id must be 1-200 of [a-zA-Z0-9._:-], got {value!r}")
+    return str(value)
+
+
+def _record(topic: str) -> TopicRecord:
+    ctl = _ctl()
+    record = zk.read_topic(ctl.zk, ctl.paths, _topic_name(topic))
+    if record is None:
+        raise ApiError(404, f"topic {topic!r} is not mirrored")
+    return record
+
+
+def _wake() -> None:
+    _ctl().leadership.request_reconcile()
 
 
 # --- topics --------------------------------------------------------------------------------
@@ -152,51 +192,50 @@ def list_topics() -> Any:
     return jsonify({"topics": [asdict(r) for _, r in sorted(records.items())]})
 
 
+def _add(topic: str, body: dict[str, Any]) -> Any:
+    ctl = _ctl()
+    destination = body.get("destination")
+    if destination is not None:
+        destination = _topic_name(destination, "destination")
+    record, outcome = topics.register(
+        ctl.config, ctl.zk, ctl.source_admin, ctl.destination_admin,
+        topic, _positive_int(body, "numPartitions"), destination,
+    )
+    _wake()
+    return jsonify({**asdict(record), "destination_topic": outcome}), 201
+
+
 @_topics.post("/topics")
 @requires_admin
 def add_topic() -> Any:
     """Start mirroring a source topic: ``{"topic": "t", "numPartitions": 8}``."""
+    body = _json_body()
+    return _add(_topic_name(body.get("topic")), body)
+
+
+@_topics.post("/topics/<topic>")
+@requires_admin
+def add_named_topic(topic: str) -> Any:
+    return _add(_topic_name(topic), _json_body(optional=True))
+
+
+@_topics.put("/topics")
+@requires_admin
+def expand_topic() -> Any:
+    """Grow a mirrored topic after its source grew: ``{"topic": "t", "numPartitions": 16}``."""
     ctl = _ctl()
     body = _json_body()
     topic = _topic_name(body.get("topic"))
-    requested = _positive_int(body, "numPartitions")
-    if zk.read_topic(ctl.zk, ctl.paths, topic) is not None:
-        raise ApiError(409, f"topic {topic!r} is already mirrored")
-    try:
-        source = kafka.describe_topic(ctl.source_admin, ctl.config.source, topic)
-    except kafka.TopicNotFound as exc:
-        raise ApiError(404, str(exc)) from None
-    if requested is not None and requested != source.partitions:
-        raise ApiError(
-            400,
-            f"numPartitions is {requested} but topic {topic!r} has {source.partitions} partitions on "
-            f"the source; every partition is mirrored, so send {source.partitions} or leave it out",
-        )
-    destination = topic
-    outcome = kafka.ensure_topic(
-        ctl.destination_admin,
-        ctl.config.destination,
-        kafka.TopicInfo(destination, source.partitions, source.configs),
-    )
-    record = TopicRecord(
-        topic=topic,
-        destination=destination,
-        partitions=source.partitions,
-        added_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-    )
-    if not zk.create_topic(ctl.zk, ctl.paths, record):
-        raise ApiError(409, f"topic {topic!r} is already mirrored")
-    ctl.leadership.request_reconcile()
-    log.info("topic_added", topic=topic, partitions=source.partitions, destination_topic=outcome)
-    return jsonify({**asdict(record), "destination_topic": outcome}), 201
+    record = topics.expand(ctl.config, ctl.zk, ctl.source_admin, ctl.destination_admin, topic,
+                           _positive_int(body, "numPartitions"))
+    _wake()
+    return jsonify(asdict(record))
 
 
 @_topics.get("/topics/<topic>")
 def show_topic(topic: str) -> Any:
     ctl = _ctl()
-    record = zk.read_topic(ctl.zk, ctl.paths, _topic_name(topic))
-    if record is None:
-        raise ApiError(404, f"topic {topic!r} is not mirrored")
+    record = _record(topic)
     owners = {
         tp: worker
         for worker, assignment in zk.read_assignments(ctl.zk, ctl.paths).items()
@@ -206,16 +245,14 @@ def show_topic(topic: str) -> Any:
     statuses = zk.read_statuses(ctl.zk, ctl.paths)
     partitions = []
     for p in range(record.partitions):
-        applied_by = [w for w, s in statuses.items() if (topic, p) in s.partitions]
-        status = statuses[applied_by[0]].partitions[(topic, p)] if applied_by else None
-        partitions.append(
-            {
-                "partition": p,
-                "worker": owners.get((topic, p)),
-                "applied_by": applied_by[0] if applied_by else None,
-                "status": asdict(status) if status else None,
-            }
-        )
+        applied_by = next((w for w, s in statuses.items() if (topic, p) in s.partitions), None)
+        status = statuses[applied_by].partitions[(topic, p)] if applied_by else None
+        partitions.append({
+            "partition": p,
+            "worker": owners.get((topic, p)),
+            "applied_by": applied_by,
+            "status": asdict(status) if status else None,
+        })
     return jsonify({**asdict(record), "assignment": partitions})
 
 
@@ -228,26 +265,339 @@ def remove_topic(topic: str) -> Any:
         raise ApiError(404, f"topic {topic!r} is not mirrored")
     # Blacklisted so that auto-whitelisting never re-adds what an operator removed.
     ctl.zk.ensure_path(ctl.paths.blacklisted_topic(topic))
-    ctl.leadership.request_reconcile()
+    _wake()
     log.info("topic_removed", topic=topic)
     return jsonify({"topic": topic, "removed": True})
 
 
-# --- health --------------------------------------------------------------------------------
+@_topics.post("/topics/<topic>/<action>")
+@requires_admin
+def pause_or_resume(topic: str, action: str) -> Any:
+    if action not in ("pause", "resume"):
+        raise ApiError(404, f"unknown topic action {action!r} (use pause or resume)")
+    _record(topic)
+    record = topics.set_state(_ctl().config, _ctl().zk, topic, "paused" if action == "pause" else "active")
+    _wake()
+    return jsonify(asdict(record))
 
-_health = Blueprint("health", __name__)
+
+# --- workers -------------------------------------------------------------------------------
+
+_instances = Blueprint("instances", __name__)
 
 
-@_health.get("/health")
+@_instances.get("/instances")
+def list_instances() -> Any:
+    ctl = _ctl()
+    workers = zk.live_workers(ctl.zk, ctl.paths)
+    blacklisted = sorted(ctl.zk.get_children(ctl.paths.blacklist_workers))
+    assignments = zk.read_assignments(ctl.zk, ctl.paths)
+    statuses = zk.read_statuses(ctl.zk, ctl.paths)
+    rows = []
+    for worker in sorted(set(workers) | set(blacklisted)):
+        status = statuses.get(worker)
+        assignment = assignments.get(worker)
+        rows.append({
+            "worker": worker,
+            "live": worker in workers,
+            "blacklisted": worker in blacklisted,
+            "assigned": len(assignment.partitions) if assignment else 0,
+            "applied": len(status.partitions) if status else 0,
+            "generation": status.generation if status else None,
+            "bytes_per_s": round(sum(s.bytes_per_s for s in status.partitions.values()), 1) if status else 0.0,
+            "records_per_s": round(sum(s.records_per_s for s in status.partitions.values()), 1) if status else 0.0,
+        })
+    return jsonify({"instances": rows})
+
+
+@_instances.post("/instances")
+@requires_admin
+def rebalance_now() -> Any:
+    """Ask the leader to rebalance now (also when auto-balancing is off)."""
+    ctl = _ctl()
+    stamp = str(time.time()).encode()
+    try:
+        ctl.zk.set(ctl.paths.rebalance_request, stamp)
+    except NoNodeError:
+        ctl.zk.create(ctl.paths.rebalance_request, stamp, makepath=True)
+    _wake()
+    return jsonify({"rebalance": "requested"}), 202
+
+
+@_instances.post("/instances/<worker>")
+@requires_admin
+def whitelist_worker(worker: str) -> Any:
+    ctl = _ctl()
+    try:
+        ctl.zk.delete(ctl.paths.blacklisted_worker(_worker_name(worker)))
+    except NoNodeError:
+        raise ApiError(404, f"worker {worker!r} is not blacklisted") from None
+    _wake()
+    return jsonify({"worker": worker, "blacklisted": False})
+
+
+@_instances.delete("/instances/<worker>")
+@requires_admin
+def blacklist_worker(worker: str) -> Any:
+    """Drain a worker: its partitions are handed off gracefully and it gets no new ones."""
+    ctl = _ctl()
+    name = _worker_name(worker)
+    if name not in zk.live_workers(ctl.zk, ctl.paths):
+        raise ApiError(404, f"worker {worker!r} is not registered")
+    try:
+        ctl.zk.create(ctl.paths.blacklisted_worker(name))
+    except NodeExistsError:
+        raise ApiError(409, f"worker {worker!r} is already blacklisted") from None
+    _wake()
+    return jsonify({"worker": worker, "blacklisted": True})
+
+
+@_instances.get("/validation")
+def validation() -> Any:
+    """Desired (written) vs applied (status) assignment per worker."""
+    ctl = _ctl()
+    assignments = zk.read_assignments(ctl.zk, ctl.paths)
+    statuses = zk.read_statuses(ctl.zk, ctl.paths)
+    rows, mismatched = [], 0
+    for worker in sorted(set(assignments) | set(statuses)):
+        desired = assignments[worker].partitions if worker in assignments else frozenset()
+        applied = statuses[worker].owned if worker in statuses else frozenset()
+        ok = desired == applied and (
+            worker not in statuses or worker not in assignments
+            or statuses[worker].generation == assignments[worker].generation
+        )
+        mismatched += not ok
+        rows.append({
+            "worker": worker,
+            "desired_generation": assignments[worker].generation if worker in assignments else None,
+            "applied_generation": statuses[worker].generation if worker in statuses else None,
+            "missing": [f"{t}:{p}" for t, p in sorted(desired - applied)],
+            "extra": [f"{t}:{p}" for t, p in sorted(applied - desired)],
+            "ok": ok,
+        })
+    state = ctl.leadership.state
+    return jsonify({
+        "ok": mismatched == 0,
+        "mismatched_workers": mismatched,
+        "withheld": [f"{t}:{p}" for t, p in state.withheld] if state.is_leader else None,
+        "workers": rows,
+    })
+
+
+# --- offsets -------------------------------------------------------------------------------
+
+_offsets = Blueprint("offsets", __name__)
+
+
+def _offset_rows(pairs: list[tuple[str, int]]) -> list[dict[str, Any]]:
+    ctl = _ctl()
+    if ctl.source_consumer is None:
+        raise ApiError(503, "no source consumer configured")
+    rows = []
+    with ctl.consumer_lock:  # librdkafka handles are not for concurrent use
+        try:
+            committed = ctl.source_consumer.committed([TopicPartition(t, p) for t, p in pairs], timeout=10)
+            for tp in committed:
+                low, high = ctl.source_consumer.get_watermark_offsets(TopicPartition(tp.topic, tp.partition),
+                                                                      timeout=10)
+                offset = tp.offset if tp.offset >= 0 else None
+                rows.append({
+                    "topic": tp.topic,
+                    "partition": tp.partition,
+                    "committed": offset,
+                    "log_start": low,
+                    "end": high,
+                    "lag": high - (offset if offset is not None else low),
+                })
+        except KafkaException as exc:
+            raise ApiError(503, f"the source cluster did not answer: {exc.args[0]}") from None
+    return rows
+
+
+@_offsets.get("/offset")
+def all_offsets() -> Any:
+    ctl = _ctl()
+    pairs = [(name, p) for name, r in sorted(zk.read_topics(ctl.zk, ctl.paths).items()) for p in range(r.partitions)]
+    rows = _offset_rows(pairs) if pairs else []
+    return jsonify({"group": ctl.config.consumer_group, "offsets": rows, "total_lag": sum(r["lag"] for r in rows)})
+
+
+@_offsets.get("/offset/<topic>/<partition>")
+def one_offset(topic: str, partition: str) -> Any:
+    record = _record(topic)
+    if not partition.isdigit() or int(partition) >= record.partitions:
+        raise ApiError(404, f"topic {topic!r} has no partition {partition!r}")
+    return jsonify({"group": _ctl().config.consumer_group, **_offset_rows([(topic, int(partition))])[0]})
+
+
+@_offsets.get("/noprogress")
+def no_progress() -> Any:
+    """Partitions with lag whose position has not moved for ``controller.noprogress_threshold_s``,
+    and active partitions no worker reports owning."""
+    ctl = _ctl()
+    threshold = ctl.config.controller.noprogress_threshold_s
+    now = time.time()
+    statuses = zk.read_statuses(ctl.zk, ctl.paths)
+    owned = {}
+    stalled = []
+    for worker, status in statuses.items():
+        for (t, p), st in status.partitions.items():
+            owned[(t, p)] = worker
+            if st.error or (st.lag > 0 and st.last_progress_at and now - st.last_progress_at > threshold):
+                stalled.append({
+                    "topic": t, "partition": p, "worker": worker, "lag": st.lag, "error": st.error,
+                    "stalled_for_s": round(now - st.last_progress_at, 1) if st.last_progress_at else None,
+                })
+    unowned = [
+        {"topic": name, "partition": p}
+        for name, record in sorted(zk.read_topics(ctl.zk, ctl.paths).items())
+        if record.state == "active"
+        for p in range(record.partitions)
+        if (name, p) not in owned
+    ]
+    return jsonify({"threshold_s": threshold, "stalled": stalled, "unowned": unowned})
+
+
+# --- blacklist and admin -------------------------------------------------------------------
+
+_admin = Blueprint("admin", __name__)
+
+
+@_admin.get("/blacklist")
+def get_blacklist() -> Any:
+    ctl = _ctl()
+    parts = []
+    for entry in sorted(ctl.zk.get_children(ctl.paths.blacklist_partitions)):
+        topic, _, partition = entry.rpartition(":")
+        parts.append({"topic": topic, "partition": int(partition)})
+    return jsonify({
+        "topics": sorted(ctl.zk.get_children(ctl.paths.blacklist_topics)),
+        "partitions": parts,
+        "workers": sorted(ctl.zk.get_children(ctl.paths.blacklist_workers)),
+    })
+
+
+@_admin.post("/blacklist")
+@requires_admin
+def change_blacklist() -> Any:
+    """``{"topic": t, "partition": p?, "op": "blacklist"|"whitelist"}`` (query parameters work too)."""
+    ctl = _ctl()
+    body = _json_body(optional=True) or dict(request.args)
+    op = body.get("op")
+    if op not in ("blacklist", "whitelist"):
+        raise ApiError(400, "op must be 'blacklist' or 'whitelist'")
+    topic = _topic_name(body.get("topic"))
+    partition = body.get("partition")
+    if partition is not None:
+        partition = _non_negative_int(body, "partition")
+        path = ctl.paths.blacklisted_partition(topic, partition)
+    else:
+        path = ctl.paths.blacklisted_topic(topic)
+    if op == "blacklist":
+        ctl.zk.ensure_path(path)
+    else:
+        try:
+            ctl.zk.delete(path)
+        except NoNodeError:
+            raise ApiError(404, f"{topic}{'' if partition is None else f':{partition}'} is not blacklisted") from None
+    _wake()
+    return jsonify({"topic": topic, "partition": partition, "blacklisted": op == "blacklist"})
+
+
+_ADMIN_GET = ("autobalancing_status", "workloadinfo", "rate_limit")
+_ADMIN_POST = ("enable_autobalancing", "disable_autobalancing", "rate_limit")
+
+
+@_admin.get("/admin/<op>")
+def admin_get(op: str) -> Any:
+    ctl = _ctl()
+    if op not in _ADMIN_GET:
+        raise ApiError(404, f"unknown admin operation {op!r} (GET: {', '.join(_ADMIN_GET)})")
+    if op == "autobalancing_status":
+        return jsonify({"autobalancing": _autobalancing(ctl)})
+    if op == "rate_limit":
+        return jsonify(asdict(_rate_limit(ctl)))
+    statuses = zk.read_statuses(ctl.zk, ctl.paths)
+    return jsonify({
+        "workers": {
+            w: {
+                "bytes_per_s": round(sum(p.bytes_per_s for p in s.partitions.values()), 1),
+                "records_per_s": round(sum(p.records_per_s for p in s.partitions.values()), 1),
+                "partitions": len(s.partitions),
+                "lag": sum(max(p.lag, 0) for p in s.partitions.values()),
+            }
+            for w, s in sorted(statuses.items())
+        }
+    })
+
+
+@_admin.post("/admin/<op>")
+@requires_admin
+def admin_post(op: str) -> Any:
+    ctl = _ctl()
+    if op not in _ADMIN_POST:
+        raise ApiError(404, f"unknown admin operation {op!r} (POST: {', '.join(_ADMIN_POST)})")
+    if op == "rate_limit":
+        body = _json_body()
+        unknown = set(body) - {"records_per_s", "bytes_per_s"}
+        if unknown:
+            raise ApiError(400, f"unknown rate limit keys: {', '.join(sorted(map(str, unknown)))}")
+        limit = RateLimit(_non_negative_int(body, "records_per_s"), _non_negative_int(body, "bytes_per_s"))
+        _put(ctl, ctl.paths.rate_limit, limit.encode())
+        return jsonify(asdict(limit))
+    enabled = op == "enable_autobalancing"
+    _put(ctl, ctl.paths.autobalancing, b"true" if enabled else b"false")
+    _wake()
+    return jsonify({"autobalancing": enabled})
+
+
+def _put(ctl: Controller, path: str, data: bytes) -> None:
+    try:
+        ctl.zk.set(path, data)
+    except NoNodeError:
+        ctl.zk.create(path, data, makepath=True)
+
+
+def _autobalancing(ctl: Controller) -> bool:
+    try:
+        return ctl.zk.get(ctl.paths.autobalancing)[0] != b"false"
+    except NoNodeError:
+        return True
+
+
+def _rate_limit(ctl: Controller) -> RateLimit:
+    try:
+        return RateLimit.decode(ctl.zk.get(ctl.paths.rate_limit)[0])
+    except (NoNodeError, SchemaError):
+        return RateLimit(ctl.config.worker.max_records_per_s, ctl.config.worker.max_bytes_per_s)
+
+
+# --- health, metrics, OpenAPI --------------------------------------------------------------
+
+_meta = Blueprint("meta", __name__)
+
+
+@_meta.get("/health")
 def health() -> Any:
     ctl = _ctl()
     connected = ctl.zk.state == KazooState.CONNECTED
     leader = ctl.leadership.leader_id() if connected else None
+    healthy = connected and leader is not None
     body = {
-        "status": "ok" if connected and leader else "unavailable",
-        "zookeeper": ctl.zk.state.lower() if isinstance(ctl.zk.state, str) else str(ctl.zk.state),
+        "status": "ok" if healthy else "unavailable",
+        "zookeeper": str(ctl.zk.state).lower(),
         "leader": leader,
         "is_leader": ctl.leadership.state.is_leader,
         "generation": ctl.leadership.state.generation,
     }
-    return jsonify(body), (200 if connected and leader else 503)
+    return jsonify(body), (200 if healthy else 503)
+
+
+@_meta.get("/metrics")
+def metrics() -> Any:
+    return Response(generate_latest(_ctl().leadership.metrics.registry), mimetype=CONTENT_TYPE_LATEST)
+
+
+@_meta.get("/openapi.json")
+def openapi() -> Any:
+    return jsonify(document())

@@ -34,12 +34,27 @@ def assign(
     current: Mapping[str, Iterable[TopicPartition]],
     workers: Sequence[str],
     partitions: Iterable[TopicPartition],
+    *,
+    weights: Mapping[TopicPartition, float] | None = None,
+    lagging: Iterable[TopicPartition] = (),
+    max_per_worker: int = 0,
+    rebalance: bool = True,
 ) -> Plan:
-    """Desired owner of each partition among ``workers`` (every worker gets a key)."""
+    """Desired owner of each partition among ``workers`` (every worker gets a key).
+
+    ``weights`` (measured bytes/s) decide which partitions go where within the
+    count balance; ``lagging`` partitions (lag growing past a threshold) are
+    spread first, at most ``ceil(L/W)`` per worker; ``max_per_worker`` caps a
+    worker's count (0 = no cap; partitions beyond capacity stay unassigned).
+    ``rebalance=False`` (auto-balancing off) keeps sticky partitions where they
+    are even when weights or lag say they should move.
+    """
     live = sorted(set(workers))
     wanted = set(partitions)
     if not live:
         return {}
+    weight = weights or {}
+    hot = set(lagging) & wanted if rebalance else set()
     # 1. Stickiness: keep what each live worker already owns, once (first owner wins).
     kept: dict[str, set[TopicPartition]] = {w: set() for w in live}
     taken: set[TopicPartition] = set()
@@ -52,25 +67,90 @@ def assign(
     base, extra = divmod(len(wanted), len(live))
     by_load = sorted(live, key=lambda w: (-len(kept[w]), w))
     target = {w: base + (1 if i < extra else 0) for i, w in enumerate(by_load)}
-    # 3. Shed above target, dropping partitions of the topic most concentrated on the worker.
+    if max_per_worker > 0:
+        target = {w: min(t, max_per_worker) for w, t in target.items()}
     pool = sorted(wanted - taken)
+    # 3. Lagging partitions first: no worker keeps more than its share of them.
+    hot_cap = -(-len(hot) // len(live))
+    for worker in live:
+        mine = sorted(kept[worker] & hot)
+        for tp in mine[hot_cap:]:
+            kept[worker].remove(tp)
+            pool.append(tp)
+    # 4. Shed above target, dropping partitions of the topic most concentrated on the worker.
     for worker in live:
         while len(kept[worker]) > target[worker]:
             per_topic = Counter(t for t, _ in kept[worker])
-            victim = max(kept[worker], key=lambda tp: (per_topic[tp[0]], tp))
+            victim = max(kept[worker], key=lambda tp: (tp not in hot, per_topic[tp[0]], tp))
             kept[worker].remove(victim)
             pool.append(victim)
-    # 4. Place the pool: under-target worker with the fewest partitions of that topic.
+    # 5. Place the pool, lagging first: the open worker with the fewest lagging partitions,
+    #    then the fewest of that topic, then the least measured load, then the fewest partitions.
     topic_count = {w: Counter(t for t, _ in kept[w]) for w in live}
-    for tp in sorted(pool):
+    hot_count = {w: len(kept[w] & hot) for w in live}
+    load = {w: sum(weight.get(tp, 0.0) for tp in kept[w]) for w in live}
+    for tp in sorted(pool, key=lambda tp: (tp not in hot, -weight.get(tp, 0.0), tp)):
         open_workers = [w for w in live if len(kept[w]) < target[w]]
-        chosen = min(open_workers, key=lambda w: (topic_count[w][tp[0]], len(kept[w]), w))
+        if not open_workers:
+            break  # max_per_worker leaves it unassigned
+        is_hot = tp in hot
+        chosen = min(
+            open_workers,
+            key=lambda w: (hot_count[w] if is_hot else 0, topic_count[w][tp[0]], load[w], len(kept[w]), w),
+        )
         kept[chosen].add(tp)
         topic_count[chosen][tp[0]] += 1
+        hot_count[chosen] += is_hot
+        load[chosen] += weight.get(tp, 0.0)
+    # 6. Weights: swap partitions between the heaviest and lightest worker while that lowers
+    #    the heavier side (counts stay balanced; bounded so a reconcile stays cheap).
+    if rebalance and weight and len(live) > 1:
+        _swap_for_weight(kept, load, weight, hot, rounds=4 * len(live))
     return {w: frozenset(kept[w]) for w in live}
 
 
-def gate_handoff(desired: Mapping[str, frozenset[TopicPartition]], applied: Mapping[str, Iterable[TopicPartition]]) -> Plan:
+# A swap must improve the heavier side by this share of the mean load: measured
+# rates jitter, and moving a partition costs a hand-off.
+_SWAP_GAIN = 0.1
+
+
+def _swap_for_weight(
+    kept: dict[str, set[TopicPartition]],
+    load: dict[str, float],
+    weight: Mapping[TopicPartition, float],
+    hot: set[TopicPartition],
+    rounds: int,
+) -> None:
+    mean = sum(load.values()) / len(load)
+    if mean <= 0:
+        return
+    for _ in range(rounds):
+        heavy = max(load, key=lambda w: (load[w], w))
+        light = min(load, key=lambda w: (load[w], w))
+        gap = load[heavy] - load[light]
+        best: tuple[float, TopicPartition, TopicPartition] | None = None
+        for a in kept[heavy]:
+            for b in kept[light]:
+                delta = weight.get(a, 0.0) - weight.get(b, 0.0)
+                if 0 < delta < gap and (a in hot) == (b in hot):
+                    new_max = max(load[heavy] - delta, load[light] + delta)
+                    if best is None or new_max < best[0]:
+                        best = (new_max, a, b)
+        if best is None or load[heavy] - best[0] < _SWAP_GAIN * mean:
+            return
+        _, a, b = best
+        delta = weight.get(a, 0.0) - weight.get(b, 0.0)
+        kept[heavy].remove(a)
+        kept[light].add(a)
+        kept[light].remove(b)
+        kept[heavy].add(b)
+        load[heavy] -= delta
+        load[light] += delta
+
+
+def gate_handoff(
+    desired: Mapping[str, frozenset[TopicPartition]], applied: Mapping[str, Iterable[TopicPartition]]
+) -> Plan:
     """What may be written now: withhold partitions another live worker still owns.
 
     ``applied`` maps every worker with a live status node to the partitions it

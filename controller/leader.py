@@ -16,14 +16,18 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import KazooException
+from kazoo.exceptions import KazooException, NoNodeError
 
 from common import logs, zk
 from common.config import Config
-from common.zkschema import Assignment, Paths, TopicPartition
+from common.errors import UReplicatorError
+from common.zkschema import Assignment, Paths, TopicPartition, WorkerStatus
+from controller import topics
 from controller.assignment import assign, gate_handoff
+from controller.metrics import ControllerMetrics
 
 
 @dataclass
@@ -34,6 +38,7 @@ class LeaderState:
     generation: int = 0
     last_reconcile: float = 0.0
     rebalances: int = 0
+    live_workers: int = 0
     assigned: int = 0
     unassigned: int = 0
     withheld: list[TopicPartition] = field(default_factory=list)
@@ -42,7 +47,14 @@ class LeaderState:
 class Leadership:
     """Contend for leadership in a background thread; reconcile while leader."""
 
-    def __init__(self, config: Config, client: KazooClient, identifier: str) -> None:
+    def __init__(
+        self,
+        config: Config,
+        client: KazooClient,
+        identifier: str,
+        admins: tuple[Any, Any] | None = None,
+        metrics: ControllerMetrics | None = None,
+    ) -> None:
         self._config = config
         self._client = client
         self._paths = Paths(config.root)
@@ -55,6 +67,16 @@ class Leadership:
         self._session_lost = threading.Event()
         self._status_watched: set[str] = set()
         self.state = LeaderState()
+        self.metrics = metrics or ControllerMetrics()
+        self._admins = admins  # (source, destination) AdminClients for the periodic topic sync
+        self._last_sync = 0.0
+        self._memory: dict[str, frozenset[TopicPartition]] = {}  # last written, survives node deletion
+        self._departed: dict[str, float] = {}
+        self._lag_history: dict[TopicPartition, list[int]] = {}
+        self._sampled: dict[tuple[str, TopicPartition], str] = {}
+        self._withheld_since: dict[TopicPartition, float] = {}
+        self._rebalance_seen: bytes | None = None
+        self._force_rebalance = False
         self._log = logs.get(__name__, pipeline=config.pipeline, controller=identifier)
         self._thread = threading.Thread(target=self._contend, name="leader-election", daemon=True)
         client.add_listener(self._on_connection)
@@ -107,6 +129,7 @@ class Leadership:
         self._session_lost.clear()
         fence = f"{self._election.lock.path}/{self._election.lock.node}"
         self.state.is_leader = True
+        self.metrics.leader.set(1)
         self._log.info("leadership_acquired", fence=fence)
         self._watch()
         try:
@@ -124,6 +147,7 @@ class Leadership:
                 self._wake.clear()
         finally:
             self.state.is_leader = False
+            self.metrics.leader.set(0)
             self._log.info("leadership_released")
 
     def _watch(self) -> None:
@@ -132,6 +156,14 @@ class Leadership:
         for path in (self._paths.workers, self._paths.topics):
             self._client.ChildrenWatch(path, self._signal_children)
         self._client.ChildrenWatch(self._paths.status, self._signal_status)
+        self._client.DataWatch(self._paths.rebalance_request, self._on_rebalance_request)
+
+    def _on_rebalance_request(self, data: bytes | None, stat: object) -> bool:
+        if data is not None and data != self._rebalance_seen:
+            self._rebalance_seen = data
+            self._force_rebalance = True
+            self._wake.set()
+        return self.state.is_leader
 
     def _signal_children(self, children: list[str]) -> bool:
         self._wake.set()
@@ -158,45 +190,122 @@ class Leadership:
     # --- reconcile ---------------------------------------------------------------------------
 
     def _reconcile(self, fence: str) -> None:
-        client, paths = self._client, self._paths
-        topics = zk.read_topics(client, paths)
+        client, paths, ctl = self._client, self._paths, self._config.controller
+        now = time.time()
+        if self._admins is not None and now - self._last_sync >= ctl.topic_sync_interval_s:
+            self._last_sync = now
+            try:
+                changes = topics.sync(self._config, client, *self._admins)
+                if any(changes.values()):
+                    self._log.info("topics_synced", **changes)
+            except UReplicatorError as exc:
+                self._log.warning("topic_sync_failed", error=str(exc))
+        records = zk.read_topics(client, paths)
+        blocked = set(client.get_children(paths.blacklist_partitions))
         partitions = {
             (name, p)
-            for name, record in topics.items()
+            for name, record in records.items()
             if record.state == "active"
             for p in range(record.partitions)
+            if f"{name}:{p}" not in blocked
         }
-        workers = zk.live_workers(client, paths)
+        registered = zk.live_workers(client, paths)
+        blacklisted = set(client.get_children(paths.blacklist_workers))
         statuses = zk.read_statuses(client, paths)
         written = zk.read_assignments(client, paths)
         self.state.generation = max([self.state.generation, *(a.generation for a in written.values())])
 
-        desired = assign({w: a.partitions for w, a in written.items()}, workers, partitions)
+        # Workers that just left keep their partitions reserved for the restart grace period.
+        for worker in registered:
+            self._departed.pop(worker, None)
+        for worker in set(written) | set(self._memory):
+            if worker not in registered and worker not in self._departed:
+                self._departed[worker] = now
+        grace = ctl.worker_restart_grace_s
+        in_grace = {w for w, t in self._departed.items() if now - t < grace and w not in blacklisted}
+        for worker in [w for w, t in self._departed.items() if now - t >= grace]:
+            del self._departed[worker]
+            self._memory.pop(worker, None)
+        assignable = sorted((set(registered) - blacklisted) | in_grace)
+
+        base = {w: self._memory.get(w, frozenset()) for w in assignable}
+        base.update({w: a.partitions for w, a in written.items()})
+        weights, lagging = self._observe(statuses)
+        desired = assign(
+            base, assignable, partitions,
+            weights=weights, lagging=lagging,
+            max_per_worker=ctl.max_partitions_per_worker,
+            rebalance=self._force_rebalance or self._autobalancing(),
+        )
+        self._force_rebalance = False
         applied = {w: s.owned for w, s in statuses.items()}
         plan = gate_handoff(desired, applied)
-        changed_workers = [w for w in workers if plan.get(w, frozenset()) != _partitions(written.get(w))]
-        departed = [w for w in written if w not in workers]
-        withheld = sorted(tp for w in workers for tp in desired.get(w, frozenset()) - plan.get(w, frozenset()))
-        self.state.withheld = withheld
-        self.state.assigned = sum(len(p) for p in plan.values())
+        live = set(registered)
+        changed_workers = [w for w in registered if plan.get(w, frozenset()) != _partitions(written.get(w))]
+        departed = [w for w in written if w not in live and w not in in_grace]
+        withheld = {tp for w in registered for tp in desired.get(w, frozenset()) - plan.get(w, frozenset())}
+        self._track_handoffs(withheld, now)
+        self.state.withheld = sorted(withheld)
+        self.state.assigned = sum(len(plan.get(w, ())) for w in registered)
         self.state.unassigned = len(partitions) - self.state.assigned
-        self.state.last_reconcile = time.time()
+        self.state.live_workers = len(registered)
+        self.state.last_reconcile = now
+        self.metrics.observe(self.state)
         if not changed_workers and not departed:
             return
         generation = self.state.generation + 1
         changed = {w: Assignment(generation, plan.get(w, frozenset())) for w in changed_workers}
         zk.write_assignments(client, paths, changed, written.keys(), departed, fence)
+        for worker, assignment in changed.items():
+            self._memory[worker] = assignment.partitions
         self.state.generation = generation
         self.state.rebalances += 1
+        self.metrics.rebalances.inc()
         self._log.info(
             "assignment_written",
             generation=generation,
-            workers=len(workers),
+            workers=len(registered),
             changed=sorted(changed_workers),
             departed=departed,
             partitions=len(partitions),
             withheld=len(withheld),
         )
+
+    def _autobalancing(self) -> bool:
+        try:
+            data, _ = self._client.get(self._paths.autobalancing)
+        except NoNodeError:
+            return True
+        return data != b"false"
+
+    def _observe(self, statuses: dict[str, WorkerStatus]) -> tuple[dict[TopicPartition, float], set[TopicPartition]]:
+        """Weights (bytes/s) from status, and partitions whose lag kept growing past the threshold."""
+        ctl = self._config.controller
+        weights: dict[TopicPartition, float] = {}
+        for worker, status in statuses.items():
+            for tp, st in status.partitions.items():
+                if st.bytes_per_s > 0:
+                    weights[tp] = st.bytes_per_s
+                if self._sampled.get((worker, tp)) == status.updated_at:
+                    continue  # same status document as last time: not a new sample
+                self._sampled[(worker, tp)] = status.updated_at
+                history = self._lag_history.setdefault(tp, [])
+                history.append(st.lag)
+                del history[: -(ctl.lag_rounds + 1)]
+        lagging = {
+            tp
+            for tp, h in self._lag_history.items()
+            if len(h) > ctl.lag_rounds
+            and all(lag > ctl.lag_threshold_records for lag in h[1:])
+            and all(b > a for a, b in zip(h, h[1:], strict=False))
+        }
+        return weights, lagging
+
+    def _track_handoffs(self, withheld: set[TopicPartition], now: float) -> None:
+        for tp in withheld:
+            self._withheld_since.setdefault(tp, now)
+        for tp in [tp for tp in self._withheld_since if tp not in withheld]:
+            self.metrics.handoff.observe(now - self._withheld_since.pop(tp))
 
 
 def _partitions(assignment: Assignment | None) -> frozenset[TopicPartition]:

@@ -18,13 +18,16 @@ def run(config: Config) -> int:
     log = logs.get("controller", pipeline=config.pipeline, controller=identifier)
     log.info("controller_starting", config=config.redacted())
     client = zk.connect(config)
-    leadership = Leadership(config, client, identifier)
+    source_admin = kafka.admin(config.source)
+    destination_admin = kafka.admin(config.destination)
+    leadership = Leadership(config, client, identifier, admins=(source_admin, destination_admin))
     controller = Controller(
         config=config,
         zk=client,
         leadership=leadership,
-        source_admin=kafka.admin(config.source),
-        destination_admin=kafka.admin(config.destination),
+        source_admin=source_admin,
+        destination_admin=destination_admin,
+        source_consumer=kafka.consumer(config.source, config.consumer_group, f"ureplicator-controller-{identifier}"),
     )
     try:
         server, _ = serve(create_app(controller), config.controller.rest_host, config.controller.rest_port)
@@ -51,6 +54,7 @@ def run(config: Config) -> int:
     stop.wait()
     server.shutdown()
     leadership.stop()
+    controller.source_consumer.close()
     client.stop()
     client.close()
     log.info("controller_stopped")

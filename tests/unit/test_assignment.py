@@ -28,7 +28,7 @@ def test_fresh_assignment_is_complete_balanced_and_spread(spec, workers):
     parts = partitions_of(spec)
     plan = assign({}, sorted(workers), parts)
     check_valid(plan, workers, parts)
-    for topic, n in spec.items():
+    for topic in spec:
         per_worker = [sum(1 for t, _ in tps if t == topic) for tps in plan.values()]
         assert max(per_worker) - min(per_worker) <= 1, f"topic {topic} spread evenly"
 
@@ -88,3 +88,45 @@ def test_handoff_withholds_a_partition_until_the_old_owner_released_it():
 def test_crashed_owner_has_no_status_so_its_partitions_move_at_once():
     desired = {"w2": frozenset({("a", 0)})}
     assert gate_handoff(desired, {"w2": set()}) == desired
+
+
+def test_weights_spread_the_heavy_partitions():
+    # Given two heavy partitions that a count-only assignment put on one worker
+    parts = {("a", p) for p in range(4)}
+    current = {"w1": {("a", 0), ("a", 1)}, "w2": {("a", 2), ("a", 3)}}
+    weights = {("a", 0): 1000.0, ("a", 1): 1000.0, ("a", 2): 10.0, ("a", 3): 10.0}
+    plan = assign(current, ["w1", "w2"], parts, weights=weights)
+    loads = sorted(sum(weights[tp] for tp in tps) for tps in plan.values())
+    assert loads == [1010.0, 1010.0]
+    assert all(len(tps) == 2 for tps in plan.values())
+
+
+def test_weights_are_ignored_when_autobalancing_is_off():
+    parts = {("a", p) for p in range(4)}
+    current = {"w1": {("a", 0), ("a", 1)}, "w2": {("a", 2), ("a", 3)}}
+    weights = {("a", 0): 1000.0, ("a", 1): 1000.0}
+    assert assign(current, ["w1", "w2"], parts, weights=weights, rebalance=False) == {
+        w: frozenset(tps) for w, tps in current.items()
+    }
+
+
+@given(topics, worker_sets, st.data())
+def test_lagging_partitions_are_spread_first(spec, workers, data):
+    parts = sorted(partitions_of(spec))
+    lagging = set(data.draw(st.lists(st.sampled_from(parts), unique=True))) if parts else set()
+    # Worst case start: one worker holds every lagging partition.
+    first = sorted(workers)[0]
+    current = {first: lagging}
+    plan = assign(current, sorted(workers), parts, lagging=lagging)
+    check_valid(plan, workers, parts)
+    cap = -(-len(lagging) // len(workers))
+    assert all(len(tps & lagging) <= cap for tps in plan.values())
+
+
+@given(topics, worker_sets, st.integers(min_value=1, max_value=5))
+def test_max_partitions_per_worker_is_a_hard_cap(spec, workers, cap):
+    parts = partitions_of(spec)
+    plan = assign({}, sorted(workers), parts, max_per_worker=cap)
+    owners = [tp for tps in plan.values() for tp in tps]
+    assert len(owners) == len(set(owners)) == min(len(parts), cap * len(workers))
+    assert all(len(tps) <= cap for tps in plan.values())

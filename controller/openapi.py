@@ -1,0 +1,171 @@
+"""The OpenAPI 3.1 document of the admin REST API (served at /openapi.json, checked by the tests)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _obj(props: dict[str, Any], required: list[str] | None = None, extra: bool = False) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": props,
+        "required": required if required is not None else list(props),
+        "additionalProperties": extra,
+    }
+
+
+_INT = {"type": "integer"}
+_NINT = {"type": ["integer", "null"]}
+_UINT = {"type": "integer", "minimum": 0}
+_STR = {"type": "string"}
+_NSTR = {"type": ["string", "null"]}
+_NUM = {"type": "number"}
+_BOOL = {"type": "boolean"}
+_TP_LIST = {"type": "array", "items": _STR}
+
+SCHEMAS: dict[str, Any] = {
+    "Error": _obj({"error": _obj({"code": _INT, "message": _STR})}),
+    "TopicRecord": _obj({
+        "topic": _STR, "destination": _STR, "partitions": _INT,
+        "state": {"enum": ["active", "paused"]}, "added_at": _STR, "options": {"type": "object"},
+    }),
+    "TopicAdded": {"allOf": [_ref("TopicRecord")], "properties": {"destination_topic": _STR}},
+    "TopicList": _obj({"topics": {"type": "array", "items": _ref("TopicRecord")}}),
+    "PartitionStatus": {"type": ["object", "null"], "properties": {
+        "committed": _INT, "records_per_s": _NUM, "bytes_per_s": _NUM, "lag": _INT,
+        "error": _NSTR, "last_progress_at": _NUM,
+    }},
+    "TopicDetail": {"allOf": [_ref("TopicRecord")], "properties": {"assignment": {"type": "array", "items": _obj({
+        "partition": _INT, "worker": _NSTR, "applied_by": _NSTR, "status": _ref("PartitionStatus"),
+    })}}, "required": ["assignment"]},
+    "Removed": _obj({"topic": _STR, "removed": _BOOL}),
+    "Health": _obj({
+        "status": {"enum": ["ok", "unavailable"]}, "zookeeper": _STR, "leader": _NSTR,
+        "is_leader": _BOOL, "generation": _INT,
+    }),
+    "Instances": _obj({"instances": {"type": "array", "items": _obj({
+        "worker": _STR, "live": _BOOL, "blacklisted": _BOOL, "assigned": _INT, "applied": _INT,
+        "generation": _NINT, "bytes_per_s": _NUM, "records_per_s": _NUM,
+    })}}),
+    "RebalanceRequested": _obj({"rebalance": {"const": "requested"}}),
+    "WorkerBlacklist": _obj({"worker": _STR, "blacklisted": _BOOL}),
+    "Validation": _obj({
+        "ok": _BOOL, "mismatched_workers": _INT, "withheld": {"type": ["array", "null"], "items": _STR},
+        "workers": {"type": "array", "items": _obj({
+            "worker": _STR, "desired_generation": _NINT, "applied_generation": _NINT,
+            "missing": _TP_LIST, "extra": _TP_LIST, "ok": _BOOL,
+        })},
+    }),
+    "OffsetRow": _obj({
+        "topic": _STR, "partition": _INT, "committed": _NINT, "log_start": _INT, "end": _INT, "lag": _INT,
+    }),
+    "Offsets": _obj({"group": _STR, "offsets": {"type": "array", "items": _ref("OffsetRow")}, "total_lag": _INT}),
+    "Offset": {"allOf": [_ref("OffsetRow")], "properties": {"group": _STR}, "required": ["group"]},
+    "NoProgress": _obj({
+        "threshold_s": _NUM,
+        "stalled": {"type": "array", "items": _obj({
+            "topic": _STR, "partition": _INT, "worker": _STR, "lag": _INT, "error": _NSTR,
+            "stalled_for_s": {"type": ["number", "null"]},
+        })},
+        "unowned": {"type": "array", "items": _obj({"topic": _STR, "partition": _INT})},
+    }),
+    "Blacklist": _obj({
+        "topics": _TP_LIST,
+        "partitions": {"type": "array", "items": _obj({"topic": _STR, "partition": _INT})},
+        "workers": _TP_LIST,
+    }),
+    "BlacklistChange": _obj({"topic": _STR, "partition": _NINT, "blacklisted": _BOOL}),
+    "Autobalancing": _obj({"autobalancing": _BOOL}),
+    "RateLimit": _obj({"records_per_s": _UINT, "bytes_per_s": _UINT}),
+    "Workload": _obj({"workers": {"type": "object", "additionalProperties": _obj({
+        "bytes_per_s": _NUM, "records_per_s": _NUM, "partitions": _INT, "lag": _INT,
+    })}}),
+    "AdminResult": {"oneOf": [_ref("Autobalancing"), _ref("RateLimit"), _ref("Workload")]},
+    "TopicRequest": {
+        "type": "object",
+        "properties": {
+            "topic": _STR,
+            "numPartitions": {"oneOf": [{"type": "integer", "minimum": 1}, {"type": "string", "pattern": "^[0-9]+$"}]},
+            "destination": _STR,
+        },
+    },
+}
+
+
+def _json(schema: str) -> dict[str, Any]:
+    return {"content": {"application/json": {"schema": _ref(schema)}}}
+
+
+def _op(summary: str, ok: dict[str, str], errors: tuple[int, ...] = (), body: str | None = None,
+        admin: bool = False) -> dict[str, Any]:
+    responses: dict[str, Any] = {code: {"description": desc.split("|")[0], **_json(desc.split("|")[1])}
+                                 for code, desc in ok.items()}
+    codes = set(errors) | ({401, 403} if admin else set()) | {503}
+    for code in sorted(codes):
+        responses[str(code)] = {"description": "error", **_json("Error")}
+    op: dict[str, Any] = {"summary": summary, "responses": responses}
+    if body:
+        op["requestBody"] = {"required": True, **_json(body)}
+    if admin:
+        op["security"] = [{"adminToken": []}]
+    return op
+
+
+PATHS: dict[str, dict[str, Any]] = {
+    "/topics": {
+        "get": _op("List mirrored topics", {"200": "topics|TopicList"}),
+        "post": _op("Start mirroring a topic", {"201": "added|TopicAdded"}, (400, 404, 409, 502), "TopicRequest", True),
+        "put": _op("Expand a topic to its source's partition count", {"200": "expanded|TopicRecord"},
+                   (400, 404, 502), "TopicRequest", True),
+    },
+    "/topics/{topic}": {
+        "get": _op("Show a topic with its partition owners", {"200": "topic|TopicDetail"}, (400, 404)),
+        "post": _op("Start mirroring the named topic", {"201": "added|TopicAdded"}, (400, 404, 409, 502), None, True),
+        "delete": _op("Stop mirroring (blacklists it)", {"200": "removed|Removed"}, (400, 404), None, True),
+    },
+    "/topics/{topic}/{action}": {
+        "post": _op("Pause or resume a topic (action: pause|resume)", {"200": "topic|TopicRecord"}, (400, 404),
+                    None, True),
+    },
+    "/health": {"get": _op("ZooKeeper connected and a leader known", {"200": "healthy|Health", "503": "not|Health"})},
+    "/instances": {
+        "get": _op("Workers with their assignment and rates", {"200": "workers|Instances"}),
+        "post": _op("Rebalance now", {"202": "requested|RebalanceRequested"}, (), None, True),
+    },
+    "/instances/{worker}": {
+        "post": _op("Whitelist a blacklisted worker", {"200": "worker|WorkerBlacklist"}, (400, 404), None, True),
+        "delete": _op("Blacklist (drain) a worker", {"200": "worker|WorkerBlacklist"}, (400, 404, 409), None, True),
+    },
+    "/validation": {"get": _op("Desired vs applied assignment", {"200": "validation|Validation"})},
+    "/offset": {"get": _op("Committed offset, end offset and lag of every partition", {"200": "offsets|Offsets"})},
+    "/offset/{topic}/{partition}": {
+        "get": _op("Committed offset, end offset and lag of one partition", {"200": "offset|Offset"}, (400, 404)),
+    },
+    "/noprogress": {"get": _op("Partitions that stopped progressing or have no owner", {"200": "list|NoProgress"})},
+    "/blacklist": {
+        "get": _op("Blacklisted topics, partitions and workers", {"200": "blacklist|Blacklist"}),
+        "post": _op("Blacklist or whitelist a topic or partition", {"200": "changed|BlacklistChange"}, (400, 404),
+                    None, True),
+    },
+    "/admin/{op}": {
+        "get": _op("autobalancing_status | workloadinfo | rate_limit", {"200": "result|AdminResult"}, (404,)),
+        "post": _op("enable_autobalancing | disable_autobalancing | rate_limit", {"200": "result|AdminResult"},
+                    (400, 404), None, True),
+    },
+}
+
+
+def document() -> dict[str, Any]:
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "ureplicator-py admin API", "version": "1"},
+        "paths": PATHS,
+        "components": {
+            "schemas": SCHEMAS,
+            "securitySchemes": {"adminToken": {"type": "http", "scheme": "bearer"}},
+        },
+    }
