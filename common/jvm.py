@@ -213,10 +213,7 @@ def fetch(force: bool = False) -> list[str]:
     dest = jvm_dir()
     digest = pom_digest()
     if not force and is_current(dest, digest):
-        _log(
-            f"reused {len(COMPONENTS)} components in {_display(dest)} (pom unchanged): "
-            + _summary(jar_counts(dest))
-        )
+        _log(f"reused {len(COMPONENTS)} components in {_display(dest)} (pom unchanged): " + _summary(jar_counts(dest)))
         return list(COMPONENTS)
 
     mvn = _maven_executable()
@@ -224,10 +221,7 @@ def fetch(force: bool = False) -> list[str]:
     with _lock(dest):
         # Someone else may have fetched while we waited for the lock.
         if not force and is_current(dest, digest):
-            _log(
-                f"reused {len(COMPONENTS)} components in {_display(dest)}: "
-                + _summary(jar_counts(dest))
-            )
+            _log(f"reused {len(COMPONENTS)} components in {_display(dest)}: " + _summary(jar_counts(dest)))
             return list(COMPONENTS)
         started = time.monotonic()
         # Maven writes into a staging folder that replaces the old jars only on success:

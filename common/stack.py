@@ -9,6 +9,7 @@ import errno
 import fcntl
 import json
 import os
+import random
 import re
 import shutil
 import signal
@@ -135,12 +136,20 @@ def _locked(root: Path) -> Iterator[None]:
 
 
 def _is_zombie(pid: int) -> bool:
+    """pid has exited and released everything (only its zombie entry is left).
+
+    A multi-threaded process (a JVM) shows its leader as "Z" as soon as the leader thread
+    exits, while other threads may still be tearing down and holding its sockets; it is
+    gone only once no other thread is left.
+    """
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
+        # Field 3, after the parenthesised command name (which may contain spaces).
+        if stat.rsplit(")", 1)[-1].split()[0] != "Z":
+            return False
+        return len(os.listdir(f"/proc/{pid}/task")) <= 1
     except OSError:
         return False
-    # Field 3, after the parenthesised command name (which may itself contain spaces).
-    return stat.rsplit(")", 1)[-1].split()[0] == "Z"
 
 
 def _reap(pid: int) -> None:
@@ -163,15 +172,11 @@ def _alive(pid: int) -> bool:
 
 def _cmdline(pid: int) -> str:
     try:
-        return (
-            Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        )
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
     except OSError:
         pass
     # No procfs (macOS): ps gives the same information.
-    result = subprocess.run(
-        ["ps", "-o", "command=", "-p", str(pid)], capture_output=True, text=True, check=False
-    )
+    result = subprocess.run(["ps", "-o", "command=", "-p", str(pid)], capture_output=True, text=True, check=False)
     return result.stdout
 
 
@@ -231,29 +236,51 @@ def _port_holders(port: int) -> str:
     """Who holds a local TCP port, as `ss` reports it (best effort, for error messages)."""
     if shutil.which("ss") is None:
         return ""
-    result = subprocess.run(
-        ["ss", "-Htanp", f"sport = :{port}"], capture_output=True, text=True, check=False
-    )
+    result = subprocess.run(["ss", "-Htanp", f"sport = :{port}"], capture_output=True, text=True, check=False)
     lines = [" ".join(line.split()) for line in result.stdout.splitlines() if line.strip()]
     return f" (ss: {'; '.join(lines[:5])})" if lines else ""
 
 
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+
+
 def _free_ports(count: int, avoid: set[int]) -> list[int]:
-    # Hold every socket open until all are chosen so the kernel never hands out the
-    # same port twice.
+    """count distinct free ports outside the kernel's ephemeral range.
+
+    A port from that range (what binding port 0 returns) can be taken by any outgoing
+    connection while its service is down - e.g. a client reconnecting to the stopped
+    destination broker picks the broker's own port and connects to itself - so a
+    restart on the same port would fail.
+    """
+    low, high = _ephemeral_range()
+    pool = list(range(15000, low)) if low > 16000 else list(range(high + 1, 65536))
+    random.SystemRandom().shuffle(pool)
+    # Hold every socket open until all are chosen so no port is handed out twice.
     socks: list[socket.socket] = []
     ports: list[int] = []
     try:
-        while len(ports) < count:
+        for port in pool:
+            if len(ports) == count:
+                break
+            if port in avoid:
+                continue
             sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             socks.append(sock)
-            sock.bind((HOST, 0))
-            port = sock.getsockname()[1]
-            if port not in avoid:
-                ports.append(port)
+            try:
+                sock.bind((HOST, port))
+            except OSError:
+                continue
+            ports.append(port)
     finally:
         for sock in socks:
             sock.close()
+    if len(ports) < count:
+        raise StackError(f"found only {len(ports)} free ports on {HOST}, need {count}")
     return ports
 
 
@@ -271,9 +298,7 @@ def _plan_ports(ports: dict[str, int] | None) -> tuple[dict[str, int], dict[str,
             raise StackError(f"{name} and {seen[port]} were both given port {port}")
         seen[port] = name
         if not _port_free(port):
-            raise StackError(
-                f"port {port} for {name} is already in use on {HOST}{_port_holders(port)}"
-            )
+            raise StackError(f"port {port} for {name} is already in use on {HOST}{_port_holders(port)}")
     missing = [s for s in SERVICES if s not in given]
     fresh = _free_ports(len(missing) + len(BROKERS), set(given.values()))
     client = {**given, **dict(zip(missing, fresh[: len(missing)], strict=True))}
@@ -297,9 +322,7 @@ def _props(values: dict[str, Any]) -> str:
     return "".join(f"{k}={v}\n" for k, v in values.items())
 
 
-def _kafka_properties(
-    root: Path, name: str, port: int, controller_port: int, extra: dict[str, Any]
-) -> dict[str, Any]:
+def _kafka_properties(root: Path, name: str, port: int, controller_port: int, extra: dict[str, Any]) -> dict[str, Any]:
     props: dict[str, Any] = {
         # Combined mode: one JVM is the whole cluster (broker + its KRaft controller).
         "process.roles": "broker,controller",
@@ -326,6 +349,10 @@ def _kafka_properties(
         "auto.create.topics.enable": "false",
         "delete.topic.enable": "true",
         "auto.leader.rebalance.enable": "false",
+        # After a crash (kill_service) the restarted broker cannot register until the
+        # controller expires its previous incarnation's session: 9 s by default.
+        "broker.session.timeout.ms": 4000,
+        "broker.heartbeat.interval.ms": 1000,
         # Few threads and a small cleaner buffer (on-heap, 128 MB by default) for a
         # 256 MB heap on 2 cores.
         "num.network.threads": 2,
@@ -465,9 +492,7 @@ def _write_configs(
             cfg = _zoo_cfg(root, ports[name], extra.get(name, {}))
         else:
             (svc / "log4j.properties").write_text(_log4j_properties(name))
-            cfg = _kafka_properties(
-                root, name, ports[name], controller_ports[name], extra.get(name, {})
-            )
+            cfg = _kafka_properties(root, name, ports[name], controller_ports[name], extra.get(name, {}))
         _config_path(root, name).write_text(_props(cfg))
 
 
@@ -475,11 +500,16 @@ def _write_configs(
 
 
 def _zookeeper_ok(port: int) -> bool:
+    # `srvr`, not `ruok`: ruok answers imok even when the server thread died and no
+    # request is served; srvr reports the mode only when the server really serves.
     try:
         with socket.create_connection((HOST, port), timeout=1) as sock:
-            sock.sendall(b"ruok")
+            sock.sendall(b"srvr")
             sock.settimeout(1)
-            return sock.recv(16) == b"imok"
+            reply = b""
+            while chunk := sock.recv(4096):
+                reply += chunk
+            return b"Mode:" in reply
     except OSError:
         return False
 
@@ -514,24 +544,18 @@ class _KafkaProbe:
         return bool(metadata.brokers)
 
 
-def _wait_ready(
-    root: Path, name: str, pid: int, port: int, deadline: float, log_offset: int = 0
-) -> None:
+def _wait_ready(root: Path, name: str, pid: int, port: int, deadline: float, log_offset: int = 0) -> None:
     probe = _KafkaProbe(port) if name in BROKERS else None
     while True:
         if not _alive(pid):
-            raise StackError(
-                f"{name} exited during startup; "
-                + _failure_report(_log_path(root, name), log_offset)
-            )
+            raise StackError(f"{name} exited during startup; " + _failure_report(_log_path(root, name), log_offset))
         remaining = deadline - time.monotonic()
         ok = probe.ready(remaining) if probe is not None else _zookeeper_ok(port)
         if ok:
             return
         if time.monotonic() >= deadline:
             raise StackError(
-                f"{name} on {HOST}:{port} was not ready in time; "
-                + _failure_report(_log_path(root, name), log_offset)
+                f"{name} on {HOST}:{port} was not ready in time; " + _failure_report(_log_path(root, name), log_offset)
             )
         time.sleep(0.2)
 
@@ -570,13 +594,11 @@ def _format_brokers(root: Path, java: str, cluster_ids: dict[str, str], deadline
                 rc = proc.wait(timeout=max(1.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 raise StackError(
-                    f"{name}: formatting its storage did not finish in time; "
-                    + _failure_report(_log_path(root, name))
+                    f"{name}: formatting its storage did not finish in time; " + _failure_report(_log_path(root, name))
                 ) from None
             if rc != 0:
                 raise StackError(
-                    f"{name}: formatting its storage failed (exit {rc}); "
-                    + _failure_report(_log_path(root, name))
+                    f"{name}: formatting its storage failed (exit {rc}); " + _failure_report(_log_path(root, name))
                 )
     finally:
         for proc in procs.values():
@@ -621,10 +643,7 @@ def up(
             live = _live_services(state)
             if live:
                 pids = ", ".join(f"{n} pid {p}" for n, p in live.items())
-                raise StackError(
-                    f"a stack is already running in {root} ({pids}); "
-                    "run `ureplicator stack down` first"
-                )
+                raise StackError(f"a stack is already running in {root} ({pids}); run `ureplicator stack down` first")
             (root / STATE_FILE).unlink(missing_ok=True)  # leftovers of a dead stack
         (root / STACK_FILE).unlink(missing_ok=True)
 
@@ -770,11 +789,16 @@ def start_service(dir: Path, name: str, timeout_s: float = 60) -> str:
         state, svc = _service_state(root, name)
         if _owned(svc.get("pid"), svc["config"]):
             return str(svc["address"])
-        busy = [p for p in (svc["port"], svc.get("controller_port")) if p and not _port_free(p)]
+        ports = [p for p in (svc["port"], svc.get("controller_port")) if p]
+        # Sockets of the previous process can linger for a moment after it is gone.
+        grace = time.monotonic() + min(5.0, timeout_s / 2)
+        busy = [p for p in ports if not _port_free(p)]
+        while busy and time.monotonic() < grace:
+            time.sleep(0.2)
+            busy = [p for p in ports if not _port_free(p)]
         if busy:
             raise StackError(
-                f"cannot restart {name}: port {busy[0]} is already in use on {HOST}"
-                + _port_holders(busy[0])
+                f"cannot restart {name}: port {busy[0]} is already in use on {HOST}" + _port_holders(busy[0])
             )
         with open(_log_path(root, name), "a") as log:
             log.write(f"\n===== ureplicator stack: restarting {name} at {time.ctime()} =====\n")
@@ -799,11 +823,7 @@ def start_service(dir: Path, name: str, timeout_s: float = 60) -> str:
 def service_logs(dir: Path, lines: int = 50) -> dict[str, str]:
     """The last lines of each service's log (for test failure reports)."""
     root = Path(dir).resolve()
-    return {
-        name: _tail(_log_path(root, name), lines)
-        for name in SERVICES
-        if _log_path(root, name).exists()
-    }
+    return {name: _tail(_log_path(root, name), lines) for name in SERVICES if _log_path(root, name).exists()}
 
 
 def default_dir() -> Path:
@@ -817,7 +837,7 @@ def main(argv: list[str] | None = None) -> int:
         "--dir",
         type=Path,
         default=None,
-        help="stack folder (default: %(prog)s uses $UREPLICATOR_CACHE/stack or .cache/stack)",
+        help="stack folder (default: $UREPLICATOR_CACHE/stack, else .cache/stack)",
     )
     parser.add_argument("--timeout", type=float, default=None, help="seconds to wait")
     args = parser.parse_args(argv)

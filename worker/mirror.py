@@ -39,9 +39,10 @@ from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
 
 from common import kafka, logs, provenance, zk
 from common.config import Config
-from common.zkschema import Assignment, PartitionStatus, Paths, SchemaError, WorkerInfo, WorkerStatus
+from common.zkschema import Assignment, PartitionStatus, Paths, RateLimit, SchemaError, WorkerInfo, WorkerStatus
 from worker.metrics import WorkerMetrics
 from worker.offsets import OffsetTracker
+from worker.ratelimit import RateLimiter
 
 VERSION = "0.1.0"
 TP = tuple[str, int]
@@ -65,6 +66,12 @@ class MirrorWorker:
         self._desired_lock = threading.Lock()
         self._fenced = False
         self._session_lost = False
+        # Lease: the last time ZooKeeper answered us. A process that was paused (GC, SIGSTOP,
+        # a frozen VM) wakes with a stale lease and fences itself before kazoo even notices
+        # its session expired, so it cannot write partitions given to someone else meanwhile.
+        self._lease_at = time.monotonic()
+        self._lease_asked = 0.0
+        self.produced = 0  # records handed to the producer (tests watch it stop when fenced)
 
         self._owned: dict[TP, str] = {}  # source partition -> destination topic
         self._generation = 0
@@ -77,6 +84,8 @@ class MirrorWorker:
         self._counts: dict[TP, list[int]] = {}  # records, bytes since the last status
         self._last_commit = time.monotonic()
         self._last_status = time.monotonic()
+        self._progress: dict[TP, tuple[int, float]] = {}  # position, epoch seconds it last moved
+        self.limiter = RateLimiter(config.worker.max_records_per_s, config.worker.max_bytes_per_s)
 
         self.zk = zk.connect(config)
         self.zk.add_listener(self._on_connection)
@@ -137,7 +146,21 @@ class MirrorWorker:
                 time.sleep(0.5)
         self._write_status()
         self.zk.DataWatch(self.paths.assignment(self.worker_id), self._on_assignment)
+        self.zk.DataWatch(self.paths.rate_limit, self._on_rate_limit)
+        self._lease_at = time.monotonic()
         self.log.info("worker_registered")
+
+    def _on_rate_limit(self, data: bytes | None, stat: object) -> bool:
+        limit = RateLimit(self.config.worker.max_records_per_s, self.config.worker.max_bytes_per_s)
+        if data:
+            try:
+                limit = RateLimit.decode(data)
+            except SchemaError as exc:
+                self.log.error("rate_limit_unreadable", error=str(exc))
+        # Plain attribute writes: the loop reads them on its next turn.
+        self.limiter.update(limit.records_per_s, limit.bytes_per_s)
+        self.log.info("rate_limit_applied", records_per_s=limit.records_per_s, bytes_per_s=limit.bytes_per_s)
+        return not self._stop.is_set()
 
     # --- main loop -----------------------------------------------------------------------------
 
@@ -157,19 +180,24 @@ class MirrorWorker:
                 if self._wake.is_set():
                     self._wake.clear()
                     self._apply_desired()
-                if self._fenced or not self._owned or self._in_flight_bytes >= budget:
+                fenced = self._fenced or not self._lease_valid()
+                if fenced or not self._owned or self._in_flight_bytes >= budget:
                     # Backpressure or fencing: no new fetches; keep serving delivery reports.
                     self.producer.poll(0.05)
-                    if not self._owned and not self._fenced:
+                    if not self._owned and not fenced:
                         self._wake.wait(0.2)
+                elif (wait := self.limiter.wait_s(time.monotonic())) > 0:
+                    self.producer.poll(min(wait, 0.1))  # rate limit: hold off fetching
                 else:
-                    self._mirror(self.consumer.consume(batch, 0.05))
+                    messages = self.consumer.consume(self.limiter.max_batch(batch), 0.05)
+                    if messages:
+                        self._mirror(messages)
                     self.producer.poll(0)
                 now = time.monotonic()
-                if not self._fenced and now - self._last_commit >= interval:
+                if not fenced and now - self._last_commit >= interval:
                     self._commit()
                     self._last_commit = now
-                if now - self._last_status >= interval and not self._fenced:
+                if now - self._last_status >= interval and not fenced:
                     self._write_status()
         finally:
             self._shutdown()
@@ -177,6 +205,23 @@ class MirrorWorker:
     def stop(self) -> None:
         self._stop.set()
         self._wake.set()
+
+    def _lease_valid(self) -> bool:
+        """Renew the ZooKeeper lease asynchronously; valid while younger than a third of the session."""
+        now = time.monotonic()
+        if now - self._lease_asked >= 1.0:
+            self._lease_asked = now
+            asked = now
+
+            def renewed(result: Any) -> None:
+                if result.successful() and result.get() is not None:
+                    self._lease_at = max(self._lease_at, asked)
+
+            try:
+                self.zk.exists_async(self.paths.worker(self.worker_id)).rawlink(renewed)
+            except KazooException:
+                pass
+        return now - self._lease_at < self.config.zookeeper.session_timeout_s / 3
 
     def _mirror(self, messages: list[Any]) -> None:
         produce = self.producer.produce
@@ -186,6 +231,7 @@ class MirrorWorker:
         origin_alias = self._source_alias
         skip_origin = self._destination_alias
         header = provenance.HEADER
+        fetched_bytes = 0
         for msg in messages:
             err = msg.error()
             if err is not None:
@@ -239,8 +285,12 @@ class MirrorWorker:
             if tp in self._errors:
                 continue
             queue.append((tp, offset, size, ts))
+            self.produced += 1
             state.sent(offset)
             self._in_flight_bytes += size
+            fetched_bytes += size
+        if not self.limiter.unlimited:
+            self.limiter.spend(len(messages), fetched_bytes, time.monotonic())
 
     def _on_delivery(self, err: KafkaError | None, msg: Any) -> None:
         dtp = (msg.topic(), msg.partition())
@@ -326,6 +376,7 @@ class MirrorWorker:
             self._owned.pop(tp, None)
             self._errors.pop(tp, None)
             self._counts.pop(tp, None)
+            self._progress.pop(tp, None)
             try:
                 self.metrics.lag.remove(tp[0], str(tp[1]))
             except KeyError:
@@ -333,10 +384,12 @@ class MirrorWorker:
 
     def _acquire(self, partitions: list[TP]) -> list[TP]:
         routes: dict[str, str] = {}
+        initial: dict[str, int] = {}
         for topic in {t for t, _ in partitions}:
             record = zk.read_topic(self.zk, self.paths, topic)
             if record is not None:
                 routes[topic] = record.destination
+                initial[topic] = int(record.options.get("initial_partitions", record.partitions))
         wanted = [TopicPartition(t, p) for t, p in partitions if t in routes]
         if not wanted:
             return []
@@ -344,7 +397,10 @@ class MirrorWorker:
         reset = OFFSET_BEGINNING if self.config.worker.auto_offset_reset == "earliest" else OFFSET_END
         assign = []
         for tp in committed:
-            start = tp.offset if tp.offset >= 0 else reset
+            # Partitions added after the topic was registered hold only new data: mirror them
+            # from their first record whatever auto_offset_reset says, so growth loses nothing.
+            fallback = OFFSET_BEGINNING if tp.partition >= initial[tp.topic] else reset
+            start = tp.offset if tp.offset >= 0 else fallback
             self._tracker.start((tp.topic, tp.partition), tp.offset if tp.offset >= 0 else -1)
             self._owned[(tp.topic, tp.partition)] = routes[tp.topic]
             assign.append(TopicPartition(tp.topic, tp.partition, start))
@@ -391,6 +447,11 @@ class MirrorWorker:
                     self.metrics.lag.labels(tp[0], str(tp[1])).set(lag)
             except KafkaException:
                 pass
+            position = state.position if state is not None else -1
+            wall = time.time()
+            last = self._progress.get(tp)
+            if last is None or last[0] != position or lag == 0:
+                self._progress[tp] = last = (position, wall)
             if records:
                 self.metrics.records.labels(tp[0]).inc(records)
                 self.metrics.bytes.labels(tp[0]).inc(size)
@@ -400,6 +461,7 @@ class MirrorWorker:
                 bytes_per_s=round(size / elapsed, 1),
                 lag=lag,
                 error=self._errors.get(tp),
+                last_progress_at=round(last[1], 3),
             )
         self.metrics.in_flight.set(self._in_flight_bytes)
         status = WorkerStatus(self._generation, parts, datetime.now(timezone.utc).isoformat(timespec="seconds"))

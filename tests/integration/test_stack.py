@@ -152,9 +152,7 @@ def test_up_status_restart_down_round_trip(stack_dir: Path) -> None:
     assert json.loads((stack_dir / stack.STACK_FILE).read_text()) == addresses
     assert (stack_dir / stack.STATE_FILE).exists()
     status = stack.status(stack_dir)
-    assert {n: (s["address"], s["running"]) for n, s in status.items()} == {
-        n: (a, True) for n, a in addresses.items()
-    }
+    assert {n: (s["address"], s["running"]) for n, s in status.items()} == {n: (a, True) for n, a in addresses.items()}
     with pytest.raises(stack.StackError, match="already running"):
         stack.up(stack_dir)
 

@@ -1,0 +1,62 @@
+"""REST view of the verifier's reports: the newest summary and the run history (a Flask Blueprint).
+
+The controller registers ``make_blueprint(config.controller.verification_dir)``;
+the directory is the one ``ureplicator verify --output`` writes (a shared
+volume, or the CronJob's PVC in the Helm chart). ``register_metrics`` adds the
+``ureplicator_verification_*`` series to the controller's registry.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from flask import Blueprint, jsonify, request
+from prometheus_client import CollectorRegistry
+
+from verifier.metrics import VerificationCollector
+from verifier.store import ReportStore
+
+MAX_HISTORY = 1000
+
+
+def make_blueprint(reports_dir: Path | None) -> Blueprint:
+    """``GET /verification`` (newest summary) and ``GET /verification/history?limit=N`` (newest first)."""
+    blueprint = Blueprint("verification", __name__)
+    store = ReportStore(Path(reports_dir)) if reports_dir is not None else None
+
+    def not_found(message: str) -> tuple[Any, int]:
+        return jsonify({"error": {"code": 404, "message": message}}), 404
+
+    def no_dir() -> tuple[Any, int]:
+        return not_found("verification reports are not configured (controller.verification_dir)")
+
+    @blueprint.get("/verification")
+    def latest() -> Any:
+        if store is None:
+            return no_dir()
+        summary = store.summary()
+        if summary is None:
+            return not_found(f"no verification report in {store.root} yet")
+        return jsonify(summary)
+
+    @blueprint.get("/verification/history")
+    def history() -> Any:
+        if store is None:
+            return no_dir()
+        raw = request.args.get("limit", "100")
+        if not raw.isdigit() or not 1 <= int(raw) <= MAX_HISTORY:
+            return jsonify({"error": {"code": 400, "message": f"limit must be 1..{MAX_HISTORY}, got {raw!r}"}}), 400
+        runs = store.history(limit=int(raw))
+        if not runs:
+            return not_found(f"no verification run recorded in {store.root} yet")
+        return jsonify({"runs": list(reversed(runs))})
+
+    return blueprint
+
+
+def register_metrics(registry: CollectorRegistry, reports_dir: Path | None) -> VerificationCollector:
+    """Add the verification gauges to ``registry`` (read from the reports directory on every scrape)."""
+    collector = VerificationCollector(Path(reports_dir) if reports_dir is not None else None)
+    registry.register(collector)
+    return collector

@@ -1,0 +1,358 @@
+{{/* Names, labels, images and the pieces every component's pod shares. */}}
+
+{{- define "ureplicator.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "ureplicator.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+<fullname>-<component>. The full name is cut to 42 characters so that the longest name
+(<fullname>-verifier-reports) stays within 63 and the CronJob's within 52 (its Jobs add 11).
+*/}}
+{{- define "ureplicator.componentName" -}}
+{{- printf "%s-%s" (include "ureplicator.fullname" .root | trunc 42 | trimSuffix "-") .component -}}
+{{- end -}}
+
+{{- define "ureplicator.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Selector labels of one component: call with (dict "root" $ "component" "worker"). */}}
+{{- define "ureplicator.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "ureplicator.name" .root }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{/* All labels of an object; component may be empty for shared objects. */}}
+{{- define "ureplicator.labels" -}}
+helm.sh/chart: {{ include "ureplicator.chart" .root }}
+app.kubernetes.io/name: {{ include "ureplicator.name" .root }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+{{- with .component }}
+app.kubernetes.io/component: {{ . }}
+{{- end }}
+app.kubernetes.io/version: {{ .root.Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .root.Release.Service }}
+app.kubernetes.io/part-of: ureplicator
+{{- with .root.Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{- define "ureplicator.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "ureplicator.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/* registry/repository:tag or @digest; call with (dict "root" $ "image" .Values.image). */}}
+{{- define "ureplicator.image" -}}
+{{- $ref := .image.repository -}}
+{{- with .image.registry }}{{ $ref = printf "%s/%s" . $ref }}{{ end -}}
+{{- if .image.digest -}}
+{{- printf "%s@%s" $ref .image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" $ref (default .root.Chart.AppVersion .image.tag) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Where the ConfigMap's config.yaml is mounted; every process gets --config with it. */}}
+{{- define "ureplicator.configPath" -}}/etc/ureplicator/config.yaml{{- end -}}
+
+{{/*
+The two clusters this release uses, by config section: [["source", <cluster>], ["destination", <cluster>]].
+Call as `include "ureplicator.roles" . | fromJsonArray`.
+*/}}
+{{- define "ureplicator.roles" -}}
+{{- include "ureplicator.validate" . -}}
+{{- list (list "source" (index .Values.clusters .Values.sourceCluster) .Values.sourceCluster) (list "destination" (index .Values.clusters .Values.targetCluster) .Values.targetCluster) | toJson -}}
+{{- end -}}
+
+{{/*
+librdkafka properties of one cluster: what tls and authentication imply, then the user's
+properties on top. Secrets are not here: they are environment variables (ureplicator.clusterEnv).
+Call with (dict "role" "source" "cluster" $cluster); prints YAML.
+*/}}
+{{- define "ureplicator.clusterProperties" -}}
+{{- $c := .cluster -}}
+{{- $tls := $c.tls | default dict -}}
+{{- $auth := $c.authentication | default dict -}}
+{{- $type := $auth.type | default "none" -}}
+{{- $dir := printf "/etc/ureplicator/tls/%s" .role -}}
+{{- $props := dict -}}
+{{- if eq $type "tls" -}}
+{{- $ck := $auth.certificateAndKey | default dict -}}
+{{- $_ := set $props "security.protocol" "SSL" -}}
+{{- $_ := set $props "ssl.certificate.location" (printf "%s/client/%s" $dir ($ck.certificate | default "tls.crt")) -}}
+{{- $_ := set $props "ssl.key.location" (printf "%s/client/%s" $dir ($ck.key | default "tls.key")) -}}
+{{- else if ne $type "none" -}}
+{{- $_ := set $props "security.protocol" (ternary "SASL_SSL" "SASL_PLAINTEXT" (default false $tls.enabled)) -}}
+{{- $_ := set $props "sasl.mechanism" (get (dict "plain" "PLAIN" "scram-sha-256" "SCRAM-SHA-256" "scram-sha-512" "SCRAM-SHA-512") $type) -}}
+{{- $_ := set $props "sasl.username" $auth.username -}}
+{{- else if $tls.enabled -}}
+{{- $_ := set $props "security.protocol" "SSL" -}}
+{{- end -}}
+{{- with $tls.trustedCertificate -}}
+{{- if .secretName -}}
+{{- $_ := set $props "ssl.ca.location" (printf "%s/ca/%s" $dir (.certificate | default "ca.crt")) -}}
+{{- end -}}
+{{- end -}}
+{{- range $k, $v := $c.properties -}}
+{{- $_ := set $props $k $v -}}
+{{- end -}}
+{{- toYaml $props -}}
+{{- end -}}
+
+{{/* The config file every process reads (docs/configuration.md); only keys the loader knows. */}}
+{{- define "ureplicator.config" -}}
+{{- $sections := dict -}}
+{{- range $pair := include "ureplicator.roles" . | fromJsonArray -}}
+{{- $role := index $pair 0 -}}
+{{- $cluster := index $pair 1 -}}
+{{- $_ := set $sections $role (dict
+      "alias" (default (index $pair 2) $cluster.alias)
+      "bootstrap_servers" $cluster.bootstrapServers
+      "properties" (include "ureplicator.clusterProperties" (dict "role" $role "cluster" $cluster) | fromYaml)) -}}
+{{- end -}}
+{{- $controller := deepCopy (.Values.controller.config | default dict) -}}
+{{- $_ := set $controller "rest_port" .Values.controller.containerPorts.http -}}
+{{- $worker := deepCopy (.Values.worker.config | default dict) -}}
+{{- $_ := set $worker "metrics_port" .Values.worker.containerPorts.metrics -}}
+{{- $config := dict
+      "pipeline" .Values.pipeline
+      "zookeeper" .Values.zookeeper
+      "source" $sections.source
+      "destination" $sections.destination
+      "controller" $controller
+      "worker" $worker -}}
+{{- toYaml $config -}}
+{{- end -}}
+
+{{/*
+Secrets as UREPLICATOR_<SOURCE|DESTINATION>_PROPERTIES_<NAME> variables: the loader turns the
+name back into the librdkafka property (underscores -> dots, lower case), so passwords never
+sit in the ConfigMap. Every component needs them: the controller's admin clients, the workers
+and the verifier all connect to both clusters.
+*/}}
+{{- define "ureplicator.clusterEnv" -}}
+{{- range $pair := include "ureplicator.roles" . | fromJsonArray }}
+{{- $prefix := printf "UREPLICATOR_%s_PROPERTIES_" (index $pair 0 | upper) }}
+{{- $cluster := index $pair 1 }}
+{{- $auth := $cluster.authentication | default dict }}
+{{- if has ($auth.type | default "none") (list "plain" "scram-sha-256" "scram-sha-512") }}
+- name: {{ $prefix }}SASL_PASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ $auth.passwordSecret.secretName }}
+      key: {{ $auth.passwordSecret.password | default "password" }}
+{{- end }}
+{{- range $property, $ref := $cluster.secretProperties }}
+- name: {{ $prefix }}{{ $property | upper | replace "." "_" }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ $ref.secretName }}
+      key: {{ $ref.key }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* Secret volumes with the CA bundle and client certificate of each cluster that has them. */}}
+{{- define "ureplicator.tlsVolumes" -}}
+{{- range $pair := include "ureplicator.roles" . | fromJsonArray }}
+{{- $role := index $pair 0 }}
+{{- $cluster := index $pair 1 }}
+{{- $ca := ($cluster.tls | default dict).trustedCertificate | default dict }}
+{{- if $ca.secretName }}
+- name: tls-{{ $role }}-ca
+  secret:
+    secretName: {{ $ca.secretName }}
+    defaultMode: 288 # 0440: readable by the pod's fsGroup only
+{{- end }}
+{{- $auth := $cluster.authentication | default dict }}
+{{- if eq ($auth.type | default "none") "tls" }}
+- name: tls-{{ $role }}-client
+  secret:
+    secretName: {{ $auth.certificateAndKey.secretName }}
+    defaultMode: 288
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{- define "ureplicator.tlsVolumeMounts" -}}
+{{- range $pair := include "ureplicator.roles" . | fromJsonArray }}
+{{- $role := index $pair 0 }}
+{{- $cluster := index $pair 1 }}
+{{- $ca := ($cluster.tls | default dict).trustedCertificate | default dict }}
+{{- if $ca.secretName }}
+- name: tls-{{ $role }}-ca
+  mountPath: /etc/ureplicator/tls/{{ $role }}/ca
+  readOnly: true
+{{- end }}
+{{- if eq (($cluster.authentication | default dict).type | default "none") "tls" }}
+- name: tls-{{ $role }}-client
+  mountPath: /etc/ureplicator/tls/{{ $role }}/client
+  readOnly: true
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/*
+Environment, volumes and mounts every component's container has: config file, /tmp (the root
+filesystem is read-only), cluster secrets and TLS files, log level.
+Call with (dict "root" $ "values" .Values.<component>).
+*/}}
+{{- define "ureplicator.commonEnv" -}}
+- name: UREPLICATOR_LOG_LEVEL
+  value: {{ .root.Values.logLevel | quote }}
+{{- include "ureplicator.clusterEnv" .root }}
+{{- with .values.extraEnv }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{- define "ureplicator.commonVolumes" -}}
+- name: config
+  configMap:
+    name: {{ include "ureplicator.componentName" (dict "root" .root "component" "config") }}
+- name: tmp
+  emptyDir: {}
+{{- include "ureplicator.tlsVolumes" .root }}
+{{- with .values.extraVolumes }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{- define "ureplicator.commonVolumeMounts" -}}
+- name: config
+  mountPath: /etc/ureplicator/config.yaml
+  subPath: config.yaml
+  readOnly: true
+- name: tmp
+  mountPath: /tmp
+{{- include "ureplicator.tlsVolumeMounts" .root }}
+{{- with .values.extraVolumeMounts }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* Pod-level fields shared by every component: (dict "root" $ "values" ... "component" ...). */}}
+{{- define "ureplicator.podCommon" -}}
+serviceAccountName: {{ include "ureplicator.serviceAccountName" .root }}
+automountServiceAccountToken: {{ .root.Values.serviceAccount.automountServiceAccountToken }}
+{{- with .root.Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- if .values.podSecurityContext.enabled }}
+securityContext:
+  {{- omit .values.podSecurityContext "enabled" | toYaml | nindent 2 }}
+{{- end }}
+{{- with .values.priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- with .values.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .values.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .values.topologySpreadConstraints }}
+topologySpreadConstraints:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- if .values.affinity }}
+affinity:
+  {{- toYaml .values.affinity | nindent 2 }}
+{{- else if has (.values.podAntiAffinityPreset | default "none") (list "soft" "hard") }}
+affinity:
+  podAntiAffinity:
+    {{- $term := dict "topologyKey" "kubernetes.io/hostname" "labelSelector" (dict "matchLabels" (include "ureplicator.selectorLabels" . | fromYaml)) }}
+    {{- if eq .values.podAntiAffinityPreset "hard" }}
+    requiredDuringSchedulingIgnoredDuringExecution:
+      {{- list $term | toYaml | nindent 6 }}
+    {{- else }}
+    preferredDuringSchedulingIgnoredDuringExecution:
+      - weight: 100
+        podAffinityTerm:
+          {{- toYaml $term | nindent 10 }}
+    {{- end }}
+{{- end }}
+{{- end -}}
+
+{{- define "ureplicator.containerSecurityContext" -}}
+{{- if .enabled }}
+securityContext:
+  {{- omit . "enabled" | toYaml | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/* Pod template metadata: labels and a config checksum so a config change rolls the pods. */}}
+{{- define "ureplicator.podMetadata" -}}
+labels:
+  {{- include "ureplicator.labels" . | nindent 2 }}
+  {{- with .values.podLabels }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
+annotations:
+  checksum/config: {{ include "ureplicator.config" .root | sha256sum }}
+  {{- with .values.podAnnotations }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
+{{- end -}}
+
+{{/* Probe timing fields from a values probe block (without "enabled"). */}}
+{{- define "ureplicator.probeTiming" -}}
+{{- omit . "enabled" | toYaml -}}
+{{- end -}}
+
+{{/* spec of a PodDisruptionBudget from a values pdb block. */}}
+{{- define "ureplicator.pdbSpec" -}}
+{{- if not (eq (toString .pdb.minAvailable) "") }}
+minAvailable: {{ .pdb.minAvailable }}
+{{- end }}
+{{- if not (eq (toString .pdb.maxUnavailable) "") }}
+maxUnavailable: {{ .pdb.maxUnavailable }}
+{{- end }}
+{{- with .pdb.unhealthyPodEvictionPolicy }}
+unhealthyPodEvictionPolicy: {{ . }}
+{{- end }}
+selector:
+  matchLabels:
+    {{- include "ureplicator.selectorLabels" . | nindent 4 }}
+{{- end -}}
+
+{{/* Worker grace period: the configured one, or shutdown_timeout_s + 30 (commit, deregister, close). */}}
+{{- define "ureplicator.workerGracePeriod" -}}
+{{- $shutdown := .Values.worker.config.shutdown_timeout_s | default 30 | float64 -}}
+{{- if eq (toString .Values.worker.terminationGracePeriodSeconds) "" -}}
+{{- add (ceil $shutdown | int) 30 -}}
+{{- else -}}
+{{- .Values.worker.terminationGracePeriodSeconds | int -}}
+{{- end -}}
+{{- end -}}
+
+{{/* A values scalar as text; whole numbers without Go's float formatting (1000000, not 1e+06). */}}
+{{- define "ureplicator.scalar" -}}
+{{- if and (kindIs "float64" .) (eq (floor .) .) -}}
+{{- int64 . -}}
+{{- else -}}
+{{- toString . -}}
+{{- end -}}
+{{- end -}}

@@ -1,0 +1,82 @@
+{{/*
+Rules values.schema.json cannot express (they relate two values). Each failure names the
+values key and says what to do. Included by "ureplicator.roles", which every template that
+looks up a cluster calls first, so no template trips over a missing cluster before this runs.
+*/}}
+{{- define "ureplicator.validate" -}}
+{{- $v := .Values -}}
+{{- $names := keys $v.clusters | sortAlpha | join ", " -}}
+{{- range $key := list "sourceCluster" "targetCluster" -}}
+{{- $name := index $v $key -}}
+{{- if not (hasKey $v.clusters $name) -}}
+{{- fail (printf "%s: %q is not a key of clusters (clusters has: %s)" $key $name $names) -}}
+{{- end -}}
+{{- end -}}
+{{- if eq $v.sourceCluster $v.targetCluster -}}
+{{- fail (printf "targetCluster: must differ from sourceCluster (both are %q)" $v.sourceCluster) -}}
+{{- end -}}
+{{- $sourceAlias := default $v.sourceCluster (index $v.clusters $v.sourceCluster).alias -}}
+{{- $targetAlias := default $v.targetCluster (index $v.clusters $v.targetCluster).alias -}}
+{{- if eq $sourceAlias $targetAlias -}}
+{{- fail (printf "clusters.%s.alias: the source and target aliases are both %q; they must differ (the provenance header and loop prevention use them)" $v.targetCluster $targetAlias) -}}
+{{- end -}}
+{{- range $name := list $v.sourceCluster $v.targetCluster -}}
+{{- $c := index $v.clusters $name -}}
+{{- $where := printf "clusters.%s" $name -}}
+{{- $auth := $c.authentication | default dict -}}
+{{- $type := $auth.type | default "none" -}}
+{{- if has $type (list "plain" "scram-sha-256" "scram-sha-512") -}}
+{{- if not $auth.username -}}
+{{- fail (printf "%s.authentication.username: required for authentication type %s" $where $type) -}}
+{{- end -}}
+{{- if not ($auth.passwordSecret | default dict).secretName -}}
+{{- fail (printf "%s.authentication.passwordSecret.secretName: required for authentication type %s (the Secret holding the SASL password)" $where $type) -}}
+{{- end -}}
+{{- if hasKey ($c.secretProperties | default dict) "sasl.password" -}}
+{{- fail (printf "%s.secretProperties.sasl.password: already set by authentication.passwordSecret; remove one" $where) -}}
+{{- end -}}
+{{- end -}}
+{{- if and (eq $type "tls") (not ($auth.certificateAndKey | default dict).secretName) -}}
+{{- fail (printf "%s.authentication.certificateAndKey.secretName: required for authentication type tls" $where) -}}
+{{- end -}}
+{{- range $property, $_ := $c.properties -}}
+{{- if eq $property "bootstrap.servers" -}}
+{{- fail (printf "%s.properties.bootstrap.servers: set %s.bootstrapServers instead" $where $where) -}}
+{{- end -}}
+{{- if or (contains "password" $property) (contains "secret" $property) -}}
+{{- fail (printf "%s.properties.%s: looks like a secret; put it in %s.secretProperties (a Secret reference) so it never sits in the ConfigMap" $where $property $where) -}}
+{{- end -}}
+{{- if hasKey ($c.secretProperties | default dict) $property -}}
+{{- fail (printf "%s.properties.%s: also in secretProperties; keep one" $where $property) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- $shutdown := $v.worker.config.shutdown_timeout_s | default 30 | float64 -}}
+{{- $grace := $v.worker.terminationGracePeriodSeconds -}}
+{{- if and (ne (toString $grace) "") (le ($grace | float64) $shutdown) -}}
+{{- fail (printf "worker.terminationGracePeriodSeconds: %v must be larger than worker.config.shutdown_timeout_s (%v), or the kubelet kills workers before they commit their offsets" $grace $shutdown) -}}
+{{- end -}}
+{{- range $component := list "controller" "worker" -}}
+{{- $pdb := (index $v $component).pdb | default dict -}}
+{{- if and $pdb.create (ne (toString $pdb.minAvailable) "") (ne (toString $pdb.maxUnavailable) "") -}}
+{{- fail (printf "%s.pdb: set minAvailable or maxUnavailable, not both" $component) -}}
+{{- end -}}
+{{- if and $pdb.create (eq (toString $pdb.minAvailable) "") (eq (toString $pdb.maxUnavailable) "") -}}
+{{- fail (printf "%s.pdb: set minAvailable or maxUnavailable (or create: false)" $component) -}}
+{{- end -}}
+{{- end -}}
+{{- $hpa := $v.worker.autoscaling | default dict -}}
+{{- if and $hpa.enabled (gt ($hpa.minReplicas | int) ($hpa.maxReplicas | int)) -}}
+{{- fail (printf "worker.autoscaling.minReplicas (%v) must not exceed maxReplicas (%v)" $hpa.minReplicas $hpa.maxReplicas) -}}
+{{- end -}}
+{{- if and $hpa.enabled (eq (toString $hpa.targetCPUUtilizationPercentage) "") (eq (toString $hpa.targetMemoryUtilizationPercentage) "") -}}
+{{- fail "worker.autoscaling: set targetCPUUtilizationPercentage or targetMemoryUtilizationPercentage" -}}
+{{- end -}}
+{{- $np := $v.networkPolicy | default dict -}}
+{{- if and $np.enabled (not $np.allowExternal) $v.verifier.enabled (not (hasPrefix "local" $v.verifier.spark.master)) (not $np.sparkExecutorsFrom) -}}
+{{- fail "networkPolicy.sparkExecutorsFrom: with allowExternal false and an external Spark master, list the peers (e.g. an ipBlock) of the Spark executors that connect back to the verifier's driver" -}}
+{{- end -}}
+{{- if and $v.controller.adminToken.existingSecret (not $v.controller.adminToken.key) -}}
+{{- fail "controller.adminToken.key: required with existingSecret" -}}
+{{- end -}}
+{{- end -}}

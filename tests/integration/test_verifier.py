@@ -1,0 +1,350 @@
+"""The verifier against real clusters and local Spark: exact findings for planted defects, a clean real mirror.
+
+Destinations with defects are written by hand (the same records the
+replicator would write, then one defect per partition); the replicator's
+committed offsets are set by committing for its group. Every report is
+validated against verifier/report.schema.json.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+from confluent_kafka import Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+from flask import Flask
+from prometheus_client import CollectorRegistry, generate_latest
+
+from controller.verification_api import make_blueprint, register_metrics
+from tests.support import kafka_io
+from tests.support import verifier_env as env
+from tests.support.kafka_io import wait_for
+from tests.support.verifier_env import mirrored, nonzero, ranges
+from tests.support.verifier_xxh64 import xxh64
+
+pytestmark = pytest.mark.integration
+
+PARTITIONS = 9
+PER_PARTITION = 60
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One local Spark for every verifier test (2 cores: local[2], two shuffle partitions, small heap)."""
+    from verifier import sparkjob
+
+    session = sparkjob.session(
+        "local[2]", {"spark.sql.shuffle.partitions": "2", "spark.driver.memory": "768m"}
+    )
+    yield session
+    session.stop()
+
+
+def _content_hash(record: kafka_io.Record) -> str:
+    """The documented hash, computed independently of Spark (docs/verification.md)."""
+
+    def sized(b: bytes | None) -> bytes:
+        return b"\xff\xff\xff\xff" if b is None else len(b).to_bytes(4, "big") + b
+
+    kept = [(k, v) for k, v in record.headers if k != "urep"]
+    data = sized(record.key) + sized(record.value) + len(kept).to_bytes(4, "big")
+    for k, v in kept:
+        data += sized(k.encode()) + sized(v)
+    data += record.timestamp.to_bytes(8, "big", signed=True)
+    return f"{xxh64(data, 42):016x}"
+
+
+@pytest.fixture(scope="module")
+def defects(services, tmp_path_factory):
+    """Source topic with 9 partitions of 60 records; the destination gets one planted defect per partition.
+
+    p0 missing 17 and 20-24 | p1 replay of 35-40 | p2 value of 33 changed | p3 header of 5 changed
+    p4 three orphans | p5 40 and 41 swapped | p6 committed at 45, destination holds 0-51
+    p7 source truncated below 25 | p8 clean
+    """
+    stamp = int(time.time() * 1000)
+    pipeline = f"vd{stamp}"
+    topic, destination = f"{pipeline}-orders", f"{pipeline}-orders.mirror"
+    kafka_io.create_topic(services["source"], topic, PARTITIONS)
+    kafka_io.create_topic(services["destination"], destination, PARTITIONS)
+    kafka_io.produce(services["source"], topic, PARTITIONS * PER_PARTITION, PARTITIONS)
+    source = {p: kafka_io.read_partition(services["source"], topic, p) for p in range(PARTITIONS)}
+    copies = {p: [mirrored(r, p) for r in source[p]] for p in range(PARTITIONS)}
+
+    copies[0] = [c for i, c in enumerate(copies[0]) if i != 17 and not 20 <= i <= 24]
+    copies[1] = copies[1][:41] + copies[1][35:41] + copies[1][41:]
+    copies[2][33] = copies[2][33].with_value(b"tampered")
+    copies[3][5] = copies[3][5].with_header("trace", b"t-tampered")
+    stray = env.Copy(b"stray", b"no provenance", (("trace", b"x"),), 1_700_000_000_000)
+    other = mirrored(source[4][30], 7)  # claims to come from partition 7
+    beyond = mirrored(source[4][59], 4)
+    beyond = env.Copy(beyond.key, beyond.value, (*beyond.headers[:-1], ("urep", _urep(500, 4))), beyond.timestamp)
+    copies[4] = copies[4][:11] + [stray] + copies[4][11:31] + [other] + copies[4][31:] + [beyond]
+    copies[5][40], copies[5][41] = copies[5][41], copies[5][40]
+    copies[6] = copies[6][:52]
+    for p in range(PARTITIONS):
+        env.write(services["destination"], destination, p, copies[p])
+    admin = AdminClient({"bootstrap.servers": services["source"]})
+    truncated = admin.delete_records([TopicPartition(topic, 7, 25)])
+    for future in truncated.values():
+        future.result(timeout=30)
+    committed = {p: PER_PARTITION for p in range(PARTITIONS)}
+    committed[6] = 45
+    env.commit(services["source"], f"ureplicator.{pipeline}", topic, committed)
+    env.register(services["zookeeper"], pipeline, topic, destination, PARTITIONS)
+
+    out = tmp_path_factory.mktemp("defects")
+    config = env.config_file(out, services, pipeline)
+    outcome = env.run_verifier(["--config", str(config), "--topic", topic, "--bucket-size", "16"], out / "reports")
+    return {"outcome": outcome, "topic": topic, "source": source, "output": out / "reports"}
+
+
+def _urep(offset: int, partition: int) -> bytes:
+    from common import provenance
+
+    return provenance.encode(offset, partition, "src")
+
+
+def test_each_planted_defect_is_reported_with_its_exact_source_offsets_and_nothing_else(spark, defects):
+    outcome, topic = defects["outcome"], defects["topic"]
+    # Then the run fails (exit status 1) and says so on stdout
+    assert outcome.status == 1, outcome.stderr
+    assert outcome.stdout.startswith("FAIL:")
+    part = {p: outcome.partition(topic, p) for p in range(PARTITIONS)}
+
+    assert nonzero(part[0]) == {"MISSING": 6}
+    assert ranges(part[0], "MISSING") == [[17, 17], [20, 24]]
+    assert part[0]["status"] == "FAIL"
+
+    assert nonzero(part[1]) == {"DUPLICATE": 6}  # a replay is not a reordering
+    assert ranges(part[1], "DUPLICATE") == [[35, 40]]
+    assert part[1]["status"] == "WARN"
+
+    assert nonzero(part[2]) == {"CORRUPTED": 1}
+    assert ranges(part[2], "CORRUPTED") == [[33, 33]]
+    assert nonzero(part[3]) == {"CORRUPTED": 1}
+    assert ranges(part[3], "CORRUPTED") == [[5, 5]]
+
+    assert nonzero(part[4]) == {"ORPHAN": 3}
+    assert part[4]["categories"]["ORPHAN"]["ranges_of"] == "destination"
+    assert ranges(part[4], "ORPHAN") == [[11, 11], [32, 32], [62, 62]]
+    notes = [s["note"] for s in part[4]["categories"]["ORPHAN"]["samples"]]
+    assert notes == [
+        "no readable urep header",
+        "urep names source partition 7",
+        "source offset at or above the source end offset 60",
+    ]
+
+    assert nonzero(part[5]) == {"REORDERED": 1}
+    assert ranges(part[5], "REORDERED") == [[40, 40]]
+    assert part[5]["categories"]["REORDERED"]["samples"][0]["note"] == "after source offset 41"
+
+    for p in (2, 3, 4, 5):
+        assert part[p]["status"] == "FAIL"
+    for p in (6, 7, 8):
+        assert part[p]["status"] == "OK"
+    for p in range(PARTITIONS):
+        if p not in (6, 7):
+            assert part[p]["verified_records"] == PER_PARTITION
+            assert part[p]["verified_range"] == [0, PER_PARTITION]
+
+
+def test_samples_carry_both_offsets_and_the_documented_hashes(spark, defects):
+    outcome, topic, source = defects["outcome"], defects["topic"], defects["source"]
+    corrupted = outcome.partition(topic, 2)["categories"]["CORRUPTED"]["samples"]
+    assert len(corrupted) == 1
+    sample = corrupted[0]
+    original = source[2][33]
+    tampered = kafka_io.Record(33, original.key, b"tampered", original.headers, original.timestamp)
+    assert (sample["source_partition"], sample["source_offset"], sample["destination_offset"]) == (2, 33, 33)
+    assert sample["source_hash"] == _content_hash(original)
+    assert sample["destination_hash"] == _content_hash(tampered)
+    missing = outcome.partition(topic, 0)["categories"]["MISSING"]["samples"]
+    lost = (17, 20, 21, 22, 23, 24)
+    assert [(s["source_offset"], s["destination_offset"]) for s in missing] == [(o, None) for o in lost]
+    assert [s["source_hash"] for s in missing] == [_content_hash(source[0][o]) for o in lost]
+    duplicates = outcome.partition(topic, 1)["categories"]["DUPLICATE"]["samples"]
+    assert [(s["source_offset"], s["destination_offset"]) for s in duplicates] == [(35 + i, 41 + i) for i in range(6)]
+
+
+def test_records_above_the_watermark_are_pending_and_below_log_start_expired(spark, defects):
+    outcome, topic = defects["outcome"], defects["topic"]
+    # The replicator committed 45 of 60 and the destination already holds 45-51 (in flight): pending, not missing
+    pending = outcome.partition(topic, 6)
+    assert pending["committed"] == 45 and pending["watermark"] == 45
+    assert pending["verified_range"] == [0, 45] and pending["verified_records"] == 45
+    assert nonzero(pending) == {"PENDING": 15}
+    assert ranges(pending, "PENDING") == [[45, 59]]
+    # delete-records removed source offsets below 25: the destination's copies are expired, nothing is missing
+    expired = outcome.partition(topic, 7)
+    assert expired["source"] == {"log_start": 25, "end": 60}
+    assert expired["verified_range"] == [25, 60] and expired["verified_records"] == 35
+    assert nonzero(expired) == {"EXPIRED": 25}
+    assert ranges(expired, "EXPIRED") == [[0, 24]]
+
+
+def test_only_mismatched_buckets_are_compared_record_by_record(spark, defects):
+    outcome, topic = defects["outcome"], defects["topic"]
+    buckets = {p: outcome.partition(topic, p)["buckets"] for p in range(PARTITIONS)}
+    assert buckets[0] == {"total": 4, "mismatched": 1}  # 60 offsets in buckets of 16; 17 and 20-24 are in 16-31
+    assert buckets[2] == {"total": 4, "mismatched": 1}
+    assert buckets[5] == {"total": 4, "mismatched": 0}  # a swap keeps every bucket's sums: found by order only
+    assert buckets[8] == {"total": 4, "mismatched": 0}
+
+
+def test_report_files_history_and_controller_views(spark, defects):
+    output = defects["output"]
+    report = defects["outcome"].report
+    assert (output / "runs" / f"{report['run_id']}.json").exists()
+    page = (output / "latest.html").read_text()
+    assert page.index("Failing and warning partitions") < page.index("<svg") < page.index("All topics")
+    assert "MISSING" in page and "17–17" not in page and "20–24" in page
+    history = [json.loads(line) for line in (output / "history.jsonl").read_text().splitlines()]
+    assert [h["run_id"] for h in history] == [report["run_id"]]
+
+    app = Flask("t")
+    app.register_blueprint(make_blueprint(output))
+    client = app.test_client()
+    latest = client.get("/verification")
+    assert latest.status_code == 200
+    assert latest.get_json()["status"] == "FAIL"
+    assert latest.get_json()["failing_partitions"][0] == {
+        "topic": defects["topic"], "partition": 0, "status": "FAIL", "counts": {"MISSING": 6}}
+    assert client.get("/verification/history").get_json()["runs"][0]["run_id"] == report["run_id"]
+
+    registry = CollectorRegistry()
+    register_metrics(registry, output)
+    text = generate_latest(registry).decode()
+    assert "ureplicator_verification_status 2.0" in text
+    assert 'ureplicator_verification_records{category="missing"} 6.0' in text
+
+
+@pytest.fixture(scope="module")
+def gaps(services):
+    """A compacted topic: p0 has offsets removed by the log cleaner, p1 transaction markers and an aborted batch."""
+    stamp = int(time.time() * 1000)
+    topic = f"vg{stamp}-gaps"
+    settings = {"cleanup.policy": "compact", "segment.ms": "100", "min.cleanable.dirty.ratio": "0.01",
+                "delete.retention.ms": "100", "min.compaction.lag.ms": "0"}
+    kafka_io.create_topic(services["source"], topic, 2, settings)
+    kafka_io.create_topic(services["destination"], topic, 2)
+    plain = Producer({"bootstrap.servers": services["source"]})
+    for i in range(30):
+        plain.produce(topic, key=f"k{i % 5}".encode(), value=f"v{i}".encode(), partition=0)
+    plain.flush(30)
+
+    rolls = iter(range(1_000_000))
+
+    def compacted() -> bool:
+        # Appending rolls the 100 ms segment, so the cleaner can drop overwritten keys. Done when each key
+        # k0-k4 is left once: the roll records have unique keys, so no later cleaning removes anything.
+        plain.produce(topic, key=f"roll{next(rolls)}".encode(), value=b"r", partition=0)
+        plain.flush(30)
+        keys = [r.key for r in env.read_all(services["source"], topic, 0) if r.key.startswith(b"k")]
+        return sorted(keys) == [f"k{i}".encode() for i in range(5)]
+
+    wait_for(compacted, 60, "the log cleaner to compact partition 0", interval_s=0.3)
+
+    tx = Producer({"bootstrap.servers": services["source"], "transactional.id": f"{topic}-tx"})
+    tx.init_transactions()
+    for batch, commit in ((range(5), True), (range(5, 10), True), (range(10, 13), False), (range(13, 15), True)):
+        tx.begin_transaction()
+        for i in batch:
+            tx.produce(topic, key=f"t{i}".encode(), value=f"tx-{i}".encode(), partition=1)
+        tx.commit_transaction() if commit else tx.abort_transaction()
+    return topic
+
+
+def test_offset_gaps_from_compaction_and_transactions_are_not_losses(spark, services, gaps, tmp_path):
+    # Given the replicator copied every record the source still holds and committed the end offsets
+    topic = gaps
+    source = {p: env.read_all(services["source"], topic, p) for p in (0, 1)}
+    for p in (0, 1):
+        env.write(services["destination"], topic, p, [mirrored(r, p) for r in source[p]])
+    ends = kafka_io.end_offsets(services["source"], topic, 2)
+    pipeline = topic.split("-")[0]
+    env.commit(services["source"], f"ureplicator.{pipeline}", topic, ends)
+    assert len(source[0]) < ends[0] and len(source[1]) == 12 < ends[1]  # gaps exist on both
+
+    # When the topic is verified
+    config = env.config_file(tmp_path, services, pipeline)
+    outcome = env.run_verifier(["--config", str(config), "--topic", f"{topic}={topic}", "--bucket-size", "4"],
+                               tmp_path / "reports")
+
+    # Then both partitions are OK: only records that exist were expected
+    assert outcome.status == 0, outcome.stderr
+    assert outcome.report["status"] == "OK"
+    for p in (0, 1):
+        part = outcome.partition(topic, p)
+        assert part["status"] == "OK" and nonzero(part) == {}
+        assert part["verified_records"] == len(source[p])
+        assert part["verified_range"] == [part["source"]["log_start"], ends[p]]
+
+
+def test_clean_mirror_by_the_replicator_is_ok_and_unmirrored_records_pending(spark, pipeline, services, tmp_path):
+    # Given a topic mirrored by the real controller and worker until the offsets are committed
+    topic = f"{pipeline.name}-clean"
+    kafka_io.create_topic(services["source"], topic, 3)
+    kafka_io.produce(services["source"], topic, 1500, 3)
+    pipeline.start_controller()
+    worker = pipeline.start_worker("w1")
+    status, body = pipeline.api("POST", "/topics", {"topic": topic})
+    assert status == 201, body
+    ends = kafka_io.end_offsets(services["source"], topic, 3)
+    wait_for(lambda: kafka_io.committed(services["source"], pipeline.group, topic, 3) == ends, 90, "commits")
+
+    # When the verifier checks every topic the pipeline mirrors (topic list from ZooKeeper)
+    config = pipeline.write_config("verify")
+    reports = tmp_path / "reports"
+    outcome = env.run_verifier(["--config", str(config)], reports)
+
+    # Then it is OK with every record verified
+    assert outcome.status == 0, outcome.stderr
+    assert outcome.report["status"] == "OK"
+    assert outcome.report["totals"]["verified_records"] == 1500
+    assert outcome.report["totals"]["categories"] == dict.fromkeys(
+        ["MISSING", "DUPLICATE", "CORRUPTED", "ORPHAN", "REORDERED", "PENDING", "EXPIRED"], 0)
+
+    # And when the worker stops and 300 more records arrive, two periodic runs call them pending, not missing
+    worker.terminate()
+    kafka_io.produce(services["source"], topic, 300, 3, start=1500)
+    outcome = env.run_verifier(["--config", str(config), "--every", "1s", "--runs", "2"], reports)
+    assert outcome.status == 0, outcome.stderr
+    assert outcome.report["totals"]["verified_records"] == 1500
+    assert outcome.report["totals"]["categories"]["PENDING"] == 300
+    assert outcome.report["status"] == "OK"
+    history = [json.loads(line) for line in (reports / "history.jsonl").read_text().splitlines()]
+    assert [h["status"] for h in history] == ["OK", "OK", "OK"]
+    assert [h["categories"]["PENDING"] for h in history] == [0, 300, 300]
+
+
+def test_unreachable_cluster_or_zookeeper_is_exit_status_2_with_the_reason(services, tmp_path):
+    config = env.config_file(tmp_path, {**services, "source": "127.0.0.1:1"}, "vunreachable")
+    outcome = env.run_verifier(["--config", str(config), "--topic", "a=b", "--timeout", "3"], tmp_path / "r1")
+    assert outcome.status == 2
+    assert "source cluster src (127.0.0.1:1) did not answer" in outcome.stderr
+    history = json.loads((tmp_path / "r1" / "history.jsonl").read_text())
+    assert history["status"] == "ERROR" and "did not answer" in history["error"]
+
+    config = env.config_file(tmp_path, {**services, "zookeeper": "127.0.0.1:1"}, "vnozk")
+    outcome = env.run_verifier(["--config", str(config), "--timeout", "2"], tmp_path / "r2")
+    assert outcome.status == 2
+    assert "ZooKeeper at 127.0.0.1:1 did not answer" in outcome.stderr
+
+
+def test_missing_connector_jars_is_exit_status_2_naming_the_fix(services, tmp_path):
+    topic = f"vj{int(time.time() * 1000)}"
+    kafka_io.create_topic(services["source"], topic, 1)
+    config = env.config_file(tmp_path, services, "vjars")
+    result = subprocess.run(
+        [sys.executable, "-m", "verifier", "--config", str(config), "--topic", f"{topic}={topic}",
+         "--output", str(tmp_path / "r"), "--master", "local[1]"],
+        capture_output=True, text=True, timeout=120,
+        env={**__import__("os").environ, "UREPLICATOR_CACHE": str(tmp_path / "empty-cache")},
+    )
+    assert result.returncode == 2, result.stderr
+    assert "Kafka connector is missing" in result.stderr and "make install" in result.stderr

@@ -1,0 +1,731 @@
+"""The Helm chart renders valid Kubernetes objects that run ureplicator the way its code expects.
+
+Offline and quick. The pinned helm (built by ``make install``, see ``common/helmtool.py``) lints
+and renders ``helm/ureplicator`` with its default values and with every ``ci/*-values.yaml``.
+Then: every object passes the Kubernetes JSON schemas in strict mode (``kubernetes-validate``
+bundles them) for the oldest and the newest Kubernetes the chart supports; the ConfigMap's
+``config.yaml`` loads with ``common.config.load`` given the environment each pod gets; the
+probes hit what the processes serve; the verifier's arguments parse with the verifier's own
+parser; bad values fail with the schema's or the chart's message.
+
+No container engine runs here, so the image is not built: the Dockerfile is checked against the
+build context, and the wheel it installs is built from exactly that context.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import urllib.request
+import zipfile
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from common import cli, config, helmtool, jvm
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "helm" / "ureplicator"
+CI_VALUES = sorted((CHART / "ci").glob("*-values.yaml"))
+VALUES_FILES: list[Path | None] = [None, *CI_VALUES]
+VALUES_IDS = ["default", *(p.name.removesuffix("-values.yaml") for p in CI_VALUES)]
+
+# Chart.yaml's kubeVersion floor and the newest schemas kubernetes-validate ships.
+KUBE_MIN = "1.27.0"
+KUBE_MAX = kubernetes_validate.latest_version()
+# Custom resources have no schema in the Kubernetes OpenAPI; checked by their own test below.
+CUSTOM_KINDS = {("monitoring.coreos.com/v1", "ServiceMonitor")}
+
+RELEASE = "mirror"
+NAMESPACE = "replication"
+CONFIG_PATH = "/etc/ureplicator/config.yaml"
+STANDARD_LABELS = (
+    "app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/version",
+    "app.kubernetes.io/managed-by", "helm.sh/chart",
+)
+
+
+# --- rendering ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def helm() -> Path:
+    try:
+        return helmtool.require()
+    except helmtool.HelmToolError as exc:
+        pytest.fail(str(exc), pytrace=False)
+
+
+def _run_helm(helm: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(helm), *args], capture_output=True, text=True, timeout=120)
+
+
+@functools.cache
+def _render(helm: str, values: Path | None, kube_version: str = KUBE_MIN) -> tuple[dict[str, Any], ...]:
+    args = ["template", RELEASE, str(CHART), "--namespace", NAMESPACE, "--kube-version", kube_version]
+    if values is not None:
+        args += ["-f", str(values)]
+    done = _run_helm(Path(helm), *args)
+    assert done.returncode == 0, f"helm template failed:\n{done.stderr}"
+    return tuple(doc for doc in yaml.safe_load_all(done.stdout) if doc)
+
+
+def render(helm: Path, values: Path | None, kube_version: str = KUBE_MIN) -> list[dict[str, Any]]:
+    return list(_render(str(helm), values, kube_version))
+
+
+@functools.cache
+def _chart_values() -> dict[str, Any]:
+    return yaml.safe_load((CHART / "values.yaml").read_text())
+
+
+def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    """Helm's coalescing: maps merge key by key, null deletes, anything else replaces."""
+    merged = dict(base)
+    for key, value in override.items():
+        if value is None:
+            merged.pop(key, None)
+        elif isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def values_of(values: Path | None) -> dict[str, Any]:
+    if values is None:
+        return _chart_values()
+    return _merge(_chart_values(), yaml.safe_load(values.read_text()) or {})
+
+
+def of_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [d for d in docs if d["kind"] == kind]
+
+
+def one(docs: list[dict[str, Any]], kind: str, component: str) -> dict[str, Any]:
+    found = [d for d in of_kind(docs, kind)
+             if d["metadata"]["labels"].get("app.kubernetes.io/component") == component]
+    assert len(found) == 1, f"expected one {kind} of component {component}, found {len(found)}"
+    return found[0]
+
+
+def pod_template(workload: dict[str, Any]) -> dict[str, Any]:
+    if workload["kind"] == "CronJob":
+        return workload["spec"]["jobTemplate"]["spec"]["template"]
+    return workload["spec"]["template"]
+
+
+def workloads(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [d for d in docs if d["kind"] in ("Deployment", "CronJob")]
+
+
+def container_port(container: dict[str, Any], port: int | str) -> int:
+    """The number a probe's or Service's (possibly named) port resolves to in ``container``."""
+    if isinstance(port, int):
+        return port
+    named = [p["containerPort"] for p in container.get("ports", []) if p.get("name") == port]
+    assert named, f"container {container['name']} has no port named {port!r}"
+    return named[0]
+
+
+def _config_text(docs: list[dict[str, Any]]) -> str:
+    maps = [d for d in of_kind(docs, "ConfigMap") if "config.yaml" in d.get("data", {})]
+    assert len(maps) == 1, "expected exactly one ConfigMap with config.yaml"
+    return maps[0]["data"]["config.yaml"]
+
+
+def rendered_config(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    return yaml.safe_load(_config_text(docs))
+
+
+def secret_value(name: str, key: str) -> str:
+    return f"secret:{name}/{key}"
+
+
+def pod_environment(container: dict[str, Any], pod_name: str) -> dict[str, str]:
+    """The environment the kubelet would give ``container``, with stand-ins for Secrets."""
+    env: dict[str, str] = {}
+    for var in container.get("env", []):
+        if "value" in var:
+            env[var["name"]] = str(var["value"])
+            continue
+        source = var["valueFrom"]
+        if "secretKeyRef" in source:
+            ref = source["secretKeyRef"]
+            env[var["name"]] = secret_value(ref["name"], ref["key"])
+        elif source.get("fieldRef", {}).get("fieldPath") == "metadata.name":
+            env[var["name"]] = pod_name
+        elif source.get("fieldRef", {}).get("fieldPath") == "status.podIP":
+            env[var["name"]] = "10.1.2.3"
+        else:
+            raise AssertionError(f"no stand-in for {var['name']}: {source}")
+    return env
+
+
+# --- helm itself -------------------------------------------------------------------------------
+
+
+def test_helm_is_the_pinned_build(helm: Path) -> None:
+    assert helmtool.installed_version(helm) == helmtool.HELM_VERSION
+    assert helm == jvm.CACHE_DIR / "bin" / "helm"
+
+
+def test_helms_default_kubernetes_version_comes_from_its_client_go() -> None:
+    go_mod = "module helm.sh/helm/v3\n\nrequire (\n\tk8s.io/api v0.36.2\n\tk8s.io/client-go v0.36.2\n)\n"
+    assert helmtool.kube_version(go_mod) == ("1", "36")
+    flags = helmtool.ldflags("v3.21.4", "1", "36")
+    assert "-X helm.sh/helm/v3/internal/version.version=v3.21.4" in flags
+    assert "-X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=36" in flags
+    with pytest.raises(helmtool.HelmToolError):
+        helmtool.kube_version("module x\n")
+
+
+# --- lint and Kubernetes schemas ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("values", VALUES_FILES, ids=VALUES_IDS)
+def test_lint_is_clean_in_strict_mode(helm: Path, values: Path | None) -> None:
+    args = ["lint", str(CHART), "--strict", "--kube-version", KUBE_MIN]
+    if values is not None:
+        args += ["-f", str(values)]
+    done = _run_helm(helm, *args)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "0 chart(s) failed" in done.stdout
+
+
+@pytest.mark.parametrize("kube_version", [KUBE_MIN, KUBE_MAX])
+@pytest.mark.parametrize("values", VALUES_FILES, ids=VALUES_IDS)
+def test_every_object_is_valid_kubernetes(helm: Path, values: Path | None, kube_version: str) -> None:
+    docs = render(helm, values, kube_version)
+    errors = []
+    for doc in docs:
+        if (doc["apiVersion"], doc["kind"]) in CUSTOM_KINDS:
+            continue
+        try:
+            kubernetes_validate.validate(doc, kube_version, strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            where = ".".join(str(p) for p in exc.path)
+            errors.append(f"{doc['kind']}/{doc['metadata']['name']}: {where}: {exc.message}")
+        except kubernetes_validate.SchemaNotFoundError as exc:
+            errors.append(exc.message)
+    assert not errors, "\n".join(errors)
+    kinds = {d["kind"] for d in docs}
+    assert {"ConfigMap", "Deployment", "Service"} <= kinds
+
+
+@pytest.mark.parametrize("values", VALUES_FILES, ids=VALUES_IDS)
+def test_every_volume_has_one_source_and_every_mount_a_volume(helm: Path, values: Path | None) -> None:
+    # The schemas allow `emptyDir: null`, which the API server rejects as a volume without source.
+    docs = render(helm, values)
+    config_maps = {d["metadata"]["name"] for d in of_kind(docs, "ConfigMap")}
+    claims = {d["metadata"]["name"] for d in of_kind(docs, "PersistentVolumeClaim")}
+    existing_claim = values_of(values)["verifier"]["reports"]["persistence"]["existingClaim"]
+    for workload in workloads(docs):
+        spec = pod_template(workload)["spec"]
+        volumes = {}
+        for volume in spec["volumes"]:
+            sources = {k: v for k, v in volume.items() if k != "name"}
+            assert len(sources) == 1 and isinstance(next(iter(sources.values())), dict), volume
+            volumes[volume["name"]] = sources
+        for container in spec["containers"]:
+            for mount in container["volumeMounts"]:
+                assert mount["name"] in volumes, f"{container['name']} mounts unknown {mount['name']}"
+        for sources in volumes.values():
+            if "configMap" in sources:
+                assert sources["configMap"]["name"] in config_maps
+            if "persistentVolumeClaim" in sources:
+                assert sources["persistentVolumeClaim"]["claimName"] in claims | {existing_claim}
+
+
+# --- the config file, as each process loads it ---------------------------------------------------
+
+
+@pytest.mark.parametrize("values", VALUES_FILES, ids=VALUES_IDS)
+def test_every_process_loads_the_rendered_config(helm: Path, values: Path | None, tmp_path: Path) -> None:
+    docs = render(helm, values)
+    path = tmp_path / "config.yaml"
+    path.write_text(_config_text(docs))
+    v = values_of(values)
+    for workload in workloads(docs):
+        spec = pod_template(workload)["spec"]
+        mounts_by_volume = {vol["name"]: vol for vol in spec["volumes"]}
+        for container in spec["containers"]:
+            assert CONFIG_PATH in container["args"], "every process must get the mounted config"
+            env = pod_environment(container, pod_name="mirror-worker-7d9f-abcde")
+            cfg = config.load(path, env=env)
+
+            assert cfg.pipeline == v["pipeline"]
+            assert cfg.zookeeper.connect == v["zookeeper"]["connect"]
+            for section, key in (("source", "sourceCluster"), ("destination", "targetCluster")):
+                cluster = v["clusters"][v[key]]
+                loaded = getattr(cfg, section)
+                assert loaded.alias == cluster.get("alias", v[key])
+                assert loaded.bootstrap_servers == cluster["bootstrapServers"]
+                _assert_secrets_arrive(cluster, loaded.properties)
+                _assert_files_are_mounted(loaded.properties, container, mounts_by_volume)
+
+            component = workload["metadata"]["labels"]["app.kubernetes.io/component"]
+            if component == "controller":
+                assert cfg.controller.rest_port == container_port(container, "http")
+                token = v["controller"]["adminToken"]
+                expected = secret_value(token["existingSecret"], token["key"]) if token["existingSecret"] else None
+                assert cfg.controller.admin_token == expected
+            if component == "worker":
+                # UREPLICATOR_WORKER_ID from metadata.name: the pod name is the worker id.
+                assert config.worker_id(cfg) == "mirror-worker-7d9f-abcde"
+                assert cfg.worker.metrics_port == container_port(container, "metrics")
+                for key, value in v["worker"]["config"].items():
+                    assert getattr(cfg.worker, key) == value
+
+
+def _assert_secrets_arrive(cluster: dict[str, Any], properties: dict[str, str]) -> None:
+    auth = cluster.get("authentication", {})
+    if auth.get("type") in ("plain", "scram-sha-256", "scram-sha-512"):
+        ref = auth["passwordSecret"]
+        assert properties["sasl.password"] == secret_value(ref["secretName"], ref["password"])
+        assert properties["sasl.username"] == auth["username"]
+    for prop, ref in cluster.get("secretProperties", {}).items():
+        assert properties[prop] == secret_value(ref["secretName"], ref["key"])
+    for prop, value in cluster.get("properties", {}).items():
+        assert properties[prop] == (str(value).lower() if isinstance(value, bool) else str(value))
+
+
+def _assert_files_are_mounted(properties: dict[str, str], container: dict[str, Any],
+                              volumes: dict[str, dict[str, Any]]) -> None:
+    """Every ``*.location`` property names a file in a Secret mounted at that folder."""
+    for prop, location in properties.items():
+        if not prop.endswith(".location"):
+            continue
+        folder = str(Path(location).parent)
+        mounts = [m for m in container["volumeMounts"] if m["mountPath"] == folder]
+        assert mounts, f"{prop}={location}: nothing is mounted at {folder}"
+        assert "secret" in volumes[mounts[0]["name"]], f"{prop}: {folder} is not a Secret"
+
+
+def test_tls_files_come_from_the_named_secret_keys(helm: Path) -> None:
+    values = CHART / "ci" / "all-options-values.yaml"
+    docs = render(helm, values)
+    source = rendered_config(docs)["source"]["properties"]
+    assert source["ssl.ca.location"] == "/etc/ureplicator/tls/source/ca/bundle.pem"
+    assert source["ssl.certificate.location"] == "/etc/ureplicator/tls/source/client/user.crt"
+    assert source["ssl.key.location"] == "/etc/ureplicator/tls/source/client/user.key"
+    assert source["security.protocol"] == "SSL"
+    volumes = {v["name"]: v for v in pod_template(one(docs, "Deployment", "worker"))["spec"]["volumes"]}
+    assert volumes["tls-source-ca"]["secret"]["secretName"] == "primary-ca"
+    assert volumes["tls-source-client"]["secret"]["secretName"] == "primary-client"
+
+
+# --- probes, ports and metrics -----------------------------------------------------------------
+
+
+def _served_by_controller() -> set[str]:
+    from controller.api import create_app
+
+    # The app factory only stores the controller; routing needs no ZooKeeper or Kafka.
+    app = create_app(SimpleNamespace())  # type: ignore[arg-type]
+    return {rule.rule for rule in app.url_map.iter_rules() if "GET" in (rule.methods or ())}
+
+
+@pytest.mark.parametrize("values", VALUES_FILES, ids=VALUES_IDS)
+def test_controller_probes_and_service_reach_the_rest_api(helm: Path, values: Path | None) -> None:
+    docs = render(helm, values)
+    rest_port = rendered_config(docs)["controller"]["rest_port"]
+    container = pod_template(one(docs, "Deployment", "controller"))["spec"]["containers"][0]
+    v = values_of(values)["controller"]
+
+    if v["readinessProbe"]["enabled"]:
+        probe = container["readinessProbe"]["httpGet"]
+        assert probe["path"] == "/health" and "/health" in _served_by_controller()
+        assert container_port(container, probe["port"]) == rest_port
+    else:
+        assert "readinessProbe" not in container
+    if v["livenessProbe"]["enabled"]:
+        # TCP, not /health: /health is 503 while ZooKeeper is away, and restarts do not fix that.
+        assert container_port(container, container["livenessProbe"]["tcpSocket"]["port"]) == rest_port
+    else:
+        assert "livenessProbe" not in container
+    service = one(docs, "Service", "controller")
+    assert [container_port(container, p["targetPort"]) for p in service["spec"]["ports"]] == [rest_port]
+    assert service["spec"]["ports"][0]["port"] == v["service"]["ports"]["http"]
+
+
+@pytest.mark.parametrize("values", VALUES_FILES, ids=VALUES_IDS)
+def test_worker_probes_and_scrapes_reach_metrics(helm: Path, values: Path | None) -> None:
+    docs = render(helm, values)
+    metrics_port = rendered_config(docs)["worker"]["metrics_port"]
+    container = pod_template(one(docs, "Deployment", "worker"))["spec"]["containers"][0]
+    for name in ("readinessProbe", "livenessProbe"):
+        if values_of(values)["worker"][name]["enabled"]:
+            probe = container[name]["httpGet"]
+            assert probe["path"] == "/metrics"
+            assert container_port(container, probe["port"]) == metrics_port
+    service = [s for s in of_kind(docs, "Service") if s["metadata"]["name"].endswith("-worker-metrics")]
+    assert len(service) == 1 and service[0]["spec"]["clusterIP"] == "None"
+    (port,) = service[0]["spec"]["ports"]
+    assert container_port(container, port["targetPort"]) == metrics_port
+    for monitor in of_kind(docs, "ServiceMonitor"):
+        (endpoint,) = monitor["spec"]["endpoints"]
+        assert endpoint["port"] == port["name"] and endpoint["path"] == "/metrics"
+        assert _selects(monitor["spec"]["selector"]["matchLabels"], service[0]["metadata"]["labels"])
+        assert NAMESPACE in monitor["spec"]["namespaceSelector"]["matchNames"]
+
+
+def test_worker_serves_the_metrics_docs_deploy_names() -> None:
+    from prometheus_client import start_http_server
+
+    from worker.metrics import WorkerMetrics
+
+    metrics = WorkerMetrics()
+    # Labelled families only appear once they have a child.
+    for family in (metrics.records, metrics.bytes, metrics.skipped, metrics.produce_errors):
+        family.labels("orders").inc()
+    metrics.lag.labels("orders", "0").set(3)
+    metrics.commits.labels("ok").inc()
+    metrics.latency.observe(0.2)
+    server, thread = start_http_server(0, addr="127.0.0.1", registry=metrics.registry)
+    try:
+        url = f"http://127.0.0.1:{server.server_port}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as response:
+            assert response.status == 200
+            exposition = response.read().decode()
+    finally:
+        server.shutdown()
+        thread.join(timeout=10)
+    served = set(re.findall(r"^(ureplicator_worker_\w+)", exposition, re.MULTILINE))
+    documented = set(re.findall(r"\bureplicator_worker_\w+", (REPO / "docs" / "deploy.md").read_text()))
+    assert documented, "docs/deploy.md names no worker metric"
+    assert documented <= served, f"documented but not served: {sorted(documented - served)}"
+
+
+# --- shutdown, security, selectors -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("values", VALUES_FILES, ids=VALUES_IDS)
+def test_workers_get_longer_to_stop_than_their_shutdown_timeout(helm: Path, values: Path | None) -> None:
+    docs = render(helm, values)
+    shutdown = rendered_config(docs)["worker"]["shutdown_timeout_s"]
+    grace = pod_template(one(docs, "Deployment", "worker"))["spec"]["terminationGracePeriodSeconds"]
+    assert grace > shutdown
+
+
+def _image_user() -> int:
+    users = [i.args for i in _dockerfile_stages()["base"] if i.keyword == "USER"]
+    return int(users[-1].split(":")[0])
+
+
+@pytest.mark.parametrize("values", VALUES_FILES, ids=VALUES_IDS)
+def test_pods_run_unprivileged_on_a_read_only_root(helm: Path, values: Path | None) -> None:
+    docs = render(helm, values)
+    for workload in workloads(docs):
+        spec = pod_template(workload)["spec"]
+        assert spec["securityContext"]["runAsNonRoot"] is True
+        # Spark's Hadoop login needs a user in /etc/passwd: the image's, not a random one.
+        assert spec["securityContext"]["runAsUser"] == _image_user()
+        assert spec["automountServiceAccountToken"] is False
+        empty_dirs = {v["name"] for v in spec["volumes"] if "emptyDir" in v}
+        for container in spec["containers"]:
+            context = container["securityContext"]
+            assert context["readOnlyRootFilesystem"] is True
+            assert context["allowPrivilegeEscalation"] is False
+            assert context["capabilities"]["drop"] == ["ALL"]
+            writable = {m["mountPath"] for m in container["volumeMounts"] if m["name"] in empty_dirs}
+            assert "/tmp" in writable
+            if "workingDir" in container:
+                assert container["workingDir"] in writable
+
+
+@pytest.mark.parametrize("values", VALUES_FILES, ids=VALUES_IDS)
+def test_labels_and_selectors_pick_exactly_one_component(helm: Path, values: Path | None) -> None:
+    docs = render(helm, values)
+    pods = {w["metadata"]["name"]: pod_template(w)["metadata"]["labels"] for w in workloads(docs)}
+    for doc in docs:
+        name = doc["metadata"]["name"]
+        assert len(name) <= (52 if doc["kind"] == "CronJob" else 63), name
+        missing = [label for label in STANDARD_LABELS if label not in doc["metadata"]["labels"]]
+        assert not missing, f"{doc['kind']}/{name} lacks {missing}"
+        selector = _selector_of(doc)
+        if selector is not None:
+            picked = [w for w, labels in pods.items() if _selects(selector, labels)]
+            assert len(picked) == 1, f"{doc['kind']}/{name} selects {picked}"
+    for workload in of_kind(docs, "Deployment"):
+        assert _selects(workload["spec"]["selector"]["matchLabels"], pod_template(workload)["metadata"]["labels"])
+    for hpa in of_kind(docs, "HorizontalPodAutoscaler"):
+        assert hpa["spec"]["scaleTargetRef"]["name"] == one(docs, "Deployment", "worker")["metadata"]["name"]
+
+
+def _selector_of(doc: dict[str, Any]) -> dict[str, str] | None:
+    if doc["kind"] == "Service":
+        return doc["spec"]["selector"]
+    if doc["kind"] == "PodDisruptionBudget":
+        return doc["spec"]["selector"]["matchLabels"]
+    if doc["kind"] == "NetworkPolicy":
+        return doc["spec"]["podSelector"]["matchLabels"]
+    return None
+
+
+def _selects(selector: dict[str, str], labels: dict[str, str]) -> bool:
+    return bool(selector) and all(labels.get(k) == v for k, v in selector.items())
+
+
+def test_autoscaled_workers_leave_the_replica_count_to_the_hpa(helm: Path) -> None:
+    scaled = render(helm, CHART / "ci" / "many-workers-values.yaml")
+    assert "replicas" not in one(scaled, "Deployment", "worker")["spec"]
+    hpa = one(scaled, "HorizontalPodAutoscaler", "worker")
+    assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (12, 48)
+    assert {m["resource"]["name"] for m in hpa["spec"]["metrics"]} == {"cpu", "memory"}
+
+    fixed = render(helm, None)
+    assert one(fixed, "Deployment", "worker")["spec"]["replicas"] == 3
+    assert one(fixed, "Deployment", "controller")["spec"]["replicas"] == 2
+    assert not of_kind(fixed, "HorizontalPodAutoscaler")
+
+
+def test_restricted_network_policy_admits_only_named_peers(helm: Path) -> None:
+    docs = render(helm, CHART / "ci" / "external-spark-values.yaml")
+    policies = {p["metadata"]["labels"]["app.kubernetes.io/component"]: p for p in of_kind(docs, "NetworkPolicy")}
+    assert set(policies) == {"controller", "worker", "verifier"}
+    (driver_rule,) = policies["verifier"]["spec"]["ingress"]
+    assert {p["port"] for p in driver_rule["ports"]} == {40000, 40001}
+    assert driver_rule["from"] == [{"ipBlock": {"cidr": "10.20.0.0/16"}}]
+    (metrics_rule,) = policies["worker"]["spec"]["ingress"]
+    assert {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}} in metrics_rule["from"]
+    # The default (local) verifier accepts no connections at all.
+    local = render(helm, CHART / "ci" / "all-options-values.yaml")
+    verifier = [p for p in of_kind(local, "NetworkPolicy") if p["metadata"]["name"].endswith("-verifier")][0]
+    assert verifier["spec"]["ingress"] == []
+    assert "Egress" in verifier["spec"]["policyTypes"]
+
+
+# --- the verifier CronJob ----------------------------------------------------------------------
+
+
+def _verifier_parser() -> Any:
+    import argparse
+
+    from verifier import cli as verifier_cli
+
+    parser = argparse.ArgumentParser(prog="ureplicator verify")
+    verifier_cli.add_arguments(parser)
+    return parser
+
+
+@pytest.mark.parametrize("values", VALUES_FILES, ids=VALUES_IDS)
+def test_verifier_arguments_parse_with_the_verifier_cli(helm: Path, values: Path | None) -> None:
+    docs = render(helm, values)
+    cron = one(docs, "CronJob", "verifier")
+    spec = pod_template(cron)["spec"]
+    (container,) = spec["containers"]
+    assert container["args"][0] == "verify"
+    args = _verifier_parser().parse_args(container["args"][1:])
+    spark = values_of(values)["verifier"]["spark"]
+
+    assert args.config == CONFIG_PATH
+    assert args.output == Path("/reports")
+    assert args.master == spark["master"]
+    conf = dict(args.conf)
+    for key, value in spark["conf"].items():
+        assert conf[key] == str(value)
+    scratch = [m["mountPath"] for m in container["volumeMounts"] if m["name"] == "spark-scratch"]
+    assert conf["spark.local.dir"] in scratch
+    assert "/reports" in {m["mountPath"] for m in container["volumeMounts"]}
+    assert spec["restartPolicy"] == "Never"
+    if spark["master"].startswith("local"):
+        assert "ports" not in container and "spark.driver.port" not in conf
+    else:
+        assert int(conf["spark.driver.port"]) == container_port(container, "spark-driver")
+        assert int(conf["spark.blockManager.port"]) == container_port(container, "spark-blockmgr")
+
+
+def test_verifier_extra_args_follow_the_chart_arguments(helm: Path) -> None:
+    done = _run_helm(helm, "template", RELEASE, str(CHART), "--kube-version", KUBE_MIN,
+                     "--set-json", 'verifier.extraArgs=["--topic","orders","--bucket-size","5000"]',
+                     "--set-json", 'verifier.spark.conf={"spark.sql.shuffle.partitions":1000000}')
+    assert done.returncode == 0, done.stderr
+    cron = one([d for d in yaml.safe_load_all(done.stdout) if d], "CronJob", "verifier")
+    args = _verifier_parser().parse_args(pod_template(cron)["spec"]["containers"][0]["args"][1:])
+    assert args.topic == ["orders"] and args.bucket_size == 5000
+    # A whole number stays whole: Go would print 1e+06, which Spark cannot parse.
+    assert dict(args.conf)["spark.sql.shuffle.partitions"] == "1000000"
+
+
+def test_disabled_verifier_renders_nothing_of_it(helm: Path) -> None:
+    done = _run_helm(helm, "template", RELEASE, str(CHART), "--kube-version", KUBE_MIN,
+                     "--set", "verifier.enabled=false")
+    assert done.returncode == 0, done.stderr
+    docs = [d for d in yaml.safe_load_all(done.stdout) if d]
+    assert not [d for d in docs if d["metadata"]["labels"].get("app.kubernetes.io/component") == "verifier"]
+
+
+# --- bad values --------------------------------------------------------------------------------
+
+
+BAD_VALUES = [
+    ("negative-replicas", {"worker": {"replicas": -1}}, "at '/worker/replicas': minimum"),
+    ("missing-source-cluster", {"sourceCluster": None}, "missing property 'sourceCluster'"),
+    ("unknown-source-cluster", {"sourceCluster": "dc9"}, 'sourceCluster: "dc9" is not a key of clusters'),
+    ("same-clusters", {"targetCluster": "source"}, "targetCluster: must differ from sourceCluster"),
+    ("same-aliases", {"clusters": {"target": {"alias": "source"}}}, "they must differ"),
+    ("unknown-config-key", {"worker": {"config": {"auto_whitelist": True}}},
+     "at '/worker/config': additional properties 'auto_whitelist' not allowed"),
+    ("typo-in-a-block", {"controller": {"replica": 3}}, "additional properties 'replica' not allowed"),
+    ("bad-pipeline", {"pipeline": "dc1 to dc2"}, "at '/pipeline'"),
+    ("bad-offset-reset", {"worker": {"config": {"auto_offset_reset": "newest"}}}, "auto_offset_reset"),
+    ("short-grace-period", {"worker": {"terminationGracePeriodSeconds": 30}},
+     "worker.terminationGracePeriodSeconds: 30 must be larger than worker.config.shutdown_timeout_s"),
+    ("yarn-master", {"verifier": {"spark": {"master": "yarn"}}}, "at '/verifier/spark/master'"),
+    ("password-in-properties", {"clusters": {"source": {"properties": {"sasl.password": "hunter2"}}}},
+     "clusters.source.properties.sasl.password: looks like a secret"),
+    ("sasl-without-secret", {"clusters": {"source": {"authentication": {"type": "scram-sha-512", "username": "u"}}}},
+     "clusters.source.authentication.passwordSecret.secretName: required"),
+    ("secret-property-with-uppercase", {"clusters": {"source": {"secretProperties": {
+        "SSL_KEY_PASSWORD": {"secretName": "s", "key": "k"}}}}}, "SSL_KEY_PASSWORD"),
+    ("both-pdb-bounds", {"worker": {"pdb": {"minAvailable": 1}}},
+     "worker.pdb: set minAvailable or maxUnavailable, not both"),
+    ("zero-metrics-port", {"worker": {"containerPorts": {"metrics": 0}}}, "at '/worker/containerPorts/metrics'"),
+]
+
+
+@pytest.mark.parametrize(("bad", "message"), [(b, m) for _, b, m in BAD_VALUES], ids=[n for n, _, _ in BAD_VALUES])
+def test_bad_values_fail_with_a_clear_message(helm: Path, tmp_path: Path, bad: dict[str, Any], message: str) -> None:
+    values = tmp_path / "bad-values.yaml"
+    values.write_text(yaml.safe_dump(bad))
+    done = _run_helm(helm, "template", RELEASE, str(CHART), "--kube-version", KUBE_MIN, "-f", str(values))
+    assert done.returncode != 0, f"rendered despite {bad}"
+    assert message in done.stderr, done.stderr
+
+
+# --- NOTES.txt ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("values", VALUES_FILES, ids=VALUES_IDS)
+def test_notes_show_commands_the_cli_accepts(helm: Path, values: Path | None, tmp_path: Path) -> None:
+    # `helm template` leaves NOTES.txt out; render it through tpl in a copy of the chart.
+    chart = tmp_path / "ureplicator"
+    shutil.copytree(CHART, chart)
+    (chart / "templates" / "NOTES.txt").rename(chart / "notes.txt")
+    (chart / "templates" / "zz-notes.yaml").write_text(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: notes\n"
+        'data:\n  notes: {{ tpl (.Files.Get "notes.txt") . | quote }}\n'
+    )
+    args = ["template", RELEASE, str(chart), "--namespace", NAMESPACE, "--kube-version", KUBE_MIN,
+            "--show-only", "templates/zz-notes.yaml"]
+    done = _run_helm(helm, *args, *(["-f", str(values)] if values else []))
+    assert done.returncode == 0, done.stderr
+    notes = yaml.safe_load(done.stdout)["data"]["notes"]
+
+    commands = re.findall(r"ureplicator (topics [^'\n]*)", notes)
+    assert len(commands) >= 2, notes
+    for command in commands:
+        command = command.replace('"$UREPLICATOR_CONTROLLER_ADMIN_TOKEN"', "t0ken-123")
+        parsed = cli._parser().parse_args(shlex.split(command))
+        assert parsed.url.endswith(f":{values_of(values)['controller']['containerPorts']['http']}")
+    docs = render(helm, values)
+    for kind, component in (("Deployment", "controller"), ("Service", "controller")):
+        assert one(docs, kind, component)["metadata"]["name"] in notes
+
+
+# --- the image ---------------------------------------------------------------------------------
+
+
+class _Instruction(SimpleNamespace):
+    keyword: str
+    args: str
+
+
+@functools.cache
+def _dockerfile_stages() -> dict[str, list[_Instruction]]:
+    """Instructions per stage name of the Dockerfile (continuations joined, comments dropped)."""
+    text = re.sub(r"\\\n", " ", (REPO / "Dockerfile").read_text())
+    stages: dict[str, list[_Instruction]] = {"": []}
+    current = ""
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        keyword, _, args = line.partition(" ")
+        instruction = _Instruction(keyword=keyword.upper(), args=args.strip())
+        if instruction.keyword == "FROM":
+            match = re.search(r"\bAS\s+(\S+)$", args, re.IGNORECASE)
+            current = match.group(1) if match else f"stage{len(stages)}"
+            stages[current] = []
+        stages[current].append(instruction)
+    return stages
+
+
+def _dockerignore_allowed() -> set[str]:
+    lines = (REPO / ".dockerignore").read_text().splitlines()
+    return {line[1:].rstrip("/") for line in lines if line.startswith("!")}
+
+
+def test_dockerfile_copies_only_what_the_build_context_sends() -> None:
+    allowed = _dockerignore_allowed()
+    copies = [i for stage in _dockerfile_stages().values() for i in stage
+              if i.keyword == "COPY" and "--from=" not in i.args]
+    assert copies
+    for copy in copies:
+        *sources, _destination = copy.args.split()
+        for source in sources:
+            assert (REPO / source).exists(), f"COPY {source}: not in the repository"
+            assert source.rstrip("/").split("/")[0] in allowed, f"COPY {source}: excluded by .dockerignore"
+
+
+def test_images_run_ureplicator_as_the_charts_user() -> None:
+    stages = _dockerfile_stages()
+    assert list(stages)[-1] == "runtime", "the default target (last stage) is the controller/worker image"
+    args = dict(re.match(r"(\w+)=(\S+)", i.args).groups() for i in stages[""] if i.keyword == "ARG")  # type: ignore[union-attr]
+    assert re.fullmatch(r"python:3\.\d+-slim-\w+", args["PYTHON_IMAGE"]), "pin the base image by tag"
+    entrypoint = [i.args for i in stages["base"] if i.keyword == "ENTRYPOINT"]
+    # The chart passes subcommands as args: the entrypoint must end with the CLI.
+    assert entrypoint and entrypoint[-1].rstrip("]").rstrip().endswith('"ureplicator"')
+    for name in ("runtime", "verifier"):
+        users = [i.args for i in stages["base"] + stages[name] if i.keyword == "USER"]
+        assert users[-1] == "10001:10001" == f"{_image_user()}:{_image_user()}"
+    assert _chart_values()["controller"]["podSecurityContext"]["runAsUser"] == _image_user()
+
+
+def test_verifier_image_puts_the_connector_where_common_jvm_looks() -> None:
+    stages = _dockerfile_stages()
+    assert any("python -m common.jvm fetch" in i.args for i in stages["jars"] if i.keyword == "RUN")
+    env = " ".join(i.args for i in stages["verifier"] if i.keyword == "ENV")
+    cache = re.search(r"UREPLICATOR_CACHE=(\S+)", env).group(1)  # type: ignore[union-attr]
+    copies = [i.args.split() for i in stages["verifier"] if i.keyword == "COPY" and "--from=jars" in i.args]
+    assert "spark-kafka" in jvm.COMPONENTS
+    assert [c[-1].rstrip("/") for c in copies] == [f"{cache}/jvm/spark-kafka"]
+    assert any("openjdk-17-jre-headless" in i.args for i in stages["verifier"] if i.keyword == "RUN")
+
+
+def test_the_package_the_image_installs_has_every_data_file(tmp_path: Path) -> None:
+    """Build the wheel from exactly what the build context sends, as `pip install .` does."""
+    context = tmp_path / "context"
+    context.mkdir()
+    for name in sorted(_dockerignore_allowed()):
+        source = REPO / name
+        if source.is_dir():
+            shutil.copytree(source, context / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        else:
+            shutil.copy2(source, context / name)
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
+         "--disable-pip-version-check", "-q", "-w", str(tmp_path / "dist"), str(context)],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    (wheel,) = (tmp_path / "dist").glob("*.whl")
+    packaged = set(zipfile.ZipFile(wheel).namelist())
+    data_suffixes = {".json", ".properties", ".yaml", ".yml", ".html", ".css", ".js", ".txt", ".xml", ".sql"}
+    data_files = {
+        path.relative_to(REPO).as_posix()
+        for package in ("common", "controller", "worker", "verifier")
+        for path in (REPO / package).rglob("*")
+        if path.is_file() and path.suffix in data_suffixes and "__pycache__" not in path.parts
+    }
+    missing = sorted(data_files - packaged)
+    assert not missing, f"not in the wheel (add them to setup.cfg [options.package_data]): {missing}"

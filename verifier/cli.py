@@ -1,0 +1,210 @@
+"""The ``verify`` command: prove per partition that the destination holds the source's records, once or periodically.
+
+Exit status: 0 OK or WARN (duplicates only), 1 FAIL, 2 could not run (the
+reason is on stderr: config, ZooKeeper or a cluster unreachable, Spark or its
+Kafka connector missing, a topic that does not exist). Progress goes to
+stderr, a one-line verdict per run to stdout, reports to ``--output``.
+
+Wiring into another argparse tree (``ureplicator verify``)::
+
+    verify = subparsers.add_parser("verify", help=...)
+    verifier.cli.add_arguments(verify)
+    verify.set_defaults(func=verifier.cli.run)   # run(args) -> exit status
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from common import config as config_module
+from common import logs
+from common.errors import UReplicatorError
+from verifier import kafka_options, model
+from verifier.run import iso, new_run_id, stderr_progress
+from verifier.store import ReportStore, error_entry
+
+EXIT_STATUS = {model.OK: 0, model.WARN: 0, model.FAIL: 1, model.ERROR: 2}
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_INTERVAL = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+
+
+def parse_interval(text: str) -> float:
+    """``90``, ``30s``, ``10m``, ``1h30m`` -> seconds (a bare number is seconds)."""
+    text = text.strip().lower()
+    if re.fullmatch(r"\d+(?:\.\d+)?", text):
+        seconds = float(text)
+    else:
+        parts = _INTERVAL.findall(text)
+        if not parts or "".join(n + u for n, u in parts) != text:
+            raise argparse.ArgumentTypeError(f"not a duration: {text!r} (use e.g. 30s, 10m, 1h30m)")
+        seconds = sum(float(n) * _UNITS[u] for n, u in parts)
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError("the interval must be positive")
+    return seconds
+
+
+def _key_value(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key.strip(), value
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", "-c", help="pipeline YAML config (UREPLICATOR_* variables override it)")
+    parser.add_argument(
+        "--topic", "-t", action="append", default=[], metavar="TOPIC[=DESTINATION]",
+        help="topic to verify (repeatable); default every topic the pipeline mirrors (from ZooKeeper). "
+        "SOURCE=DESTINATION names the destination topic without asking ZooKeeper",
+    )
+    parser.add_argument(
+        "--master", default=None,
+        help="Spark master URL (default: the one spark-submit chose, else local[*])",
+    )
+    parser.add_argument("--output", "-o", type=Path, default=Path("verification"),
+                        help="reports directory (default: ./verification)")
+    parser.add_argument("--every", type=parse_interval, default=None, metavar="INTERVAL",
+                        help="verify periodically, e.g. 10m; stop with SIGTERM/Ctrl-C")
+    parser.add_argument("--runs", type=_positive, default=None,
+                        help="with --every: stop after this many runs")
+    parser.add_argument("--group", default=None,
+                        help="consumer group holding the replicator's offsets (default ureplicator.<pipeline>)")
+    parser.add_argument("--bucket-size", type=_positive, default=10_000,
+                        help="offsets per comparison bucket (default 10000); a mismatch re-reads its buckets only")
+    parser.add_argument("--conf", type=_key_value, action="append", default=[], metavar="KEY=VALUE",
+                        help="Spark setting (repeatable), e.g. spark.driver.memory=2g")
+    parser.add_argument("--kafka-option", action="append", default=[], metavar="SIDE:KEY=VALUE",
+                        help="Java Kafka client setting for source or destination (repeatable)")
+    parser.add_argument("--keep-runs", type=_positive, default=500,
+                        help="run reports to keep in OUTPUT/runs (history.jsonl keeps every run)")
+    parser.add_argument("--timeout", type=float, default=15.0,
+                        help="seconds to wait for ZooKeeper and the clusters' admin requests")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m verifier``: parse, set up logging, run."""
+    parser = argparse.ArgumentParser(prog="python -m verifier", description=__doc__.split("\n")[0])
+    parser.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    logs.setup(level=args.log_level)
+    return run(args)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run once, or every ``args.every`` seconds; returns the exit status of the last run."""
+    sessions = _SessionCache(args.master, dict(args.conf))
+    try:
+        if args.every is None:
+            return run_once(args, sessions)
+        return _periodic(args, sessions)
+    except KeyboardInterrupt:
+        print("ureplicator verify: interrupted", file=sys.stderr)
+        return 130
+
+
+class _SessionCache:
+    """One SparkSession for the whole process, created on first use."""
+
+    def __init__(self, master: str | None, conf: dict[str, str]) -> None:
+        self.master = master
+        self.conf = conf
+        self.spark: Any = None
+
+    def __call__(self) -> Any:
+        if self.spark is None:
+            from verifier import sparkjob
+
+            self.spark = sparkjob.session(self.master, self.conf)
+        return self.spark
+
+
+def run_once(args: argparse.Namespace, spark: Callable[[], Any]) -> int:
+    from verifier import run as runner
+    from verifier.watermarks import Clusters
+
+    started = datetime.now(timezone.utc)
+    clock = time.monotonic()
+    store = ReportStore(args.output)
+    try:
+        config = config_module.load(args.config)
+        extra: dict[str, dict[str, str]] = {"source": {}, "destination": {}}
+        for item in args.kafka_option:
+            side, key, value = kafka_options.parse_option(item)
+            extra[side][key] = value
+        sides = (
+            runner.kafka_side("source", config.source, extra["source"], stderr_progress),
+            runner.kafka_side("destination", config.destination, extra["destination"], stderr_progress),
+        )
+        targets = runner.resolve_targets(config, args.topic, args.timeout)
+        if not targets:
+            stderr_progress(f"pipeline {config.pipeline} mirrors no topics")
+        clusters = Clusters(config.source, config.destination, args.timeout)
+        clusters.check_reachable()
+        group = args.group or config.consumer_group
+        report = runner.verify(spark(), config, clusters, targets, sides, group, args.bucket_size)
+        document = report.to_dict()
+        path = store.save(document, keep_runs=args.keep_runs)
+    except (UReplicatorError, OSError) as exc:
+        reason = str(exc)
+        print(f"ureplicator verify: {reason}", file=sys.stderr, flush=True)
+        try:
+            store.append(error_entry(new_run_id(started), iso(started), iso(datetime.now(timezone.utc)),
+                                     time.monotonic() - clock, reason))
+        except OSError:
+            pass  # the reports directory itself is the problem; stderr has the reason
+        return 2
+    totals = document["totals"]
+    print(
+        f"{document['status']}: {totals['verified_records']:,} records verified in {totals['topics']} topic(s), "
+        f"{sum(totals['partitions'].values())} partition(s) ({totals['partitions']['FAIL']} FAIL, "
+        f"{totals['partitions']['WARN']} WARN) in {document['duration_s']:.1f}s; report {path}",
+        flush=True,
+    )
+    return EXIT_STATUS[document["status"]]
+
+
+def _periodic(args: argparse.Namespace, spark: Callable[[], Any]) -> int:
+    stop = threading.Event()
+
+    def request_stop(signum: int, frame: Any) -> None:
+        if stop.is_set():  # second signal: do not wait for the running Spark job
+            raise KeyboardInterrupt
+        stderr_progress("stopping after the current run (send again to stop now)")
+        stop.set()
+
+    previous = signal.signal(signal.SIGTERM, request_stop)
+    try:
+        runs = 0
+        status = 0
+        while True:
+            clock = time.monotonic()
+            status = run_once(args, spark)
+            runs += 1
+            if stop.is_set() or (args.runs is not None and runs >= args.runs):
+                return status
+            wait = max(0.0, args.every - (time.monotonic() - clock))
+            stderr_progress(f"next run in {wait:.0f}s")
+            if stop.wait(wait):
+                return status
+    finally:
+        signal.signal(signal.SIGTERM, previous)

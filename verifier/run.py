@@ -1,0 +1,275 @@
+"""Verify a pipeline's topics once: snapshot watermarks, run the Spark passes, assemble the report."""
+
+from __future__ import annotations
+
+import secrets
+import sys
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
+from kazoo.handlers.threading import KazooTimeoutError
+
+from common import zk
+from common.config import ClusterConfig, Config
+from common.errors import ClusterUnavailable, UReplicatorError
+from common.zkschema import Paths
+from verifier import kafka_options, model, sparkjob
+from verifier.model import CategoryResult, PartitionReport, Report, TopicReport, Watermarks
+from verifier.sparkjob import BucketPass, ClassAggregate, KafkaSide, RecordPlan, SparkUnavailable
+from verifier.watermarks import Clusters, TopicMissing, TopicSnapshot
+
+Progress = Callable[[str], None]
+
+
+class VerifyError(UReplicatorError):
+    """The verification could not run (exit status 2)."""
+
+    exit_status = 2
+
+
+def stderr_progress(message: str) -> None:
+    print(f"verify: {message}", file=sys.stderr, flush=True)
+
+
+@dataclass(frozen=True)
+class Target:
+    """A source topic and the destination topic it is mirrored to."""
+
+    topic: str
+    destination: str
+
+
+def resolve_targets(config: Config, requested: Iterable[str], timeout_s: float = 15.0) -> list[Target]:
+    """``--topic`` values (``name`` or ``source=destination``) or, when none, every topic in ZooKeeper."""
+    requested = list(requested)
+    explicit: list[Target] = []
+    named: list[str] = []
+    for item in requested:
+        source, sep, destination = item.partition("=")
+        if sep:
+            if not source or not destination:
+                raise VerifyError(f"--topic {item!r}: expected NAME or SOURCE=DESTINATION")
+            explicit.append(Target(source, destination))
+        else:
+            named.append(item)
+    if requested and not named:
+        return explicit
+    registered = _registered_topics(config, timeout_s)
+    if not requested:
+        return [Target(t, registered[t]) for t in sorted(registered)]
+    unknown = [t for t in named if t not in registered]
+    if unknown:
+        raise VerifyError(
+            f"not mirrored by pipeline {config.pipeline}: {', '.join(unknown)} "
+            f"(ZooKeeper {config.zookeeper.connect}{config.root}/topics); "
+            "use --topic SOURCE=DESTINATION for a topic ZooKeeper does not list"
+        )
+    by_name = {t.topic: t for t in explicit}
+    by_name.update({t: Target(t, registered[t]) for t in named})
+    return [by_name[t] for t in dict.fromkeys(s.partition("=")[0] for s in requested)]
+
+
+def _registered_topics(config: Config, timeout_s: float) -> dict[str, str]:
+    """source topic -> destination topic, read without writing anything to ZooKeeper."""
+    client = KazooClient(hosts=config.zookeeper.connect, timeout=config.zookeeper.session_timeout_s, read_only=True)
+    try:
+        client.start(timeout=timeout_s)
+    except KazooTimeoutError:
+        client.close()
+        raise ClusterUnavailable(
+            f"ZooKeeper at {config.zookeeper.connect} did not answer within {timeout_s:.0f}s"
+        ) from None
+    try:
+        records = zk.read_topics(client, Paths(config.root))
+    except NoNodeError:
+        raise VerifyError(
+            f"pipeline {config.pipeline} has no state in ZooKeeper at {config.zookeeper.connect}{config.root}"
+        ) from None
+    finally:
+        client.stop()
+        client.close()
+    return {name: record.destination for name, record in records.items()}
+
+
+def kafka_side(name: str, cluster: ClusterConfig, extra: dict[str, str], progress: Progress) -> KafkaSide:
+    options, unmapped = kafka_options.java_options(name, cluster.properties, extra)
+    if unmapped:
+        progress(
+            f"{name} properties without a Java client equivalent (pass one with --kafka-option "
+            f"{name}:KEY=VALUE if needed): {', '.join(unmapped)}"
+        )
+    return KafkaSide(cluster.bootstrap_servers, options)
+
+
+def new_run_id(now: datetime) -> str:
+    return f"{now:%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}"
+
+
+def iso(moment: datetime) -> str:
+    return moment.astimezone(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def verify(
+    spark: Any,
+    config: Config,
+    clusters: Clusters,
+    targets: list[Target],
+    sides: tuple[KafkaSide, KafkaSide],
+    group: str,
+    bucket_size: int,
+    progress: Progress = stderr_progress,
+) -> Report:
+    """Verify every target topic; a topic that cannot be verified gets an error, the others go on."""
+    started = datetime.now(timezone.utc)
+    clock = time.monotonic()
+    run_id = new_run_id(started)
+    topics = []
+    for index, target in enumerate(targets, 1):
+        label = f"[{index}/{len(targets)}] {target.topic}"
+        topics.append(_verify_topic(spark, clusters, sides, target, group, bucket_size, label, progress))
+    finished = datetime.now(timezone.utc)
+    return Report(
+        run_id=run_id,
+        started_at=iso(started),
+        finished_at=iso(finished),
+        duration_s=time.monotonic() - clock,
+        pipeline=config.pipeline,
+        group=group,
+        clusters={
+            "source": {"alias": config.source.alias, "bootstrap_servers": config.source.bootstrap_servers},
+            "destination": {
+                "alias": config.destination.alias,
+                "bootstrap_servers": config.destination.bootstrap_servers,
+            },
+        },
+        spark={"master": str(spark.sparkContext.master), "version": str(spark.version)},
+        bucket_size=bucket_size,
+        topics=topics,
+    )
+
+
+_ATTEMPTS = 3
+
+
+def _verify_topic(
+    spark: Any,
+    clusters: Clusters,
+    sides: tuple[KafkaSide, KafkaSide],
+    target: Target,
+    group: str,
+    bucket_size: int,
+    label: str,
+    progress: Progress,
+) -> TopicReport:
+    from py4j.protocol import Py4JError
+    from pyspark.errors import PySparkException
+
+    clock = time.monotonic()
+    report = TopicReport(target.topic, target.destination)
+    try:
+        for attempt in range(1, _ATTEMPTS + 1):
+            snap = clusters.snapshot(target.topic, target.destination, group)
+            _announce(snap, label, progress)
+            buckets = sparkjob.bucket_pass(spark, sides[0], sides[1], snap, bucket_size)
+            plan = RecordPlan(
+                mismatched=model.mismatched_buckets(buckets.source, buckets.destination),
+                ordering={p for p, n in buckets.steps_down.items() if n > 0},
+                orphans={p for p, n in buckets.orphans.items() if n > 0},
+            )
+            findings: dict[int, dict[str, CategoryResult]] = {}
+            if not plan.empty:
+                progress(
+                    f"{label}: {len(plan.mismatched)} bucket(s) differ, {len(plan.ordering)} partition(s) "
+                    f"out of order, {len(plan.orphans)} with orphans: checking those records "
+                    f"({time.monotonic() - clock:.1f}s)"
+                )
+                findings = sparkjob.record_pass(spark, sides[0], sides[1], snap, bucket_size, plan)
+            moved = _log_starts_moved(clusters, snap)
+            if not moved or attempt == _ATTEMPTS:
+                break
+            progress(f"{label}: log start moved during the run ({moved}); verifying again")
+        report.partitions = _partition_reports(snap, buckets, plan, findings, group)
+        if moved:
+            for p in report.partitions:
+                p.notes.append(f"log start kept moving during {_ATTEMPTS} attempts ({moved})")
+    except TopicMissing as exc:
+        report.error = str(exc)
+    except (PySparkException, Py4JError) as exc:
+        if sparkjob.is_connector_missing(exc):
+            raise SparkUnavailable(
+                "Spark's Kafka connector is not on the classpath: pass --packages "
+                f"{sparkjob.CONNECTOR_PACKAGE} to spark-submit (or the jars with spark.jars)"
+            ) from None
+        report.error = f"Spark failed: {_first_line(exc)}"
+    report.duration_s = time.monotonic() - clock
+    counts = {c: sum(p.counts[c] for p in report.partitions) for c in model.CATEGORIES}
+    shown = ", ".join(f"{c} {n}" for c, n in counts.items() if n)
+    detail = report.error or shown or "no differences"
+    progress(f"{label}: {report.status} in {report.duration_s:.1f}s ({detail})")
+    return report
+
+
+def _announce(snap: TopicSnapshot, label: str, progress: Progress) -> None:
+    verify_span = sum(w.watermark - w.log_start for w in snap.partitions.values())
+    pending_span = sum(w.end - w.watermark for w in snap.partitions.values())
+    arrow = f" -> {snap.destination}" if snap.destination != snap.topic else ""
+    progress(
+        f"{label}{arrow}: {len(snap.partitions)} partition(s), offsets to verify {verify_span:,}, "
+        f"pending {pending_span:,}"
+    )
+
+
+def _log_starts_moved(clusters: Clusters, snap: TopicSnapshot) -> str:
+    """Partitions whose log start changed since the snapshot (retention or delete-records ran)."""
+    moved = []
+    now = clusters.log_starts("source", snap.topic, sorted(snap.partitions))
+    moved += [f"source {p}" for p, w in snap.partitions.items() if now.get(p, w.log_start) != w.log_start]
+    dst = snap.destination_ranges()
+    now = clusters.log_starts("destination", snap.destination, sorted(dst))
+    moved += [f"destination {p}" for p, (start, _) in dst.items() if now.get(p, start) != start]
+    return ", ".join(moved)
+
+
+def _spans(aggregates: list[ClassAggregate]) -> list[model.Range]:
+    return model.merge_ranges([a.first, a.last] for a in aggregates if a.first is not None and a.last is not None)
+
+
+def _partition_reports(
+    snap: TopicSnapshot,
+    buckets: BucketPass,
+    plan: RecordPlan,
+    findings: dict[int, dict[str, CategoryResult]],
+    group: str,
+) -> list[PartitionReport]:
+    reports: dict[int, PartitionReport] = {}
+    for p, w in snap.partitions.items():
+        reports[p] = PartitionReport(p, w, notes=w.notes(group))
+    for p, (start, end) in snap.destination_only.items():
+        w = Watermarks(p, 0, 0, None, start, end)
+        reports[p] = PartitionReport(p, w, notes=[f"the source topic has no partition {p}"])
+    keys = set(buckets.source) | set(buckets.destination)
+    mismatched = set(plan.mismatched)
+    for p, report in reports.items():
+        report.verified_records = buckets.verified.get(p, 0)
+        report.buckets = sum(1 for k in keys if k[0] == p)
+        report.buckets_mismatched = sum(1 for k in mismatched if k[0] == p)
+        for category, result in findings.get(p, {}).items():
+            report.categories[category] = result
+        for category, aggregates in ((model.PENDING, buckets.pending), (model.EXPIRED, buckets.expired)):
+            found = aggregates.get(p, [])
+            if found:
+                spans, truncated = model.cap_ranges(_spans(found))
+                report.categories[category] = CategoryResult(
+                    count=sum(a.count for a in found), ranges=spans, ranges_truncated=truncated
+                )
+    return [reports[p] for p in sorted(reports)]
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:500] if text else type(exc).__name__

@@ -1,0 +1,151 @@
+"""Read the replicator's committed offsets and both clusters' watermarks, in the order that keeps verification exact.
+
+Driver side, a handful of admin requests per topic (confluent-kafka). The
+order matters because the replicator keeps running while we look:
+
+1. the replicator group's committed offsets C on the source: a commit names
+   only records the destination had acknowledged when it was made;
+2. the destination's log start and end offsets D: every record below C is
+   already below D;
+3. the source's log start L and end offset E (read_committed: the last stable
+   offset): every destination record below D was fetched from a source offset
+   below E, so a destination record naming an offset >= E is an orphan.
+
+Each partition is then verified on [L, W) with W = min(E, C).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from confluent_kafka import ConsumerGroupTopicPartitions, IsolationLevel, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
+
+from common import kafka
+from common.config import ClusterConfig
+from common.errors import ClusterUnavailable, UReplicatorError
+from verifier.model import Watermarks
+
+
+class TopicMissing(UReplicatorError):
+    """The topic does not exist on the cluster that was asked."""
+
+
+@dataclass(frozen=True)
+class TopicSnapshot:
+    topic: str
+    destination: str
+    partitions: dict[int, Watermarks]
+    # Destination partitions with no source partition of the same number: (log start, end).
+    destination_only: dict[int, tuple[int, int]]
+
+    def destination_ranges(self) -> dict[int, tuple[int, int]]:
+        """[log start, end) of every existing destination partition."""
+        ranges = {
+            p: (w.destination_log_start, w.destination_end)
+            for p, w in self.partitions.items()
+            if w.destination_end is not None and w.destination_log_start is not None
+        }
+        ranges.update(self.destination_only)
+        return ranges
+
+
+class Clusters:
+    """Admin clients for both clusters of a pipeline."""
+
+    def __init__(self, source: ClusterConfig, destination: ClusterConfig, timeout_s: float = 15.0) -> None:
+        self.source_config = source
+        self.destination_config = destination
+        self.source = kafka.admin(source)
+        self.destination = kafka.admin(destination)
+        self.timeout_s = timeout_s
+
+    def check_reachable(self) -> None:
+        """Raise ClusterUnavailable naming the cluster that does not answer."""
+        for config, client in ((self.source_config, self.source), (self.destination_config, self.destination)):
+            try:
+                client.list_topics(timeout=self.timeout_s)
+            except KafkaException as exc:
+                raise ClusterUnavailable(
+                    f"{_side(config, self)} cluster {config.alias} ({config.bootstrap_servers}) did not answer "
+                    f"within {self.timeout_s:.0f}s: {exc.args[0].str()}"
+                ) from None
+
+    def partitions(self, side: str, topic: str) -> int | None:
+        """Partition count of ``topic`` on ``side`` (source|destination); None when it does not exist."""
+        client = self.source if side == "source" else self.destination
+        try:
+            metadata = client.list_topics(topic=topic, timeout=self.timeout_s)
+        except KafkaException as exc:
+            raise ClusterUnavailable(f"{side} cluster did not answer: {exc.args[0].str()}") from None
+        found = metadata.topics.get(topic)
+        if found is None or found.error is not None or not found.partitions:
+            return None
+        return len(found.partitions)
+
+    def committed(self, group: str, topic: str, partitions: int) -> dict[int, int | None]:
+        tps = [TopicPartition(topic, p) for p in range(partitions)]
+        request = [ConsumerGroupTopicPartitions(group, tps)]
+        try:
+            future = self.source.list_consumer_group_offsets(request, request_timeout=self.timeout_s)[group]
+            result = future.result(timeout=self.timeout_s)
+        except KafkaException as exc:
+            raise ClusterUnavailable(
+                f"cannot read the committed offsets of group {group}: {exc.args[0].str()}"
+            ) from None
+        return {tp.partition: (tp.offset if tp.offset >= 0 else None) for tp in result.topic_partitions}
+
+    def offsets(self, side: str, topic: str, partitions: int) -> dict[int, tuple[int, int]]:
+        """(log start, end) per partition; the end is the last stable offset (read_committed)."""
+        client = self.source if side == "source" else self.destination
+        starts = self._list(client, topic, partitions, OffsetSpec.earliest())
+        ends = self._list(client, topic, partitions, OffsetSpec.latest())
+        return {p: (starts[p], ends[p]) for p in range(partitions)}
+
+    def log_starts(self, side: str, topic: str, partitions: list[int]) -> dict[int, int]:
+        client = self.source if side == "source" else self.destination
+        if not partitions:
+            return {}
+        return self._list(client, topic, max(partitions) + 1, OffsetSpec.earliest(), only=partitions)
+
+    def _list(
+        self, client: AdminClient, topic: str, partitions: int, spec: OffsetSpec, only: list[int] | None = None
+    ) -> dict[int, int]:
+        wanted = {TopicPartition(topic, p): spec for p in (only if only is not None else range(partitions))}
+        try:
+            futures = client.list_offsets(
+                wanted, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=self.timeout_s
+            )
+            return {tp.partition: f.result(timeout=self.timeout_s).offset for tp, f in futures.items()}
+        except KafkaException as exc:
+            raise ClusterUnavailable(f"cannot list the offsets of {topic}: {exc.args[0].str()}") from None
+
+    def snapshot(self, topic: str, destination: str, group: str) -> TopicSnapshot:
+        source_count = self.partitions("source", topic)
+        if source_count is None:
+            raise TopicMissing(f"topic {topic!r} does not exist on the source cluster {self.source_config.alias}")
+        committed = self.committed(group, topic, source_count)  # 1. before the destination is read
+        destination_count = self.partitions("destination", destination)
+        dst = self.offsets("destination", destination, destination_count) if destination_count else {}  # 2.
+        src = self.offsets("source", topic, source_count)  # 3.
+        partitions = {
+            p: Watermarks(
+                partition=p,
+                log_start=src[p][0],
+                end=src[p][1],
+                committed=committed.get(p),
+                destination_log_start=dst[p][0] if p in dst else None,
+                destination_end=dst[p][1] if p in dst else None,
+            )
+            for p in range(source_count)
+        }
+        extra = {p: r for p, r in dst.items() if p >= source_count}
+        return TopicSnapshot(topic, destination, partitions, extra)
+
+    def close(self) -> None:
+        # AdminClient has no close(); dropping the references lets librdkafka tear down.
+        self.source = self.destination = None  # type: ignore[assignment]
+
+
+def _side(config: ClusterConfig, clusters: Clusters) -> str:
+    return "source" if config is clusters.source_config else "destination"
