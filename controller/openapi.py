@@ -27,21 +27,24 @@ _NUM = {"type": "number"}
 _BOOL = {"type": "boolean"}
 _TP_LIST = {"type": "array", "items": _STR}
 
+_RECORD = {
+    "topic": _STR, "destination": _STR, "partitions": _INT,
+    "state": {"enum": ["active", "paused"]}, "added_at": _STR, "options": {"type": "object"},
+}
+_OFFSET = {"topic": _STR, "partition": _INT, "committed": _NINT, "log_start": _INT, "end": _INT, "lag": _INT}
+
 SCHEMAS: dict[str, Any] = {
     "Error": _obj({"error": _obj({"code": _INT, "message": _STR})}),
-    "TopicRecord": _obj({
-        "topic": _STR, "destination": _STR, "partitions": _INT,
-        "state": {"enum": ["active", "paused"]}, "added_at": _STR, "options": {"type": "object"},
-    }),
-    "TopicAdded": {"allOf": [_ref("TopicRecord")], "properties": {"destination_topic": _STR}},
+    "TopicRecord": _obj(_RECORD),
+    "TopicAdded": _obj({**_RECORD, "destination_topic": {"enum": ["created", "grown", "exists"]}}),
     "TopicList": _obj({"topics": {"type": "array", "items": _ref("TopicRecord")}}),
     "PartitionStatus": {"type": ["object", "null"], "properties": {
         "committed": _INT, "records_per_s": _NUM, "bytes_per_s": _NUM, "lag": _INT,
         "error": _NSTR, "last_progress_at": _NUM,
     }},
-    "TopicDetail": {"allOf": [_ref("TopicRecord")], "properties": {"assignment": {"type": "array", "items": _obj({
+    "TopicDetail": _obj({**_RECORD, "assignment": {"type": "array", "items": _obj({
         "partition": _INT, "worker": _NSTR, "applied_by": _NSTR, "status": _ref("PartitionStatus"),
-    })}}, "required": ["assignment"]},
+    })}}),
     "Removed": _obj({"topic": _STR, "removed": _BOOL}),
     "Health": _obj({
         "status": {"enum": ["ok", "unavailable"]}, "zookeeper": _STR, "leader": _NSTR,
@@ -60,11 +63,9 @@ SCHEMAS: dict[str, Any] = {
             "missing": _TP_LIST, "extra": _TP_LIST, "ok": _BOOL,
         })},
     }),
-    "OffsetRow": _obj({
-        "topic": _STR, "partition": _INT, "committed": _NINT, "log_start": _INT, "end": _INT, "lag": _INT,
-    }),
+    "OffsetRow": _obj(_OFFSET),
     "Offsets": _obj({"group": _STR, "offsets": {"type": "array", "items": _ref("OffsetRow")}, "total_lag": _INT}),
-    "Offset": {"allOf": [_ref("OffsetRow")], "properties": {"group": _STR}, "required": ["group"]},
+    "Offset": _obj({**_OFFSET, "group": _STR}),
     "NoProgress": _obj({
         "threshold_s": _NUM,
         "stalled": {"type": "array", "items": _obj({

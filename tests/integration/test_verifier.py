@@ -30,6 +30,8 @@ pytestmark = pytest.mark.integration
 
 PARTITIONS = 9
 PER_PARTITION = 60
+# kafka_io.produce stamps records in 2023: without this the brokers' retention would delete them mid-test.
+KEEP = {"retention.ms": "-1"}
 
 
 @pytest.fixture(scope="session")
@@ -69,8 +71,8 @@ def defects(services, tmp_path_factory):
     stamp = int(time.time() * 1000)
     pipeline = f"vd{stamp}"
     topic, destination = f"{pipeline}-orders", f"{pipeline}-orders.mirror"
-    kafka_io.create_topic(services["source"], topic, PARTITIONS)
-    kafka_io.create_topic(services["destination"], destination, PARTITIONS)
+    kafka_io.create_topic(services["source"], topic, PARTITIONS, KEEP)
+    kafka_io.create_topic(services["destination"], destination, PARTITIONS, KEEP)
     kafka_io.produce(services["source"], topic, PARTITIONS * PER_PARTITION, PARTITIONS)
     source = {p: kafka_io.read_partition(services["source"], topic, p) for p in range(PARTITIONS)}
     copies = {p: [mirrored(r, p) for r in source[p]] for p in range(PARTITIONS)}
@@ -231,7 +233,7 @@ def gaps(services):
     settings = {"cleanup.policy": "compact", "segment.ms": "100", "min.cleanable.dirty.ratio": "0.01",
                 "delete.retention.ms": "100", "min.compaction.lag.ms": "0"}
     kafka_io.create_topic(services["source"], topic, 2, settings)
-    kafka_io.create_topic(services["destination"], topic, 2)
+    kafka_io.create_topic(services["destination"], topic, 2, KEEP)
     plain = Producer({"bootstrap.servers": services["source"]})
     for i in range(30):
         plain.produce(topic, key=f"k{i % 5}".encode(), value=f"v{i}".encode(), partition=0)
@@ -288,7 +290,7 @@ def test_offset_gaps_from_compaction_and_transactions_are_not_losses(spark, serv
 def test_clean_mirror_by_the_replicator_is_ok_and_unmirrored_records_pending(spark, pipeline, services, tmp_path):
     # Given a topic mirrored by the real controller and worker until the offsets are committed
     topic = f"{pipeline.name}-clean"
-    kafka_io.create_topic(services["source"], topic, 3)
+    kafka_io.create_topic(services["source"], topic, 3, KEEP)  # the controller copies it to the destination
     kafka_io.produce(services["source"], topic, 1500, 3)
     pipeline.start_controller()
     worker = pipeline.start_worker("w1")

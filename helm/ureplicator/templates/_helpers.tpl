@@ -131,6 +131,9 @@ Call with (dict "role" "source" "cluster" $cluster); prints YAML.
 {{- end -}}
 {{- $controller := deepCopy (.Values.controller.config | default dict) -}}
 {{- $_ := set $controller "rest_port" .Values.controller.containerPorts.http -}}
+{{- if .Values.controller.verificationReports.enabled -}}
+{{- $_ := set $controller "verification_dir" "/reports" -}}
+{{- end -}}
 {{- $worker := deepCopy (.Values.worker.config | default dict) -}}
 {{- $_ := set $worker "metrics_port" .Values.worker.containerPorts.metrics -}}
 {{- $config := dict
@@ -355,4 +358,9 @@ selector:
 {{- else -}}
 {{- toString . -}}
 {{- end -}}
+{{- end -}}
+
+{{/* The claim the verifier writes its reports to (and controllers may read them from). */}}
+{{- define "ureplicator.reportsClaim" -}}
+{{- .Values.verifier.reports.persistence.existingClaim | default (include "ureplicator.componentName" (dict "root" . "component" "verifier-reports")) -}}
 {{- end -}}

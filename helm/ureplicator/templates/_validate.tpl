@@ -76,6 +76,15 @@ looks up a cluster calls first, so no template trips over a missing cluster befo
 {{- if and $np.enabled (not $np.allowExternal) $v.verifier.enabled (not (hasPrefix "local" $v.verifier.spark.master)) (not $np.sparkExecutorsFrom) -}}
 {{- fail "networkPolicy.sparkExecutorsFrom: with allowExternal false and an external Spark master, list the peers (e.g. an ipBlock) of the Spark executors that connect back to the verifier's driver" -}}
 {{- end -}}
+{{- if $v.controller.verificationReports.enabled -}}
+{{- $p := $v.verifier.reports.persistence -}}
+{{- if not (and $v.verifier.enabled $p.enabled) -}}
+{{- fail "controller.verificationReports.enabled: needs verifier.enabled and verifier.reports.persistence.enabled (the controllers read the verifier's report claim)" -}}
+{{- end -}}
+{{- if and (not $p.existingClaim) (not (has "ReadWriteMany" $p.accessModes)) -}}
+{{- fail "controller.verificationReports.enabled: set verifier.reports.persistence.accessModes to [ReadWriteMany] (the verifier and every controller mount the claim, on any node)" -}}
+{{- end -}}
+{{- end -}}
 {{- if and $v.controller.adminToken.existingSecret (not $v.controller.adminToken.key) -}}
 {{- fail "controller.adminToken.key: required with existingSecret" -}}
 {{- end -}}

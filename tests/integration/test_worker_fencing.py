@@ -1,0 +1,74 @@
+"""A worker whose ZooKeeper session expires stops writing until it has re-registered."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from kazoo.client import KazooClient
+
+from common import config as config_module
+from tests.support import kafka_io
+from tests.support.kafka_io import wait_for
+from tests.support.load import ContinuousProducer, compare, wait_mirrored
+from worker.mirror import MirrorWorker
+
+pytestmark = pytest.mark.integration
+
+
+def expire_session(client: KazooClient, hosts: str) -> None:
+    """Kazoo's own trick (kazoo.testing.harness): close a second client sharing the session."""
+    twin = KazooClient(hosts=hosts, client_id=client.client_id)
+    twin.start(timeout=10)
+    twin.stop()
+    twin.close()
+
+
+def test_expired_session_stops_writing_until_reregistered(pipeline, services):
+    # Given an in-process worker mirroring under continuous produce
+    topic = f"{pipeline.name}-fenced"
+    kafka_io.create_topic(services["source"], topic, 2)
+    pipeline.start_controller()
+    cfg = config_module.from_dict(pipeline.config_doc(worker={"id": "w1", "commit_interval_s": 1}))
+    worker = MirrorWorker(cfg, "w1")
+    runner = threading.Thread(target=worker.run, daemon=True)
+    runner.start()
+    assert pipeline.api("POST", "/topics", {"topic": topic})[0] == 201
+    samples: list[tuple[float, int, int, bool]] = []
+    sampling = threading.Event()
+
+    def sample() -> None:
+        while not sampling.is_set():
+            samples.append((time.monotonic(), worker.produced, len(worker._owned), worker._session_lost))
+            time.sleep(0.005)
+
+    try:
+        with ContinuousProducer(services["source"], topic, 2, rate_per_s=1000) as load:
+            wait_for(lambda: worker.produced > 500, 60, "mirroring")
+            sampler = threading.Thread(target=sample, daemon=True)
+            sampler.start()
+            # When its session expires
+            expired_at = time.monotonic()
+            expire_session(worker.zk, services["zookeeper"])
+            # Then it drops its partitions, re-registers and mirrors again
+            wait_for(lambda: any(s[3] for s in samples), 20, "session loss noticed", interval_s=0.05)
+            wait_for(lambda: samples and samples[-1][2] == 2 and not samples[-1][3], 30, "re-registered")
+            produced_before = worker.produced
+            wait_for(lambda: worker.produced > produced_before + 200, 30, "mirroring again")
+            sampling.set()
+            sampler.join(5)
+        # and between noticing the loss and getting partitions back it wrote nothing
+        lost = next(i for i, s in enumerate(samples) if s[3])
+        back = next(i for i in range(lost, len(samples)) if samples[i][2] > 0 and not samples[i][3])
+        fenced_window = samples[lost:back]
+        assert fenced_window, "no sample inside the fenced window"
+        assert len({s[1] for s in fenced_window}) == 1, "records were produced while fenced"
+        assert any(s[2] == 0 for s in fenced_window), "partitions were not dropped"
+        assert samples[back][0] - expired_at < 20
+        wait_mirrored(services, topic, 2)
+        result = compare(services, topic, 2)
+        assert result["lost"] == 0 and result["reordered"] == 0 and result["records"] == load.sent
+    finally:
+        worker.stop()
+        runner.join(30)
