@@ -204,6 +204,9 @@ def read(spark: Any, side: KafkaSide, topic: str, ranges: Mapping[int, tuple[int
         # Offsets that vanish meanwhile (retention) are caught by re-reading the log start.
         .option("failOnDataLoss", "false")
         .option("kafka.isolation.level", "read_committed")
+        # Every task reads up to the end of its range; the consumer's fetch past the end would otherwise
+        # wait the default 500 ms for records that will not come (fetches with data return at once).
+        .option("kafka.fetch.max.wait.ms", "10")
     )
     parallelism = spark.sparkContext.defaultParallelism
     if len(wanted) < parallelism:

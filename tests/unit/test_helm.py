@@ -14,7 +14,9 @@ build context, and the wheel it installs is built from exactly that context.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import json
 import re
 import shlex
 import shutil
@@ -227,18 +229,23 @@ def test_every_volume_has_one_source_and_every_mount_a_volume(helm: Path, values
     docs = render(helm, values)
     config_maps = {d["metadata"]["name"] for d in of_kind(docs, "ConfigMap")}
     claims = {d["metadata"]["name"] for d in of_kind(docs, "PersistentVolumeClaim")}
-    existing_claim = values_of(values)["verifier"]["reports"]["persistence"]["existingClaim"]
+    v = values_of(values)
+    existing_claim = v["verifier"]["reports"]["persistence"]["existingClaim"]
     for workload in workloads(docs):
         spec = pod_template(workload)["spec"]
+        component = workload["metadata"]["labels"]["app.kubernetes.io/component"]
+        users = {vol["name"] for vol in v[component]["extraVolumes"]}  # the user's own references
         volumes = {}
         for volume in spec["volumes"]:
-            sources = {k: v for k, v in volume.items() if k != "name"}
+            sources = {key: source for key, source in volume.items() if key != "name"}
             assert len(sources) == 1 and isinstance(next(iter(sources.values())), dict), volume
             volumes[volume["name"]] = sources
         for container in spec["containers"]:
             for mount in container["volumeMounts"]:
                 assert mount["name"] in volumes, f"{container['name']} mounts unknown {mount['name']}"
-        for sources in volumes.values():
+        for name, sources in volumes.items():
+            if name in users:
+                continue
             if "configMap" in sources:
                 assert sources["configMap"]["name"] in config_maps
             if "persistentVolumeClaim" in sources:
@@ -286,6 +293,40 @@ def test_every_process_loads_the_rendered_config(helm: Path, values: Path | None
                     assert getattr(cfg.worker, key) == value
 
 
+def test_chart_config_keys_are_exactly_the_loaders() -> None:
+    """Each values `config` block offers every key of its config section and nothing else,
+    except the keys the chart sets itself."""
+    schema = json.loads((CHART / "values.schema.json").read_text())["properties"]
+    chart_set = {
+        "controller": {"rest_port", "admin_token", "verification_dir"},  # ports, Secret, reports mount
+        "worker": {"id", "metrics_port"},  # pod name, containerPorts.metrics
+    }
+    loader = {"controller": config.ControllerConfig, "worker": config.WorkerConfig}
+    for component, section in loader.items():
+        offered = set(schema[component]["properties"]["config"]["properties"])
+        fields = {f.name for f in dataclasses.fields(section)}
+        assert offered <= fields, f"{component}.config offers keys the loader rejects: {offered - fields}"
+        missing = fields - offered - chart_set[component]
+        assert not missing, f"add {sorted(missing)} to {component}.config in values.schema.json and values.yaml"
+        assert set(values_of(None)[component]["config"]) <= offered
+    zookeeper = {f.name for f in dataclasses.fields(config.ZooKeeperConfig)}
+    assert set(schema["zookeeper"]["properties"]) == zookeeper
+
+
+def test_controllers_serve_the_verifiers_reports_from_its_claim(helm: Path) -> None:
+    docs = render(helm, CHART / "ci" / "auto-whitelist-values.yaml")
+    spec = pod_template(one(docs, "Deployment", "controller"))["spec"]
+    (mount,) = [m for m in spec["containers"][0]["volumeMounts"] if m["name"] == "reports"]
+    assert mount["readOnly"] is True
+    assert rendered_config(docs)["controller"]["verification_dir"] == mount["mountPath"]
+    (volume,) = [v for v in spec["volumes"] if v["name"] == "reports"]
+    cron_volumes = pod_template(one(docs, "CronJob", "verifier"))["spec"]["volumes"]
+    (written,) = [v for v in cron_volumes if v["name"] == "reports"]
+    assert volume["persistentVolumeClaim"]["claimName"] == written["persistentVolumeClaim"]["claimName"]
+    assert one(docs, "PersistentVolumeClaim", "verifier")["spec"]["accessModes"] == ["ReadWriteMany"]
+    assert "verification_dir" not in rendered_config(render(helm, None))["controller"]
+
+
 def _assert_secrets_arrive(cluster: dict[str, Any], properties: dict[str, str]) -> None:
     auth = cluster.get("authentication", {})
     if auth.get("type") in ("plain", "scram-sha-256", "scram-sha-512"):
@@ -326,12 +367,14 @@ def test_tls_files_come_from_the_named_secret_keys(helm: Path) -> None:
 # --- probes, ports and metrics -----------------------------------------------------------------
 
 
-def _served_by_controller() -> set[str]:
-    from controller.api import create_app
+@functools.cache
+def _served_by_controller() -> frozenset[str]:
+    """GET routes of the controller's REST app (building it needs no ZooKeeper or Kafka)."""
+    from controller.api import Controller, create_app
 
-    # The app factory only stores the controller; routing needs no ZooKeeper or Kafka.
-    app = create_app(SimpleNamespace())  # type: ignore[arg-type]
-    return {rule.rule for rule in app.url_map.iter_rules() if "GET" in (rule.methods or ())}
+    stub = Controller(config=None, zk=None, leadership=None, source_admin=None, destination_admin=None)  # type: ignore[arg-type]
+    app = create_app(stub)
+    return frozenset(rule.rule for rule in app.url_map.iter_rules() if "GET" in (rule.methods or ()))
 
 
 @pytest.mark.parametrize("values", VALUES_FILES, ids=VALUES_IDS)
@@ -371,26 +414,46 @@ def test_worker_probes_and_scrapes_reach_metrics(helm: Path, values: Path | None
     assert len(service) == 1 and service[0]["spec"]["clusterIP"] == "None"
     (port,) = service[0]["spec"]["ports"]
     assert container_port(container, port["targetPort"]) == metrics_port
-    for monitor in of_kind(docs, "ServiceMonitor"):
+
+
+@pytest.mark.parametrize("values", VALUES_FILES, ids=VALUES_IDS)
+def test_service_monitors_scrape_metrics_where_each_process_serves_it(helm: Path, values: Path | None) -> None:
+    docs = render(helm, values)
+    monitors = of_kind(docs, "ServiceMonitor")
+    if not values_of(values)["metrics"]["serviceMonitor"]["enabled"]:
+        assert not monitors
+        return
+    assert "/metrics" in _served_by_controller()  # workers: prometheus_client serves it (below)
+    assert {m["metadata"]["labels"]["app.kubernetes.io/component"] for m in monitors} == {"controller", "worker"}
+    rendered = rendered_config(docs)
+    ports = {"controller": rendered["controller"]["rest_port"], "worker": rendered["worker"]["metrics_port"]}
+    for monitor in monitors:
+        component = monitor["metadata"]["labels"]["app.kubernetes.io/component"]
         (endpoint,) = monitor["spec"]["endpoints"]
-        assert endpoint["port"] == port["name"] and endpoint["path"] == "/metrics"
-        assert _selects(monitor["spec"]["selector"]["matchLabels"], service[0]["metadata"]["labels"])
+        assert endpoint["path"] == "/metrics"
         assert NAMESPACE in monitor["spec"]["namespaceSelector"]["matchNames"]
+        services = [s for s in of_kind(docs, "Service") if _selects(monitor["spec"]["selector"]["matchLabels"],
+                                                                      s["metadata"]["labels"])]
+        assert len(services) == 1, f"{component}: the monitor must select one Service"
+        container = pod_template(one(docs, "Deployment", component))["spec"]["containers"][0]
+        (port,) = [p for p in services[0]["spec"]["ports"] if p["name"] == endpoint["port"]]
+        assert container_port(container, port["targetPort"]) == ports[component]
 
 
-def test_worker_serves_the_metrics_docs_deploy_names() -> None:
-    from prometheus_client import start_http_server
+def test_the_metrics_docs_deploy_names_are_served() -> None:
+    from prometheus_client import generate_latest, start_http_server
 
+    from controller.metrics import ControllerMetrics
     from worker.metrics import WorkerMetrics
 
-    metrics = WorkerMetrics()
+    worker = WorkerMetrics()
     # Labelled families only appear once they have a child.
-    for family in (metrics.records, metrics.bytes, metrics.skipped, metrics.produce_errors):
+    for family in (worker.records, worker.bytes, worker.skipped, worker.produce_errors):
         family.labels("orders").inc()
-    metrics.lag.labels("orders", "0").set(3)
-    metrics.commits.labels("ok").inc()
-    metrics.latency.observe(0.2)
-    server, thread = start_http_server(0, addr="127.0.0.1", registry=metrics.registry)
+    worker.lag.labels("orders", "0").set(3)
+    worker.commits.labels("ok").inc()
+    worker.latency.observe(0.2)
+    server, thread = start_http_server(0, addr="127.0.0.1", registry=worker.registry)
     try:
         url = f"http://127.0.0.1:{server.server_port}/metrics"
         with urllib.request.urlopen(url, timeout=10) as response:
@@ -399,9 +462,14 @@ def test_worker_serves_the_metrics_docs_deploy_names() -> None:
     finally:
         server.shutdown()
         thread.join(timeout=10)
-    served = set(re.findall(r"^(ureplicator_worker_\w+)", exposition, re.MULTILINE))
-    documented = set(re.findall(r"\bureplicator_worker_\w+", (REPO / "docs" / "deploy.md").read_text()))
-    assert documented, "docs/deploy.md names no worker metric"
+    # The controller's /metrics route renders its registry with the same generate_latest.
+    exposition += generate_latest(ControllerMetrics().registry).decode()
+
+    # Sample names (…_total, …_bucket) and family names (# TYPE lines) both count.
+    served = set(re.findall(r"^(?:# TYPE )?(ureplicator_(?:worker|controller)_\w+)", exposition, re.MULTILINE))
+    docs = (REPO / "docs" / "deploy.md").read_text()
+    documented = set(re.findall(r"\bureplicator_(?:worker|controller)_\w+", docs))
+    assert any(n.startswith("ureplicator_worker_") for n in documented), "docs/deploy.md names no worker metric"
     assert documented <= served, f"documented but not served: {sorted(documented - served)}"
 
 
@@ -497,7 +565,7 @@ def test_restricted_network_policy_admits_only_named_peers(helm: Path) -> None:
     assert driver_rule["from"] == [{"ipBlock": {"cidr": "10.20.0.0/16"}}]
     (metrics_rule,) = policies["worker"]["spec"]["ingress"]
     assert {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}} in metrics_rule["from"]
-    # The default (local) verifier accepts no connections at all.
+    # A verifier with a local master accepts no connections at all.
     local = render(helm, CHART / "ci" / "all-options-values.yaml")
     verifier = [p for p in of_kind(local, "NetworkPolicy") if p["metadata"]["name"].endswith("-verifier")][0]
     assert verifier["spec"]["ingress"] == []
@@ -575,6 +643,8 @@ BAD_VALUES = [
     ("same-aliases", {"clusters": {"target": {"alias": "source"}}}, "they must differ"),
     ("unknown-config-key", {"worker": {"config": {"auto_whitelist": True}}},
      "at '/worker/config': additional properties 'auto_whitelist' not allowed"),
+    ("chart-managed-config-key", {"worker": {"config": {"metrics_port": 9100}}},
+     "additional properties 'metrics_port' not allowed"),
     ("typo-in-a-block", {"controller": {"replica": 3}}, "additional properties 'replica' not allowed"),
     ("bad-pipeline", {"pipeline": "dc1 to dc2"}, "at '/pipeline'"),
     ("bad-offset-reset", {"worker": {"config": {"auto_offset_reset": "newest"}}}, "auto_offset_reset"),
@@ -590,6 +660,10 @@ BAD_VALUES = [
     ("both-pdb-bounds", {"worker": {"pdb": {"minAvailable": 1}}},
      "worker.pdb: set minAvailable or maxUnavailable, not both"),
     ("zero-metrics-port", {"worker": {"containerPorts": {"metrics": 0}}}, "at '/worker/containerPorts/metrics'"),
+    ("reports-on-a-single-node-claim", {"controller": {"verificationReports": {"enabled": True}}},
+     "set verifier.reports.persistence.accessModes to [ReadWriteMany]"),
+    ("bad-topic-naming", {"controller": {"config": {"topic_naming": "suffix"}}},
+     "at '/controller/config/topic_naming'"),
 ]
 
 
@@ -720,7 +794,7 @@ def test_the_package_the_image_installs_has_every_data_file(tmp_path: Path) -> N
     assert done.returncode == 0, done.stdout + done.stderr
     (wheel,) = (tmp_path / "dist").glob("*.whl")
     packaged = set(zipfile.ZipFile(wheel).namelist())
-    data_suffixes = {".json", ".properties", ".yaml", ".yml", ".html", ".css", ".js", ".txt", ".xml", ".sql"}
+    data_suffixes = {".json", ".properties", ".yaml", ".yml", ".html", ".css", ".js"}
     data_files = {
         path.relative_to(REPO).as_posix()
         for package in ("common", "controller", "worker", "verifier")

@@ -75,8 +75,9 @@ app.kubernetes.io/part-of: ureplicator
 {{- define "ureplicator.configPath" -}}/etc/ureplicator/config.yaml{{- end -}}
 
 {{/*
-The two clusters this release uses, by config section: [["source", <cluster>], ["destination", <cluster>]].
-Call as `include "ureplicator.roles" . | fromJsonArray`.
+The two clusters this release uses, by config section:
+[["source", <cluster>, <key in clusters>], ["destination", <cluster>, <key>]].
+Call as `include "ureplicator.roles" . | fromJsonArray`; it validates the values first.
 */}}
 {{- define "ureplicator.roles" -}}
 {{- include "ureplicator.validate" . -}}

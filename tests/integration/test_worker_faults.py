@@ -1,0 +1,165 @@
+"""Worker behaviour at the edges: loops, a destination outage, a poisoned partition, SIGTERM, rate limits."""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+import urllib.request
+
+import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from common import stack
+from tests.support import kafka_io
+from tests.support.kafka_io import wait_for
+from tests.support.load import ContinuousProducer, compare, wait_mirrored
+from tests.support.pipeline import Pipeline, free_port
+
+pytestmark = pytest.mark.integration
+
+
+def scrape(port: int, name: str) -> float:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+            text = resp.read().decode()
+    except OSError:
+        return 0.0  # not serving yet
+    values = [float(v) for v in re.findall(rf"^{name}(?:{{[^}}]*}})? (\S+)$", text, re.M)]
+    return sum(values)
+
+
+def test_active_active_pair_mirrors_everything_once_and_nothing_loops(pipeline, services, tmp_path):
+    # Given topic t on both clusters, mirrored A->B by one pipeline and B->A by another
+    topic = f"{pipeline.name}-aa"
+    for side in ("source", "destination"):
+        kafka_io.create_topic(services[side], topic, 2)
+    back = Pipeline(services=pipeline.services, workdir=tmp_path, overrides={
+        "source": {"alias": "dst", "bootstrap_servers": services["destination"]},
+        "destination": {"alias": "src", "bootstrap_servers": services["source"]},
+    })
+    try:
+        for p in (pipeline, back):
+            p.start_controller()
+            p.start_worker(f"{p.name}-w")
+            assert p.api("POST", "/topics", {"topic": topic})[0] == 201
+        # When each side produces its own records
+        kafka_io.produce(services["source"], topic, 300, 2, tag="A")
+        kafka_io.produce(services["destination"], topic, 200, 2, tag="B")
+        # Then both sides end up with 500 records: each record once, none echoed back
+        for side in ("source", "destination"):
+            wait_for(lambda side=side: sum(kafka_io.end_offsets(services[side], topic, 2).values()) >= 500, 60,
+                     f"{side} has both sides' records")
+        time.sleep(3)  # a loop would keep growing the topics: give it time to show
+        for side in ("source", "destination"):
+            assert sum(kafka_io.end_offsets(services[side], topic, 2).values()) == 500
+            values = [r.value for p in range(2) for r in kafka_io.read_partition(services[side], topic, p)]
+            assert len(values) == len(set(values)) == 500
+            assert sum(v.startswith(b"A-") for v in values) == 300
+    finally:
+        back.stop_all()
+
+
+def test_destination_outage_pauses_and_resumes_without_loss_and_with_bounded_memory(pipeline, services):
+    topic = f"{pipeline.name}-outage"
+    kafka_io.create_topic(services["source"], topic, 4)
+    metrics_port = free_port()
+    budget = 256 * 1024
+    pipeline.start_controller()
+    pipeline.start_worker("w1", worker={"metrics_port": metrics_port, "max_in_flight_bytes": budget})
+    assert pipeline.api("POST", "/topics", {"topic": topic})[0] == 201
+    with ContinuousProducer(services["source"], topic, 4, rate_per_s=3000) as load:
+        wait_for(lambda: scrape(metrics_port, "ureplicator_worker_records_mirrored_total") > 1000, 60, "mirroring")
+        # When the destination broker stops in the middle of the stream
+        stack.stop_service(services["dir"], "destination")
+        peak = 0.0
+        deadline = time.monotonic() + 8
+        while time.monotonic() < deadline:
+            peak = max(peak, scrape(metrics_port, "ureplicator_worker_in_flight_bytes"))
+            time.sleep(0.5)
+        # Then the worker stops fetching once its in-flight budget is used (memory stays bounded)
+        assert peak <= budget + 1000 * 40, peak  # budget plus at most one fetched batch
+        stack.start_service(services["dir"], "destination")
+        time.sleep(3)
+    # And once the broker is back everything arrives, in order, nothing lost
+    wait_mirrored(services, topic, 4, timeout_s=120)
+    result = compare(services, topic, 4)
+    assert result["lost"] == 0 and result["reordered"] == 0 and result["records"] == load.sent
+
+
+def test_a_record_the_destination_refuses_stops_only_its_partition(pipeline, services):
+    topic = f"{pipeline.name}-poison"
+    kafka_io.create_topic(services["source"], topic, 2)
+    # The destination topic exists already with a smaller record limit
+    admin = AdminClient({"bootstrap.servers": services["destination"]})
+    admin.create_topics([NewTopic(topic, 2, 1, config={"max.message.bytes": "200000"})])[topic].result(30)
+    kafka_io.produce(services["source"], topic, 100, 2)  # offsets 0..49 in each partition
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": services["source"]})
+    # Random bytes: compression must not shrink it under the destination's limit.
+    producer.produce(topic, key=b"big", value=os.urandom(500_000), partition=1)  # offset 50 of partition 1
+    producer.flush(30)
+    kafka_io.produce(services["source"], topic, 100, 2, start=100)  # offsets 51.. of partition 1
+    pipeline.start_controller()
+    pipeline.start_worker("w1", destination={"properties": {"batch.size": "100000"}})
+    assert pipeline.api("POST", "/topics", {"topic": topic})[0] == 201
+
+    def stopped() -> dict | None:
+        body = pipeline.api("GET", f"/topics/{topic}")[1]
+        status = body["assignment"][1]["status"] or {}
+        return body if status.get("error") else None
+
+    body = wait_for(stopped, 60, "partition 1 stopped")
+    assert body["assignment"][1]["status"]["error"].startswith("offset 50:")
+    assert body["assignment"][0]["status"]["error"] is None
+    # Partition 0 goes on to the end; partition 1 commits exactly up to the refused record
+    wait_for(lambda: kafka_io.end_offsets(services["destination"], topic, 2)[0] == 100, 60, "partition 0 done")
+    wait_for(lambda: kafka_io.committed(services["source"], pipeline.group, topic, 2) == {0: 100, 1: 50}, 30,
+             "commits")
+    noprogress = pipeline.api("GET", "/noprogress")[1]
+    assert [(s["partition"], s["error"] is not None) for s in noprogress["stalled"]] == [(1, True)]
+
+
+def test_sigterm_under_load_hands_off_without_loss_or_duplicates(pipeline, services):
+    topic = f"{pipeline.name}-term"
+    kafka_io.create_topic(services["source"], topic, 4)
+    pipeline.start_controller()
+    leaving = pipeline.start_worker("w1")
+    pipeline.start_worker("w2")
+    assert pipeline.api("POST", "/topics", {"topic": topic})[0] == 201
+    with ContinuousProducer(services["source"], topic, 4, rate_per_s=2000) as load:
+        def both_own() -> bool:
+            body = pipeline.api("GET", f"/topics/{topic}")[1]
+            return {p["applied_by"] for p in body["assignment"]} == {"w1", "w2"}
+
+        wait_for(both_own, 60, "both workers own partitions")
+        time.sleep(1)
+        started = time.monotonic()
+        # When w1 gets SIGTERM under load, it exits cleanly within its shutdown timeout
+        assert leaving.terminate(30) == 0
+        assert time.monotonic() - started < 20
+        wait_for(lambda: {p["applied_by"] for p in pipeline.api("GET", f"/topics/{topic}")[1]["assignment"]}
+                 == {"w2"}, 30, "w2 owns everything")
+        time.sleep(2)
+    wait_mirrored(services, topic, 4)
+    assert compare(services, topic, 4) == {"records": load.sent, "lost": 0, "duplicated": 0, "reordered": 0}
+
+
+def test_rate_limit_set_through_the_controller_applies_at_runtime(pipeline, services):
+    topic = f"{pipeline.name}-slow"
+    kafka_io.create_topic(services["source"], topic, 2)
+    kafka_io.produce(services["source"], topic, 20_000, 2)
+    pipeline.start_controller()
+    assert pipeline.api("POST", "/admin/rate_limit", {"records_per_s": 500})[0] == 200
+    pipeline.start_worker("w1")
+    assert pipeline.api("POST", "/topics", {"topic": topic})[0] == 201
+    wait_for(lambda: sum(kafka_io.end_offsets(services["destination"], topic, 2).values()) > 0, 30, "started")
+    first = sum(kafka_io.end_offsets(services["destination"], topic, 2).values())
+    time.sleep(4)
+    second = sum(kafka_io.end_offsets(services["destination"], topic, 2).values())
+    # 500/s for 4 s (+ one second of burst): far below the unthrottled thousands per second
+    assert second - first <= 500 * 5 + 1000, second - first
+    # When the limit is lifted, the rest flows at full speed
+    assert pipeline.api("POST", "/admin/rate_limit", {"records_per_s": 0})[0] == 200
+    wait_mirrored(services, topic, 2, timeout_s=30)
