@@ -5,16 +5,17 @@ VENV := .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: help install venv jars test unit integration lint demo stack-up stack-down clean
+.PHONY: help install venv jars helm test unit integration lint demo stack-up stack-down clean bench bench-throughput bench-verifier
 
 help:
 	@echo "make install      venv (.venv, editable, dev extras) + pinned JVM jars (.cache/jvm)"
 	@echo "make test         unit + integration tests against a real local ZooKeeper/Kafka stack"
 	@echo "make demo         end-to-end demo: mirror 100,000 records and compare per partition"
 	@echo "make lint         ruff"
+	@echo "make helm         pinned helm (.cache/bin/helm, built with Go) for the chart tests"
 	@echo "make stack-up / stack-down   a local stack for manual work (.cache/stack/stack.json)"
 
-install: venv jars
+install: venv jars helm
 
 # Reinstall only when the package metadata changed; say what was reused.
 venv:
@@ -33,7 +34,11 @@ venv:
 jars: venv
 	@$(BIN)/python -m common.jvm fetch
 
-unit: venv
+# Pinned helm for the chart tests, built from the Go module proxy into .cache/bin; reused when present.
+helm: venv
+	@$(BIN)/python -m common.helmtool install
+
+unit: venv helm
 	$(BIN)/python -m pytest tests/unit -q $(PYTEST_ARGS)
 
 integration: install

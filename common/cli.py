@@ -51,10 +51,30 @@ def _parser() -> argparse.ArgumentParser:
     add = tsub.add_parser("add", help="start mirroring a topic")
     add.add_argument("topic")
     add.add_argument("--partitions", type=int, default=None, help="expected partition count (checked)")
-    for action in ("remove", "show"):
-        tsub.add_parser(action).add_argument("topic")
-    tsub.add_parser("list")
+    add.add_argument("--destination", default=None, help="destination topic name (default: naming rule)")
+    expand = tsub.add_parser("expand", help="grow a mirrored topic after its source grew")
+    expand.add_argument("topic")
+    expand.add_argument("--partitions", type=int, default=None)
+    for action, text in (("remove", "stop mirroring (the destination keeps its data)"),
+                         ("show", "partitions, owners, lag and errors"),
+                         ("pause", "stop mirroring for now; offsets are committed"),
+                         ("resume", "resume a paused topic")):
+        tsub.add_parser(action, help=text).add_argument("topic")
+    tsub.add_parser("list", help="mirrored topics")
     topics.set_defaults(func=_topics)
+
+    workers = sub.add_parser("workers", help="list, blacklist (drain) or whitelist workers")
+    _rest_options(workers)
+    wsub = workers.add_subparsers(dest="action", required=True)
+    wsub.add_parser("list", help="workers with assignment and rates")
+    for action, text in (("blacklist", "drain a worker: its partitions are handed off gracefully"),
+                         ("whitelist", "let a blacklisted worker take partitions again")):
+        wsub.add_parser(action, help=text).add_argument("worker")
+    workers.set_defaults(func=_workers)
+
+    rebalance = sub.add_parser("rebalance", help="ask the leader to rebalance now")
+    _rest_options(rebalance)
+    rebalance.set_defaults(func=_rebalance)
 
     demo = sub.add_parser("demo", help="run the end-to-end demo on a local stack")
     demo.add_argument("--records", type=int, default=100_000)
@@ -101,8 +121,10 @@ def _stack(args: argparse.Namespace) -> int:
 def _rest_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--url", default=os.environ.get("UREPLICATOR_URL", "http://localhost:9000"),
                         help="controller REST URL (env UREPLICATOR_URL)")
-    parser.add_argument("--token", default=os.environ.get("UREPLICATOR_ADMIN_TOKEN"),
-                        help="admin bearer token (env UREPLICATOR_ADMIN_TOKEN)")
+    parser.add_argument("--token",
+                        default=os.environ.get("UREPLICATOR_ADMIN_TOKEN")
+                        or os.environ.get("UREPLICATOR_CONTROLLER_ADMIN_TOKEN"),
+                        help="admin bearer token (env UREPLICATOR_ADMIN_TOKEN or UREPLICATOR_CONTROLLER_ADMIN_TOKEN)")
     parser.add_argument("--json", action="store_true", help="print the raw JSON response")
 
 
@@ -127,29 +149,42 @@ def request(url: str, method: str = "GET", body: Any = None, token: str | None =
         raise UReplicatorError(f"cannot reach the controller at {url}: {getattr(exc, 'reason', exc)}") from None
 
 
+def _call(args: argparse.Namespace, method: str, path: str, body: Any = None) -> Any:
+    status, payload = request(f"{args.url.rstrip('/')}{path}", method, body, args.token)
+    if status >= 400:
+        message = (payload or {}).get("error", {}).get("message", payload) if isinstance(payload, dict) else payload
+        raise UReplicatorError(f"{args.command} {args.action if 'action' in args else ''}: {status}: {message}")
+    return payload
+
+
 def _topics(args: argparse.Namespace) -> int:
-    base = args.url.rstrip("/")
-    if args.action == "list":
-        status, body = request(f"{base}/topics", token=args.token)
-    elif args.action == "show":
-        status, body = request(f"{base}/topics/{args.topic}", token=args.token)
-    elif args.action == "add":
+    action = args.action
+    if action == "list":
+        body = _call(args, "GET", "/topics")
+    elif action == "show":
+        body = _call(args, "GET", f"/topics/{args.topic}")
+    elif action == "add":
         payload: dict[str, Any] = {"topic": args.topic}
         if args.partitions is not None:
             payload["numPartitions"] = args.partitions
-        status, body = request(f"{base}/topics", "POST", payload, args.token)
+        if args.destination:
+            payload["destination"] = args.destination
+        body = _call(args, "POST", "/topics", payload)
+    elif action == "expand":
+        payload = {"topic": args.topic}
+        if args.partitions is not None:
+            payload["numPartitions"] = args.partitions
+        body = _call(args, "PUT", "/topics", payload)
+    elif action in ("pause", "resume"):
+        body = _call(args, "POST", f"/topics/{args.topic}/{action}")
     else:
-        status, body = request(f"{base}/topics/{args.topic}", "DELETE", token=args.token)
-    if status >= 400:
-        message = (body or {}).get("error", {}).get("message", body)
-        print(f"ureplicator topics {args.action}: {status}: {message}", file=sys.stderr)
-        return 1
+        body = _call(args, "DELETE", f"/topics/{args.topic}")
     if args.json:
         print(json.dumps(body, indent=2))
-    elif args.action == "list":
+    elif action == "list":
         rows = [(t["topic"], t["destination"], str(t["partitions"]), t["state"]) for t in body["topics"]]
         _table(["TOPIC", "DESTINATION", "PARTITIONS", "STATE"], rows)
-    elif args.action == "show":
+    elif action == "show":
         print(f"{body['topic']} -> {body['destination']} ({body['partitions']} partitions, {body['state']})")
         rows = [
             (str(p["partition"]), p["worker"] or "-", str((p["status"] or {}).get("lag", "-")),
@@ -157,8 +192,35 @@ def _topics(args: argparse.Namespace) -> int:
             for p in body["assignment"]
         ]
         _table(["PARTITION", "WORKER", "LAG", "ERROR"], rows)
+    elif action == "remove":
+        print(f"{args.topic}: no longer mirrored")
     else:
-        print(json.dumps(body))
+        print(f"{body['topic']} -> {body['destination']}: {body['partitions']} partitions, {body['state']}")
+    return 0
+
+
+def _workers(args: argparse.Namespace) -> int:
+    if args.action == "list":
+        body = _call(args, "GET", "/instances")
+        if args.json:
+            print(json.dumps(body, indent=2))
+            return 0
+        rows = [
+            (w["worker"], "yes" if w["live"] else "no", "yes" if w["blacklisted"] else "no", str(w["assigned"]),
+             str(w["applied"]), f"{w['records_per_s']:.0f}", f"{w['bytes_per_s'] / 1e6:.2f}")
+            for w in body["instances"]
+        ]
+        _table(["WORKER", "LIVE", "BLACKLISTED", "ASSIGNED", "APPLIED", "RECORDS/S", "MB/S"], rows)
+        return 0
+    method = "DELETE" if args.action == "blacklist" else "POST"
+    body = _call(args, method, f"/instances/{args.worker}")
+    print(json.dumps(body) if args.json else f"{args.worker}: {args.action}ed")
+    return 0
+
+
+def _rebalance(args: argparse.Namespace) -> int:
+    body = _call(args, "POST", "/instances")
+    print(json.dumps(body) if args.json else "rebalance requested")
     return 0
 
 

@@ -16,7 +16,7 @@ class WorkerMetrics:
             ["topic"], registry=r,
         )
         self.bytes = Counter(
-            "ureplicator_worker_bytes_mirrored", "Key+value bytes acknowledged by the destination",
+            "ureplicator_worker_mirrored", "Key+value bytes acknowledged by the destination",
             ["topic"], registry=r, unit="bytes",
         )
         self.skipped = Counter(

@@ -98,3 +98,30 @@ def test_admin_token_guards_mutations(pipeline, services):
     assert pipeline.api("POST", "/topics", {"topic": topic}, token="wrong-token")[0] == 403
     assert pipeline.api("GET", "/topics")[0] == 200  # reads stay open
     assert pipeline.api("POST", "/topics", {"topic": topic}, token="correct-horse")[0] == 201
+
+
+def test_cli_manages_topics_and_workers_through_rest(pipeline, services):
+    import subprocess
+    import sys
+
+    pipeline.start_controller()
+    pipeline.start_worker("w1")
+    topic = f"{pipeline.name}-cli"
+    kafka_io.create_topic(services["source"], topic, 2)
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        command, *rest = args
+        return subprocess.run([sys.executable, "-m", "common.cli", command, "--url", pipeline.url, *rest],
+                              capture_output=True, text=True, timeout=60)
+
+    assert cli("topics", "add", topic, "--partitions", "2").returncode == 0
+    listed = cli("topics", "list")
+    assert listed.returncode == 0 and topic in listed.stdout and "PARTITIONS" in listed.stdout
+    wait_for(lambda: "w1" in cli("topics", "show", topic).stdout, 30, "owner shown")
+    assert "paused" in cli("topics", "pause", topic).stdout
+    assert "active" in cli("topics", "resume", topic).stdout
+    assert "w1" in cli("workers", "list").stdout
+    assert cli("rebalance").returncode == 0
+    failed = cli("topics", "add", topic)
+    assert failed.returncode == 1 and "409" in failed.stderr
+    assert cli("workers", "blacklist", "nobody").returncode == 1
