@@ -95,8 +95,11 @@ class ReportStore:
 
     def append(self, entry: Mapping[str, Any]) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
+        path = self.root / HISTORY
         line = json.dumps(entry, separators=(",", ":")) + "\n"
-        with open(self.root / HISTORY, "a", encoding="utf-8") as handle:
+        if _ends_mid_line(path):
+            line = "\n" + line  # a crash cut the last line short: do not glue ours onto it
+        with open(path, "a", encoding="utf-8") as handle:
             handle.write(line)
             handle.flush()
             os.fsync(handle.fileno())
@@ -134,6 +137,17 @@ class ReportStore:
             path.with_suffix(".html").unlink(missing_ok=True)
             removed.append(path.stem)
         return removed
+
+
+def _ends_mid_line(path: Path) -> bool:
+    try:
+        with open(path, "rb") as handle:
+            if handle.seek(0, os.SEEK_END) == 0:
+                return False
+            handle.seek(-1, os.SEEK_END)
+            return handle.read(1) != b"\n"
+    except FileNotFoundError:
+        return False
 
 
 def _write(path: Path, text: str) -> None:
