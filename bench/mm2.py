@@ -1,0 +1,119 @@
+"""Write MirrorMaker 2's dedicated-mode config for one benchmark run and build its java command line.
+
+One flow ``<alias> -> destination`` for one topic, one task, identity topic
+naming, the worker's producer settings, and only the data path switched on:
+
+* ``emit.heartbeats``, ``emit.checkpoints`` and ``emit.offset-syncs`` are off —
+  ureplicator has no heartbeat topic and no consumer-group offset translation,
+  so the comparison is record copying against record copying (MM2 still tracks
+  its source offsets in Connect's offsets topic, like our commits);
+* topic config, ACL and group-offset syncing are off;
+* every internal topic has replication factor 1 (single-broker clusters);
+* the source alias is fresh per run (``src<N>``), so the Connect group, its
+  config/offsets/status topics are new and the run starts from offset 0.
+
+JVM: ``-Xms256m -Xmx512m`` (``connect-mirror-maker.sh`` defaults to
+``-Xms256M -Xmx2G``; 512 MB is the brief's small heap) with the G1 flags of
+``kafka-run-class.sh``, classpath from ``jvm.classpath("mirrormaker")``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from bench.common import PRODUCER_SETTINGS
+from common import jvm
+
+MAIN_CLASS = "org.apache.kafka.connect.mirror.MirrorMaker"
+HEAP = ["-Xms256m", "-Xmx512m"]
+# KAFKA_JVM_PERFORMANCE_OPTS of kafka-run-class.sh (what connect-mirror-maker.sh runs with).
+JVM_FLAGS = [
+    "-server",
+    "-XX:+UseG1GC",
+    "-XX:MaxGCPauseMillis=20",
+    "-XX:InitiatingHeapOccupancyPercent=35",
+    "-XX:+ExplicitGCInvokesConcurrent",
+    "-XX:+ExitOnOutOfMemoryError",
+    "-Djava.awt.headless=true",
+]
+DESTINATION = "destination"
+
+
+def producer_overrides() -> dict[str, str]:
+    """The worker's librdkafka producer settings in Java client terms."""
+    return {
+        "linger.ms": str(PRODUCER_SETTINGS["linger.ms"]),
+        "batch.size": str(PRODUCER_SETTINGS["batch.size"]),
+        "compression.type": str(PRODUCER_SETTINGS["compression.type"]),
+        "acks": str(PRODUCER_SETTINGS["acks"]),
+        "enable.idempotence": str(PRODUCER_SETTINGS["enable.idempotence"]).lower(),
+        # Connect defaults its source-task producers to 1 request in flight; librdkafka's
+        # idempotent producer keeps up to 5, so MM2 gets the same 5.
+        "max.in.flight.requests.per.connection": "5",
+    }
+
+
+def properties(alias: str, source: str, destination: str, topic: str) -> dict[str, Any]:
+    flow = f"{alias}->{DESTINATION}"
+    props: dict[str, Any] = {
+        "clusters": f"{alias}, {DESTINATION}",
+        f"{alias}.bootstrap.servers": source,
+        f"{DESTINATION}.bootstrap.servers": destination,
+        f"{flow}.enabled": "true",
+        f"{DESTINATION}->{alias}.enabled": "false",
+        f"{flow}.topics": topic,
+        "tasks.max": 1,
+        "replication.policy.class": "org.apache.kafka.connect.mirror.IdentityReplicationPolicy",
+        "emit.heartbeats.enabled": "false",
+        "emit.checkpoints.enabled": "false",
+        "emit.offset-syncs.enabled": "false",
+        "sync.topic.configs.enabled": "false",
+        "sync.topic.acls.enabled": "false",
+        "sync.group.offsets.enabled": "false",
+        "refresh.groups.enabled": "false",
+        # Internal topics on single-broker clusters.
+        "replication.factor": 1,
+        "checkpoints.topic.replication.factor": 1,
+        "heartbeats.topic.replication.factor": 1,
+        "offset-syncs.topic.replication.factor": 1,
+        "offset.storage.replication.factor": 1,
+        "status.storage.replication.factor": 1,
+        "config.storage.replication.factor": 1,
+    }
+    for key, value in producer_overrides().items():
+        props[f"{DESTINATION}.producer.{key}"] = value
+    return props
+
+
+def log4j_properties(log_file: Path) -> dict[str, str]:
+    return {
+        "log4j.rootLogger": "INFO, file",
+        "log4j.appender.file": "org.apache.log4j.FileAppender",
+        "log4j.appender.file.File": str(log_file),
+        "log4j.appender.file.layout": "org.apache.log4j.PatternLayout",
+        "log4j.appender.file.layout.ConversionPattern": "[%d] %p %m (%c)%n",
+        "log4j.logger.org.reflections": "ERROR",
+    }
+
+
+def write_props(path: Path, props: dict[str, Any]) -> Path:
+    path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+    return path
+
+
+def command(workdir: Path, alias: str, source: str, destination: str, topic: str) -> list[str]:
+    """Write ``mm2.properties`` and ``log4j.properties`` into ``workdir``; return the java command."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    config = write_props(workdir / "mm2.properties", properties(alias, source, destination, topic))
+    log4j = write_props(workdir / "log4j.properties", log4j_properties(workdir / "mm2.log"))
+    return [
+        jvm.java_executable(),
+        *HEAP,
+        *JVM_FLAGS,
+        f"-Dlog4j.configuration=file:{log4j}",
+        "-cp",
+        jvm.classpath("mirrormaker"),
+        MAIN_CLASS,
+        str(config),
+    ]
