@@ -80,11 +80,9 @@ def assign(
             pool.append(tp)
     # 4. Shed above target, dropping partitions of the topic most concentrated on the worker.
     for worker in live:
-        while len(kept[worker]) > target[worker]:
-            per_topic = Counter(t for t, _ in kept[worker])
-            victim = max(kept[worker], key=lambda tp: (tp not in hot, per_topic[tp[0]], tp))
-            kept[worker].remove(victim)
-            pool.append(victim)
+        excess = len(kept[worker]) - target[worker]
+        if excess > 0:
+            pool.extend(_shed(kept[worker], excess, hot))
     # 5. Place the pool, lagging first: the open worker with the fewest lagging partitions,
     #    then the fewest of that topic, then the least measured load, then the fewest partitions.
     topic_count = {w: Counter(t for t, _ in kept[w]) for w in live}
@@ -111,6 +109,26 @@ def assign(
     if rebalance and weight and len(live) > 1:
         _swap_for_weight(kept, load, weight, hot, rounds=4 * len(live))
     return {w: frozenset(kept[w]) for w in live}
+
+
+def _shed(owned: set[TopicPartition], count: int, hot: set[TopicPartition]) -> list[TopicPartition]:
+    """Take ``count`` partitions off a worker: never a lagging one while others remain, and from the
+    topic most concentrated on it first (so its topics end up spread). O(count log topics)."""
+    by_topic: dict[str, list[TopicPartition]] = {}
+    for tp in sorted(owned):
+        if tp not in hot:
+            by_topic.setdefault(tp[0], []).append(tp)
+    heap = [(-len(tps), topic) for topic, tps in by_topic.items()]
+    heapq.heapify(heap)
+    shed: list[TopicPartition] = []
+    while len(shed) < count and heap:
+        size, topic = heapq.heappop(heap)
+        shed.append(by_topic[topic].pop())  # the highest partition number of that topic
+        if size + 1 < 0:
+            heapq.heappush(heap, (size + 1, topic))
+    shed.extend(sorted(owned & hot, reverse=True)[: count - len(shed)])
+    owned.difference_update(shed)
+    return shed
 
 
 def _place_by_count(
