@@ -73,6 +73,7 @@ class Leadership:
         self._memory: dict[str, frozenset[TopicPartition]] = {}  # last written, survives node deletion
         self._departed: dict[str, float] = {}
         self._lag_history: dict[TopicPartition, list[int]] = {}
+        self._weights: dict[TopicPartition, float] = {}
         self._sampled: dict[tuple[str, TopicPartition], str] = {}
         self._withheld_since: dict[TopicPartition, float] = {}
         self._rebalance_seen: bytes | None = None
@@ -285,7 +286,12 @@ class Leadership:
         for worker, status in statuses.items():
             for tp, st in status.partitions.items():
                 if st.bytes_per_s > 0:
-                    weights[tp] = st.bytes_per_s
+                    # Smoothed: one status window is a second or so of traffic and jitters.
+                    previous = self._weights.get(tp)
+                    smoothed = st.bytes_per_s if previous is None else 0.7 * previous + 0.3 * st.bytes_per_s
+                    if self._sampled.get((worker, tp)) != status.updated_at:
+                        self._weights[tp] = smoothed
+                    weights[tp] = self._weights.get(tp, smoothed)
                 if self._sampled.get((worker, tp)) == status.updated_at:
                     continue  # same status document as last time: not a new sample
                 self._sampled[(worker, tp)] = status.updated_at
