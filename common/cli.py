@@ -76,6 +76,12 @@ def _parser() -> argparse.ArgumentParser:
     _rest_options(rebalance)
     rebalance.set_defaults(func=_rebalance)
 
+    from verifier import cli as verifier_cli
+
+    verify = sub.add_parser("verify", help="prove with Spark that the destination holds every source record once")
+    verifier_cli.add_arguments(verify)
+    verify.set_defaults(func=verifier_cli.run)
+
     demo = sub.add_parser("demo", help="run the end-to-end demo on a local stack")
     demo.add_argument("--records", type=int, default=100_000)
     demo.add_argument("--partitions", type=int, default=8)

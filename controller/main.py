@@ -6,11 +6,13 @@ import os
 import signal
 import socket
 import threading
+from pathlib import Path
 
 from common import kafka, logs, zk
 from common.config import Config
 from controller.api import Controller, create_app, serve
 from controller.leader import Leadership
+from controller.verification_api import make_blueprint, register_metrics
 
 
 def run(config: Config) -> int:
@@ -21,6 +23,8 @@ def run(config: Config) -> int:
     source_admin = kafka.admin(config.source)
     destination_admin = kafka.admin(config.destination)
     leadership = Leadership(config, client, identifier, admins=(source_admin, destination_admin))
+    reports_dir = Path(config.controller.verification_dir) if config.controller.verification_dir else None
+    register_metrics(leadership.metrics.registry, reports_dir)
     controller = Controller(
         config=config,
         zk=client,
@@ -28,6 +32,7 @@ def run(config: Config) -> int:
         source_admin=source_admin,
         destination_admin=destination_admin,
         source_consumer=kafka.consumer(config.source, config.consumer_group, f"ureplicator-controller-{identifier}"),
+        extra_blueprints=[make_blueprint(reports_dir)],
     )
     try:
         server, _ = serve(create_app(controller), config.controller.rest_host, config.controller.rest_port)
