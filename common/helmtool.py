@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import fcntl
 import json
 import os
 import re
@@ -22,10 +21,10 @@ import subprocess
 import sys
 import time
 from collections import deque
-from collections.abc import Iterator
 from pathlib import Path
 
 from common.jvm import CACHE_DIR
+from common.locking import file_lock
 
 # The one place the helm version is pinned. v3.21.x needs Go >= 1.26.0 to build.
 HELM_VERSION = "v3.21.4"
@@ -118,16 +117,10 @@ def _go_executable() -> str:
     return found
 
 
-@contextlib.contextmanager
-def _lock(folder: Path) -> Iterator[None]:
-    # `make install` in one shell and `make test` in another must not both rename binaries.
-    folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / ".helm.lock", "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+def _lock(folder: Path) -> contextlib.AbstractContextManager[None]:
+    # Two runs at once (make install in one shell, a test fixture in another) must not
+    # both swap the same files; serialise them.
+    return file_lock(folder / ".helm.lock")
 
 
 def _run(cmd: list[str], env: dict[str, str], cwd: Path) -> str:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import fcntl
 import hashlib
 import os
 import re
@@ -13,8 +12,9 @@ import subprocess
 import sys
 import time
 from collections import deque
-from collections.abc import Iterator
 from pathlib import Path
+
+from common.locking import file_lock
 
 REPO_ROOT: Path = Path(__file__).resolve().parent.parent
 CACHE_DIR: Path = Path(os.environ.get("UREPLICATOR_CACHE") or REPO_ROOT / ".cache").resolve()
@@ -162,17 +162,10 @@ def _progress(line: str) -> str | None:
     return None
 
 
-@contextlib.contextmanager
-def _lock(dest: Path) -> Iterator[None]:
-    # Two fetches at once (make install in one shell, a test fixture in another) would
-    # both swap folders; serialise them.
-    dest.mkdir(parents=True, exist_ok=True)
-    with open(dest / ".lock", "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+def _lock(dest: Path) -> contextlib.AbstractContextManager[None]:
+    # Two runs at once (make install in one shell, a test fixture in another) must not
+    # both swap the same files; serialise them.
+    return file_lock(dest / ".lock")
 
 
 def _run_maven(cmd: list[str], log_path: Path) -> None:

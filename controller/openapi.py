@@ -152,6 +152,18 @@ PATHS: dict[str, dict[str, Any]] = {
         "post": _op("Blacklist or whitelist a topic or partition", {"200": "changed|BlacklistChange"}, (400, 404),
                     None, True),
     },
+    "/verification": {
+        "get": {"summary": "Summary of the newest verifier report (controller.verification_dir)",
+                "responses": {"200": {"description": "summary", "content": {"application/json": {
+                    "schema": {"type": "object"}}}}, "404": {"description": "no report", **_json("Error")}}},
+    },
+    "/verification/history": {
+        "get": {"summary": "Past verifier runs, newest first (?limit=N, 1..1000)",
+                "responses": {"200": {"description": "runs", "content": {"application/json": {
+                    "schema": _obj({"runs": {"type": "array", "items": {"type": "object"}}})}}},
+                    "400": {"description": "bad limit", **_json("Error")},
+                    "404": {"description": "no run", **_json("Error")}}},
+    },
     "/admin/{op}": {
         "get": _op("autobalancing_status | workloadinfo | rate_limit", {"200": "result|AdminResult"}, (404,)),
         "post": _op("enable_autobalancing | disable_autobalancing | rate_limit", {"200": "result|AdminResult"},
