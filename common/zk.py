@@ -8,7 +8,8 @@ raising them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import TypeVar
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError, NoNodeError
@@ -20,6 +21,7 @@ from common.errors import ClusterUnavailable, UReplicatorError
 from common.zkschema import Assignment, Paths, SchemaError, TopicRecord, WorkerStatus
 
 log = logs.get(__name__)
+T = TypeVar("T")
 
 
 class TransactionFailed(UReplicatorError):
@@ -103,32 +105,28 @@ def live_workers(client: KazooClient, paths: Paths) -> list[str]:
 
 
 def read_statuses(client: KazooClient, paths: Paths) -> dict[str, WorkerStatus]:
-    statuses: dict[str, WorkerStatus] = {}
-    for worker in client.get_children(paths.status):
+    return _read_children(client, paths.status, WorkerStatus.decode, "worker_status_unreadable")
+
+
+def _read_children(client: KazooClient, parent: str, decode: Callable[[bytes], T], event: str) -> dict[str, T]:
+    """Decode every child of ``parent``; children that vanish meanwhile or do not decode are skipped."""
+    documents: dict[str, T] = {}
+    for worker in client.get_children(parent):
         try:
-            data, _ = client.get(paths.worker_status(worker))
-            statuses[worker] = WorkerStatus.decode(data)
+            data, _ = client.get(f"{parent}/{worker}")
+            documents[worker] = decode(data)
         except NoNodeError:
             continue  # the worker went away between the listing and the read
         except SchemaError as exc:
-            log.warning("worker_status_unreadable", worker=worker, error=str(exc))
-    return statuses
+            log.warning(event, worker=worker, error=str(exc))
+    return documents
 
 
 # --- assignments ---------------------------------------------------------------------------
 
 
 def read_assignments(client: KazooClient, paths: Paths) -> dict[str, Assignment]:
-    assignments: dict[str, Assignment] = {}
-    for worker in client.get_children(paths.assignments):
-        try:
-            data, _ = client.get(paths.assignment(worker))
-            assignments[worker] = Assignment.decode(data)
-        except NoNodeError:
-            continue
-        except SchemaError as exc:
-            log.warning("assignment_unreadable", worker=worker, error=str(exc))
-    return assignments
+    return _read_children(client, paths.assignments, Assignment.decode, "assignment_unreadable")
 
 
 def write_assignments(
