@@ -130,3 +130,46 @@ def test_max_partitions_per_worker_is_a_hard_cap(spec, workers, cap):
     owners = [tp for tps in plan.values() for tp in tps]
     assert len(owners) == len(set(owners)) == min(len(parts), cap * len(workers))
     assert all(len(tps) <= cap for tps in plan.values())
+
+
+@settings(max_examples=150)
+@given(topics, st.lists(st.tuples(st.sampled_from(["join", "leave", "crash", "apply"]),
+                                  st.sampled_from([f"w{i}" for i in range(5)])), max_size=30))
+def test_gated_handoff_never_lets_two_live_workers_own_a_partition(spec, events):
+    """Simulate leader rounds and workers applying (or not yet applying) what was written."""
+    parts = partitions_of(spec)
+    live: set[str] = {"w0"}
+    written: dict[str, frozenset] = {}
+    applied: dict[str, set] = {"w0": set()}
+
+    def leader_round() -> None:
+        desired = assign(written, sorted(live), parts)
+        plan = gate_handoff(desired, {w: applied[w] for w in live})
+        written.clear()
+        written.update(plan)
+
+    for kind, worker in events:
+        if kind == "join" and worker not in live:
+            live.add(worker)
+            applied[worker] = set()
+        elif kind in ("leave", "crash") and worker in live and len(live) > 1:
+            live.discard(worker)
+            written.pop(worker, None)
+            applied.pop(worker)  # a graceful leave releases first; a crash loses its status node
+        elif kind == "apply" and worker in live:
+            applied[worker] = set(written.get(worker, frozenset()))  # the worker catches up
+        leader_round()
+        owners: dict = {}
+        for w in live:
+            for tp in applied[w]:
+                assert tp not in owners, f"{tp} applied by {owners[tp]} and {w}"
+                owners[tp] = w
+            # a worker is never told to own what another live worker still applies
+            for tp in written.get(w, frozenset()):
+                assert all(tp not in applied[v] for v in live if v != w)
+    # Once every worker has caught up, every partition is owned
+    for _ in range(3):
+        for w in live:
+            applied[w] = set(written.get(w, frozenset()))
+        leader_round()
+    assert set().union(*applied.values()) == parts
