@@ -66,6 +66,7 @@ class ControllerConfig:
     auto_whitelist_include: str | None = None
     auto_whitelist_exclude: str | None = None
     max_partitions_per_worker: int = 0
+    rebalance_interval_s: float = 300.0
     worker_restart_grace_s: float = 0.0
     lag_threshold_records: int = 100_000
     lag_rounds: int = 3
@@ -343,7 +344,7 @@ def _check(config: Config) -> None:
         for src, dst in ctl.topic_mapping.items():
             if src == dst:
                 raise ConfigError(f"controller.topic_mapping.{src}", "maps a topic onto itself on the same cluster")
-    for key in ("topic_sync_interval_s", "lag_rounds", "noprogress_threshold_s"):
+    for key in ("topic_sync_interval_s", "lag_rounds", "noprogress_threshold_s", "rebalance_interval_s"):
         if getattr(ctl, key) <= 0:
             raise ConfigError(f"controller.{key}", "must be positive")
     for key in ("max_partitions_per_worker", "worker_restart_grace_s", "lag_threshold_records"):

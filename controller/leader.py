@@ -74,6 +74,8 @@ class Leadership:
         self._departed: dict[str, float] = {}
         self._lag_history: dict[TopicPartition, list[int]] = {}
         self._weights: dict[TopicPartition, float] = {}
+        self._last_desired: dict[str, frozenset[TopicPartition]] = {}
+        self._last_balance = 0.0
         self._sampled: dict[tuple[str, TopicPartition], str] = {}
         self._withheld_since: dict[TopicPartition, float] = {}
         self._rebalance_seen: bytes | None = None
@@ -128,6 +130,8 @@ class Leadership:
 
     def _lead(self) -> None:
         self._session_lost.clear()
+        self._last_desired = {}  # a new term starts from what ZooKeeper holds
+        self._last_balance = time.time()
         fence = f"{self._election.lock.path}/{self._election.lock.node}"
         self.state.is_leader = True
         self.metrics.leader.set(1)
@@ -231,14 +235,25 @@ class Leadership:
 
         base = {w: self._memory.get(w, frozenset()) for w in assignable}
         base.update({w: a.partitions for w, a in written.items()})
+        # The previous round's *desired* plan, not the gated one: a partition in hand-off is
+        # in nobody's written assignment and must stay headed for the owner chosen for it.
+        base.update({w: tps for w, tps in self._last_desired.items() if w in assignable})
         weights, lagging = self._observe(statuses)
+        # Moving partitions that need not move (weights, lag) happens on a slow tick only:
+        # rates right after a move are catch-up bursts, and every move is a hand-off.
+        balance_now = self._force_rebalance or (
+            now - self._last_balance >= ctl.rebalance_interval_s and self._autobalancing()
+        )
+        if balance_now:
+            self._last_balance = now
         desired = assign(
             base, assignable, partitions,
             weights=weights, lagging=lagging,
             max_per_worker=ctl.max_partitions_per_worker,
-            rebalance=self._force_rebalance or self._autobalancing(),
+            rebalance=balance_now,
         )
         self._force_rebalance = False
+        self._last_desired = desired
         applied = {w: s.owned for w, s in statuses.items()}
         plan = gate_handoff(desired, applied)
         live = set(registered)

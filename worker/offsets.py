@@ -21,6 +21,8 @@ class PartitionOffsets:
     in_flight: deque[int] = field(default_factory=deque)
     acked_early: set[int] = field(default_factory=set)
     committed: int = -1  # what was last committed to Kafka
+    acked_records: int = 0  # acknowledged since the last status report (rates)
+    acked_bytes: int = 0
 
     def sent(self, offset: int) -> None:
         self.in_flight.append(offset)
