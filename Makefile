@@ -5,7 +5,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: help install venv jars helm test unit integration lint demo stack-up stack-down clean bench bench-throughput bench-verifier
+.PHONY: help install venv jars helm test unit integration lint demo stack-up stack-down clean \
+	bench bench-throughput bench-controller-scale bench-verifier bench-latency bench-stalls drill
 
 help:
 	@echo "make install      venv (.venv, editable, dev extras) + pinned JVM jars (.cache/jvm)"
@@ -14,6 +15,8 @@ help:
 	@echo "make lint         ruff"
 	@echo "make helm         pinned helm (.cache/bin/helm, built with Go) for the chart tests"
 	@echo "make stack-up / stack-down   a local stack for manual work (.cache/stack/stack.json)"
+	@echo "make bench        every benchmark (BENCH_ARGS=--quick for smoke runs); results in docs/benchmarks.md"
+	@echo "make drill        failure drill under load, ending with the verifier's verdict"
 
 install: venv jars helm
 
@@ -58,6 +61,31 @@ stack-up: install
 
 stack-down: venv
 	$(BIN)/ureplicator stack down
+
+# Benchmarks: not part of `make test`; each is bounded in time and writes bench/results/ and
+# its section of docs/benchmarks.md. BENCH_ARGS=--quick gives smoke runs.
+BENCH_ARGS ?=
+
+bench: bench-throughput bench-controller-scale bench-verifier bench-latency bench-stalls drill
+
+bench-throughput: install
+	$(BIN)/python -m bench.throughput $(BENCH_ARGS)
+
+bench-controller-scale: venv
+	$(BIN)/python -m bench.controller_scale $(BENCH_ARGS)
+
+bench-verifier: install
+	$(BIN)/python -m bench.verifier_bench $(if $(findstring --quick,$(BENCH_ARGS)),--records 200000 --no-write,)
+
+bench-latency: install
+	$(BIN)/python -m bench.latency $(BENCH_ARGS)
+
+bench-stalls: install
+	$(BIN)/python -m bench.stalls $(BENCH_ARGS)
+
+# Failure drill: kill and restart a worker, the leader, both brokers under load; then verify.
+drill: install
+	$(BIN)/python -m bench.drill $(BENCH_ARGS)
 
 clean:
 	-$(BIN)/ureplicator stack down 2>/dev/null

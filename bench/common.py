@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 from common import jvm, kafka
 
@@ -29,7 +29,7 @@ REPO: Path = Path(__file__).resolve().parent.parent
 RESULTS_DIR: Path = REPO / "bench" / "results"
 DOC: Path = REPO / "docs" / "benchmarks.md"
 
-_CLK_TCK = os.sysconf("SC_CLK_TCK")
+CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 # The worker's own producer settings (common/kafka.py), minus what only makes sense for a
 # long-running replicator; the raw loop and MirrorMaker 2 get the same ones.
@@ -67,7 +67,7 @@ def proc_sample(pid: int) -> ProcSample | None:
         return None
     # Fields after the parenthesised command name: state is field 3, utime 14, stime 15.
     fields = stat.rsplit(")", 1)[1].split()
-    cpu = (int(fields[11]) + int(fields[12])) / _CLK_TCK
+    cpu = (int(fields[11]) + int(fields[12])) / CLK_TCK
     mem = {}
     for line in status.splitlines():
         if line.startswith(("VmHWM:", "VmRSS:")):
@@ -133,7 +133,7 @@ def machine_info() -> dict[str, Any]:
         "python": platform.python_version(),
         "java": java_version,
         "kernel": platform.release(),
-        "confluent_kafka": confluent_kafka.version()[0],
+        "confluent_kafka": confluent_kafka.__version__,
         "librdkafka": confluent_kafka.libversion()[0],
         "kafka_brokers": _jar_version("kafka", "kafka-clients"),
         "mirrormaker2": _jar_version("mirrormaker", "connect-mirror"),
@@ -152,14 +152,21 @@ def _jar_version(component: str, artifact: str) -> str:
 # ----------------------------------------------------------------------------- topics
 
 
+def admin_client(bootstrap: str) -> AdminClient:
+    """An admin client for the benchmark's own bookkeeping: its failures surface as exceptions,
+    so librdkafka's own log lines (connection refused while the stack stops, purged events of
+    dropped clients) stay quiet."""
+    return AdminClient({"bootstrap.servers": bootstrap, "log_level": 2})
+
+
 def create_topic(bootstrap: str, topic: str, partitions: int, config: dict[str, str] | None = None) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = admin_client(bootstrap)
     admin.create_topics([NewTopic(topic, partitions, 1, config=config or {})])[topic].result(60)
     wait_until(lambda: end_offsets(bootstrap, topic, partitions) is not None, 30, f"topic {topic} visible")
 
 
 def list_topics(bootstrap: str) -> list[str]:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = admin_client(bootstrap)
     return sorted(t for t in admin.list_topics(timeout=30).topics if not t.startswith("__"))
 
 
@@ -167,7 +174,7 @@ def delete_topics(bootstrap: str, topics: list[str], timeout_s: float = 60) -> N
     """Delete ``topics`` and wait until the cluster no longer lists them."""
     if not topics:
         return
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = admin_client(bootstrap)
     for future in admin.delete_topics(topics, operation_timeout=30).values():
         try:
             future.result(60)
@@ -187,25 +194,31 @@ def wait_until(check: Any, timeout_s: float, what: str) -> None:
 
 
 class Offsets:
-    """End offsets of one cluster's partitions, read with one long-lived client."""
+    """End offsets of one cluster's partitions (``AdminClient.list_offsets``).
+
+    librdkafka clients remember a topic they were asked about before it existed as
+    unknown and may keep failing after it was created (seen with both a consumer's
+    ``get_watermark_offsets`` and ``list_offsets``), so a failed question replaces
+    the client: the next one starts with fresh metadata.
+    """
 
     def __init__(self, bootstrap: str) -> None:
-        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-offsets",
-                                  "enable.auto.commit": False})
+        self.bootstrap = bootstrap
+        self.admin = admin_client(bootstrap)
 
     def end(self, topic: str, partitions: int) -> list[int] | None:
         """Per partition high watermark, or None while the topic does not exist (yet)."""
-        ends = []
-        for p in range(partitions):
-            try:
-                _, high = self.consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=5, cached=False)
-            except KafkaException:
-                return None
-            ends.append(max(high, 0))
-        return ends
+        wanted = {TopicPartition(topic, p): OffsetSpec.latest() for p in range(partitions)}
+        try:
+            futures = self.admin.list_offsets(wanted, request_timeout=10)
+            found = {tp.partition: future.result().offset for tp, future in futures.items()}
+        except KafkaException:
+            self.admin = admin_client(self.bootstrap)
+            return None
+        return [max(found[p], 0) for p in range(partitions)]
 
     def close(self) -> None:
-        self.consumer.close()
+        pass
 
 
 def end_offsets(bootstrap: str, topic: str, partitions: int) -> list[int] | None:

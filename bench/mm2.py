@@ -74,9 +74,8 @@ def properties(alias: str, source: str, destination: str, topic: str) -> dict[st
         "refresh.groups.enabled": "false",
         # Internal topics on single-broker clusters.
         "replication.factor": 1,
-        "checkpoints.topic.replication.factor": 1,
-        "heartbeats.topic.replication.factor": 1,
-        "offset-syncs.topic.replication.factor": 1,
+        # (no offset-syncs.* keys at all: with emit.offset-syncs.enabled=false the connector
+        # refuses any of them)
         "offset.storage.replication.factor": 1,
         "status.storage.replication.factor": 1,
         "config.storage.replication.factor": 1,

@@ -33,12 +33,15 @@ _CLUSTER_SPECIFIC = {
     "leader.replication.throttled.replicas",
     "follower.replication.throttled.replicas",
     "message.format.version",
+    # LogAppendTime on the destination would overwrite the mirrored timestamps.
+    "message.timestamp.type",
     "confluent.placement.constraints",
     "confluent.tier.enable",
     "remote.storage.enable",
 }
 
 _CONSUMER_DEFAULTS: dict[str, Any] = {
+    "reconnect.backoff.max.ms": 1000,  # librdkafka's 10 s default delays recovery after a broker restart
     "enable.auto.commit": False,
     "enable.auto.offset.store": False,
     "enable.partition.eof": False,
@@ -49,6 +52,7 @@ _CONSUMER_DEFAULTS: dict[str, Any] = {
 }
 
 _PRODUCER_DEFAULTS: dict[str, Any] = {
+    "reconnect.backoff.max.ms": 1000,
     "enable.idempotence": True,  # acks=all and ordered retries: no loss, no reorder
     "acks": "all",
     "linger.ms": 20,

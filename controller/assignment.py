@@ -218,6 +218,28 @@ def gate_handoff(
     }
 
 
+def in_hand(
+    statuses: Mapping[str, tuple[int, Iterable[TopicPartition]]],
+    written: Mapping[str, tuple[int, Iterable[TopicPartition]]],
+) -> dict[str, frozenset[TopicPartition]]:
+    """What each live worker owns now *or may own any moment*: for :func:`gate_handoff`.
+
+    ``statuses`` maps a live worker to (applied generation, owned partitions); ``written``
+    to (generation, partitions) of its assignment node. A worker whose status lags its
+    written assignment may still apply it, so the written partitions count as its own
+    until it reports that generation — otherwise a partition moved twice in quick
+    succession could be mirrored by two workers at once.
+    """
+    held: dict[str, frozenset[TopicPartition]] = {}
+    for worker, (generation, owned) in statuses.items():
+        mine = frozenset(owned)
+        target = written.get(worker)
+        if target is not None and generation < target[0]:
+            mine |= frozenset(target[1])
+        held[worker] = mine
+    return held
+
+
 def moves(before: Mapping[str, Iterable[TopicPartition]], after: Mapping[str, Iterable[TopicPartition]]) -> int:
     """How many partitions changed owner (a partition newly assigned or dropped counts once)."""
     owner_before = {tp: w for w, tps in before.items() for tp in tps}

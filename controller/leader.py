@@ -26,7 +26,7 @@ from common.config import Config
 from common.errors import UReplicatorError
 from common.zkschema import Assignment, Paths, TopicPartition, WorkerStatus
 from controller import topics
-from controller.assignment import assign, gate_handoff
+from controller.assignment import assign, gate_handoff, in_hand
 from controller.metrics import ControllerMetrics
 
 
@@ -254,8 +254,11 @@ class Leadership:
         )
         self._force_rebalance = False
         self._last_desired = desired
-        applied = {w: s.owned for w, s in statuses.items()}
-        plan = gate_handoff(desired, applied)
+        held = in_hand(
+            {w: (s.generation, s.owned) for w, s in statuses.items()},
+            {w: (a.generation, a.partitions) for w, a in written.items()},
+        )
+        plan = gate_handoff(desired, held)
         live = set(registered)
         changed_workers = [w for w in registered if plan.get(w, frozenset()) != _partitions(written.get(w))]
         departed = [w for w in written if w not in live and w not in in_grace]

@@ -29,9 +29,12 @@ from common import config as config_module
 from common import logs
 from common.errors import UReplicatorError
 from verifier import kafka_options, model
-from verifier.run import iso, new_run_id, stderr_progress
 from verifier.store import ReportStore, error_entry
 
+DESCRIPTION = (
+    "Prove per partition that the destination holds every record the replicator committed, exactly once, "
+    "unchanged and in order. Exit status 0 OK/WARN, 1 FAIL, 2 could not run."
+)
 EXIT_STATUS = {model.OK: 0, model.WARN: 0, model.FAIL: 1, model.ERROR: 2}
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _INTERVAL = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
@@ -102,7 +105,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m verifier``: parse, set up logging, run."""
-    parser = argparse.ArgumentParser(prog="python -m verifier", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m verifier", description=DESCRIPTION)
     parser.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
     add_arguments(parser)
     args = parser.parse_args(argv)
@@ -139,7 +142,11 @@ class _SessionCache:
 
 
 def run_once(args: argparse.Namespace, spark: Callable[[], Any]) -> int:
+    # Imported here so that building the argument parser (``ureplicator --help``) stays cheap.
+    from confluent_kafka import KafkaException
+
     from verifier import run as runner
+    from verifier.run import iso, new_run_id, stderr_progress
     from verifier.watermarks import Clusters
 
     started = datetime.now(timezone.utc)
@@ -164,8 +171,9 @@ def run_once(args: argparse.Namespace, spark: Callable[[], Any]) -> int:
         report = runner.verify(spark(), config, clusters, targets, sides, group, args.bucket_size)
         document = report.to_dict()
         path = store.save(document, keep_runs=args.keep_runs)
-    except (UReplicatorError, OSError) as exc:
-        reason = str(exc)
+    except (UReplicatorError, OSError, KafkaException) as exc:
+        # KafkaException: librdkafka refused a client property of the config.
+        reason = str(exc.args[0]) if isinstance(exc, KafkaException) and exc.args else str(exc)
         print(f"ureplicator verify: {reason}", file=sys.stderr, flush=True)
         try:
             store.append(error_entry(new_run_id(started), iso(started), iso(datetime.now(timezone.utc)),
@@ -184,6 +192,8 @@ def run_once(args: argparse.Namespace, spark: Callable[[], Any]) -> int:
 
 
 def _periodic(args: argparse.Namespace, spark: Callable[[], Any]) -> int:
+    from verifier.run import stderr_progress
+
     stop = threading.Event()
 
     def request_stop(signum: int, frame: Any) -> None:

@@ -107,7 +107,7 @@ def _problems(report: Mapping[str, Any]) -> str:
         )
         for category in model.CATEGORIES:
             detail = p["categories"][category]
-            if not detail["count"] or category in (model.PENDING, model.EXPIRED):
+            if not detail["count"] or category in model.INFORMATION:
                 continue
             parts.append(
                 f"<p><b>{escape(category)}</b>: {_num(detail['count'])} record(s), "

@@ -16,11 +16,15 @@ ORPHAN     destination record that maps to no verified source record    destinat
 REORDERED  first copy whose source offset is below the previous one's   source
 PENDING    source record at or above the watermark (not verified yet)   source
 EXPIRED    destination record whose source offset is below log start    source
+COMPACTED  record one side no longer holds while it holds a later       source
+           record with the same key (compacted topics only)
+SKIPPED    source record that came from the destination cluster (its    source
+           urep origin): loop prevention does not mirror it back
 ========== ============================================================ ==========
 
 A partition FAILs on MISSING, CORRUPTED, ORPHAN or REORDERED; duplicates
-alone are a WARNing (at-least-once delivery allows them); PENDING and
-EXPIRED are information.
+alone are a WARNing (at-least-once delivery allows them); PENDING, EXPIRED,
+COMPACTED and SKIPPED are information.
 """
 
 from __future__ import annotations
@@ -39,7 +43,12 @@ ORPHAN = "ORPHAN"
 REORDERED = "REORDERED"
 PENDING = "PENDING"
 EXPIRED = "EXPIRED"
-CATEGORIES: tuple[str, ...] = (MISSING, DUPLICATE, CORRUPTED, ORPHAN, REORDERED, PENDING, EXPIRED)
+COMPACTED = "COMPACTED"
+SKIPPED = "SKIPPED"
+CATEGORIES: tuple[str, ...] = (
+    MISSING, DUPLICATE, CORRUPTED, ORPHAN, REORDERED, PENDING, EXPIRED, COMPACTED, SKIPPED
+)
+INFORMATION: frozenset[str] = frozenset({PENDING, EXPIRED, COMPACTED, SKIPPED})
 FAILING: frozenset[str] = frozenset({MISSING, CORRUPTED, ORPHAN, REORDERED})
 WARNING: frozenset[str] = frozenset({DUPLICATE})
 # Which offsets a category's ranges list: an orphan may have no readable source offset.

@@ -45,6 +45,7 @@ BEYOND_END = "beyond_end"
 EXPIRED = "expired"
 PENDING = "pending"
 VERIFIED = "verified"
+SKIPPED = "skipped"  # source records from the destination cluster: loop prevention keeps them there
 ORPHAN_CLASSES = (UNREADABLE, OTHER_PARTITION, NO_SOURCE_PARTITION, BEYOND_END)
 ATTRIBUTED = (EXPIRED, PENDING, VERIFIED)
 
@@ -76,8 +77,9 @@ def session(master: str | None = None, conf: Mapping[str, str] | None = None) ->
         "spark.sql.session.timeZone": "UTC",
         "spark.driver.memory": "1g",
         "spark.redaction.regex": r"(?i)secret|password|token|access[.]?key|jaas|keystore\.key",
-        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{LOG4J_CONFIG}",
     }
+    if LOG4J_CONFIG.is_file():  # errors only, so progress lines stay readable
+        settings["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile=file:{LOG4J_CONFIG}"
     if resolved is not None:
         settings["spark.master"] = resolved
     if "spark.jars" not in conf and "spark.jars.packages" not in conf:
@@ -90,6 +92,7 @@ def session(master: str | None = None, conf: Mapping[str, str] | None = None) ->
     # pyspark logs every captured JVM error on its own before raising it; we report them once.
     for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
         logging.getLogger(name).setLevel(logging.CRITICAL)
+    logging.getLogger("py4j").setLevel(logging.WARNING)  # connection chatter at INFO
     try:
         jvm.java_executable()
         from pyspark.sql import SparkSession
@@ -144,6 +147,8 @@ _UREP_VALID = (
 )
 _UREP_OFFSET = "CAST(conv(substr(_uhex, 3, 16), 16, -10) AS BIGINT)"
 _UREP_PARTITION = "CAST(conv(substr(_uhex, 19, 8), 16, 10) AS BIGINT)"
+# The worker takes a source record's origin from its last urep header, when readable.
+_LAST_UREP = f"try_element_at(filter(coalesce(headers, array()), h -> h.key = '{_HEADER}'), -1).value"
 
 
 def _int_map(values: Mapping[int, int]) -> str:
@@ -158,10 +163,11 @@ def _int_map(values: Mapping[int, int]) -> str:
 
 @dataclass(frozen=True)
 class KafkaSide:
-    """How Spark reaches one cluster: bootstrap servers and Java client options (no prefix)."""
+    """How Spark reaches one cluster: bootstrap servers, Java client options (no prefix), its alias."""
 
     bootstrap_servers: str
     options: Mapping[str, str] = field(default_factory=dict)
+    alias: str = ""
 
 
 def _kafka_schema() -> Any:
@@ -216,30 +222,51 @@ def read(spark: Any, side: KafkaSide, topic: str, ranges: Mapping[int, tuple[int
     return reader.load()
 
 
-def _source_records(spark: Any, side: KafkaSide, snap: TopicSnapshot, ranges: Mapping[int, tuple[int, int]]) -> Any:
-    """(p, o, h, cls): content hash per source record, verified below the watermark else pending."""
+def _source_records(
+    spark: Any,
+    side: KafkaSide,
+    snap: TopicSnapshot,
+    ranges: Mapping[int, tuple[int, int]],
+    skip_origin: str,
+    with_key: bool = False,
+) -> Any:
+    """(p, o, h, cls[, k]): content hash per source record; skipped when it came from ``skip_origin``,
+    else verified below the watermark and pending above."""
     from pyspark.sql import functions as F
 
     watermarks = {p: w.watermark for p, w in snap.partitions.items()}
+    if skip_origin:
+        origin = F.expr("substr(_urep, 15)")  # the alias after the 14 fixed bytes
+        looped = F.coalesce(F.expr(_UREP_VALID) & (origin == F.lit(bytearray(skip_origin.encode()))), F.lit(False))
+    else:
+        looped = F.lit(False)
     return (
         read(spark, side, snap.topic, ranges)
         .withColumn("_kept", F.expr(KEPT_HEADERS))
+        .withColumn("_urep", F.expr(_LAST_UREP))
+        .withColumn("_uhex", F.expr("hex(_urep)"))
         .select(
             F.col("partition").alias("p"),
             F.col("offset").alias("o"),
             F.expr(CONTENT_HASH).alias("h"),
+            looped.alias("_looped"),
+            *([F.col("key").alias("k")] if with_key else []),
         )
         .withColumn(
             "cls",
-            F.expr(f"CASE WHEN o < try_element_at({_int_map(watermarks)}, p) THEN '{VERIFIED}' ELSE '{PENDING}' END"),
+            F.expr(
+                f"CASE WHEN _looped THEN '{SKIPPED}' "
+                f"WHEN o < try_element_at({_int_map(watermarks)}, p) THEN '{VERIFIED}' ELSE '{PENDING}' END"
+            ),
         )
+        .drop("_looped")
     )
 
 
 def _destination_records(
-    spark: Any, side: KafkaSide, snap: TopicSnapshot, partitions: Iterable[int] | None = None
+    spark: Any, side: KafkaSide, snap: TopicSnapshot, partitions: Iterable[int] | None = None, with_key: bool = False
 ) -> Any:
-    """(dp, do, sp, so, dh, cls): each destination record, its provenance and its class."""
+    """(dp, do, sp, so, dh, cls[, k]): each destination record, its provenance and its class."""
     from pyspark.sql import functions as F
 
     ranges = snap.destination_ranges()
@@ -271,6 +298,7 @@ def _destination_records(
             F.expr(f"CASE WHEN _valid THEN {_UREP_OFFSET} END").alias("so"),
             F.expr(CONTENT_HASH).alias("dh"),
             F.col("_valid"),
+            *([F.col("key").alias("k")] if with_key else []),
         )
         .withColumn("sp", F.expr("CASE WHEN _spu >= 2147483648 THEN _spu - 4294967296 ELSE _spu END"))
         .withColumn("cls", F.expr(cls))
@@ -304,6 +332,7 @@ class BucketPass:
     destination: dict[BucketKey, BucketAggregate] = field(default_factory=dict)
     pending: dict[int, list[ClassAggregate]] = field(default_factory=dict)  # source records >= W
     expired: dict[int, list[ClassAggregate]] = field(default_factory=dict)  # destination records < L
+    skipped: dict[int, list[ClassAggregate]] = field(default_factory=dict)  # source records from the destination
     orphans: dict[int, int] = field(default_factory=dict)  # destination records of orphan classes
     steps_down: dict[int, int] = field(default_factory=dict)
     verified: dict[int, int] = field(default_factory=dict)  # source records in [L, W)
@@ -317,7 +346,9 @@ def bucket_pass(
 
     result = BucketPass()
     src_ranges = {p: (w.log_start, w.end) for p, w in snap.partitions.items()}
-    src = _source_records(spark, source, snap, src_ranges).withColumn("bh", F.expr("xxhash64(h, o)"))
+    src = _source_records(spark, source, snap, src_ranges, destination.alias).withColumn(
+        "bh", F.expr("xxhash64(h, o)")
+    )
     rows = (
         src.groupBy("p", "cls", F.expr(f"o div {bucket_size}").alias("bucket"))
         .agg(
@@ -331,7 +362,8 @@ def bucket_pass(
             result.source[(r.p, r.bucket)] = BucketAggregate(r.n, Decimal(r.total), r.xor)
             result.verified[r.p] = result.verified.get(r.p, 0) + r.n
         else:
-            result.pending.setdefault(r.p, []).append(ClassAggregate(r.n, r.first, r.last))
+            found = result.pending if r.cls == PENDING else result.skipped
+            found.setdefault(r.p, []).append(ClassAggregate(r.n, r.first, r.last))
 
     attributed = F.col("cls").isin(*ATTRIBUTED)
     order = Window.partitionBy("dp", "attributed").orderBy("do")
@@ -402,9 +434,9 @@ def record_pass(
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    dst = _destination_records(spark, destination, snap, plan.destination_partitions()).persist(
-        StorageLevel.MEMORY_AND_DISK
-    )
+    dst = _destination_records(
+        spark, destination, snap, plan.destination_partitions(), with_key=snap.compacted
+    ).persist(StorageLevel.MEMORY_AND_DISK)
     findings = None
     try:
         parts = []
@@ -423,7 +455,7 @@ def record_pass(
             )
         )
         if plan.mismatched:
-            parts.extend(_bucket_findings(spark, source, snap, bucket_size, plan, dst))
+            parts.extend(_bucket_findings(spark, source, destination, snap, bucket_size, plan, dst))
         if plan.ordering:
             first = (
                 dst.filter(F.col("cls").isin(*ATTRIBUTED) & F.col("dp").isin(*sorted(plan.ordering)))
@@ -450,38 +482,84 @@ def record_pass(
 
 
 def _bucket_findings(
-    spark: Any, source: KafkaSide, snap: TopicSnapshot, bucket_size: int, plan: RecordPlan, dst: Any
+    spark: Any,
+    source: KafkaSide,
+    destination: KafkaSide,
+    snap: TopicSnapshot,
+    bucket_size: int,
+    plan: RecordPlan,
+    dst: Any,
 ) -> list[Any]:
-    """MISSING, in-range ORPHAN, CORRUPTED and DUPLICATE rows of the mismatched buckets."""
+    """MISSING, in-range ORPHAN, CORRUPTED, DUPLICATE (and COMPACTED) rows of the mismatched buckets."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
+    keyed = snap.compacted
     buckets = F.broadcast(spark.createDataFrame([(int(p), int(b)) for p, b in plan.mismatched], "bp int, bb bigint"))
+    origin = destination.alias
     src = (
-        _source_records(spark, source, snap, plan.source_ranges(snap, bucket_size))
-        .filter(F.col("cls") == VERIFIED)
+        _source_records(spark, source, snap, plan.source_ranges(snap, bucket_size), origin, with_key=keyed)
+        .filter(F.col("cls").isin(VERIFIED, SKIPPED))
         .withColumn("bucket", F.expr(f"o div {bucket_size}"))
         .join(buckets, (F.col("p") == F.col("bp")) & (F.col("bucket") == F.col("bb")), "left_semi")
-        .select("p", "o", F.col("h").alias("sh"))
+        .select("p", "o", F.col("h").alias("sh"), F.col("cls").alias("scls"),
+                *([F.col("k").alias("sk")] if keyed else []))
     )
     ver = (
         dst.filter(F.col("cls") == VERIFIED)
         .withColumn("bucket", F.expr(f"so div {bucket_size}"))
         .join(buckets, (F.col("dp") == F.col("bp")) & (F.col("bucket") == F.col("bb")), "left_semi")
-        .select("dp", "do", "so", "dh")
+        .select("dp", "do", "so", "dh", *([F.col("k").alias("dk")] if keyed else []))
     )
     joined = ver.join(src, (ver["dp"] == src["p"]) & (ver["so"] == src["o"]), "full_outer")
-    missing = joined.filter(F.col("do").isNull()).select(
-        "p", F.lit(model.MISSING).alias("category"), F.col("o").alias("key"), F.col("p").alias("sp"),
-        F.col("o").alias("so"), F.lit(None).cast("bigint").alias("do"), "sh",
-        F.lit(None).cast("bigint").alias("dh"), F.lit(None).cast("string").alias("note"),
-    )
-    orphan = joined.filter(F.col("o").isNull()).select(
+    none = F.lit(None).cast("bigint")
+    skipped = F.col("scls") == SKIPPED
+    absent = joined.filter(F.col("do").isNull() & ~skipped)  # source records the destination lacks
+    stray = joined.filter(F.col("o").isNull())  # destination records naming an offset the source lacks
+    looped = joined.filter(F.col("do").isNotNull() & skipped).select(  # mirrored back to where it came from
         F.col("dp").alias("p"), F.lit(model.ORPHAN).alias("category"), F.col("do").alias("key"),
-        F.col("dp").alias("sp"), "so", "do", F.lit(None).cast("bigint").alias("sh"), "dh",
-        F.lit("no source record has this offset").alias("note"),
+        F.col("dp").alias("sp"), "so", "do", "sh", "dh",
+        F.lit(f"the source record came from {origin}: loop prevention should have kept it there").alias("note"),
     )
-    matched = joined.filter(F.col("do").isNotNull() & F.col("o").isNotNull())
+    if keyed:
+        # Compaction may remove a record on either side once that side holds a later one with the same key.
+        later_dst = (
+            dst.filter(F.col("cls").isin(*ATTRIBUTED))
+            .groupBy(F.col("dp").alias("lp"), F.col("k").alias("lk"))
+            .agg(F.max("so").alias("later"))
+        )
+        absent = absent.join(later_dst, (F.col("p") == F.col("lp")) & (F.col("sk") == F.col("lk")), "left")
+        whole = {p: (snap.partitions[p].log_start, snap.partitions[p].end)
+                 for p, _ in plan.mismatched if p in snap.partitions}
+        later_src = (
+            _source_records(spark, source, snap, whole, origin, with_key=True)
+            .groupBy(F.col("p").alias("lp"), F.col("k").alias("lk"))
+            .agg(F.max("o").alias("later"))
+        )
+        stray = stray.join(later_src, (F.col("dp") == F.col("lp")) & (F.col("dk") == F.col("lk")), "left")
+        absent_compacted = F.coalesce(F.col("later") > F.col("o"), F.lit(False))
+        stray_compacted = F.coalesce(F.col("later") > F.col("so"), F.lit(False))
+        absent_note = F.when(absent_compacted, F.concat(
+            F.lit("the destination holds source offset "), F.col("later"), F.lit(" with the same key")))
+        stray_note = F.when(stray_compacted, F.concat(
+            F.lit("compacted on the source: source offset "), F.col("later"), F.lit(" has the same key")))
+    else:
+        absent_compacted = stray_compacted = F.lit(False)
+        absent_note = stray_note = F.lit(None).cast("string")
+    missing = absent.select(
+        "p",
+        F.when(absent_compacted, model.COMPACTED).otherwise(model.MISSING).alias("category"),
+        F.col("o").alias("key"), F.col("p").alias("sp"), F.col("o").alias("so"), none.alias("do"), "sh",
+        none.alias("dh"), absent_note.alias("note"),
+    )
+    orphan = stray.select(
+        F.col("dp").alias("p"),
+        F.when(stray_compacted, model.COMPACTED).otherwise(model.ORPHAN).alias("category"),
+        F.when(stray_compacted, F.col("so")).otherwise(F.col("do")).alias("key"),
+        F.col("dp").alias("sp"), "so", "do", none.alias("sh"), "dh",
+        F.coalesce(stray_note, F.lit("no source record has this offset")).alias("note"),
+    )
+    matched = joined.filter(F.col("do").isNotNull() & F.col("o").isNotNull() & ~skipped)
     corrupted = matched.filter(F.col("dh") != F.col("sh")).select(
         "p", F.lit(model.CORRUPTED).alias("category"), F.col("so").alias("key"), F.col("p").alias("sp"),
         "so", "do", "sh", "dh", F.lit(None).cast("string").alias("note"),
@@ -491,7 +569,7 @@ def _bucket_findings(
         "p", F.lit(model.DUPLICATE).alias("category"), F.col("so").alias("key"), F.col("p").alias("sp"),
         "so", "do", "sh", "dh", F.concat(F.lit("copy "), F.col("copy")).alias("note"),
     )
-    return [missing, orphan, corrupted, duplicate]
+    return [missing, orphan, looped, corrupted, duplicate]
 
 
 def _summarise(findings: Any) -> dict[int, dict[str, CategoryResult]]:

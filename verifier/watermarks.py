@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from confluent_kafka import ConsumerGroupTopicPartitions, IsolationLevel, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient, OffsetSpec
+from confluent_kafka.admin import AdminClient, ConfigResource, OffsetSpec
 
 from common import kafka
 from common.config import ClusterConfig
@@ -38,6 +38,8 @@ class TopicSnapshot:
     partitions: dict[int, Watermarks]
     # Destination partitions with no source partition of the same number: (log start, end).
     destination_only: dict[int, tuple[int, int]]
+    # cleanup.policy of the source topic includes compact: records may vanish on either side.
+    compacted: bool = False
 
     def destination_ranges(self) -> dict[int, tuple[int, int]]:
         """[log start, end) of every existing destination partition."""
@@ -82,6 +84,16 @@ class Clusters:
         if found is None or found.error is not None or not found.partitions:
             return None
         return len(found.partitions)
+
+    def compacted(self, topic: str) -> bool:
+        """Whether the source topic's cleanup.policy includes compact (False when configs cannot be read)."""
+        resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+        try:
+            entries = self.source.describe_configs([resource])[resource].result(timeout=self.timeout_s)
+        except KafkaException:
+            return False  # no DescribeConfigs permission: verify as a plain topic
+        policy = entries.get("cleanup.policy")
+        return policy is not None and "compact" in (policy.value or "")
 
     def committed(self, group: str, topic: str, partitions: int) -> dict[int, int | None]:
         tps = [TopicPartition(topic, p) for p in range(partitions)]
@@ -140,7 +152,7 @@ class Clusters:
             for p in range(source_count)
         }
         extra = {p: r for p, r in dst.items() if p >= source_count}
-        return TopicSnapshot(topic, destination, partitions, extra)
+        return TopicSnapshot(topic, destination, partitions, extra, self.compacted(topic))
 
     def close(self) -> None:
         # AdminClient has no close(); dropping the references lets librdkafka tear down.

@@ -27,6 +27,11 @@ class WorkerMetrics:
             "ureplicator_worker_produce_errors", "Records the destination refused (partition stopped)",
             ["topic"], registry=r,
         )
+        self.expired = Counter(
+            "ureplicator_worker_records_expired",
+            "Source records deleted by retention before they were mirrored (committed offset < log start)",
+            ["topic"], registry=r,
+        )
         self.latency = Histogram(
             "ureplicator_worker_replication_latency_seconds",
             "Destination acknowledgement time minus source record timestamp",

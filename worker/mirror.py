@@ -393,6 +393,19 @@ class MirrorWorker:
         if not wanted:
             return []
         committed = self.consumer.committed(wanted, timeout=30)
+        for tp in committed:
+            if tp.offset < 0:
+                continue
+            try:
+                low, _ = self.consumer.get_watermark_offsets(TopicPartition(tp.topic, tp.partition), timeout=10)
+            except KafkaException:
+                continue
+            if tp.offset < low:
+                # Retention deleted records before they were mirrored: say so loudly, the
+                # consumer can only continue from the log start.
+                self.metrics.expired.labels(tp.topic).inc(low - tp.offset)
+                self.log.error("records_expired_before_mirroring", topic=tp.topic, partition=tp.partition,
+                               committed=tp.offset, log_start=low, records=low - tp.offset)
         reset = OFFSET_BEGINNING if self.config.worker.auto_offset_reset == "earliest" else OFFSET_END
         assign = []
         for tp in committed:

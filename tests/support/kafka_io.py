@@ -51,7 +51,8 @@ def grow_topic(bootstrap: str, topic: str, partitions: int) -> None:
 def produce(bootstrap: str, topic: str, count: int, partitions: int, start: int = 0, tag: str = "r") -> None:
     """Keyed records with two headers each, spread over all partitions explicitly."""
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True})
-    base_ts = 1_700_000_000_000
+    # Recent timestamps: the broker's time-based retention must not delete test data mid-test.
+    base_ts = int(time.time() * 1000) - 3_600_000
     for i in range(start, start + count):
         while True:
             try:

@@ -11,16 +11,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.support.verifier_samples import sample_report
 from verifier import model
-from verifier.model import (
-    BucketAggregate,
-    CategoryResult,
-    PartitionReport,
-    Report,
-    Sample,
-    TopicReport,
-    Watermarks,
-)
+from verifier.model import BucketAggregate, Watermarks
 
 SCHEMA = json.loads((Path(__file__).resolve().parents[2] / "verifier" / "report.schema.json").read_text())
 
@@ -138,34 +131,8 @@ def test_worst_status_ranks_fail_above_error_above_warn():
 # --- the document --------------------------------------------------------------------------------
 
 
-def _report() -> Report:
-    clean = PartitionReport(0, Watermarks(0, 0, 100, 100, 0, 100), verified_records=100, buckets=1)
-    broken = PartitionReport(1, Watermarks(1, 10, 100, 80, 0, 95), verified_records=70, buckets=1, buckets_mismatched=1)
-    broken.categories[model.MISSING] = CategoryResult(
-        3, [[20, 21], [30, 30]], False,
-        [Sample(1, 20, None, "00000000000000aa", None), Sample(1, 21, None, "00000000000000ab", None)],
-    )
-    broken.categories[model.PENDING] = CategoryResult(20, [[80, 99]])
-    duplicated = PartitionReport(2, Watermarks(2, 0, 50, 50, 0, 51), verified_records=50, buckets=1)
-    duplicated.categories[model.DUPLICATE] = CategoryResult(
-        1, [[7, 7]], False, [Sample(2, 7, 8, "0000000000000001", "0000000000000001", "copy 2")]
-    )
-    topics = [
-        TopicReport("orders", "orders", [clean, broken]),
-        TopicReport("audit", "dr.audit", [duplicated]),
-        TopicReport("gone", "gone", error="topic 'gone' does not exist on the source cluster src"),
-    ]
-    return Report(
-        run_id="20251121T120000Z-abcdef", started_at="2025-11-21T12:00:00Z", finished_at="2025-11-21T12:00:09Z",
-        duration_s=9.0, pipeline="p", group="ureplicator.p",
-        clusters={"source": {"alias": "src", "bootstrap_servers": "s:9092"},
-                  "destination": {"alias": "dst", "bootstrap_servers": "d:9092"}},
-        spark={"master": "local[2]", "version": "4.1.1"}, bucket_size=10_000, topics=topics,
-    )
-
-
 def test_report_document_matches_the_schema_and_rolls_statuses_up():
-    doc = _report().to_dict()
+    doc = sample_report().to_dict()
     jsonschema.validate(doc, SCHEMA)
     assert doc["status"] == "FAIL"
     assert [t["status"] for t in doc["topics"]] == ["FAIL", "WARN", "ERROR"]
@@ -175,7 +142,7 @@ def test_report_document_matches_the_schema_and_rolls_statuses_up():
         "partitions": {"OK": 1, "WARN": 1, "FAIL": 1},
         "verified_records": 220,
         "categories": {"MISSING": 3, "DUPLICATE": 1, "CORRUPTED": 0, "ORPHAN": 0, "REORDERED": 0,
-                       "PENDING": 20, "EXPIRED": 0},
+                       "PENDING": 20, "EXPIRED": 0, "COMPACTED": 0, "SKIPPED": 0},
     }
     broken = doc["topics"][0]["partitions"][1]
     assert broken["verified_range"] == [10, 80]
@@ -185,14 +152,14 @@ def test_report_document_matches_the_schema_and_rolls_statuses_up():
 
 
 def test_schema_rejects_a_report_with_a_wrong_shape():
-    doc = _report().to_dict()
+    doc = sample_report().to_dict()
     doc["topics"][0]["partitions"][0]["counts"]["MISSING"] = -1
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(doc, SCHEMA)
 
 
 def test_summary_lists_failing_partitions_worst_first():
-    summary = model.summary(_report().to_dict())
+    summary = model.summary(sample_report().to_dict())
     assert summary["status"] == "FAIL"
     assert summary["failing_partitions"] == [
         {"topic": "orders", "partition": 1, "status": "FAIL", "counts": {"MISSING": 3, "PENDING": 20}},
@@ -202,7 +169,7 @@ def test_summary_lists_failing_partitions_worst_first():
 
 
 def test_an_empty_run_is_ok():
-    report = _report()
+    report = sample_report()
     report.topics = []
     doc = report.to_dict()
     jsonschema.validate(doc, SCHEMA)

@@ -9,13 +9,13 @@ from flask import Flask
 from prometheus_client import CollectorRegistry, generate_latest
 
 from controller.verification_api import make_blueprint, register_metrics
-from tests.unit.test_verifier_model import _report
+from tests.support.verifier_samples import sample_report
 from verifier import html
 from verifier.store import ReportStore, error_entry
 
 
 def _doc(run_id: str = "20251121T120000Z-abcdef", **changes):
-    doc = _report().to_dict()
+    doc = sample_report().to_dict()
     doc["run_id"] = run_id
     doc.update(changes)
     return doc

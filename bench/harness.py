@@ -1,0 +1,730 @@
+"""Shared machinery of the latency, stalls and drill benchmarks: stack, processes, load, arrivals, comparison.
+
+* :func:`own_stack` starts a local stack in ``.cache/bench-<name>/stack`` and
+  always stops it again; :func:`install_signal_handlers` turns SIGTERM into
+  ``KeyboardInterrupt`` so every ``finally`` runs on Ctrl-C *and* on ``kill``.
+* :class:`Pipeline` runs real controller and worker processes of one pipeline
+  (generated YAML, every key not named here at its default) and talks to the
+  REST API of whichever controller still answers.
+* :class:`Load` produces at fixed rates in its own process (no GIL shared
+  with the measuring consumer): keys are ``(tag u16, sequence u64)``,
+  timestamps are ``now``, the producer is idempotent and never gives up early,
+  and it reports what the source *acknowledged*.
+* :class:`Arrivals` is the destination consumer that records, per partition,
+  each record's identity, arrival time and end-to-end latency
+  (arrival − CreateTime).
+* :func:`read_log` and :func:`compare` give exact lost / duplicated /
+  reordered counts per partition, by source offset (the ``urep`` header) or
+  by key (for MirrorMaker 2, which has no provenance header).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing as mp
+import os
+import signal
+import struct
+import subprocess
+import sys
+import threading
+import time
+from array import array
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
+
+from bench.common import REPO, free_port, load_average, say
+from common import jvm, provenance, stack
+from common.cli import request
+from common.errors import UReplicatorError
+
+KEY = struct.Struct(">HQ")  # load records: run tag, sequence number within the flow
+UREP = struct.Struct(">Bqi")  # provenance header: version, source offset, source partition
+TAG_SHIFT = 40
+TP = tuple[str, int]
+
+
+class BenchError(Exception):
+    """The benchmark could not do what it needed (a process died, a wait timed out)."""
+
+
+# ----------------------------------------------------------------------------- lifecycle
+
+
+def install_signal_handlers() -> None:
+    """SIGTERM behaves like Ctrl-C, so ``finally`` blocks stop every process we started."""
+
+    def interrupt(signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, interrupt)
+
+
+def bench_dir(name: str) -> Path:
+    """``.cache/bench-<name>``: this benchmark's stack, logs and configs."""
+    path = jvm.CACHE_DIR / f"bench-{name}"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@contextlib.contextmanager
+def own_stack(name: str, heap: str = "512m", timeout_s: float = 180) -> Iterator[tuple[dict[str, str], Path]]:
+    """ZooKeeper + source + destination in ``.cache/bench-<name>/stack``, stopped on the way out."""
+    root = bench_dir(name) / "stack"
+    with contextlib.suppress(stack.StackError):
+        if stack.down(root):  # leftovers of an earlier run that was killed -9
+            say(f"stopped a stack left over in {root}")
+    stack.KAFKA_HEAP = heap
+    say(f"starting a local stack in {root} (broker heap {heap})")
+    services = stack.up(root, timeout_s=timeout_s)
+    try:
+        yield services, root
+    finally:
+        say("stopping the local stack")
+        stack.down(root)
+
+
+def wait_for(check: Callable[[], Any], timeout_s: float, what: str, interval_s: float = 0.25) -> Any:
+    """Poll ``check`` until it returns something truthy; BenchError after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise BenchError(f"timed out after {timeout_s:.0f}s waiting for {what}")
+        time.sleep(interval_s)
+
+
+def percentile(ordered: list[float], q: float) -> float:
+    """Nearest-rank percentile of an already sorted list (0 when empty)."""
+    if not ordered:
+        return 0.0
+    index = min(len(ordered) - 1, max(0, int(round(q / 100 * len(ordered) + 0.5)) - 1))
+    return ordered[index]
+
+
+def load_line() -> str:
+    one, five, fifteen = load_average()
+    return f"{one:.2f} {five:.2f} {fifteen:.2f}"
+
+
+# ----------------------------------------------------------------------------- processes
+
+
+@dataclass
+class Proc:
+    """One child process we started (a controller, worker or MirrorMaker 2 node)."""
+
+    name: str
+    popen: subprocess.Popen[bytes]
+    log: Path
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def terminate(self, timeout_s: float = 30) -> int | None:
+        """SIGTERM, then SIGKILL after ``timeout_s``."""
+        if self.alive():
+            self.popen.send_signal(signal.SIGTERM)
+            try:
+                return self.popen.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                say(f"{self.name} (pid {self.pid}) did not stop within {timeout_s:.0f}s; killing it")
+                self.popen.kill()
+        return self.popen.wait(10)
+
+    def kill(self) -> None:
+        """SIGKILL (a crash)."""
+        if self.alive():
+            self.popen.kill()
+        self.popen.wait(10)
+
+    def tail(self, lines: int = 20) -> str:
+        if not self.log.exists():
+            return ""
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+
+class Processes:
+    """Every child process of one benchmark run; ``stop_all`` ends whatever is still running."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.procs: list[Proc] = []
+
+    def spawn(self, name: str, cmd: list[str], cwd: Path = REPO) -> Proc:
+        log = self.workdir / f"{name}.log"
+        with open(log, "ab") as out:
+            popen = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=str(cwd))
+        proc = Proc(name, popen, log)
+        self.procs.append(proc)
+        return proc
+
+    def stop_all(self, timeout_s: float = 30) -> None:
+        for proc in reversed(self.procs):
+            if proc.alive():
+                with contextlib.suppress(Exception):
+                    proc.terminate(timeout_s)
+
+
+class Pipeline:
+    """Controllers and workers of one pipeline, as real ``ureplicator`` processes."""
+
+    def __init__(self, services: dict[str, str], processes: Processes, name: str,
+                 overrides: dict[str, dict[str, Any]] | None = None) -> None:
+        self.services = services
+        self.processes = processes
+        self.name = name
+        self.overrides = overrides or {}
+        self.controllers: dict[str, Proc] = {}
+        self.ports: dict[str, int] = {}
+        self.workers: dict[str, Proc] = {}
+
+    def config_doc(self, rest_port: int, worker_id: str | None = None) -> dict[str, Any]:
+        doc: dict[str, Any] = {
+            "pipeline": self.name,
+            "zookeeper": {"connect": self.services["zookeeper"]},
+            "source": {"alias": "src", "bootstrap_servers": self.services["source"]},
+            "destination": {"alias": "dst", "bootstrap_servers": self.services["destination"]},
+            "controller": {"rest_host": "127.0.0.1", "rest_port": rest_port},
+            "worker": {},
+        }
+        for section, values in self.overrides.items():
+            doc.setdefault(section, {}).update(values)
+        if worker_id is not None:
+            doc["worker"]["id"] = worker_id
+        return doc
+
+    def write_config(self, label: str, rest_port: int, worker_id: str | None = None) -> Path:
+        path = self.processes.workdir / f"{label}.yaml"
+        path.write_text(yaml.safe_dump(self.config_doc(rest_port, worker_id), sort_keys=False))
+        return path
+
+    @property
+    def config_path(self) -> Path:
+        """The first controller's YAML (what the verifier is given)."""
+        label = next(iter(self.ports))
+        return self.processes.workdir / f"{label}.yaml"
+
+    def url(self, label: str) -> str:
+        return f"http://127.0.0.1:{self.ports[label]}"
+
+    def start_controller(self, label: str, timeout_s: float = 60) -> Proc:
+        port = self.ports.get(label) or free_port()
+        self.ports[label] = port
+        config = self.write_config(label, port)
+        proc = self.processes.spawn(label, [sys.executable, "-m", "common.cli", "controller", "--config", str(config)])
+        self.controllers[label] = proc
+
+        def healthy() -> bool:
+            if not proc.alive():
+                raise BenchError(f"controller {label} exited:\n{proc.tail()}")
+            with contextlib.suppress(UReplicatorError, OSError):
+                status, _ = request(f"{self.url(label)}/health", timeout_s=2)
+                return status == 200
+            return False
+
+        wait_for(healthy, timeout_s, f"controller {label} healthy", 0.3)
+        return proc
+
+    def start_worker(self, worker_id: str, timeout_s: float = 60) -> Proc:
+        port = next(iter(self.ports.values()))
+        config = self.write_config(worker_id, port, worker_id)
+        proc = self.processes.spawn(worker_id, [sys.executable, "-m", "common.cli", "worker", "--config", str(config)])
+        self.workers[worker_id] = proc
+
+        def registered() -> bool:
+            if not proc.alive():
+                raise BenchError(f"worker {worker_id} exited:\n{proc.tail()}")
+            status, body = self.api("GET", "/instances")
+            rows = body.get("instances", []) if status == 200 and isinstance(body, dict) else []
+            return any(r.get("worker") == worker_id and r.get("live") and r.get("generation") is not None
+                       for r in rows)
+
+        wait_for(registered, timeout_s, f"worker {worker_id} registered", 0.3)
+        return proc
+
+    def api(self, method: str, path: str, body: Any = None, timeout_s: float = 10) -> tuple[int, Any]:
+        """Ask the first live controller that answers; (0, reason) when none does."""
+        last = "no controller running"
+        for label, proc in self.controllers.items():
+            if not proc.alive():
+                continue
+            try:
+                return request(f"{self.url(label)}{path}", method, body, timeout_s=timeout_s)
+            except (UReplicatorError, OSError) as exc:
+                last = str(exc)
+        return 0, last
+
+    def leader(self) -> str | None:
+        """Label of the controller that says it leads."""
+        for label, proc in self.controllers.items():
+            if not proc.alive():
+                continue
+            with contextlib.suppress(UReplicatorError, OSError):
+                status, body = request(f"{self.url(label)}/health", timeout_s=2)
+                if status == 200 and isinstance(body, dict) and body.get("is_leader"):
+                    return label
+        return None
+
+    def add_topic(self, topic: str, partitions: int) -> None:
+        status, body = self.api("POST", "/topics", {"topic": topic, "numPartitions": partitions}, timeout_s=60)
+        if status != 201:
+            raise BenchError(f"POST /topics {topic} answered {status}: {body}")
+
+    def owners(self, topic: str) -> dict[int, str | None]:
+        """Per partition the worker whose status says it mirrors it (``applied_by``)."""
+        status, body = self.api("GET", f"/topics/{topic}")
+        if status != 200 or not isinstance(body, dict):
+            return {}
+        return {row["partition"]: row["applied_by"] for row in body.get("assignment", [])}
+
+    def settled(self, topics: dict[str, int]) -> bool:
+        """Every partition applied by some worker, written == applied, nothing withheld."""
+        status, body = self.api("GET", "/validation")
+        if status != 200 or not body.get("ok") or body.get("withheld"):
+            return False
+        for topic, partitions in topics.items():
+            owners = self.owners(topic)
+            if len(owners) != partitions or any(w is None for w in owners.values()):
+                return False
+        return True
+
+    def stop_all(self) -> None:
+        """Workers first (they commit), then controllers."""
+        for proc in list(self.workers.values()) + list(self.controllers.values()):
+            if proc.alive():
+                with contextlib.suppress(Exception):
+                    proc.terminate(40)
+
+
+# ----------------------------------------------------------------------------- load
+
+
+@dataclass(frozen=True)
+class Flow:
+    """Records for one source topic: ``preload`` as fast as possible, then ``rate`` per second."""
+
+    topic: str
+    partitions: int
+    rate: float
+    preload: int = 0
+
+
+@dataclass
+class LoadResult:
+    sent: int = 0
+    acked: int = 0
+    failed: int = 0
+    elapsed_s: float = 0.0
+    behind: int = 0  # records due by the schedule that were never handed to the producer
+    first_error: str | None = None
+    per_flow: dict[str, dict[str, int]] = field(default_factory=dict)
+    acked_keys: dict[TP, array] | None = None  # per (topic, partition), sequence numbers the source acked
+
+
+def _load_main(bootstrap: str, flows: list[Flow], tag: int, duration_s: float | None, value_bytes: int,
+               track_acked: bool, extra: dict[str, Any], counters: Any, stop: Any, out: Any) -> None:
+    """Child process body of :class:`Load` (spawned: no librdkafka state inherited)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
+    from confluent_kafka import Producer
+
+    result = LoadResult(acked_keys={} if track_acked else None)
+    acked_keys = result.acked_keys
+    local = {"acked": 0, "failed": 0}
+    errors: list[str] = []
+    flow_stats = {f.topic: {"sent": 0, "acked": 0, "failed": 0} for f in flows}
+
+    def on_delivery(err: Any, msg: Any) -> None:
+        stats = flow_stats[msg.topic()]
+        if err is not None:
+            local["failed"] += 1
+            stats["failed"] += 1
+            if not errors:
+                errors.append(str(err))
+            return
+        local["acked"] += 1
+        stats["acked"] += 1
+        if acked_keys is not None:
+            tp = (msg.topic(), msg.partition())
+            seqs = acked_keys.get(tp)
+            if seqs is None:
+                seqs = acked_keys[tp] = array("q")
+            seqs.append(KEY.unpack(msg.key())[1])
+
+    config = {
+        "bootstrap.servers": bootstrap,
+        "enable.idempotence": True,
+        "acks": "all",
+        "linger.ms": 2,
+        "compression.type": "none",
+        "queue.buffering.max.messages": 1_000_000,
+        "queue.buffering.max.kbytes": 1_048_576,
+        "message.timeout.ms": 600_000,  # ride out a restarting source broker
+        "reconnect.backoff.max.ms": 500,  # back soon after a restart: measure the mirror, not our backoff
+        "on_delivery": on_delivery,
+        **extra,
+    }
+    producer = Producer(config)
+    payloads = [os.urandom(value_bytes) for _ in range(64)]
+    sent = [0] * len(flows)
+    start = time.monotonic()
+    last_publish = 0.0
+    try:
+        while not stop.is_set():
+            now = time.monotonic()
+            elapsed = now - start
+            if duration_s is not None and elapsed >= duration_s:
+                elapsed = duration_s
+            progressed = False
+            for i, flow in enumerate(flows):
+                due = flow.preload + int(elapsed * flow.rate)
+                # Bounded per turn, so one flow's preload does not starve the others' schedule.
+                limit = min(due, sent[i] + 5000)
+                while sent[i] < limit:
+                    seq = sent[i]
+                    try:
+                        producer.produce(flow.topic, key=KEY.pack(tag, seq), value=payloads[seq & 63],
+                                         partition=seq % flow.partitions, timestamp=int(time.time() * 1000))
+                    except BufferError:
+                        producer.poll(0.01)
+                        break
+                    sent[i] += 1
+                    progressed = True
+            producer.poll(0)
+            if now - last_publish >= 0.2:
+                last_publish = now
+                counters[0], counters[1], counters[2] = sum(sent), local["acked"], local["failed"]
+            if duration_s is not None and elapsed >= duration_s and all(
+                    s >= f.preload + int(duration_s * f.rate) for s, f in zip(sent, flows, strict=True)):
+                break
+            if not progressed:
+                time.sleep(0.0005)
+        result.elapsed_s = time.monotonic() - start
+        due_total = sum(f.preload + int(min(result.elapsed_s, duration_s or result.elapsed_s) * f.rate)
+                        for f in flows)
+        result.behind = max(0, due_total - sum(sent))
+        producer.flush(float(config["message.timeout.ms"]) / 1000 + 10)
+    finally:
+        for i, flow in enumerate(flows):
+            flow_stats[flow.topic]["sent"] = sent[i]
+        result.sent = sum(sent)
+        result.acked = local["acked"]
+        result.failed = local["failed"]
+        result.first_error = errors[0] if errors else None
+        result.per_flow = flow_stats
+        counters[0], counters[1], counters[2] = result.sent, result.acked, result.failed
+        out.put(result)
+
+
+class Load:
+    """A producer process writing ``flows`` at fixed rates until ``duration_s`` or :meth:`stop`."""
+
+    def __init__(self, bootstrap: str, flows: list[Flow], tag: int = 1, duration_s: float | None = None,
+                 value_bytes: int = 100, track_acked: bool = False, extra: dict[str, Any] | None = None) -> None:
+        ctx = mp.get_context("spawn")
+        self.flows = flows
+        self.counters = ctx.Array("q", 3, lock=False)  # sent, acked, failed (published every 0.2 s)
+        self._stop = ctx.Event()
+        self._out = ctx.Queue()
+        self._proc = ctx.Process(
+            target=_load_main, name="bench-load", daemon=True,
+            args=(bootstrap, flows, tag, duration_s, value_bytes, track_acked, extra or {},
+                  self.counters, self._stop, self._out),
+        )
+        self.result: LoadResult | None = None
+        self.started_at = 0.0
+
+    def start(self) -> Load:
+        self._proc.start()
+        self.started_at = time.time()
+        return self
+
+    @property
+    def sent(self) -> int:
+        return int(self.counters[0])
+
+    @property
+    def acked(self) -> int:
+        return int(self.counters[1])
+
+    def alive(self) -> bool:
+        return self._proc.is_alive()
+
+    def wait(self, timeout_s: float) -> LoadResult:
+        """Collect the result once the producer finished (its duration ran out or it was stopped)."""
+        if self.result is not None:
+            return self.result
+        try:
+            self.result = self._out.get(timeout=timeout_s)
+        except Exception as exc:  # queue.Empty, EOFError when the child died
+            self.kill()
+            raise BenchError(f"the load producer did not report within {timeout_s:.0f}s ({exc!r})") from None
+        self._proc.join(30)
+        return self.result
+
+    def stop(self, timeout_s: float = 660) -> LoadResult:
+        self._stop.set()
+        return self.wait(timeout_s)
+
+    def kill(self) -> None:
+        if self._proc.is_alive():
+            self._proc.kill()
+            self._proc.join(10)
+
+
+# ----------------------------------------------------------------------------- arrivals
+
+
+class PartitionLog:
+    """What the destination consumer saw on one partition, in arrival order."""
+
+    __slots__ = ("idents", "tags", "arrivals", "latency_ms")
+
+    def __init__(self) -> None:
+        self.idents = array("q")  # source offset (urep) or tag<<40|sequence (key)
+        self.tags = array("H")
+        self.arrivals = array("d")  # epoch seconds when consume() returned the record
+        self.latency_ms = array("d")  # arrival - CreateTime
+
+
+class Arrivals:
+    """Destination consumer recording per partition the identity, arrival time and latency of every record.
+
+    ``ident="urep"`` identifies a record by the source offset in its provenance
+    header (ureplicator); ``ident="key"`` by the load key (MirrorMaker 2).
+    """
+
+    def __init__(self, bootstrap: str, ident: str = "urep", fetch_wait_ms: int = 5) -> None:
+        if ident not in ("urep", "key"):
+            raise ValueError(ident)
+        self.ident = ident
+        self.consumer = Consumer({
+            "bootstrap.servers": bootstrap,
+            "group.id": f"bench-arrivals-{os.getpid()}-{time.time_ns()}",
+            "enable.auto.commit": False,
+            "enable.partition.eof": False,
+            "fetch.wait.max.ms": fetch_wait_ms,
+            "fetch.min.bytes": 1,
+            "fetch.error.backoff.ms": 50,
+            "reconnect.backoff.max.ms": 500,
+        })
+        self.logs: dict[TP, PartitionLog] = {}
+        self.received = 0
+        self.bad_headers = 0  # urep missing, unreadable, or naming another partition
+        self._pending: list[TopicPartition] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="arrivals", daemon=True)
+        self.error: str | None = None
+
+    def add(self, topic: str, partitions: int) -> None:
+        """Record ``topic`` from its first record on (safe to call while running)."""
+        with self._lock:
+            for p in range(partitions):
+                self.logs.setdefault((topic, p), PartitionLog())
+            self._pending.extend(TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions))
+
+    def start(self) -> Arrivals:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop recording (idempotent; safe when never started)."""
+        self._stop.set()
+        if self._thread.ident is not None:
+            self._thread.join(30)
+        with contextlib.suppress(Exception):
+            self.consumer.close()
+
+    def count(self, topic: str | None = None) -> int:
+        return sum(len(log.arrivals) for (t, _), log in self.logs.items() if topic is None or t == topic)
+
+    def last_arrival(self, tp: TP) -> float:
+        log = self.logs.get(tp)
+        return log.arrivals[-1] if log is not None and log.arrivals else 0.0
+
+    def _run(self) -> None:
+        urep_mode = self.ident == "urep"
+        header = provenance.HEADER
+        unpack_urep = UREP.unpack_from
+        unpack_key = KEY.unpack
+        try:
+            while not self._stop.is_set():
+                if self._pending:
+                    with self._lock:
+                        pending, self._pending = self._pending, []
+                    self.consumer.incremental_assign(pending)
+                messages = self.consumer.consume(2000, 0.05)
+                if not messages:
+                    continue
+                now = time.time()
+                now_ms = now * 1000.0
+                logs = self.logs
+                for msg in messages:
+                    if msg.error() is not None:
+                        continue
+                    partition = msg.partition()
+                    log = logs[(msg.topic(), partition)]
+                    tag, seq = unpack_key(msg.key())
+                    if urep_mode:
+                        ident = -1
+                        for name, value in reversed(msg.headers() or ()):
+                            if name == header:
+                                version, offset, source_partition = unpack_urep(value)
+                                if version == provenance.VERSION and source_partition == partition:
+                                    ident = offset
+                                break
+                        if ident < 0:
+                            self.bad_headers += 1
+                    else:
+                        ident = (tag << TAG_SHIFT) | seq
+                    log.idents.append(ident)
+                    log.tags.append(tag)
+                    log.arrivals.append(now)
+                    log.latency_ms.append(now_ms - msg.timestamp()[1])
+                self.received += len(messages)
+        except Exception as exc:  # surfaced by the caller via .error
+            self.error = f"{type(exc).__name__}: {exc}"
+            raise
+
+
+def longest_gap(arrivals: array, t0: float, t1: float, before_s: float = 1.0) -> tuple[float, float]:
+    """Longest time without an arrival in ``[t0 - before_s, t1]`` and when that gap ended.
+
+    The last arrival before the window opens the first gap; ``t1`` closes the
+    last one, so a partition that never flows again shows a gap up to ``t1``.
+    """
+    lo = bisect_left(arrivals, t0 - before_s)
+    hi = bisect_right(arrivals, t1)
+    points = list(arrivals[max(0, lo - 1):hi])
+    if not points or points[0] > t0 - before_s:
+        points.insert(0, t0 - before_s)
+    points.append(t1)
+    best, end = 0.0, t0
+    for a, b in zip(points, points[1:], strict=False):
+        if b - a > best:
+            best, end = b - a, b
+    return best, end
+
+
+# ----------------------------------------------------------------------------- logs and comparison
+
+
+@dataclass
+class LogRead:
+    """One partition of a topic read from its start to the end offset seen when reading began."""
+
+    offsets: array = field(default_factory=lambda: array("q"))
+    keys: array = field(default_factory=lambda: array("q"))  # tag<<40 | sequence
+    urep: array = field(default_factory=lambda: array("q"))  # source offset from the header, -1 without
+
+
+def read_log(bootstrap: str, topic: str, partitions: int, timeout_s: float = 300) -> dict[int, LogRead]:
+    """Every record of every partition (offsets, key identities, provenance offsets)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-reader-{time.time_ns()}",
+                         "enable.auto.commit": False, "enable.partition.eof": False,
+                         "fetch.max.bytes": 64 * 1024 * 1024})
+    result = {p: LogRead() for p in range(partitions)}
+    try:
+        ends = {}
+        for p in range(partitions):
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30, cached=False)
+            if high > low:
+                ends[p] = high
+        if not ends:
+            return result
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in ends])
+        remaining = set(ends)
+        header = provenance.HEADER
+        deadline = time.monotonic() + timeout_s
+        while remaining:
+            if time.monotonic() > deadline:
+                raise BenchError(f"reading {topic} timed out; partitions {sorted(remaining)} unfinished")
+            for msg in consumer.consume(5000, 0.5):
+                if msg.error() is not None:
+                    continue
+                p, offset = msg.partition(), msg.offset()
+                if offset >= ends[p]:
+                    continue
+                log = result[p]
+                log.offsets.append(offset)
+                tag, seq = KEY.unpack(msg.key())
+                log.keys.append((tag << TAG_SHIFT) | seq)
+                source = -1
+                for name, value in reversed(msg.headers() or ()):
+                    if name == header:
+                        source = UREP.unpack_from(value)[1]
+                        break
+                log.urep.append(source)
+                if offset >= ends[p] - 1:
+                    remaining.discard(p)
+        return result
+    finally:
+        consumer.close()
+
+
+@dataclass
+class Comparison:
+    records: int = 0  # in the source log
+    mirrored: int = 0  # distinct source records found on the destination
+    destination_records: int = 0
+    lost: int = 0
+    duplicated: int = 0
+    reordered: int = 0
+    per_partition: dict[int, dict[str, int]] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "per_partition"} | {
+            "per_partition": {str(p): v for p, v in self.per_partition.items()}}
+
+
+def compare(source: dict[int, LogRead], destination: dict[int, LogRead], by: str = "urep") -> Comparison:
+    """Source log vs destination per partition: by source offset (``urep``) or by load key (``key``)."""
+    total = Comparison()
+    for p, src in source.items():
+        dst = destination.get(p, LogRead())
+        want = src.offsets if by == "urep" else src.keys
+        seen = dst.urep if by == "urep" else dst.keys
+        want_set = set(want)
+        seen_set = set(seen)
+        lost = len(want_set - seen_set)
+        duplicated = len(seen) - len(seen_set)
+        first = list(dict.fromkeys(seen))
+        reordered = sum(1 for a, b in zip(first, first[1:], strict=False) if b < a) if by == "urep" else 0
+        mirrored = len(want_set & seen_set)
+        total.per_partition[p] = {"records": len(want), "mirrored": mirrored, "lost": lost,
+                                  "duplicated": duplicated, "reordered": reordered}
+        total.records += len(want)
+        total.destination_records += len(seen)
+        total.mirrored += mirrored
+        total.lost += lost
+        total.duplicated += duplicated
+        total.reordered += reordered
+    return total
+
+
+def end_offsets(bootstrap: str, topic: str, partitions: int) -> dict[int, int] | None:
+    """High watermark per partition; None when the topic is not (yet) there or the cluster is away."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-offsets", "enable.auto.commit": False})
+    try:
+        ends = {}
+        for p in range(partitions):
+            _, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=5, cached=False)
+            ends[p] = max(high, 0)
+        return ends
+    except KafkaException:
+        return None
+    finally:
+        consumer.close()
