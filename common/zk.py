@@ -28,9 +28,14 @@ class TransactionFailed(UReplicatorError):
     """A multi-node write was refused (a precondition such as leadership no longer holds)."""
 
 
-def connect(config: Config, timeout_s: float = 15.0) -> KazooClient:
-    """Start a session, or raise ClusterUnavailable naming the ensemble."""
-    client = KazooClient(hosts=config.zookeeper.connect, timeout=config.zookeeper.session_timeout_s)
+def connect(config: Config, timeout_s: float = 15.0, read_only: bool = False) -> KazooClient:
+    """Start a session, or raise ClusterUnavailable naming the ensemble.
+
+    ``read_only`` clients (the verifier) write nothing, not even the pipeline's parent nodes,
+    so a mistyped pipeline name cannot create an empty pipeline.
+    """
+    client = KazooClient(hosts=config.zookeeper.connect, timeout=config.zookeeper.session_timeout_s,
+                         read_only=read_only)
     try:
         client.start(timeout=timeout_s)
     except KazooTimeoutError:
@@ -38,9 +43,9 @@ def connect(config: Config, timeout_s: float = 15.0) -> KazooClient:
         raise ClusterUnavailable(
             f"ZooKeeper at {config.zookeeper.connect} did not answer within {timeout_s:.0f}s"
         ) from None
-    paths = Paths(config.root)
-    for parent in paths.all_parents():
-        client.ensure_path(parent)
+    if not read_only:
+        for parent in Paths(config.root).all_parents():
+            client.ensure_path(parent)
     return client
 
 

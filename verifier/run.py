@@ -12,13 +12,11 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
-from kazoo.handlers.threading import KazooTimeoutError
 
 from common import zk
 from common.config import ClusterConfig, Config
-from common.errors import ClusterUnavailable, UReplicatorError
+from common.errors import UReplicatorError
 from common.zkschema import Paths
 from verifier import kafka_options, model, sparkjob
 from verifier.model import CategoryResult, PartitionReport, Report, TopicReport, Watermarks
@@ -78,14 +76,7 @@ def resolve_targets(config: Config, requested: Iterable[str], timeout_s: float =
 
 def _registered_topics(config: Config, timeout_s: float) -> dict[str, str]:
     """source topic -> destination topic, read without writing anything to ZooKeeper."""
-    client = KazooClient(hosts=config.zookeeper.connect, timeout=config.zookeeper.session_timeout_s, read_only=True)
-    try:
-        client.start(timeout=timeout_s)
-    except KazooTimeoutError:
-        client.close()
-        raise ClusterUnavailable(
-            f"ZooKeeper at {config.zookeeper.connect} did not answer within {timeout_s:.0f}s"
-        ) from None
+    client = zk.connect(config, timeout_s, read_only=True)
     try:
         records = zk.read_topics(client, Paths(config.root))
     except NoNodeError:
