@@ -1,7 +1,7 @@
 """Measure mirroring throughput: one ureplicator worker against MirrorMaker 2 and a raw confluent-kafka loop.
 
-    .venv/bin/python -m bench.throughput            # full run: 3 rounds, 2M x 100 B + 400k x 1 KB (~15 min)
-    .venv/bin/python -m bench.throughput --quick    # smoke run: 1 round, 200k x 100 B + 50k x 1 KB (~3 min)
+    .venv/bin/python -m bench.throughput            # 3 rounds, 2M x 100 B + 400k x 1 KB: 5 min idle, ~8 min busy
+    .venv/bin/python -m bench.throughput --quick    # smoke run: 1 round, 500k x 100 B + 100k x 1 KB: 1-3 min
     .venv/bin/python -m bench.throughput --profile  # also py-spy the worker in one extra, untimed run
 
 One invocation starts its own local stack (``common.stack``; always stopped
@@ -23,7 +23,11 @@ value bytes), the same from the first mirrored record on ("steady"), CPU
 seconds (user + system of the mirroring processes, from /proc) per million
 records, peak RSS (VmHWM) and the load average. Medians per variant, ratios
 ureplicator/MM2 and ureplicator/raw go to ``bench/results/throughput-<date>.json``
-(appended) and to the throughput-bench section of ``docs/benchmarks.md``.
+(appended) and, for full runs (not ``--quick``), to the throughput-bench section
+of ``docs/benchmarks.md`` together with the hand-written findings in
+``bench/throughput-notes.md``. ``--worker-repo DIR`` runs controller and worker
+from another checkout (to measure a patch, e.g. ``bench/patches/``);
+``--render FILE`` only re-writes the docs section from a results file.
 """
 
 from __future__ import annotations
@@ -85,6 +89,9 @@ KEY_BYTES = 8
 VARIANTS: tuple[str, ...] = ("ureplicator", "mirrormaker2", "raw")
 LABELS = {"ureplicator": "ureplicator (1 worker)", "mirrormaker2": "MirrorMaker 2 (1 task)", "raw": "raw client loop"}
 POLL_S = 0.2
+# Hand-written findings (profiles, A/B tests of worker patches) appended to the docs section;
+# kept next to the code so a re-run keeps them. Update it when the worker changes.
+NOTES = REPO / "bench" / "throughput-notes.md"
 PROGRESS_S = 3.0
 
 
@@ -769,21 +776,26 @@ def render_section(entry: dict[str, Any]) -> str:
         + ", ".join(f"`{k}={v}`" for k, v in s["producer"].items()) + ".",
         "",
     ]
-    for block in summary.values():
+    for label, block in summary.items():
         lines += [
             f"### {block['records']:,} records × {block['value_bytes']} B values "
             f"({block['payload_mb']:.0f} MB of keys + values)",
             "",
             "| variant | records/s | MB/s | records/s after the first record | first record after | "
-            "CPU s per M records (window / steady) | peak RSS | runs |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|",
+            "CPU s per M records (window / steady) | peak RSS | each run: k records/s after the first record "
+            "(machine CPU pressure) |",
+            "|---|---:|---:|---:|---:|---:|---:|---|",
         ]
         for variant, v in block["variants"].items():
+            each = ", ".join(
+                f"{r['steady_records_per_s'] / 1000:.0f}k ({r['extra'].get('cpu_pressure_some_pct') or 0:.0f} %)"
+                if r["ok"] else "failed"
+                for r in entry["runs"] if r["variant"] == variant and r["dataset"] == label
+            )
             lines.append(
                 f"| {LABELS[variant]} | {_fmt_int(v['records_per_s'])} | {v['mb_per_s']:.1f} | "
                 f"{_fmt_int(v['steady_records_per_s'])} | {v['first_record_s']:.1f} s | "
-                f"{v['cpu_s_per_m']:.1f} / {v['cpu_steady_s_per_m']:.1f} | {v['peak_rss_mb']:.0f} MB | "
-                f"{v['runs']}{' (' + str(v['failed']) + ' failed)' if v['failed'] else ''} |"
+                f"{v['cpu_s_per_m']:.1f} / {v['cpu_steady_s_per_m']:.1f} | {v['peak_rss_mb']:.0f} MB | {each} |"
             )
         r = block["ratios"]
         lines += [
@@ -816,13 +828,16 @@ def render_section(entry: dict[str, Any]) -> str:
         "",
         "CPU is user + system time from `/proc/<pid>/stat` (every thread, librdkafka's included); *window* "
         "divides the whole measured window by all records, *steady* only the part after the first record "
-        "arrived by the records that arrived in it. Raw per-run numbers, load averages and per-thread CPU: "
-        f"`{entry['results_file']}`.",
+        "arrived by the records that arrived in it. *CPU pressure* is the share of the steady window in which "
+        "some task on the machine waited for a core (`/proc/pressure/cpu`): above ~50 % the run measured the "
+        "machine's contention more than the mirror. Raw per-run numbers, load averages, per-thread CPU and "
+        f"run-queue waits: `{entry['results_file']}`.",
         "",
     ]
     lines += _analysis(entry)
     lines.append("Reproduce: `make bench-throughput` (= `.venv/bin/python -m bench.throughput`), "
-                 "`--quick` for a 3-minute smoke run, `--profile` to py-spy the worker.")
+                 "`--quick` for a smoke run of 1–3 minutes, `--profile` to py-spy the worker, `--worker-repo DIR` "
+                 "to measure a patched checkout, `--render FILE` to re-write this section from a results file.")
     return "\n".join(lines)
 
 
@@ -856,10 +871,13 @@ def _analysis(entry: dict[str, Any]) -> list[str]:
                   f"raw stacks in `{profile['raw_file']}`):", ""]
         lines += ["| function | inclusive | self |", "|---|---:|---:|"]
         for name, share, own in profile["rows"]:
-            lines.append(f"| `{name}` | {share:.1f} % | {own:.1f} % |")
+            shown = "libc.so.6 (unsymbolized: memcpy, locks, ...)" if name == "(libc.so.6)" else name
+            lines.append(f"| `{shown}` | {share:.1f} % | {own:.1f} % |")
     notes = entry.get("notes")
     if notes:
         lines += ["", *notes]
+    if NOTES.exists():
+        lines += ["", NOTES.read_text().strip()]
     lines.append("")
     return lines
 
@@ -905,7 +923,7 @@ def local_stack(directory: Path | None, heap: str) -> Iterator[dict[str, str]]:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.throughput", description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="smoke run: 1 round, 200k x 100 B + 50k x 1 KB")
+    parser.add_argument("--quick", action="store_true", help="smoke run: 1 round, 500k x 100 B + 100k x 1 KB")
     parser.add_argument("--records-100b", type=int, default=None, help="records of 100 B (default 2,000,000)")
     parser.add_argument("--records-1kb", type=int, default=None, help="records of 1 KB (default 400,000)")
     parser.add_argument("--rounds", type=int, default=None, help="A B C rounds per dataset (default 3)")
@@ -921,9 +939,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="run controller and worker from this checkout (A/B-test a worker patch)")
     parser.add_argument("--stack", type=Path, default=None, help="use a running `ureplicator stack up --dir D`")
     parser.add_argument("--no-write", action="store_true", help="print only; no JSON, no docs section")
+    parser.add_argument("--render", type=Path, default=None, metavar="RESULTS_JSON",
+                        help="only re-write the docs section from the last full run in RESULTS_JSON")
     args = parser.parse_args(argv)
-    args.records_100b = args.records_100b or (200_000 if args.quick else 2_000_000)
-    args.records_1kb = args.records_1kb or (50_000 if args.quick else 400_000)
+    args.records_100b = args.records_100b or (500_000 if args.quick else 2_000_000)
+    args.records_1kb = args.records_1kb or (100_000 if args.quick else 400_000)
     args.rounds = args.rounds or (1 if args.quick else 3)
     args.budget_min = args.budget_min or (4.0 if args.quick else 20.0)
     args.variants = [v.strip() for v in args.variants.split(",") if v.strip()]
@@ -959,6 +979,15 @@ def main(argv: list[str] | None = None) -> int:
     # ignored) unwinds like Ctrl-C, so every process and the stack are stopped.
     signal.signal(signal.SIGTERM, _interrupt)
     signal.signal(signal.SIGINT, _interrupt)
+    if args.render is not None:
+        loaded = json.loads(args.render.read_text())
+        entries = [e for e in (loaded if isinstance(loaded, list) else [loaded]) if not e.get("quick")]
+        if not entries:
+            say(f"no full run in {args.render}")
+            return 2
+        replace_section(DOC, START, END, render_section(entries[-1]))
+        say(f"section in {DOC.relative_to(REPO)} re-rendered from {args.render}")
+        return 0
     wall = time.monotonic()
     now = datetime.now(timezone.utc)
     stamp = now.strftime("%H%M%S")
@@ -1043,10 +1072,12 @@ def main(argv: list[str] | None = None) -> int:
     print_summary(summary)
     entry = {
         "date": now.isoformat(timespec="seconds"),
-        "command": "python -m bench.throughput " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "command": " ".join(["python -m bench.throughput", *(argv if argv is not None else sys.argv[1:])]),
+        "quick": args.quick,
         "duration_s": round(time.monotonic() - wall, 1),
         "machine": machine,
-        "code": code,
+        "code": code_before,  # what the runs started with; code_at_end when it changed meanwhile
+        **({"code_at_end": code} if code["sources_sha256"] != code_before["sources_sha256"] else {}),
         "rounds_done": rounds_done,
         "settings": {
             "variants": args.variants,
@@ -1066,10 +1097,15 @@ def main(argv: list[str] | None = None) -> int:
     }
     results = RESULTS_DIR / f"throughput-{now.strftime('%Y-%m-%d')}.json"
     entry["results_file"] = str(results.relative_to(REPO))
+    (workdir / "result.json").write_text(json.dumps(entry, indent=2) + "\n")
+    (workdir / "section.md").write_text(render_section(entry) + "\n")
     if args.no_write:
-        (workdir / "result.json").write_text(json.dumps(entry, indent=2) + "\n")
-        (workdir / "section.md").write_text(render_section(entry) + "\n")
         say(f"--no-write: result and docs section left in {workdir.relative_to(REPO)}")
+    elif args.quick:
+        # A smoke run's numbers are not worth publishing over a full run's.
+        append_json(results, entry)
+        say(f"results appended to {results.relative_to(REPO)} (quick: docs section left alone; "
+            f"it is in {workdir.relative_to(REPO)}/section.md)")
     else:
         append_json(results, entry)
         replace_section(DOC, START, END, render_section(entry))

@@ -48,6 +48,10 @@ _CONSUMER_DEFAULTS: dict[str, Any] = {
     "fetch.min.bytes": 1,
     "fetch.wait.max.ms": 100,
     "queued.max.messages.kbytes": 65536,
+    # librdkafka >= 2.4 postpones a partition's next fetch by this much (default 1000 ms)
+    # once its local queue passes queued.min.messages / queued.max.messages.kbytes; at
+    # mirror speed that is a one-second bubble every few batches.
+    "fetch.queue.backoff.ms": 10,
     "socket.keepalive.enable": True,
 }
 

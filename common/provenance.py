@@ -13,6 +13,7 @@ that came from the cluster it writes to (loop prevention).
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 
 HEADER = "urep"
@@ -36,6 +37,20 @@ def encode(source_offset: int, source_partition: int, origin: str) -> bytes:
     if len(alias) > 255:
         raise ProvenanceError("origin alias longer than 255 bytes")
     return _FIXED.pack(VERSION, source_offset, source_partition, len(alias)) + alias
+
+
+def encoder(origin: str) -> Callable[[int, int], bytes]:
+    """``encode`` with the origin fixed: one struct pack and one concatenation per record."""
+    alias = origin.encode()
+    if len(alias) > 255:
+        raise ProvenanceError("origin alias longer than 255 bytes")
+    pack = struct.Struct(">Bqi").pack
+    tail = bytes([len(alias)]) + alias
+
+    def encode_for(source_offset: int, source_partition: int) -> bytes:
+        return pack(VERSION, source_offset, source_partition) + tail
+
+    return encode_for
 
 
 def decode(value: bytes | None) -> Provenance:

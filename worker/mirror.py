@@ -59,6 +59,7 @@ class MirrorWorker:
         self.metrics = metrics or WorkerMetrics()
         self.log = logs.get("worker", pipeline=config.pipeline, worker=worker_id)
         self._source_alias = config.source.alias
+        self._stamp = provenance.encoder(config.source.alias)  # urep value for records that start here
         self._destination_alias = config.destination.alias
 
         self._stop = threading.Event()
@@ -240,6 +241,7 @@ class MirrorWorker:
         skip_origin = self._destination_alias
         header = provenance.HEADER
         encode = provenance.encode
+        stamp = self._stamp
         no_timestamp = TIMESTAMP_NOT_AVAILABLE
         fetched_bytes = 0
         produced = 0
@@ -268,9 +270,10 @@ class MirrorWorker:
                     self.metrics.skipped.labels(topic).inc()
                     continue
                 headers = kept
-                headers.append((header, encode(offset, partition, origin)))
+                headers.append((header, stamp(offset, partition) if origin == origin_alias
+                                else encode(offset, partition, origin)))
             else:
-                headers = [(header, encode(offset, partition, origin))]
+                headers = [(header, stamp(offset, partition))]
             key = msg.key()
             value = msg.value()
             size = (len(key) if key else 0) + (len(value) if value else 0)
