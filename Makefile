@@ -68,6 +68,9 @@ BENCH_ARGS ?=
 
 bench: bench-throughput bench-controller-scale bench-verifier bench-latency bench-stalls drill
 
+# Benchmarks share the machine's cores: never run them in parallel (make -j).
+.NOTPARALLEL: bench
+
 bench-throughput: install
 	$(BIN)/python -m bench.throughput $(BENCH_ARGS)
 

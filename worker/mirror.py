@@ -286,6 +286,10 @@ class MirrorWorker:
                 except BufferError:
                     self.producer.poll(0.05)  # local queue full: wait for acks, never drop
                 except KafkaException as exc:
+                    if exc.args[0].code() == KafkaError._UNKNOWN_PARTITION and self._await_partition(
+                        destination, partition
+                    ):
+                        continue  # the destination just grew; the producer's metadata now knows it
                     self._fail_partition((topic, partition), offset, exc.args[0].str())
                     break
             if self._errors and (topic, partition) in self._errors:
@@ -402,7 +406,7 @@ class MirrorWorker:
         wanted = [TopicPartition(t, p) for t, p in partitions if t in routes]
         if not wanted:
             return []
-        committed = self.consumer.committed(wanted, timeout=30)
+        committed = self._committed(wanted)
         for tp in committed:
             if tp.offset < 0:
                 continue
@@ -429,8 +433,43 @@ class MirrorWorker:
             self._routes[(tp.topic, tp.partition)] = (destination, state, queue, tp.topic)
             self._owned[(tp.topic, tp.partition)] = destination
             assign.append(TopicPartition(tp.topic, tp.partition, start))
+        for topic, destination in routes.items():
+            # A destination grown moments ago: make the producer's metadata know every partition.
+            highest = max((p for t, p in partitions if t == topic), default=-1)
+            if highest >= 0:
+                self._await_partition(destination, highest, timeout_s=10.0)
         self.consumer.incremental_assign(assign)
         return [(tp.topic, tp.partition) for tp in assign]
+
+    def _await_partition(self, destination: str, partition: int, timeout_s: float = 30.0) -> bool:
+        """Refresh the producer's metadata until ``destination`` has ``partition`` (it was just grown)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                found = self.producer.list_topics(topic=destination, timeout=5).topics.get(destination)
+            except KafkaException:
+                found = None
+            if found is not None and found.error is None and partition in found.partitions:
+                return True
+            self.producer.poll(0.5)
+        return False
+
+    def _committed(self, wanted: list[TopicPartition]) -> list[TopicPartition]:
+        """The group's committed offsets; a coordinator still loading (fresh cluster) is retried."""
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                return self.consumer.committed(wanted, timeout=10)
+            except KafkaException as exc:
+                error = exc.args[0]
+                transient = error.retriable() or error.code() in (
+                    KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+                    KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError._TIMED_OUT,
+                )
+                if time.monotonic() > deadline or not transient:
+                    raise
+                self.log.warning("committed_offsets_retry", error=error.str())
+                time.sleep(0.5)
 
     # --- offsets and status --------------------------------------------------------------------
 
