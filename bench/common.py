@@ -12,7 +12,6 @@ import json
 import os
 import platform
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -24,6 +23,7 @@ from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 from common import jvm, kafka
+from common.stack import free_port  # noqa: F401 - re-exported for the bench scripts
 
 REPO: Path = Path(__file__).resolve().parent.parent
 RESULTS_DIR: Path = REPO / "bench" / "results"
@@ -79,12 +79,6 @@ def proc_sample(pid: int) -> ProcSample | None:
 def load_average() -> tuple[float, float, float]:
     one, five, fifteen = os.getloadavg()
     return round(one, 2), round(five, 2), round(fifteen, 2)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def stop_process(popen: subprocess.Popen[bytes], timeout_s: float = 30) -> int | None:

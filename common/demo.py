@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -28,12 +27,6 @@ TOPIC = "demo.orders"
 
 def _say(text: str) -> None:
     print(text, flush=True)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run(records: int = 100_000, partitions: int = 8, timeout_s: float = 300.0) -> int:
@@ -67,7 +60,7 @@ def run(records: int = 100_000, partitions: int = 8, timeout_s: float = 300.0) -
 
 def _run(services: dict[str, str], directory: Path, processes: list[subprocess.Popen], records: int,
          partitions: int, timeout_s: float) -> int:
-    rest_port = _free_port()
+    rest_port = stack.free_port()
     config = {
         "pipeline": "demo",
         "zookeeper": {"connect": services["zookeeper"]},

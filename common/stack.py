@@ -249,6 +249,11 @@ def _ephemeral_range() -> tuple[int, int]:
         return 32768, 60999  # Linux's default
 
 
+def free_port() -> int:
+    """One free loopback port outside the ephemeral range (REST and metrics ports of tests, demo, benches)."""
+    return _free_ports(1, set())[0]
+
+
 def _free_ports(count: int, avoid: set[int]) -> list[int]:
     """count distinct free ports outside the kernel's ephemeral range.
 

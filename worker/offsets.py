@@ -78,6 +78,3 @@ class OffsetTracker:
             state = self._partitions.get(tp)
             if state is not None:
                 state.committed = position
-
-    def partitions(self) -> dict[tuple[str, int], PartitionOffsets]:
-        return dict(self._partitions)

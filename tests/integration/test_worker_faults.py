@@ -11,10 +11,11 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from common import stack
+from common.stack import free_port
 from tests.support import kafka_io
 from tests.support.kafka_io import wait_for
 from tests.support.load import ContinuousProducer, compare, wait_mirrored
-from tests.support.pipeline import Pipeline, free_port
+from tests.support.pipeline import Pipeline
 
 pytestmark = pytest.mark.integration
 
