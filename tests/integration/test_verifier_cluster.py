@@ -37,6 +37,8 @@ def _spark_class(*args: str, log: Path) -> subprocess.Popen[bytes]:
     environment = {
         **os.environ, "SPARK_HOME": str(home), "JAVA_HOME": str(Path(jvm.java_executable()).parents[1]),
         "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_DAEMON_MEMORY": "256m", "SPARK_NO_DAEMONIZE": "1",
+        # no REST submission server: it takes the fixed port 6066
+        "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false",
     }
     with log.open("wb") as out:
         return subprocess.Popen([str(home / "bin" / "spark-class"), *args], stdout=out, stderr=subprocess.STDOUT,
@@ -54,8 +56,8 @@ def standalone(tmp_path_factory):
                           "127.0.0.1", "--cores", "1", "--memory", "1g", "--webui-port", str(worker_ui),
                           "--work-dir", str(logs / "work"), log=logs / "worker.log")
     try:
-        wait_for(lambda: "Registered worker" in (logs / "master.log").read_text(errors="replace"), 90,
-                 "the Spark worker to register with the master")
+        wait_for(lambda: "Successfully registered with master" in (logs / "worker.log").read_text(errors="replace"),
+                 120, "the Spark worker to register with the master")
         yield f"spark://127.0.0.1:{port}", logs
     finally:
         for process in (worker, master):
