@@ -9,6 +9,7 @@ serializes every call: the REST API and the leader's sync share one instance.
 
 from __future__ import annotations
 
+import concurrent.futures
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -203,8 +204,8 @@ class GroupOffsets:
     def _call(self, side: str, fn: Callable[[], Any]) -> Any:
         try:
             return fn()
-        except KafkaException as exc:
-            error = exc.args[0]
+        except (KafkaException, TimeoutError, concurrent.futures.TimeoutError) as exc:
+            error = exc.args[0] if exc.args else f"no answer within {self._timeout_s:.0f}s"
             message = error.str() if isinstance(error, KafkaError) else str(error)
             cluster = self._config.source if side == "source" else self._config.destination
             raise ClusterUnavailable(

@@ -19,6 +19,7 @@ import urllib.request
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from common import stack
 from tests.support import kafka_io
 from tests.support.kafka_io import wait_for
 
@@ -227,8 +228,13 @@ def test_groups_resume_on_the_destination_exactly_after_their_last_source_commit
     assert scrape(pipeline.url, "ureplicator_groupsync_groups_synced_total") >= 2
 
 
-def test_unknown_groups_and_unreachable_controllers_are_clear_errors(pipeline, services):
+def test_unknown_groups_unreachable_clusters_and_controllers_are_clear_errors(pipeline, services):
+    # Given a mirrored topic and a controller
+    topic = f"{pipeline.name}-errs"
+    kafka_io.create_topic(services["source"], topic, 1)
+    kafka_io.produce(services["source"], topic, 10, 1)
     pipeline.start_controller()
+    assert pipeline.api("POST", "/topics", {"topic": topic})[0] == 201
     status, body = pipeline.api("GET", f"/groups/{pipeline.name}-nobody/translation")
     assert status == 404
     assert "has no committed offsets on the source cluster src" in body["error"]["message"]
@@ -241,6 +247,17 @@ def test_unknown_groups_and_unreachable_controllers_are_clear_errors(pipeline, s
     assert "404" in missing.stderr and "no committed offsets" in missing.stderr
     status, _ = pipeline.api("POST", f"/groups/{pipeline.name}-nobody/sync", {"force": "yes"})
     assert status == 400
+    # When the destination cluster is down, the answer says which cluster did not answer
+    consume_and_commit(services["source"], f"{pipeline.name}-reader", topic, {0: 3})
+    stack.stop_service(services["dir"], "destination")
+    try:
+        status, body = pipeline.api("GET", f"/groups/{pipeline.name}-reader/translation")
+        assert status == 503
+        assert "the destination cluster dst" in body["error"]["message"], body
+        failed = cli(pipeline, "translate", f"{pipeline.name}-reader")
+        assert failed.returncode == 1 and "503" in failed.stderr and "destination cluster dst" in failed.stderr
+    finally:
+        stack.start_service(services["dir"], "destination")
     down = subprocess.run([sys.executable, "-m", "common.cli", "groups", "--url", "http://127.0.0.1:9", "list"],
                           capture_output=True, text=True, timeout=60)
     assert down.returncode == 1 and "cannot reach the controller" in down.stderr
