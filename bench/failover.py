@@ -120,7 +120,10 @@ def resume(bootstrap: str, group: str, topic: str, partitions: int, timeout_s: f
                     got[int(p)].append(int(offset))
             assignment = consumer.assignment()
             if len(assignment) == partitions:
-                positions = {tp.partition: tp.offset for tp in consumer.position(assignment)}
+                # Nothing fetched yet on a partition (already at its end): its position is the committed offset
+                fetched = {tp.partition: tp.offset for tp in consumer.position(assignment)}
+                stored = {tp.partition: tp.offset for tp in consumer.committed(assignment, timeout=10)}
+                positions = {p: fetched[p] if fetched[p] >= 0 else stored[p] for p in fetched}
                 if all(positions[p] >= target[p] for p in range(partitions)):
                     return got
         raise BenchError(f"the destination consumer of {group} did not reach the end")

@@ -77,7 +77,10 @@ class DestinationMember:
                     got[msg.partition()].append(record.provenance().source_offset)
             assignment = self.consumer.assignment()
             if len(assignment) == len(ends):
-                positions = {tp.partition: tp.offset for tp in self.consumer.position(assignment)}
+                # Nothing fetched yet on a partition (already at its end): its position is the committed offset
+                fetched = {tp.partition: tp.offset for tp in self.consumer.position(assignment)}
+                stored = {tp.partition: tp.offset for tp in self.consumer.committed(assignment, timeout=10)}
+                positions = {p: fetched[p] if fetched[p] >= 0 else stored[p] for p in fetched}
                 if all(positions[p] >= ends[p] for p in ends):
                     return got
         raise AssertionError(f"destination consumer did not reach {ends}: {got}")
