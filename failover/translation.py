@@ -128,8 +128,8 @@ def search(source_offset: int, log_start: int, end: int, read: Reader, anchors: 
             batch = read(mid)
             reads += 1
             probes += 1
-            anchors.add(batch[:1])
             batch = [r for r in batch if r.destination_offset < end]
+            anchors.add(batch[:1])
             below = [r.destination_offset for r in batch if r.source_offset < source_offset]
             if below:
                 low = max(low, below[-1] + 1)
