@@ -57,9 +57,9 @@ def commit_points(n: int, partitions: int) -> dict[str, dict[int, int]]:
     }
 
 
-def produce(bootstrap: str, topic: str, partitions: int, n: int) -> None:
+def produce(bootstrap: str, topic: str, partitions: int, n: int, start: int = 0) -> None:
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 20})
-    for i in range(n):
+    for i in range(start, start + n):
         for p in range(partitions):
             while True:
                 try:
@@ -70,6 +70,11 @@ def produce(bootstrap: str, topic: str, partitions: int, n: int) -> None:
         producer.poll(0)
     if producer.flush(120) != 0:
         raise BenchError("the source did not acknowledge every record")
+
+
+def ahead_points(n: int, extra: int, partitions: int) -> dict[int, int]:
+    """Halfway into the records that arrive while the replicator is stopped."""
+    return {p: n + extra // 2 + p for p in range(partitions)}
 
 
 def commit(bootstrap: str, group: str, topic: str, offsets: dict[int, int]) -> None:
@@ -165,6 +170,28 @@ def run_ureplicator(services: dict[str, str], workdir: Path, topic: str, args: a
             groups[name] = {"commits": commits, "synced_after_s": round(synced_s, 3),
                             **score(got, commits, args.records)}
             say(f"ureplicator {name}: {groups[name]}")
+        # Ahead of mirroring: the worker stops, records arrive, the group reads half of them
+        pipeline.workers["w1"].terminate()
+        extra = args.records // 4
+        produce(services["source"], topic, args.partitions, extra, start=args.records)
+        commits, group = ahead_points(args.records, extra, args.partitions), f"{pipeline.name}-ahead"
+        commit(services["source"], group, topic, commits)
+        status, early = pipeline.api("GET", f"/groups/{group}/translation", timeout_s=60)
+        if status != 200 or pipeline.api("POST", f"/groups/{group}/sync", timeout_s=60)[0] != 200:
+            raise BenchError(f"translation of {group} answered {status}: {early}")
+        pipeline.start_worker("w2")
+        source_end = ends(services["source"], topic, args.partitions)
+        wait_for(lambda: ends(services["destination"], mirror, args.partitions) == source_end, 300, "catch-up")
+        started = time.monotonic()
+        status, body = pipeline.api("POST", f"/groups/{group}/sync", timeout_s=60)
+        if status != 200:
+            raise BenchError(f"sync of {group} answered {status}: {body}")
+        synced_s = time.monotonic() - started
+        got = resume(services["destination"], group, mirror, args.partitions)
+        groups["ahead"] = {"commits": commits, "synced_after_s": round(synced_s, 3),
+                           "ahead_by_before_catch_up": early["summary"]["ahead_by"],
+                           **score(got, commits, args.records + extra)}
+        say(f"ureplicator ahead: {groups['ahead']}")
         return {"groups": groups}
     finally:
         pipeline.stop_all()
@@ -198,21 +225,21 @@ def run_mm2(services: dict[str, str], workdir: Path, topic: str, args: argparse.
                 raise BenchError(f"MirrorMaker 2 exited:\n{proc.tail()}")
             return ends(services["destination"], mirror, args.partitions) == source_end
 
+        def settled(group: str, seen: list[dict[int, int]]) -> bool:
+            now = committed(services["destination"], group, mirror, args.partitions)
+            seen.append(now)
+            # Synced on every partition, and unchanged over the last 3 polls (one sync interval each).
+            return all(o >= 0 for o in now.values()) and len(seen) >= 3 and seen[-3] == seen[-2] == now
+
         started = time.monotonic()
         wait_for(mirrored, 300, "MirrorMaker 2 mirroring", 1.0)
         out: dict[str, Any] = {}
         for name, commits in points.items():
             group = groups[name]
             seen: list[dict[int, int]] = []
-
-            def settled(group: str = group, seen: list[dict[int, int]] = seen) -> bool:
-                now = committed(services["destination"], group, mirror, args.partitions)
-                seen.append(now)
-                # Synced on every partition, and unchanged over the last 3 polls (one sync interval each).
-                return all(o >= 0 for o in now.values()) and len(seen) >= 3 and seen[-3] == seen[-2] == now
-
             try:
-                wait_for(settled, args.mm2_wait, f"MirrorMaker 2 syncing {group}", 1.0)
+                wait_for(lambda group=group, seen=seen: settled(group, seen), args.mm2_wait,
+                         f"MirrorMaker 2 syncing {group}", 1.0)
                 synced = True
             except BenchError:
                 synced = False  # measured as it is: the consumer then falls back to auto.offset.reset
@@ -221,6 +248,27 @@ def run_mm2(services: dict[str, str], workdir: Path, topic: str, args: argparse.
             out[name] = {"commits": commits, "synced": synced, "synced_after_s": round(synced_s, 3),
                          "destination_offsets": seen[-1] if seen else {}, **score(got, commits, args.records)}
             say(f"mirrormaker2 {name}: {out[name]}")
+        # Ahead of mirroring: MirrorMaker 2 stops, records arrive, the group reads half of them
+        proc.terminate()
+        extra = args.records // 4
+        produce(services["source"], topic, args.partitions, extra, start=args.records)
+        commits, group = ahead_points(args.records, extra, args.partitions), f"{alias}-ahead"
+        commit(services["source"], group, topic, commits)
+        proc = processes.spawn("mm2-restarted", cmd)
+        source_end = ends(services["source"], topic, args.partitions)
+        started = time.monotonic()
+        wait_for(mirrored, 300, "MirrorMaker 2 catching up", 1.0)
+        seen = []
+        try:
+            wait_for(lambda: settled(group, seen), args.mm2_wait, f"MirrorMaker 2 syncing {group}", 1.0)
+            synced = True
+        except BenchError:
+            synced = False
+        got = resume(services["destination"], group, mirror, args.partitions)
+        out["ahead"] = {"commits": commits, "synced": synced, "synced_after_s": round(time.monotonic() - started, 3),
+                        "destination_offsets": seen[-1] if seen else {},
+                        **score(got, commits, args.records + extra)}
+        say(f"mirrormaker2 ahead: {out['ahead']}")
         return {"groups": out, "settings": MM2_SETTINGS}
     finally:
         processes.stop_all()
@@ -233,7 +281,10 @@ def render(entry: dict[str, Any]) -> str:
         f"`python -m bench.failover` ({entry['date'][:10]}, Kafka {entry['machine'].get('kafka_brokers', '?')}): "
         f"{entry['partitions']} partitions x {entry['records']:,} records, mirrored completely; each group "
         "commits on the source, the replicator syncs it, then a consumer of the same group on the destination "
-        "(`auto.offset.reset=earliest`) reads to the end. *Re-read*: records consumed on the source before the "
+        "(`auto.offset.reset=earliest`) reads to the end. *ahead*: the replicator stops, a quarter more records "
+        "arrive, the group commits halfway into them, the replicator restarts and catches up (ureplicator syncs "
+        "the group while it is ahead, to the destination end, and again after the catch-up). "
+        "*Re-read*: records consumed on the source before the "
         "commit and delivered again; *lost*: records after the commit never delivered. Raw numbers: "
         f"`bench/results/{entry['file']}`.",
         "",
@@ -261,7 +312,7 @@ def render(entry: dict[str, Any]) -> str:
         "`offset.lag.max` records for a recent commit, and far more for an older one. It loses nothing in this "
         "scenario (it never translates forward). The sync call times are one REST call (translation of 4 "
         "partitions plus the commit) on a 2-core machine shared with the brokers (load average above 10). "
-        "Not compared: duplicates after a worker crash and groups ahead of mirroring (ureplicator: "
+        "Not compared here: duplicates after a worker crash and compacted partitions (ureplicator: "
         "tests/integration/test_failover.py).",
         "",
         "MirrorMaker 2 settings: " + ", ".join(f"`{k}={v}`" for k, v in entry["mirrormaker2"]["settings"].items())
@@ -274,13 +325,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     date = datetime.now(timezone.utc)
     root = bench_dir("failover")
     with own_stack("failover", heap=args.broker_heap) as (services, _):
-        topic = f"orders{int(time.time()) % 100000}"
-        for side_topic in (topic,):
-            create_topic(services["source"], side_topic, args.partitions, {"retention.ms": "-1"})
-        say(f"producing {args.partitions} x {args.records:,} records")
-        produce(services["source"], topic, args.partitions, args.records)
-        ours = run_ureplicator(services, root / "ureplicator", topic, args)
-        theirs = run_mm2(services, root / "mm2", topic, args)
+        base = f"orders{int(time.time()) % 100000}"
+        topics = {"ureplicator": f"{base}u", "mirrormaker2": f"{base}m"}  # the same records, one per replicator
+        for topic in topics.values():
+            create_topic(services["source"], topic, args.partitions, {"retention.ms": "-1"})
+            say(f"producing {args.partitions} x {args.records:,} records to {topic}")
+            produce(services["source"], topic, args.partitions, args.records)
+        ours = run_ureplicator(services, root / "ureplicator", topics["ureplicator"], args)
+        theirs = run_mm2(services, root / "mm2", topics["mirrormaker2"], args)
     return {"date": date.isoformat(timespec="seconds"), "file": f"failover-{date.date()}.json",
             "partitions": args.partitions, "records": args.records, "mm2_wait_s": args.mm2_wait,
             "machine": machine_info(), "ureplicator": ours, "mirrormaker2": theirs}
