@@ -26,6 +26,7 @@ COPY common/ common/
 COPY controller/ controller/
 COPY worker/ worker/
 COPY verifier/ verifier/
+COPY failover/ failover/
 # pip byte-compiles while installing: the containers run on a read-only root filesystem.
 RUN /opt/ureplicator/venv/bin/pip install --progress-bar off .
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from common import kafka, logs, zk
 from common.config import Config
+from controller import groups_api
 from controller.api import Controller, create_app, serve
 from controller.leader import Leadership
 from controller.verification_api import make_blueprint, register_metrics
@@ -34,6 +35,7 @@ def run(config: Config) -> int:
         source_consumer=kafka.consumer(config.source, config.consumer_group, f"ureplicator-controller-{identifier}"),
         extra_blueprints=[make_blueprint(reports_dir)],
     )
+    groups = groups_api.start(config, client, leadership, controller.extra_blueprints)
     try:
         server, _ = serve(create_app(controller), config.controller.rest_host, config.controller.rest_port)
     except OSError as exc:
@@ -59,6 +61,7 @@ def run(config: Config) -> int:
     stop.wait()
     server.shutdown()
     leadership.stop()
+    groups.stop()
     controller.source_consumer.close()
     client.stop()
     client.close()
