@@ -40,7 +40,7 @@ def test_expired_session_stops_writing_until_reregistered(pipeline, services):
 
     def sample() -> None:
         while not sampling.is_set():
-            samples.append((time.monotonic(), worker.produced, len(worker._owned), worker._session_lost))
+            samples.append((time.monotonic(), worker.produced, len(worker.owned), worker.session_lost))
             time.sleep(0.005)
 
     try:
