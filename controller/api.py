@@ -22,9 +22,8 @@ from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from werkzeug.exceptions import HTTPException
-from werkzeug.serving import make_server
 
-from common import logs, zk
+from common import httpserve, logs, zk
 from common.config import Config
 from common.errors import ClusterUnavailable, UReplicatorError
 from common.zkschema import Paths, RateLimit, SchemaError, TopicRecord, valid_topic_name, valid_worker_id
@@ -74,12 +73,10 @@ def create_app(controller: Controller) -> Flask:
     return app
 
 
-def serve(app: Flask, host: str, port: int) -> tuple[Any, threading.Thread]:
-    """Serve ``app`` on a background thread; returns the server (``shutdown()`` stops it)."""
-    server = make_server(host, port, app, threaded=True)
-    thread = threading.Thread(target=server.serve_forever, name="rest-api", daemon=True)
-    thread.start()
-    return server, thread
+def serve(app: Flask, host: str, port: int, timeout_s: int = 30) -> httpserve.Server:
+    """Serve ``app`` with waitress on a background thread, one log event per request."""
+    return httpserve.serve(httpserve.logged(app, "controller", quiet_paths=frozenset({"/metrics", "/health"})),
+                           host, port, "rest-api", timeout_s=timeout_s)
 
 
 def _ctl() -> Controller:
