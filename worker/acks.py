@@ -35,7 +35,7 @@ PURGED = frozenset({KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT})
 LATENCY_SAMPLE_MASK = 63  # observe the latency of one acknowledgement in 64
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class PartitionAcks(PartitionOffsets):
     """One acquisition of one source partition: what was sent under it and what is acknowledged."""
 

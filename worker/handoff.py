@@ -96,8 +96,12 @@ class Handoff:
         deadline = time.monotonic() + self._config.worker.shutdown_timeout_s
         while self._ledger.outstanding(partitions):
             if time.monotonic() > deadline:
+                # The records still held would reach the destination behind the next owner's
+                # (reordered). librdkafka purges all partitions at once: the others are rewound.
                 self._log.warning("release_timed_out", partitions=fmt(partitions),
-                                  outstanding=self._ledger.outstanding(partitions))
+                                  outstanding=self._ledger.outstanding(partitions), purged=True)
+                self._producer.purge(in_queue=True, in_flight=True, blocking=False)
+                self._producer.poll(0)
                 break
             self._producer.poll(0.05)
         if commit:

@@ -282,6 +282,7 @@ class MirrorWorker:
         encode = provenance.encode
         stamp = self._stamp
         no_timestamp = TIMESTAMP_NOT_AVAILABLE
+        bind = partial
         fetched_bytes = 0
         produced = 0
         for msg in messages:
@@ -323,7 +324,7 @@ class MirrorWorker:
                     # place in a queue: a stale report can never acknowledge a later record.
                     produce(destination, value=value, key=key, partition=partition, headers=headers,
                             timestamp=ts if ts_type != no_timestamp else 0,
-                            on_delivery=partial(report, offset, size))
+                            on_delivery=bind(report, offset, size))
                 except BufferError:
                     self.producer.poll(0.05)  # local queue full: wait for acks, never drop
                     if self._stop.is_set() or self._fenced or not self._lease_valid():
@@ -393,14 +394,18 @@ class MirrorWorker:
     # --- fencing, session loss and shutdown -------------------------------------------------------
 
     def _purge(self, why: str) -> None:
-        """Drop what librdkafka still queues (not yet sent): a fenced worker sends nothing more.
+        """Drop what librdkafka still holds: a fenced worker sends nothing more.
 
-        Records already on the wire cannot be recalled; the purged ones come back as
-        delivery reports with ``_PURGE_QUEUE`` and mark their partitions for a rewind.
+        Queued records are never sent; in-flight ones are no longer *retried* (a retry
+        after the partition was given away would land behind the new owner's writes).
+        Requests already on the wire cannot be recalled: the broker handles them before
+        any new owner, who needs round trips to that broker first. The purged records come
+        back as delivery reports with ``_PURGE_QUEUE``/``_PURGE_INFLIGHT`` and mark their
+        partitions for a rewind (duplicates at worst, never a gap).
         """
         self._purged = True
         try:
-            self.producer.purge(in_queue=True, in_flight=False, blocking=False)
+            self.producer.purge(in_queue=True, in_flight=True, blocking=False)
         except KafkaException as exc:
             self.log.warning("purge_failed", error=str(exc.args[0]))
         self.producer.poll(0)  # run the purged records' reports now

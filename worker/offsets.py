@@ -13,7 +13,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 
-@dataclass
+@dataclass(slots=True)
 class PartitionOffsets:
     """In-flight source offsets of one partition, in send order."""
 

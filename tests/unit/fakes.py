@@ -188,9 +188,14 @@ class FakeProducer:
 
     def purge(self, in_queue: bool = True, in_flight: bool = True, blocking: bool = True) -> None:
         self.purges += 1
-        purged, self.queue = self.queue, []
-        for msg, callback in purged:
-            callback(KafkaError(KafkaError._PURGE_QUEUE), msg)
+        if in_queue:
+            purged, self.queue = self.queue, []
+            for msg, callback in purged:
+                callback(KafkaError(KafkaError._PURGE_QUEUE), msg)
+        if in_flight:
+            purged, self.wire = self.wire, []
+            for msg, callback in purged:
+                callback(KafkaError(KafkaError._PURGE_INFLIGHT), msg)
 
     def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any:
         meta = SimpleNamespace(error=None, partitions={p: None for p in range(self.partitions)})

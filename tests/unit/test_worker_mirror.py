@@ -134,8 +134,10 @@ def test_a_report_from_before_a_session_loss_never_acknowledges_a_later_acquisit
     rig.turns(1)
     rig.producer.send()
     assert len(rig.producer.wire) == 10
+    stale = list(rig.producer.wire)  # their reports, should any still arrive after the purge
     rig.zk.expire()
     rig.turns(1)  # drops t:0 without committing
+    assert rig.producer.wire == [] and rig.producer.queue == []  # nothing left to send or retry
     rig.zk.connection(KazooState.CONNECTED)  # a new session
     rig.turns(1)  # re-registers
     assert rig.worker.owned == {}
@@ -145,9 +147,7 @@ def test_a_report_from_before_a_session_loss_never_acknowledges_a_later_acquisit
     rig.assign(2, ("t", 0))
     rig.turns(1)
     acquisition = rig.worker.owned[("t", 0)]
-    old_reports = rig.producer.wire[:10]
-    rig.producer.wire = rig.producer.wire[10:]
-    rig.producer._deliver(old_reports)
+    rig.producer._deliver(stale)
     # Then the new acquisition's watermark did not move: those reports acknowledge nothing now
     assert acquisition.position == -1 and acquisition.outstanding == 10
     # And once its own records are acknowledged it commits exactly the end
@@ -294,3 +294,23 @@ def test_a_commit_that_keeps_failing_on_release_is_surfaced(rig):
     assert rig.worker.metrics.release_commit_failures._value.get() == 1
     failed = [e for e in logs if e["event"] == "release_commit_failed"]
     assert failed and failed[0]["partitions"] == ["t:1"] and failed[0]["positions"] == {"t:1": 12}
+
+
+def test_a_release_that_times_out_purges_so_nothing_lands_behind_the_next_owner(rig):
+    # Given a destination that acknowledges nothing while t:0 and t:1 have records queued
+    rig.assign(1, ("t", 0), ("t", 1))
+    rig.producer.hold = True
+    rig.turns(1)
+    # When t:1 is released and its acks do not come within the shutdown timeout
+    rig.assign(2, ("t", 0))
+    rig.turns(1)
+    # Then nothing of t:1 is left to be sent and nothing of it was committed
+    held = [msg.partition() for msg, _ in rig.producer.queue + rig.producer.wire if msg.topic() == "t"]
+    assert 1 not in held
+    assert ("t", 1) not in rig.consumer.group
+    # And t:0, whose records were purged with them, is rewound and written once, in order
+    rig.producer.hold = False
+    rig.turns(3)
+    assert ("t", 1) not in rig.producer.written
+    assert rig.producer.written[("t", 0)] == values(10, 0)
+    assert rig.worker.metrics.rewinds._value.get() >= 1
