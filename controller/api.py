@@ -75,8 +75,9 @@ def create_app(controller: Controller) -> Flask:
 
 def serve(app: Flask, host: str, port: int, timeout_s: int = 30) -> httpserve.Server:
     """Serve ``app`` with waitress on a background thread, one log event per request."""
-    return httpserve.serve(httpserve.logged(app, "controller", quiet_paths=frozenset({"/metrics", "/health"})),
-                           host, port, "rest-api", timeout_s=timeout_s)
+    quiet = frozenset({"/metrics", "/health", "/healthz"})  # probes and scrapes: logged only when failing
+    return httpserve.serve(httpserve.logged(app, "controller", quiet_paths=quiet), host, port, "rest-api",
+                           timeout_s=timeout_s)
 
 
 def _ctl() -> Controller:
@@ -588,6 +589,16 @@ def health() -> Any:
         "generation": ctl.leadership.state.generation,
     }
     return jsonify(body), (200 if healthy else 503)
+
+
+@_meta.get("/healthz")
+def liveness() -> Any:
+    """Liveness: the election thread runs. Unlike /health it does not depend on ZooKeeper,
+    so a ZooKeeper outage does not get every controller restarted."""
+    alive = _ctl().leadership.alive()
+    return jsonify({"status": "ok" if alive else "election thread stopped", "election_thread": alive}), (
+        200 if alive else 503
+    )
 
 
 @_meta.get("/metrics")

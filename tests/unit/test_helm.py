@@ -407,8 +407,10 @@ def test_controller_probes_and_service_reach_the_rest_api(helm: Path, values: Pa
     else:
         assert "readinessProbe" not in container
     if v["livenessProbe"]["enabled"]:
-        # TCP, not /health: /health is 503 while ZooKeeper is away, and restarts do not fix that.
-        assert container_port(container, container["livenessProbe"]["tcpSocket"]["port"]) == rest_port
+        # /healthz, not /health: /health is 503 while ZooKeeper is away, and restarts do not fix that.
+        probe = container["livenessProbe"]["httpGet"]
+        assert probe["path"] == "/healthz" and "/healthz" in _served_by_controller()
+        assert container_port(container, probe["port"]) == rest_port
     else:
         assert "livenessProbe" not in container
     service = one(docs, "Service", "controller")
