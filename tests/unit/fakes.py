@@ -13,7 +13,7 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, KafkaError, KafkaException, TopicPartition
 from kazoo.client import KazooState
-from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.exceptions import ConnectionLoss, NodeExistsError, NoNodeError
 
 TP = tuple[str, int]
 
@@ -226,6 +226,7 @@ class FakeZooKeeper:
     listeners: list[Callable[[str], None]] = field(default_factory=list)
     watches: dict[str, list[Callable[..., bool]]] = field(default_factory=dict)
     answering: bool = True  # False: lease renewals go unanswered (a frozen ensemble)
+    broken: bool = False  # True: every read raises ConnectionLoss (ZooKeeper unreachable)
 
     def add_listener(self, listener: Callable[[str], None]) -> None:
         self.listeners.append(listener)
@@ -236,6 +237,7 @@ class FakeZooKeeper:
             listener(state)
 
     def create(self, path: str, value: bytes = b"", ephemeral: bool = False, makepath: bool = False) -> str:
+        self._check()
         if path in self.nodes:
             raise NodeExistsError()
         self.nodes[path] = value
@@ -263,9 +265,27 @@ class FakeZooKeeper:
         self._fire(path)
 
     def get(self, path: str) -> tuple[bytes, Any]:
+        self._check()
         if path not in self.nodes:
             raise NoNodeError()
         return self.nodes[path], None
+
+    def get_children(self, path: str) -> list[str]:
+        self._check()
+        prefix = path.rstrip("/") + "/"
+        return sorted({p[len(prefix):].split("/")[0] for p in self.nodes if p.startswith(prefix)})
+
+    def ensure_path(self, path: str) -> None:
+        self._check()
+        self.nodes.setdefault(path, b"")
+
+    def exists(self, path: str) -> bool:
+        self._check()
+        return path in self.nodes
+
+    def _check(self) -> None:
+        if self.broken:
+            raise ConnectionLoss()
 
     def exists_async(self, path: str) -> _Async:
         if not self.answering:
@@ -292,3 +312,42 @@ class FakeZooKeeper:
 
     def close(self) -> None:
         pass
+
+
+class _Future:
+    def __init__(self, error: KafkaError | None = None) -> None:
+        self._error = error
+
+    def result(self, timeout: float | None = None) -> None:
+        if self._error is not None:
+            raise KafkaException(self._error)
+
+
+class FakeAdmin:
+    """A cluster's AdminClient: topics with partition counts; ``down`` makes every call fail."""
+
+    def __init__(self, topics: dict[str, int] | None = None) -> None:
+        self.topics = dict(topics or {})
+        self.down = False
+        self.refuse_create: KafkaError | None = None
+
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any:
+        if self.down:
+            raise KafkaException(KafkaError(KafkaError._TRANSPORT))
+        names = [topic] if topic else list(self.topics)
+        found = {
+            n: SimpleNamespace(error=None, partitions={p: None for p in range(self.topics[n])})
+            for n in names if n in self.topics
+        }
+        return SimpleNamespace(topics=found)
+
+    def describe_configs(self, resources: list[Any]) -> dict[Any, _Future]:
+        return {r: _Future(KafkaError(KafkaError._TRANSPORT)) for r in resources}  # configs are best effort
+
+    def create_topics(self, new_topics: list[Any], operation_timeout: float = 0) -> dict[str, _Future]:
+        futures = {}
+        for topic in new_topics:
+            if self.refuse_create is None:
+                self.topics[topic.topic] = topic.num_partitions
+            futures[topic.topic] = _Future(self.refuse_create)
+        return futures
