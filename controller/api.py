@@ -28,7 +28,7 @@ from common.config import Config
 from common.errors import ClusterUnavailable, UReplicatorError
 from common.zkschema import Paths, RateLimit, SchemaError, TopicRecord, valid_topic_name, valid_worker_id
 from controller import topics
-from controller.leader import Leadership
+from controller.leader import Leadership, autobalancing
 from controller.openapi import document
 
 log = logs.get(__name__)
@@ -313,11 +313,7 @@ def list_instances() -> Any:
 def rebalance_now() -> Any:
     """Ask the leader to rebalance now (also when auto-balancing is off)."""
     ctl = _ctl()
-    stamp = str(time.time()).encode()
-    try:
-        ctl.zk.set(ctl.paths.rebalance_request, stamp)
-    except NoNodeError:
-        ctl.zk.create(ctl.paths.rebalance_request, stamp, makepath=True)
+    _put(ctl, ctl.paths.rebalance_request, str(time.time()).encode())
     _wake()
     return jsonify({"rebalance": "requested"}), 202
 
@@ -512,7 +508,7 @@ def admin_get(op: str) -> Any:
     if op not in _ADMIN_GET:
         raise ApiError(404, f"unknown admin operation {op!r} (GET: {', '.join(_ADMIN_GET)})")
     if op == "autobalancing_status":
-        return jsonify({"autobalancing": _autobalancing(ctl)})
+        return jsonify({"autobalancing": autobalancing(ctl.zk, ctl.paths)})
     if op == "rate_limit":
         return jsonify(asdict(_rate_limit(ctl)))
     statuses = zk.read_statuses(ctl.zk, ctl.paths)
@@ -554,13 +550,6 @@ def _put(ctl: Controller, path: str, data: bytes) -> None:
         ctl.zk.set(path, data)
     except NoNodeError:
         ctl.zk.create(path, data, makepath=True)
-
-
-def _autobalancing(ctl: Controller) -> bool:
-    try:
-        return ctl.zk.get(ctl.paths.autobalancing)[0] != b"false"
-    except NoNodeError:
-        return True
 
 
 def _rate_limit(ctl: Controller) -> RateLimit:

@@ -380,11 +380,7 @@ class Leadership:
             del self._sampled[key]
 
     def _autobalancing(self) -> bool:
-        try:
-            data, _ = self._client.get(self._paths.autobalancing)
-        except NoNodeError:
-            return True
-        return data != b"false"
+        return autobalancing(self._client, self._paths)
 
     def _observe(self, statuses: dict[str, WorkerStatus]) -> tuple[dict[TopicPartition, float], set[TopicPartition]]:
         """Weights (bytes/s) from status, and partitions whose lag kept growing past the threshold."""
@@ -419,6 +415,15 @@ class Leadership:
             self._withheld_since.setdefault(tp, now)
         for tp in [tp for tp in self._withheld_since if tp not in withheld]:
             self.metrics.handoff.observe(now - self._withheld_since.pop(tp))
+
+
+def autobalancing(client: KazooClient, paths: Paths) -> bool:
+    """Whether moves that need not happen (weights, lag) are allowed; on unless switched off."""
+    try:
+        data, _ = client.get(paths.autobalancing)
+    except NoNodeError:
+        return True
+    return data != b"false"
 
 
 def _partitions(assignment: Assignment | None) -> frozenset[TopicPartition]:
