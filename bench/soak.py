@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import re
 import signal
 import sys
 import time
@@ -217,13 +218,13 @@ def render(entry: dict[str, Any]) -> str:
     c = s["comparison"]
     counts: dict[str, int] = {}
     for step in s.get("steps", []):
-        kind = " ".join(w for w in step["name"].split() if not w[-1].isdigit())
+        kind = " ".join(w for w in step["name"].split() if not re.fullmatch(r"[wc]\d+", w))
         counts[kind] = counts.get(kind, 0) + 1
     lines = [
         "## Soak",
         "",
         f"`make soak MINUTES={entry['setup']['minutes']:g} SEED={entry['seed']}` on {entry['date'][:10]} "
-        f"({entry['machine'].get('cpus', '?')} CPUs, load {'/'.join(f'{v:.1f}' for v in entry['load_at_start'])} "
+        f"({entry['machine'].get('cores', '?')} CPUs, load {'/'.join(f'{v:.1f}' for v in entry['load_at_start'])} "
         f"at the start): {entry['setup']['rate']:,} records/s into {PARTITIONS} partitions, 2 controllers, "
         f"{len(WORKERS)} workers, {len(s.get('steps', []))} faults.",
         "",
@@ -234,7 +235,10 @@ def render(entry: dict[str, Any]) -> str:
         f"Result: {c['records']:,} source records, lost **{c['lost']}**, reordered **{c['reordered']}**, "
         f"duplicated {c['duplicated']:,}; verifier: "
         f"{s['verifier'].get('verdict_line') or s['verifier'].get('skipped') or s['verifier'].get('error')}. "
-        f"Verdict: **{entry['verdict']}**.",
+        f"Verdict: **{entry['verdict']}**. Duplicates are the at-least-once cost of the faults that cut a "
+        "worker off without a final commit (kill -9, a freeze past the session, ZooKeeper restarts): each "
+        "repeats up to `worker.commit_interval_s` (5 s) of its partitions plus what was in flight; the "
+        "verifier reports them as WARN, never FAIL. Results: `bench/results/soak-<date>.json`.",
     ]
     return "\n".join(lines)
 
