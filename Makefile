@@ -79,7 +79,7 @@ bench-controller-scale: venv
 	$(BIN)/python -m bench.controller_scale $(BENCH_ARGS)
 
 bench-verifier: install
-	$(BIN)/python -m bench.verifier_bench $(if $(findstring --quick,$(BENCH_ARGS)),--records 200000 --no-write,)
+	$(BIN)/python -m bench.verifier_bench $(if $(findstring --quick,$(BENCH_ARGS)),--records 200000 --rounds 1 --no-write,)
 
 bench-latency: install
 	$(BIN)/python -m bench.latency $(BENCH_ARGS)

@@ -132,6 +132,7 @@ def _run(services: dict[str, str], directory: Path, processes: list[subprocess.P
 def _verify(config_path: Path, output: Path) -> int:
     """Prove it: the PySpark verifier compares every record (content, order, exactly once)."""
     _say("demo: running the verifier (PySpark, local[2]) over source and destination")
+    started = time.monotonic()
     proc = subprocess.run(
         [sys.executable, "-m", "common.cli", "--log-level", "warning", "verify", "--config", str(config_path),
          "--output", str(output), "--master", "local[2]"],
@@ -139,6 +140,7 @@ def _verify(config_path: Path, output: Path) -> int:
     )
     verdict = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else "no verdict"
     _say(f"demo: verifier: {verdict}")
+    _say(f"demo: start to verdict {time.monotonic() - started:.1f}s (a new process: JVM and Spark start-up included)")
     _say(f"demo: HTML and JSON reports in {output}")
     if proc.returncode == 0:
         return 0
