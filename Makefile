@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
 .PHONY: help install venv jars helm test unit integration lint demo stack-up stack-down clean \
-	bench bench-throughput bench-controller-scale bench-verifier bench-latency bench-stalls drill
+	bench bench-throughput bench-controller-scale bench-verifier bench-latency bench-stalls drill soak
 
 help:
 	@echo "make install      venv (.venv, editable, dev extras) + pinned JVM jars (.cache/jvm)"
@@ -17,6 +17,7 @@ help:
 	@echo "make stack-up / stack-down   a local stack for manual work (.cache/stack/stack.json)"
 	@echo "make bench        every benchmark (BENCH_ARGS=--quick for smoke runs); results in docs/benchmarks.md"
 	@echo "make drill        failure drill under load, ending with the verifier's verdict"
+	@echo "make soak         random faults for MINUTES=30 under load (SEED=n replays), then compare + verify"
 
 install: venv jars helm
 
@@ -85,6 +86,11 @@ bench-latency: install
 
 bench-stalls: install
 	$(BIN)/python -m bench.stalls $(BENCH_ARGS)
+
+# Soak: random faults for MINUTES (default 30) under load, then the exact comparison and the
+# verifier; the seed is printed, SEED=<n> replays a schedule.
+soak: install
+	$(BIN)/python -m bench.soak --minutes $(or $(MINUTES),30) $(if $(SEED),--seed $(SEED),) $(BENCH_ARGS)
 
 # Failure drill: kill and restart a worker, the leader, both brokers under load; then verify.
 drill: install

@@ -68,6 +68,7 @@ class GroupSyncConfig:
 class ControllerConfig:
     rest_host: str = "0.0.0.0"
     rest_port: int = 9000
+    request_timeout_s: float = 30.0  # the REST server closes connections idle or stalled this long
     admin_token: str | None = None
     reconcile_interval_s: float = 5.0
     topic_naming: str = "identity"  # identity | prefix | mapping
@@ -88,7 +89,9 @@ class ControllerConfig:
 @dataclass(frozen=True)
 class WorkerConfig:
     id: str = ""
+    metrics_host: str = "0.0.0.0"
     metrics_port: int = 0
+    health_stall_s: float = 120.0  # /healthz fails when the loop has not turned for this long
     commit_interval_s: float = 5.0
     auto_offset_reset: str = "earliest"
     max_in_flight_bytes: int = 64 * 1024 * 1024
@@ -333,8 +336,10 @@ def _check(config: Config) -> None:
     _port("worker.metrics_port", config.worker.metrics_port, allow_zero=True)
     for key, value in (
         ("controller.reconcile_interval_s", config.controller.reconcile_interval_s),
+        ("controller.request_timeout_s", config.controller.request_timeout_s),
         ("worker.commit_interval_s", config.worker.commit_interval_s),
         ("worker.shutdown_timeout_s", config.worker.shutdown_timeout_s),
+        ("worker.health_stall_s", config.worker.health_stall_s),
     ):
         if value <= 0:
             raise ConfigError(key, f"must be positive, got {value}")

@@ -50,6 +50,7 @@ SCHEMAS: dict[str, Any] = {
         "status": {"enum": ["ok", "unavailable"]}, "zookeeper": _STR, "leader": _NSTR,
         "is_leader": _BOOL, "generation": _INT,
     }),
+    "Liveness": _obj({"status": _STR, "election_thread": _BOOL}),
     "Instances": _obj({"instances": {"type": "array", "items": _obj({
         "worker": _STR, "live": _BOOL, "blacklisted": _BOOL, "assigned": _INT, "applied": _INT,
         "generation": _NINT, "bytes_per_s": _NUM, "records_per_s": _NUM,
@@ -157,6 +158,8 @@ PATHS: dict[str, dict[str, Any]] = {
                     None, True),
     },
     "/health": {"get": _op("ZooKeeper connected and a leader known", {"200": "healthy|Health", "503": "not|Health"})},
+    "/healthz": {"get": _op("Liveness: the election thread runs (independent of ZooKeeper)",
+                            {"200": "alive|Liveness", "503": "stopped|Liveness"})},
     "/instances": {
         "get": _op("Workers with their assignment and rates", {"200": "workers|Instances"}),
         "post": _op("Rebalance now", {"202": "requested|RebalanceRequested"}, (), None, True),
