@@ -140,18 +140,44 @@ def run(args: argparse.Namespace) -> int:
 
 
 class _SessionCache:
-    """One SparkSession for the whole process, created on first use."""
+    """One SparkSession for the whole process, created on first use.
+
+    ``prefetch`` starts creating it in the background: the JVM and Spark start while the run reads its
+    config, ZooKeeper and the clusters' offsets, which takes a second or two off start-to-verdict.
+    """
 
     def __init__(self, master: str | None, conf: dict[str, str]) -> None:
         self.master = master
         self.conf = conf
         self.spark: Any = None
+        self._starting: threading.Thread | None = None
+        self._failure: BaseException | None = None
+
+    def prefetch(self) -> None:
+        if self.spark is None and self._starting is None:
+            self._starting = threading.Thread(target=self._start, name="spark-start", daemon=True)
+            self._starting.start()
+
+    def _start(self) -> None:
+        from verifier import sparkjob
+
+        try:
+            self.spark = sparkjob.session(self.master, self.conf)
+        except BaseException as exc:  # noqa: BLE001 - raised again by the caller's thread
+            self._failure = exc
 
     def __call__(self) -> Any:
+        if self._starting is not None:
+            self._starting.join()
+            self._starting = None
+            if self._failure is not None:
+                failure, self._failure = self._failure, None
+                raise failure
         if self.spark is None:
-            from verifier import sparkjob
-
-            self.spark = sparkjob.session(self.master, self.conf)
+            self._start()
+            if self._failure is not None:
+                failure, self._failure = self._failure, None
+                raise failure
         return self.spark
 
 
@@ -166,6 +192,8 @@ def run_once(args: argparse.Namespace, spark: Callable[[], Any]) -> int:
     started = datetime.now(timezone.utc)
     clock = time.monotonic()
     store = ReportStore(args.output)
+    if isinstance(spark, _SessionCache):
+        spark.prefetch()
     try:
         config = config_module.load(args.config)
         extra: dict[str, dict[str, str]] = {"source": {}, "destination": {}}
