@@ -35,8 +35,9 @@ sys.path.insert(0, str(REPO))
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
-from common import provenance, stack  # noqa: E402
+from common import provenance  # noqa: E402
 from common.config import from_dict  # noqa: E402
+from devtools import stack  # noqa: E402
 
 START = "<!-- verifier-bench:start -->"
 END = "<!-- verifier-bench:end -->"

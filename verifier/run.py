@@ -18,8 +18,9 @@ from common import zk
 from common.config import ClusterConfig, Config
 from common.errors import UReplicatorError
 from common.zkschema import Paths
-from verifier import kafka_options, model, sparkjob
-from verifier.model import CategoryResult, PartitionReport, Report, TopicReport, Watermarks
+from reports import model
+from reports.model import CategoryResult, PartitionReport, Report, TopicReport, Watermarks
+from verifier import kafka_options, sparkjob
 from verifier.sparkjob import BucketPass, ClassAggregate, KafkaSide, RecordPlan, SparkUnavailable
 from verifier.watermarks import Clusters, TopicMissing, TopicSnapshot
 

@@ -5,8 +5,8 @@ built from source with ``go install`` into ``<cache>/bin/helm`` (``.cache`` or
 ``$UREPLICATOR_CACHE``, git-ignored). A second run finds the binary at the pinned version
 and reuses it in well under a second::
 
-    python -m common.helmtool install     # what `make install` runs
-    python -m common.helmtool path        # prints the binary's path, fails if missing/stale
+    python -m devtools.helmtool install     # what `make install` runs
+    python -m devtools.helmtool path        # prints the binary's path, fails if missing/stale
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ import time
 from collections import deque
 from pathlib import Path
 
-from common.jvm import CACHE_DIR
-from common.locking import file_lock
+from devtools.jvm import CACHE_DIR
+from devtools.locking import file_lock
 
 # The one place the helm version is pinned. v3.21.x needs Go >= 1.26.0 to build.
 HELM_VERSION = "v3.21.4"
@@ -91,7 +91,7 @@ def require() -> Path:
         state = "missing" if found is None else f"at {found}"
         raise HelmToolError(
             f"helm {HELM_VERSION} is {state} at {_display(path)}; run `make install` "
-            "(or `python -m common.helmtool install`) to build it with Go"
+            "(or `python -m devtools.helmtool install`) to build it with Go"
         )
     return path
 
@@ -187,7 +187,7 @@ def install(force: bool = False) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m common.helmtool", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m devtools.helmtool", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     p_install = sub.add_parser("install", help=f"build helm {HELM_VERSION} unless it is there")

@@ -18,9 +18,11 @@ import yaml
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from common import stack
-from common.cli import request
-from common.jvm import CACHE_DIR
+from controller.client import request
+from devtools import jvm, stack
+from devtools.jvm import CACHE_DIR
+from devtools.ports import free_port
+from verifier import connector
 
 TOPIC = "demo.orders"
 
@@ -60,7 +62,7 @@ def run(records: int = 100_000, partitions: int = 8, timeout_s: float = 300.0) -
 
 def _run(services: dict[str, str], directory: Path, processes: list[subprocess.Popen], records: int,
          partitions: int, timeout_s: float) -> int:
-    rest_port = stack.free_port()
+    rest_port = free_port()
     config = {
         "pipeline": "demo",
         "zookeeper": {"connect": services["zookeeper"]},
@@ -78,7 +80,7 @@ def _run(services: dict[str, str], directory: Path, processes: list[subprocess.P
         path.write_text(yaml.safe_dump(doc))
         log = (logs_dir / f"{name}.log").open("ab")
         processes.append(subprocess.Popen(
-            [sys.executable, "-m", "common.cli", role, "--config", str(path)],
+            [sys.executable, "-m", "cli", role, "--config", str(path)],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             env={**os.environ, "UREPLICATOR_LOG_LEVEL": "info"},
         ))
@@ -133,9 +135,10 @@ def _verify(config_path: Path, output: Path) -> int:
     """Prove it: the PySpark verifier compares every record (content, order, exactly once)."""
     _say("demo: running the verifier (PySpark, local[2]) over source and destination")
     proc = subprocess.run(
-        [sys.executable, "-m", "common.cli", "--log-level", "warning", "verify", "--config", str(config_path),
+        [sys.executable, "-m", "cli", "--log-level", "warning", "verify", "--config", str(config_path),
          "--output", str(output), "--master", "local[2]"],
         stdout=subprocess.PIPE, stderr=None, text=True, stdin=subprocess.DEVNULL,
+        env={**os.environ, connector.JARS_ENV: str(jvm.jvm_dir() / "spark-kafka")},
     )
     verdict = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else "no verdict"
     _say(f"demo: verifier: {verdict}")
