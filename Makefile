@@ -5,20 +5,23 @@ VENV := .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: help install venv jars helm test unit integration lint demo stack-up stack-down clean \
+.PHONY: help install venv jars helm promtool image image-test test unit integration lint demo stack-up stack-down clean \
 	bench bench-throughput bench-controller-scale bench-verifier bench-latency bench-stalls drill
 
 help:
 	@echo "make install      venv (.venv, editable, dev + verifier extras) + pinned JVM jars (.cache/jvm)"
-	@echo "make test         unit + integration tests against a real local ZooKeeper/Kafka stack (+ helm)"
+	@echo "make test         unit + integration tests against a real local ZooKeeper/Kafka stack (+ helm, promtool)"
 	@echo "make demo         end-to-end demo: mirror 100,000 records and compare per partition"
 	@echo "make lint         ruff + import-linter (the layers)"
 	@echo "make helm         pinned helm (.cache/bin/helm, built with Go) for the chart tests"
+	@echo "make promtool     pinned promtool (.cache/bin/promtool, built with Go) for the chart's alerting rules"
+	@echo "make image        the controller/worker and verifier images, built with buildah (no daemon)"
+	@echo "make image-test   run the images against a local stack: mirror 10,000 records, then verify"
 	@echo "make stack-up / stack-down   a local stack for manual work (.cache/stack/stack.json)"
 	@echo "make bench        every benchmark (BENCH_ARGS=--quick for smoke runs); results in docs/benchmarks.md"
 	@echo "make drill        failure drill under load, ending with the verifier's verdict"
 
-# What `make demo` needs: Python and Java/Maven, no Go (helm is for `make test`).
+# What `make demo` needs: Python and Java/Maven, no Go (helm and promtool are for `make test`).
 install: venv jars
 
 # Reinstall only when the package metadata changed; say what was reused. editable_mode=compat puts
@@ -44,13 +47,25 @@ jars: venv
 helm: venv
 	@$(BIN)/python -m devtools.helmtool install
 
-unit: venv helm
+# Pinned promtool (Prometheus) for the chart's PrometheusRule and dashboard queries; reused when present.
+promtool: venv
+	@$(BIN)/python -m devtools.promtool install
+
+# Images: buildah and debootstrap (`apt-get install -y buildah debootstrap`). The base is
+# python:3.11-slim-bookworm when a registry answers, else a local one made with debootstrap.
+image: venv jars
+	nice $(BIN)/python -m devtools.images build
+
+image-test: image
+	$(BIN)/python -m devtools.images test
+
+unit: venv helm promtool
 	$(BIN)/python -m pytest tests/unit -q $(PYTEST_ARGS)
 
 integration: venv jars
 	$(BIN)/python -m pytest tests/integration -q $(PYTEST_ARGS)
 
-test: venv jars helm
+test: venv jars helm promtool
 	$(BIN)/python -m pytest tests -q -ra $(PYTEST_ARGS)
 
 lint: venv

@@ -5,32 +5,25 @@ built from source with ``go install`` into ``<cache>/bin/helm`` (``.cache`` or
 ``$UREPLICATOR_CACHE``, git-ignored). A second run finds the binary at the pinned version
 and reuses it in well under a second::
 
-    python -m devtools.helmtool install     # what `make install` runs
+    python -m devtools.helmtool install     # what `make helm` (and so `make test`) runs
     python -m devtools.helmtool path        # prints the binary's path, fails if missing/stale
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
-import time
-from collections import deque
 from pathlib import Path
 
-from devtools.jvm import CACHE_DIR
-from devtools.locking import file_lock
+from devtools import gobuild
 
 # The one place the helm version is pinned. v3.21.x needs Go >= 1.26.0 to build.
 HELM_VERSION = "v3.21.4"
 HELM_MODULE = "helm.sh/helm/v3"
-
-_ERROR_TAIL_LINES = 30
 
 
 class HelmToolError(Exception):
@@ -38,7 +31,7 @@ class HelmToolError(Exception):
 
 
 def helm_path() -> Path:
-    return CACHE_DIR / "bin" / "helm"
+    return gobuild.bin_dir() / "helm"
 
 
 def installed_version(path: Path) -> str | None:
@@ -90,100 +83,31 @@ def require() -> Path:
     if found != HELM_VERSION:
         state = "missing" if found is None else f"at {found}"
         raise HelmToolError(
-            f"helm {HELM_VERSION} is {state} at {_display(path)}; run `make install` "
+            f"helm {HELM_VERSION} is {state} at {gobuild.display(path)}; run `make helm` "
             "(or `python -m devtools.helmtool install`) to build it with Go"
         )
     return path
 
 
-def _display(path: Path) -> str:
-    try:
-        return str(path.relative_to(Path.cwd()))
-    except ValueError:
-        return str(path)
-
-
-def _log(message: str) -> None:
-    print(f"helm: {message}", file=sys.stderr, flush=True)
-
-
-def _go_executable() -> str:
-    found = shutil.which("go")
-    if not found:
-        raise HelmToolError(
-            f"Go not found: `go` is not on PATH. Install Go 1.26+; it builds helm {HELM_VERSION} "
-            "from the Go module proxy"
-        )
-    return found
-
-
-def _lock(folder: Path) -> contextlib.AbstractContextManager[None]:
-    # Two runs at once (make install in one shell, a test fixture in another) must not
-    # both swap the same files; serialise them.
-    return file_lock(folder / ".helm.lock")
-
-
-def _run(cmd: list[str], env: dict[str, str], cwd: Path) -> str:
-    """Run a go command, relaying its progress lines; returns stdout. Raises with the tail."""
-    tail: deque[str] = deque(maxlen=_ERROR_TAIL_LINES)
-    proc = subprocess.Popen(
-        cmd, env=env, cwd=str(cwd), stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
-    try:
-        assert proc.stderr is not None and proc.stdout is not None
-        out = ""
-        # go writes progress ("go: downloading m v") and errors to stderr; -json data to stdout.
-        for line in proc.stderr:
-            tail.append(line.rstrip("\n"))
-            _log("  " + line.rstrip("\n"))
-        out = proc.stdout.read()
-        rc = proc.wait()
-    except BaseException:
-        proc.kill()
-        proc.wait()
-        raise
-    if rc != 0:
-        raise HelmToolError(f"`{' '.join(cmd[:3])} ...` failed (exit {rc}):\n" + "\n".join(tail))
-    return out
+_log = gobuild.logger("helm")
 
 
 def install(force: bool = False) -> Path:
     """Make sure ``helm_path()`` is helm at ``HELM_VERSION``; builds it with Go when not."""
-    path = helm_path()
-    if not force and installed_version(path) == HELM_VERSION:
-        _log(f"reused {_display(path)} ({HELM_VERSION})")
-        return path
-    go = _go_executable()
-    with _lock(path.parent):
-        if not force and installed_version(path) == HELM_VERSION:  # built while we waited
-            _log(f"reused {_display(path)} ({HELM_VERSION})")
-            return path
-        started = time.monotonic()
-        _log(f"building {HELM_MODULE}/cmd/helm@{HELM_VERSION} with {go} (first time: a few minutes)")
-        # The build lands in a staging folder and replaces the binary only once it runs and
-        # reports the pinned version: a failed build never leaves a broken helm behind.
-        staging = path.parent / f".staging-{os.getpid()}"
-        shutil.rmtree(staging, ignore_errors=True)
-        staging.mkdir(parents=True)
-        # Static binary like helm's releases; cwd outside any Go module so go.mod files of
-        # the surrounding tree (none today) cannot change what is resolved.
-        env = {**os.environ, "GOBIN": str(staging), "CGO_ENABLED": "0"}
-        try:
-            meta = json.loads(_run([go, "mod", "download", "-json", f"{HELM_MODULE}@{HELM_VERSION}"],
-                                   env, staging))
-            major, minor = kube_version(Path(meta["GoMod"]).read_text())
-            _run([go, "install", "-trimpath", f"-ldflags={ldflags(HELM_VERSION, major, minor)}",
-                  f"{HELM_MODULE}/cmd/helm@{HELM_VERSION}"], env, staging)
-            built = installed_version(staging / "helm")
-            if built != HELM_VERSION:
-                raise HelmToolError(f"the built helm reports {built!r}, expected {HELM_VERSION}")
-            os.replace(staging / "helm", path)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
-    _log(f"built {_display(path)} ({HELM_VERSION}, default Kubernetes {major}.{minor}) "
-         f"in {time.monotonic() - started:.0f}s")
-    return path
+
+    def build(go: str, env: dict[str, str], staging: Path) -> None:
+        meta = json.loads(gobuild.run_go([go, "mod", "download", "-json", f"{HELM_MODULE}@{HELM_VERSION}"],
+                                         env, staging, _log))
+        major, minor = kube_version(Path(meta["GoMod"]).read_text())
+        _log(f"default Kubernetes version {major}.{minor}")
+        gobuild.run_go([go, "install", "-trimpath", f"-ldflags={ldflags(HELM_VERSION, major, minor)}",
+                        f"{HELM_MODULE}/cmd/helm@{HELM_VERSION}"], env, staging, _log)
+
+    try:
+        return gobuild.install("helm", HELM_VERSION, lambda p: installed_version(p) == HELM_VERSION, build, _log,
+                               force=force)
+    except gobuild.GoBuildError as exc:
+        raise HelmToolError(str(exc)) from None
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -47,7 +47,7 @@ VALUES_IDS = ["default", *(p.name.removesuffix("-values.yaml") for p in CI_VALUE
 KUBE_MIN = "1.27.0"
 KUBE_MAX = kubernetes_validate.latest_version()
 # Custom resources have no schema in the Kubernetes OpenAPI; checked by their own test below.
-CUSTOM_KINDS = {("monitoring.coreos.com/v1", "ServiceMonitor")}
+CUSTOM_KINDS = {("monitoring.coreos.com/v1", "ServiceMonitor"), ("monitoring.coreos.com/v1", "PrometheusRule")}
 
 RELEASE = "mirror"
 NAMESPACE = "replication"
@@ -59,14 +59,6 @@ STANDARD_LABELS = (
 
 
 # --- rendering ---------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="session")
-def helm() -> Path:
-    try:
-        return helmtool.require()
-    except helmtool.HelmToolError as exc:
-        pytest.fail(str(exc), pytrace=False)
 
 
 def _run_helm(helm: Path, *args: str) -> subprocess.CompletedProcess[str]:
