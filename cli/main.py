@@ -107,7 +107,7 @@ def _run_process(args: argparse.Namespace) -> int:
 
 
 def _require_devtools(command: str) -> None:
-    """The devtools package, which lives in a source checkout only (not in the wheel or the images)."""
+    """Stop with an operator's error when devtools/ (source checkout only, not in the wheel) is missing."""
     try:
         import devtools  # noqa: F401
     except ImportError:
