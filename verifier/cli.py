@@ -114,10 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     return run(args)
 
 
-PYSPARK_MISSING = (
-    "ureplicator verify needs pyspark, which is not installed: pip install 'ureplicator-py[verifier]' "
-    "(or use the verifier image)"
-)
+PYSPARK_MISSING = "pyspark is not installed: pip install 'ureplicator-py[verifier]' (or use the verifier image)"
 
 
 def pyspark_installed() -> bool:

@@ -19,7 +19,7 @@ def test_verify_without_pyspark_exits_2_saying_how_to_install_it(monkeypatch, ca
     # Then it stops before touching anything, with the install command
     assert status == 2
     err = capsys.readouterr().err
-    assert "needs pyspark" in err and "pip install 'ureplicator-py[verifier]'" in err
+    assert "ureplicator verify: pyspark is not installed: pip install 'ureplicator-py[verifier]'" in err
     assert not (tmp_path / "r").exists()
 
 
