@@ -33,6 +33,7 @@ COPY controller/ controller/
 COPY reports/ reports/
 COPY worker/ worker/
 COPY verifier/ verifier/
+COPY failover/ failover/
 # pip byte-compiles while installing: the containers run on a read-only root filesystem.
 RUN /opt/ureplicator/venv/bin/pip install --progress-bar off .
 

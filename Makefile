@@ -5,8 +5,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: help install venv jars helm promtool image image-test test unit integration lint demo stack-up stack-down clean \
-	bench bench-throughput bench-controller-scale bench-verifier bench-latency bench-stalls drill
+.PHONY: help install venv jars helm promtool image image-test test unit integration lint demo stack-up stack-down \
+	clean bench bench-throughput bench-controller-scale bench-verifier bench-latency bench-stalls drill soak
 
 help:
 	@echo "make install      venv (.venv, editable, dev + verifier extras) + pinned JVM jars (.cache/jvm)"
@@ -20,6 +20,7 @@ help:
 	@echo "make stack-up / stack-down   a local stack for manual work (.cache/stack/stack.json)"
 	@echo "make bench        every benchmark (BENCH_ARGS=--quick for smoke runs); results in docs/benchmarks.md"
 	@echo "make drill        failure drill under load, ending with the verifier's verdict"
+	@echo "make soak         random faults for MINUTES=30 under load (SEED=n replays), then compare + verify"
 
 # What `make demo` needs: Python and Java/Maven, no Go (helm and promtool are for `make test`).
 install: venv jars
@@ -97,13 +98,18 @@ bench-controller-scale: venv
 	$(BIN)/python -m bench.controller_scale $(BENCH_ARGS)
 
 bench-verifier: install
-	$(BIN)/python -m bench.verifier_bench $(if $(findstring --quick,$(BENCH_ARGS)),--records 200000 --no-write,)
+	$(BIN)/python -m bench.verifier_bench $(if $(findstring --quick,$(BENCH_ARGS)),--records 200000 --rounds 1 --no-write,)
 
 bench-latency: install
 	$(BIN)/python -m bench.latency $(BENCH_ARGS)
 
 bench-stalls: install
 	$(BIN)/python -m bench.stalls $(BENCH_ARGS)
+
+# Soak: random faults for MINUTES (default 30) under load, then the exact comparison and the
+# verifier; the seed is printed, SEED=<n> replays a schedule.
+soak: install
+	$(BIN)/python -m bench.soak --minutes $(or $(MINUTES),30) $(if $(SEED),--seed $(SEED),) $(BENCH_ARGS)
 
 # Failure drill: kill and restart a worker, the leader, both brokers under load; then verify.
 drill: install

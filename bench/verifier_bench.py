@@ -1,77 +1,89 @@
-"""Benchmark the verifier: records verified per second on local Spark for 1M and 10M mirrored records.
+"""Benchmark the verifier: pass-1 speed, start-to-verdict time, and the cost of an incremental run.
 
-Standalone (not part of ``make test``)::
+Standalone (not part of ``make test``; ``make bench-verifier``)::
 
-    .venv/bin/python bench/verifier_bench.py                      # 1M and 10M, local[2]
-    .venv/bin/python bench/verifier_bench.py --records 1000000    # 1M only
-    .venv/bin/python bench/verifier_bench.py --stack /tmp/s       # reuse a running `stack up --dir /tmp/s`
+    .venv/bin/python -m bench.verifier_bench                       # 2M records, 3 rounds; writes results + docs
+    .venv/bin/python -m bench.verifier_bench --records 500000 --no-write   # a smoke run
+    .venv/bin/python -m bench.verifier_bench --render               # the docs table from the newest results JSON
 
-It starts a local stack (unless ``--stack``), writes N records to a source
-topic and the same records with their ``urep`` header to a destination topic
-(what the replicator writes, without running it, so only the verifier is
-measured), commits the end offsets for the replicator group, then times
-``verifier.run.verify`` on a warm SparkSession. Each case has a time budget
-(``--budget-min``); a case that exceeds it is cancelled and recorded as such.
-The result replaces the section between the verifier-bench markers in
-docs/benchmarks.md (``--no-write`` to skip).
+It starts a local stack, writes N records of ~100 bytes to a source topic and
+the same records with their ``urep`` header to a destination topic (what the
+replicator writes, without running it, so only the verifier is measured),
+commits the end offsets for the replicator's group, then measures on
+``local[2]``:
+
+1. **pass 1** — a clean full verification of the N records on a warm
+   SparkSession (the median of ``--rounds``): records verified per second and
+   the Spark JVM's CPU seconds per million verified records (both clusters are
+   read in full: N source and N destination records);
+2. **start to verdict** — ``python -m verifier`` as a new process on a
+   100,000-record topic: JVM and Spark start-up, offsets, both passes, reports;
+3. **incremental** — 1 % more records mirrored, then an incremental run
+   (continuing from the checkpoint of a full run) against a full run of the
+   same, grown topic.
+
+Results go to ``bench/results/verifier-<date>.json`` (a list of runs); the
+section of docs/benchmarks.md is rendered from the newest one (``--render``
+alone re-renders it).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
-import platform
+import statistics
+import subprocess
 import sys
 import tempfile
-import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from confluent_kafka import Consumer, Producer, TopicPartition
 
-from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
-from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
-
-from common import provenance  # noqa: E402
-from common.config import from_dict  # noqa: E402
-from devtools import stack  # noqa: E402
+from bench.common import (
+    DOC,
+    REPO,
+    RESULTS_DIR,
+    append_json,
+    create_topic,
+    load_average,
+    machine_info,
+    proc_sample,
+    replace_section,
+    say,
+)
+from common import provenance
+from common.config import from_dict
+from devtools import stack
 
 START = "<!-- verifier-bench:start -->"
 END = "<!-- verifier-bench:end -->"
-DOC = REPO / "docs" / "benchmarks.md"
 PIPELINE = "bench"
+TARGET_RATE = 1_000_000  # pass-1 source records per second (issue: verifier at production scale)
+TARGET_START_S = 8.0
+TARGET_INCREMENTAL = 0.05
 
 
-def say(text: str) -> None:
-    print(f"bench: {text}", file=sys.stderr, flush=True)
-
-
-def create(bootstrap: str, topic: str, partitions: int) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    config = {"retention.ms": "-1", "segment.bytes": str(256 * 1024 * 1024)}
-    admin.create_topics([NewTopic(topic, partitions, 1, config=config)])[topic].result(60)
-
-
-def fill(services: dict[str, str], topic: str, records: int, partitions: int, value_bytes: int) -> None:
-    """N records round-robin over the partitions on the source; their mirrored copies on the destination."""
+def fill(services: dict[str, str], topic: str, records: int, partitions: int, value_bytes: int, first: int = 0) -> None:
+    """Records ``first`` .. ``first + records`` round-robin over the partitions, and their mirrored copies."""
     settings = {"linger.ms": 50, "batch.size": 1_000_000, "compression.type": "lz4", "enable.idempotence": True,
                 "queue.buffering.max.messages": 1_000_000, "queue.buffering.max.kbytes": 1_048_576}
     source = Producer({"bootstrap.servers": services["source"], **settings})
     destination = Producer({"bootstrap.servers": services["destination"], **settings})
     filler = (b"0123456789abcdef" * (value_bytes // 16 + 1))[:value_bytes]
-    base_ts = int(time.time() * 1000) - records
+    base_ts = int(time.time() * 1000) - first - records
+    stamp = provenance.encoder("src")
     started = time.monotonic()
-    for i in range(records):
+    for i in range(first, first + records):
         partition = i % partitions
         offset = i // partitions  # one idempotent producer per cluster: offsets are dense and in order
         key = b"key-%d" % i
         value = b"%012d" % i + filler
         headers = [("trace", b"t%d" % i)]
-        urep = [(provenance.HEADER, provenance.encode(offset, partition, "src"))]
-        for producer, extra in ((source, []), (destination, urep)):
+        for producer, extra in ((source, []), (destination, [(provenance.HEADER, stamp(offset, partition))])):
             while True:
                 try:
                     producer.produce(topic, key=key, value=value, partition=partition, headers=headers + extra,
@@ -82,8 +94,9 @@ def fill(services: dict[str, str], topic: str, records: int, partitions: int, va
         if i % 10_000 == 0:
             source.poll(0)
             destination.poll(0)
-        if i and i % 1_000_000 == 0:
-            say(f"  written {i:,} records to both clusters ({i / (time.monotonic() - started):,.0f}/s)")
+        if i > first and (i - first) % 1_000_000 == 0:
+            rate = (i - first) / (time.monotonic() - started)
+            say(f"  written {i - first:,} records to both clusters ({rate:,.0f}/s)")
     for producer in (source, destination):
         if producer.flush(600) != 0:
             raise RuntimeError("records left unacknowledged")
@@ -98,184 +111,248 @@ def commit_ends(services: dict[str, str], topic: str, partitions: int) -> None:
         consumer.close()
 
 
-def measure(spark: Any, services: dict[str, str], topic: str, budget_s: float, bucket_size: int) -> dict[str, Any]:
-    """Verify ``topic`` once; returns the report dict and the wall time, or a timeout marker."""
-    from verifier import run
-    from verifier.sparkjob import KafkaSide
-    from verifier.watermarks import Clusters
-
-    config = from_dict({
+def _config(services: dict[str, str]) -> Any:
+    return from_dict({
         "pipeline": PIPELINE,
         "zookeeper": {"connect": services["zookeeper"]},
         "source": {"alias": "src", "bootstrap_servers": services["source"]},
         "destination": {"alias": "dst", "bootstrap_servers": services["destination"]},
     })
-    clusters = Clusters(config.source, config.destination)
-    sides = (KafkaSide(services["source"]), KafkaSide(services["destination"]))
-    outcome: dict[str, Any] = {}
-
-    def work() -> None:
-        try:
-            outcome["report"] = run.verify(spark, config, clusters, [run.Target(topic, topic)], sides,
-                                           config.consumer_group, bucket_size).to_dict()
-        except BaseException as exc:  # noqa: BLE001 - reported below
-            outcome["error"] = exc
-
-    started = time.monotonic()
-    load = os.getloadavg()[0]
-    thread = threading.Thread(target=work, daemon=True)
-    thread.start()
-    thread.join(budget_s)
-    elapsed = time.monotonic() - started
-    load = max(load, os.getloadavg()[0])
-    if thread.is_alive():
-        spark.sparkContext.cancelAllJobs()
-        thread.join(60)
-        return {"timed_out": True, "seconds": elapsed, "load": load}
-    if "error" in outcome:
-        raise outcome["error"]
-    return {"timed_out": False, "seconds": elapsed, "report": outcome["report"], "load": load}
 
 
-def machine() -> str:
-    cpu = "unknown CPU"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    try:
-        mem_kb = int(next(ln for ln in Path("/proc/meminfo").read_text().splitlines() if ln.startswith("MemTotal"))
-                     .split()[1])
-        mem = f"{mem_kb / 1024 / 1024:.0f} GB RAM"
-    except (OSError, StopIteration, ValueError):
-        mem = "unknown RAM"
-    system = f"{platform.system()} {platform.release()}"
-    return f"{os.cpu_count()} cores ({cpu}), {mem}, {system}, Python {platform.python_version()}"
+class Verifier:
+    """A warm SparkSession and the CPU clock of its JVM."""
+
+    def __init__(self, services: dict[str, str], args: argparse.Namespace) -> None:
+        from verifier import sparkjob
+        from verifier.watermarks import Clusters
+
+        self.services = services
+        self.spark = sparkjob.session(args.master, {
+            "spark.driver.memory": args.driver_memory,
+            "spark.sql.shuffle.partitions": str(args.shuffle_partitions),
+        })
+        self.pid = int(self.spark.sparkContext._jvm.ProcessHandle.current().pid())
+        self.config = _config(services)
+        self.clusters = Clusters(self.config.source, self.config.destination)
+        self.sides = (sparkjob.KafkaSide(services["source"]), sparkjob.KafkaSide(services["destination"], alias="dst"))
+        self.bucket_size = args.bucket_size
+
+    def cpu_s(self) -> float:
+        sample = proc_sample(self.pid)
+        return sample.cpu_s if sample else 0.0
+
+    def verify(self, topic: str, checkpoint: Path | None = None, full: bool = False) -> dict[str, Any]:
+        """One verification of ``topic``: wall and CPU seconds, the report's verdict and what it read."""
+        from verifier import run
+
+        incremental = run.Incremental(checkpoint, full=full, full_every_s=None) if checkpoint else None
+        cpu, load, started = self.cpu_s(), load_average()[0], time.monotonic()
+        report = run.verify(self.spark, self.config, self.clusters, [run.Target(topic, topic)], self.sides,
+                            self.config.consumer_group, self.bucket_size, incremental=incremental).to_dict()
+        seconds = time.monotonic() - started
+        (entry,) = report["topics"]
+        return {
+            "seconds": round(seconds, 3),
+            "cpu_s": round(self.cpu_s() - cpu, 2),
+            "load": round(max(load, load_average()[0]), 1),
+            "status": report["status"],
+            "mode": entry["mode"],
+            "verified": report["totals"]["verified_records"],
+            "read": report["totals"]["records_read"],
+        }
 
 
-def section(rows: list[dict[str, Any]], args: argparse.Namespace, spark_version: str) -> str:
-    today = datetime.now(timezone.utc).strftime("%Y-%m-%d")
+def pass_one(verifier: Verifier, topic: str, records: int, rounds: int) -> dict[str, Any]:
+    runs = []
+    for index in range(rounds):
+        result = verifier.verify(topic)
+        if result["status"] != "OK" or result["verified"] != records:
+            raise RuntimeError(f"unexpected verdict: {result}")
+        runs.append(result)
+        say(f"  pass 1 round {index + 1}/{rounds}: {records:,} records in {result['seconds']:.1f}s "
+            f"({records / result['seconds']:,.0f}/s, {result['cpu_s']:.1f} CPU-s, load {result['load']})")
+    median = statistics.median(r["seconds"] for r in runs)
+    cpu = statistics.median(r["cpu_s"] for r in runs)
+    return {"records": records, "rounds": runs, "median_s": median, "records_per_s": round(records / median),
+            "cpu_s_per_million": round(cpu / records * 1e6, 2)}
+
+
+def start_to_verdict(services: dict[str, str], topic: str, rounds: int, work: Path) -> dict[str, Any]:
+    """``python -m verifier`` as a new process, as a CronJob runs it; the full pass each time."""
+    config = work / "bench.yaml"
+    config.write_text(json.dumps({
+        "pipeline": PIPELINE, "zookeeper": {"connect": services["zookeeper"]},
+        "source": {"alias": "src", "bootstrap_servers": services["source"]},
+        "destination": {"alias": "dst", "bootstrap_servers": services["destination"]},
+    }))
+    runs = []
+    for index in range(rounds):
+        started = time.monotonic()
+        load = load_average()[0]
+        done = subprocess.run(
+            [sys.executable, "-m", "verifier", "--config", str(config), "--topic", topic, "--master", "local[2]",
+             "--output", str(work / f"reports-{index}"), "--full"],
+            cwd=REPO, capture_output=True, text=True, timeout=600, check=False,
+        )
+        seconds = time.monotonic() - started
+        if done.returncode != 0:
+            raise RuntimeError(f"the verifier failed: {done.stderr[-2000:]}")
+        runs.append({"seconds": round(seconds, 2), "load": round(max(load, load_average()[0]), 1)})
+        say(f"  start to verdict round {index + 1}/{rounds}: {seconds:.1f}s")
+    return {"records": 100_000, "rounds": runs, "median_s": statistics.median(r["seconds"] for r in runs)}
+
+
+def incremental(verifier: Verifier, services: dict[str, str], topic: str, records: int, args: argparse.Namespace,
+                work: Path) -> dict[str, Any]:
+    """A full run writes the checkpoint; 1 % more records arrive; incremental run vs full run of the same data."""
+    checkpoint = work / "checkpoint.json"
+    verifier.verify(topic, checkpoint, full=True)
+    more = max(args.partitions, records // 100)
+    fill(services, topic, more, args.partitions, args.value_bytes, first=records)
+    commit_ends(services, topic, args.partitions)
+    incremental_run = verifier.verify(topic, checkpoint)
+    full_run = verifier.verify(topic, checkpoint, full=True)
+    for name, result, mode, verified in (("incremental", incremental_run, "incremental", more),
+                                         ("full", full_run, "full", records + more)):
+        if result["status"] != "OK" or result["mode"] != mode or result["verified"] != verified:
+            raise RuntimeError(f"unexpected {name} run: {result}")
+    ratio = incremental_run["seconds"] / full_run["seconds"]
+    say(f"  incremental run after {more:,} new records: {incremental_run['seconds']:.1f}s, full run "
+        f"{full_run['seconds']:.1f}s (ratio {ratio:.3f})")
+    return {"base_records": records, "new_records": more, "incremental": incremental_run, "full": full_run,
+            "ratio": round(ratio, 4)}
+
+
+# ----------------------------------------------------------------------------- rendering
+
+
+def _verdict(ok: bool) -> str:
+    return "met" if ok else "**missed**"
+
+
+def render(entry: dict[str, Any]) -> str:
+    """The docs section, from one results entry (nothing in it is typed by hand)."""
+    m = entry["machine"]
+    p1, start, inc = entry["pass1"], entry["start_to_verdict"], entry["incremental"]
+    loads = [r["load"] for r in p1["rounds"]] + [r["load"] for r in start["rounds"]]
     lines = [
-        START,
         "## Verifier",
         "",
-        f"Measured {today} with `bench/verifier_bench.py` on {machine()}.",
-        f"Spark {spark_version} `{args.master}`, driver memory {args.driver_memory}, "
-        f"`spark.sql.shuffle.partitions={args.shuffle_partitions}`, {args.partitions} partitions per topic, "
-        f"~{args.value_bytes + 12}-byte values, one header, bucket size {args.bucket_size:,}; both Kafka brokers "
-        "(256 MB heap each) on the same machine. Time is one clean verification (pass 1 only: no bucket differs) "
-        "on a warm SparkSession, from the offset snapshot to the finished report, reading both clusters in full. "
-        "The machine is shared: *load* is the higher 1-minute load average seen at the start and end of the run "
-        "(2 cores, so anything above 2 means the verifier got less than the whole machine).",
+        f"`python -m bench.verifier_bench` on {entry['date']}: {m['cores']} cores ({m['cpu_model']}), "
+        f"{m['ram_bytes'] / 2**30:.0f} GiB, Python {m['python']}, {m['java']}; Spark {entry['spark']} "
+        f"`{entry['master']}`, driver memory {entry['driver_memory']}, {entry['partitions']} partitions, "
+        f"~{entry['value_bytes'] + 12}-byte values with one header, bucket size {entry['bucket_size']:,}. Both "
+        "Kafka brokers (256 MB heap each) share the machine's cores with Spark. Results: "
+        f"`bench/results/{entry['results_file']}`; this section is rendered from it by "
+        "`python -m bench.verifier_bench --render`.",
         "",
-        "| records | verification time | records verified / s | load | status |",
-        "|---:|---:|---:|---:|---|",
-    ]
-    for row in rows:
-        if row.get("timed_out"):
-            lines.append(f"| {row['records']:,} | > {row['seconds'] / 60:.0f} min | — | {row['load']:.1f} | "
-                         f"did not finish within the {args.budget_min:.0f}-minute budget |")
-        else:
-            rate = row["verified"] / row["seconds"]
-            lines.append(f"| {row['records']:,} | {row['seconds']:.1f} s | {rate:,.0f} | {row['load']:.1f} | "
-                         f"{row['status']} |")
-    lines += [
+        f"1-minute load average during the runs: {min(loads):.1f} to {max(loads):.1f} (2 cores: above 2 the "
+        "verifier got less than the whole machine).",
         "",
-        "Reproduce: `.venv/bin/python bench/verifier_bench.py` (about 8 minutes for both cases on this machine, "
-        "most of it writing the 10M records).",
-        END,
+        "| measurement | result | target | |",
+        "|---|---:|---:|---|",
+        f"| pass 1, clean full verification of {p1['records']:,} records (median of {len(p1['rounds'])}, warm "
+        f"Spark; {p1['records']:,} source + {p1['records']:,} destination records read) | "
+        f"{p1['records_per_s']:,} records/s ({p1['median_s']:.1f} s) | {TARGET_RATE:,} records/s | "
+        f"{_verdict(p1['records_per_s'] >= TARGET_RATE)} |",
+        f"| Spark JVM CPU per million verified records (pass 1) | {p1['cpu_s_per_million']:.1f} CPU-s | | |",
+        f"| start to verdict, 100,000-record topic, new `python -m verifier` process (median of "
+        f"{len(start['rounds'])}) | {start['median_s']:.1f} s | < {TARGET_START_S:.0f} s | "
+        f"{_verdict(start['median_s'] < TARGET_START_S)} |",
+        f"| incremental run after {inc['new_records']:,} new records (1 %) vs full run of the "
+        f"{inc['base_records'] + inc['new_records']:,} | {inc['incremental']['seconds']:.2f} s vs "
+        f"{inc['full']['seconds']:.1f} s = {inc['ratio'] * 100:.1f} % | ≤ {TARGET_INCREMENTAL * 100:.0f} % | "
+        f"{_verdict(inc['ratio'] <= TARGET_INCREMENTAL)} |",
+        "",
+        f"Records read by the incremental run: {inc['incremental']['read']['source']:,} source, "
+        f"{inc['incremental']['read']['destination']:,} destination (the full run: "
+        f"{inc['full']['read']['source']:,} and {inc['full']['read']['destination']:,}).",
     ]
-    return "\n".join(lines) + "\n"
+    if entry.get("notes"):
+        lines += ["", *entry["notes"]]
+    return "\n".join(lines)
 
 
-def write_section(text: str) -> None:
-    current = DOC.read_text() if DOC.exists() else "# Benchmarks\n"
-    if START in current and END in current:
-        head, rest = current.split(START, 1)
-        _, tail = rest.split(END, 1)
-        updated = head + text.rstrip("\n") + tail
-    else:
-        updated = current.rstrip("\n") + "\n\n" + text
-    DOC.write_text(updated)
+def newest_results() -> tuple[Path, dict[str, Any]]:
+    files = sorted(RESULTS_DIR.glob("verifier-*.json"))
+    if not files:
+        raise SystemExit("no bench/results/verifier-*.json yet: run python -m bench.verifier_bench first")
+    runs = json.loads(files[-1].read_text())
+    return files[-1], runs[-1]
+
+
+def write_docs() -> None:
+    path, entry = newest_results()
+    entry = {**entry, "results_file": path.name}
+    replace_section(DOC, START, END, render(entry))
+    say(f"rendered the verifier section of {DOC} from {path}")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--records", type=int, nargs="+", default=[1_000_000, 10_000_000])
+    parser.add_argument("--records", type=int, default=2_000_000, help="records for pass 1 (default 2,000,000)")
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--partitions", type=int, default=8)
     parser.add_argument("--value-bytes", type=int, default=88)
     parser.add_argument("--bucket-size", type=int, default=10_000)
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--driver-memory", default="1g")
     parser.add_argument("--shuffle-partitions", type=int, default=4)
-    parser.add_argument("--budget-min", type=float, default=15.0, help="time budget per verification")
-    parser.add_argument("--stack", type=Path, default=None, help="reuse a running stack directory")
-    parser.add_argument("--no-write", action="store_true", help="do not update docs/benchmarks.md")
+    parser.add_argument("--no-write", action="store_true", help="neither results JSON nor docs")
+    parser.add_argument("--render", action="store_true", help="only re-render the docs from the newest results")
     args = parser.parse_args(argv)
+    if args.render:
+        write_docs()
+        return 0
 
-    own_stack = args.stack is None
-    directory = Path(tempfile.mkdtemp(prefix="verifier-bench-")) if own_stack else args.stack
-    if own_stack:
-        say(f"starting a local stack in {directory}")
-        services = stack.up(directory)
-    else:
-        import json
-
-        services = json.loads((directory / "stack.json").read_text())
-    rows: list[dict[str, Any]] = []
+    work = Path(tempfile.mkdtemp(prefix="verifier-bench-"))
+    say(f"starting a local stack in {work}")
+    services = stack.up(work / "stack")
     try:
-        from verifier import sparkjob
-
-        spark = sparkjob.session(args.master, {
-            "spark.driver.memory": args.driver_memory,
-            "spark.sql.shuffle.partitions": str(args.shuffle_partitions),
-        })
         stamp = int(time.time())
-        warm = f"bench-warmup-{stamp}"
-        create(services["source"], warm, args.partitions)
-        create(services["destination"], warm, args.partitions)
-        fill(services, warm, 20_000, args.partitions, args.value_bytes)
-        commit_ends(services, warm, args.partitions)
-        say("warming Spark up on 20,000 records")
-        measure(spark, services, warm, args.budget_min * 60, args.bucket_size)
-        for records in args.records:
-            topic = f"bench-{records}-{stamp}"
-            say(f"{records:,} records: writing source and destination")
-            started = time.monotonic()
-            create(services["source"], topic, args.partitions)
-            create(services["destination"], topic, args.partitions)
+        small, big = f"bench-100k-{stamp}", f"bench-{args.records}-{stamp}"
+        for topic, records in ((small, 100_000), (big, args.records)):
+            say(f"writing {records:,} records to both clusters ({topic})")
+            for bootstrap in (services["source"], services["destination"]):
+                create_topic(bootstrap, topic, args.partitions,
+                             {"retention.ms": "-1", "segment.bytes": str(256 * 1024 * 1024)})
             fill(services, topic, records, args.partitions, args.value_bytes)
             commit_ends(services, topic, args.partitions)
-            say(f"{records:,} records written in {time.monotonic() - started:.0f}s; verifying")
-            result = measure(spark, services, topic, args.budget_min * 60, args.bucket_size)
-            row: dict[str, Any] = {"records": records, **result}
-            if not result["timed_out"]:
-                report = result["report"]
-                row["verified"] = report["totals"]["verified_records"]
-                row["status"] = report["status"]
-                if row["verified"] != records or report["status"] != "OK":
-                    raise RuntimeError(f"unexpected result for {records:,}: {report['status']}, {row['verified']:,}")
-                say(f"{records:,} records verified in {result['seconds']:.1f}s "
-                    f"({row['verified'] / result['seconds']:,.0f} records/s)")
-            else:
-                say(f"{records:,} records: not finished within {args.budget_min:.0f} min")
-            rows.append(row)
-            for bootstrap in (services["source"], services["destination"]):
-                AdminClient({"bootstrap.servers": bootstrap}).delete_topics([topic])
-        text = section(rows, args, spark.version)
-        print(text)
+        say("start to verdict (new processes)")
+        start = start_to_verdict(services, small, args.rounds, work)
+        verifier = Verifier(services, args)
+        say("warming Spark up")
+        verifier.verify(small)
+        say("pass 1")
+        p1 = pass_one(verifier, big, args.records, args.rounds)
+        say("incremental")
+        inc = incremental(verifier, services, big, args.records, args, work)
+        entry = {
+            "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
+            "machine": machine_info(),
+            "spark": verifier.spark.version,
+            "master": args.master,
+            "driver_memory": args.driver_memory,
+            "partitions": args.partitions,
+            "value_bytes": args.value_bytes,
+            "bucket_size": args.bucket_size,
+            "pass1": p1,
+            "start_to_verdict": start,
+            "incremental": inc,
+        }
+        verifier.spark.stop()
+        print(json.dumps(entry, indent=2))
         if not args.no_write:
-            write_section(text)
-            say(f"updated {DOC}")
-        spark.stop()
+            path = RESULTS_DIR / f"verifier-{entry['date']}.json"
+            append_json(path, entry)
+            say(f"results appended to {path}")
+            write_docs()
     finally:
-        if own_stack:
-            stack.down(directory)
+        stack.down(work / "stack")
     return 0
 
 
 if __name__ == "__main__":
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     sys.exit(main())

@@ -81,6 +81,10 @@ def _parser() -> argparse.ArgumentParser:
     _rest_options(rebalance)
     rebalance.set_defaults(func=_rebalance)
 
+    from failover import cli as failover_cli
+
+    failover_cli.add_parser(sub, _rest_options, _call, _table)
+
     from verifier import cli as verifier_cli
 
     verify = sub.add_parser("verify", help="prove with Spark that the destination holds every source record once")

@@ -55,9 +55,20 @@ class ClusterConfig:
 
 
 @dataclass(frozen=True)
+class GroupSyncConfig:
+    """``controller.group_sync``: copy translated consumer-group offsets to the destination (docs/failover.md)."""
+
+    enabled: bool = False
+    interval_s: float = 60.0
+    include: str | None = None
+    exclude: str | None = None
+
+
+@dataclass(frozen=True)
 class ControllerConfig:
     rest_host: str = "0.0.0.0"
     rest_port: int = 9000
+    request_timeout_s: float = 30.0  # the REST server closes connections idle or stalled this long
     admin_token: str | None = None
     reconcile_interval_s: float = 5.0
     topic_naming: str = "identity"  # identity | prefix | mapping
@@ -72,12 +83,15 @@ class ControllerConfig:
     lag_rounds: int = 3
     noprogress_threshold_s: float = 60.0
     verification_dir: str | None = None
+    group_sync: GroupSyncConfig = field(default_factory=GroupSyncConfig)
 
 
 @dataclass(frozen=True)
 class WorkerConfig:
     id: str = ""
+    metrics_host: str = "0.0.0.0"
     metrics_port: int = 0
+    health_stall_s: float = 120.0  # /healthz fails when the loop has not turned for this long
     commit_interval_s: float = 5.0
     auto_offset_reset: str = "earliest"
     max_in_flight_bytes: int = 64 * 1024 * 1024
@@ -134,6 +148,10 @@ def _asdict(obj: Any) -> Any:
 
 
 # --- loading -------------------------------------------------------------------------------
+
+# Sub-sections inside a section (``controller.group_sync.*``), by field name and by annotation.
+_NESTED: dict[str, type] = {"group_sync": GroupSyncConfig}
+_NESTED_BY_TYPE: dict[str, type] = {cls.__name__: cls for cls in _NESTED.values()}
 
 _SECTIONS: dict[str, type] = {
     "zookeeper": ZooKeeperConfig,
@@ -203,7 +221,10 @@ def _apply_env(raw: dict[str, Any], env: Mapping[str, str]) -> None:
     fixed: dict[str, tuple[str, ...]] = {"PIPELINE": ("pipeline",)}
     for section, cls in _SECTIONS.items():
         for f in fields(cls):
-            if f.name != "properties":
+            if f.name in _NESTED:
+                for g in fields(_NESTED[f.name]):
+                    fixed[f"{section}_{f.name}_{g.name}".upper()] = (section, f.name, g.name)
+            elif f.name != "properties":
                 fixed[f"{section}_{f.name}".upper()] = (section, f.name)
     for name, value in env.items():
         if not name.startswith(ENV_PREFIX):
@@ -252,6 +273,14 @@ def _build(cls: type, section: str, values: Mapping[str, Any]) -> Any:
 
 def _coerce(key: str, annotation: Any, value: Any) -> Any:
     kind = str(annotation)
+    if kind in _NESTED_BY_TYPE:
+        if not isinstance(value, Mapping):
+            raise ConfigError(key, f"expected a mapping, got {_describe(value)}")
+        return _build(_NESTED_BY_TYPE[kind], key, value)
+    if kind == "bool":
+        if not isinstance(value, bool):
+            raise ConfigError(key, f"expected true or false, got {_describe(value)}")
+        return value
     if kind == "str":
         if not isinstance(value, str) or not value:
             raise ConfigError(key, f"expected a non-empty string, got {_describe(value)}")
@@ -307,8 +336,10 @@ def _check(config: Config) -> None:
     _port("worker.metrics_port", config.worker.metrics_port, allow_zero=True)
     for key, value in (
         ("controller.reconcile_interval_s", config.controller.reconcile_interval_s),
+        ("controller.request_timeout_s", config.controller.request_timeout_s),
         ("worker.commit_interval_s", config.worker.commit_interval_s),
         ("worker.shutdown_timeout_s", config.worker.shutdown_timeout_s),
+        ("worker.health_stall_s", config.worker.health_stall_s),
     ):
         if value <= 0:
             raise ConfigError(key, f"must be positive, got {value}")
@@ -324,8 +355,12 @@ def _check(config: Config) -> None:
     ctl = config.controller
     if ctl.topic_naming not in ("identity", "prefix", "mapping"):
         raise ConfigError("controller.topic_naming", "must be 'identity', 'prefix' or 'mapping'")
-    for pattern_key in ("auto_whitelist_include", "auto_whitelist_exclude"):
-        pattern = getattr(ctl, pattern_key)
+    for pattern_key, pattern in (
+        ("auto_whitelist_include", ctl.auto_whitelist_include),
+        ("auto_whitelist_exclude", ctl.auto_whitelist_exclude),
+        ("group_sync.include", ctl.group_sync.include),
+        ("group_sync.exclude", ctl.group_sync.exclude),
+    ):
         if pattern is not None:
             try:
                 re.compile(pattern)
@@ -344,6 +379,8 @@ def _check(config: Config) -> None:
         for src, dst in ctl.topic_mapping.items():
             if src == dst:
                 raise ConfigError(f"controller.topic_mapping.{src}", "maps a topic onto itself on the same cluster")
+    if ctl.group_sync.interval_s <= 0:
+        raise ConfigError("controller.group_sync.interval_s", "must be positive")
     for key in ("topic_sync_interval_s", "lag_rounds", "noprogress_threshold_s", "rebalance_interval_s"):
         if getattr(ctl, key) <= 0:
             raise ConfigError(f"controller.{key}", "must be positive")

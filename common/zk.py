@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 from typing import TypeVar
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.exceptions import NodeExistsError, NoNodeError, RolledBackError
 from kazoo.handlers.threading import KazooTimeoutError
 
 from common import logs
@@ -25,7 +25,11 @@ T = TypeVar("T")
 
 
 class TransactionFailed(UReplicatorError):
-    """A multi-node write was refused (a precondition such as leadership no longer holds)."""
+    """A multi-node write was refused: an ordinary race (a node appeared or vanished meanwhile)."""
+
+
+class Fenced(TransactionFailed):
+    """The write's fence ``check`` failed: the writer's election node is gone, it must step down."""
 
 
 def connect(config: Config, timeout_s: float = 15.0, read_only: bool = False) -> KazooClient:
@@ -49,12 +53,21 @@ def connect(config: Config, timeout_s: float = 15.0, read_only: bool = False) ->
     return client
 
 
-def commit(transaction: object, what: str) -> None:
-    """Commit a kazoo transaction and raise if any operation failed."""
+def commit(transaction: object, what: str, fenced: bool = False) -> None:
+    """Commit a kazoo transaction and raise if any operation failed.
+
+    With ``fenced``, the first operation is the writer's fence ``check``: when *it* is the
+    one that failed (kazoo marks the others ``RolledBackError``) raise :class:`Fenced`,
+    otherwise :class:`TransactionFailed` (a race worth retrying, not a reason to step down).
+    """
     results = transaction.commit()  # type: ignore[attr-defined]
     failures = [r for r in results if isinstance(r, Exception)]
-    if failures:
-        raise TransactionFailed(f"{what}: {', '.join(type(f).__name__ for f in failures)}")
+    if not failures:
+        return
+    names = ", ".join(type(f).__name__ for f in failures)
+    if fenced and results and isinstance(results[0], Exception) and not isinstance(results[0], RolledBackError):
+        raise Fenced(f"{what}: fence check failed ({type(results[0]).__name__})")
+    raise TransactionFailed(f"{what}: {names}")
 
 
 # --- topics --------------------------------------------------------------------------------
@@ -158,4 +171,4 @@ def write_assignments(
             tx.create(paths.assignment(worker), assignment.encode())
     for worker in sorted(removed):
         tx.delete(paths.assignment(worker))
-    commit(tx, "writing assignments")
+    commit(tx, "writing assignments", fenced=fence is not None)

@@ -22,14 +22,13 @@ from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from werkzeug.exceptions import HTTPException
-from werkzeug.serving import make_server
 
-from common import logs, zk
+from common import httpserve, logs, zk
 from common.config import Config
 from common.errors import ClusterUnavailable, UReplicatorError
 from common.zkschema import Paths, RateLimit, SchemaError, TopicRecord, valid_topic_name, valid_worker_id
 from controller import topics
-from controller.leader import Leadership
+from controller.leader import Leadership, autobalancing
 from controller.openapi import document
 
 log = logs.get(__name__)
@@ -74,12 +73,11 @@ def create_app(controller: Controller) -> Flask:
     return app
 
 
-def serve(app: Flask, host: str, port: int) -> tuple[Any, threading.Thread]:
-    """Serve ``app`` on a background thread; returns the server (``shutdown()`` stops it)."""
-    server = make_server(host, port, app, threaded=True)
-    thread = threading.Thread(target=server.serve_forever, name="rest-api", daemon=True)
-    thread.start()
-    return server, thread
+def serve(app: Flask, host: str, port: int, timeout_s: int = 30) -> httpserve.Server:
+    """Serve ``app`` with waitress on a background thread, one log event per request."""
+    quiet = frozenset({"/metrics", "/health", "/healthz"})  # probes and scrapes: logged only when failing
+    return httpserve.serve(httpserve.logged(app, "controller", quiet_paths=quiet), host, port, "rest-api",
+                           timeout_s=timeout_s)
 
 
 def _ctl() -> Controller:
@@ -315,11 +313,7 @@ def list_instances() -> Any:
 def rebalance_now() -> Any:
     """Ask the leader to rebalance now (also when auto-balancing is off)."""
     ctl = _ctl()
-    stamp = str(time.time()).encode()
-    try:
-        ctl.zk.set(ctl.paths.rebalance_request, stamp)
-    except NoNodeError:
-        ctl.zk.create(ctl.paths.rebalance_request, stamp, makepath=True)
+    _put(ctl, ctl.paths.rebalance_request, str(time.time()).encode())
     _wake()
     return jsonify({"rebalance": "requested"}), 202
 
@@ -514,7 +508,7 @@ def admin_get(op: str) -> Any:
     if op not in _ADMIN_GET:
         raise ApiError(404, f"unknown admin operation {op!r} (GET: {', '.join(_ADMIN_GET)})")
     if op == "autobalancing_status":
-        return jsonify({"autobalancing": _autobalancing(ctl)})
+        return jsonify({"autobalancing": autobalancing(ctl.zk, ctl.paths)})
     if op == "rate_limit":
         return jsonify(asdict(_rate_limit(ctl)))
     statuses = zk.read_statuses(ctl.zk, ctl.paths)
@@ -558,13 +552,6 @@ def _put(ctl: Controller, path: str, data: bytes) -> None:
         ctl.zk.create(path, data, makepath=True)
 
 
-def _autobalancing(ctl: Controller) -> bool:
-    try:
-        return ctl.zk.get(ctl.paths.autobalancing)[0] != b"false"
-    except NoNodeError:
-        return True
-
-
 def _rate_limit(ctl: Controller) -> RateLimit:
     try:
         return RateLimit.decode(ctl.zk.get(ctl.paths.rate_limit)[0])
@@ -591,6 +578,16 @@ def health() -> Any:
         "generation": ctl.leadership.state.generation,
     }
     return jsonify(body), (200 if healthy else 503)
+
+
+@_meta.get("/healthz")
+def liveness() -> Any:
+    """Liveness: the election thread runs. Unlike /health it does not depend on ZooKeeper,
+    so a ZooKeeper outage does not get every controller restarted."""
+    alive = _ctl().leadership.alive()
+    return jsonify({"status": "ok" if alive else "election thread stopped", "election_thread": alive}), (
+        200 if alive else 503
+    )
 
 
 @_meta.get("/metrics")

@@ -24,7 +24,7 @@ from kazoo.exceptions import KazooException, NoNodeError
 from common import logs, zk
 from common.config import Config
 from common.errors import UReplicatorError
-from common.zkschema import Assignment, Paths, TopicPartition, WorkerStatus
+from common.zkschema import Assignment, Paths, TopicPartition, TopicRecord, WorkerStatus
 from controller import topics
 from controller.assignment import assign, gate_handoff, in_hand
 from controller.metrics import ControllerMetrics
@@ -42,6 +42,39 @@ class LeaderState:
     assigned: int = 0
     unassigned: int = 0
     withheld: list[TopicPartition] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What one reconcile round reads from ZooKeeper."""
+
+    topics: dict[str, TopicRecord]
+    blocked: frozenset[str]  # "<topic>:<partition>" blacklisted partitions
+    registered: list[str]  # live workers, sorted
+    blacklisted: frozenset[str]  # workers
+    statuses: dict[str, WorkerStatus]
+    written: dict[str, Assignment]
+    autobalancing: bool = True
+
+    def partitions(self) -> set[TopicPartition]:
+        """Active partitions to assign: of active topics, minus blacklisted partitions."""
+        return {
+            (name, p)
+            for name, record in self.topics.items()
+            if record.state == "active"
+            for p in range(record.partitions)
+            if f"{name}:{p}" not in self.blocked
+        }
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one round writes: new assignments of changed live workers, departed workers' nodes to drop."""
+
+    changed: dict[str, Assignment]
+    departed: list[str]
+    withheld: frozenset[TopicPartition]
+    partitions: int
 
 
 class Leadership:
@@ -69,7 +102,6 @@ class Leadership:
         self.state = LeaderState()
         self.metrics = metrics or ControllerMetrics()
         self._admins = admins  # (source, destination) AdminClients for the periodic topic sync
-        self._last_sync = 0.0
         self._memory: dict[str, frozenset[TopicPartition]] = {}  # last written, survives node deletion
         self._departed: dict[str, float] = {}
         self._lag_history: dict[TopicPartition, list[int]] = {}
@@ -117,12 +149,21 @@ class Leadership:
                 self._session_lost.set()
         self._wake.set()
 
+    def alive(self) -> bool:
+        """The election thread is running (``/health`` fails when it is not)."""
+        return self._thread.is_alive()
+
     def _contend(self) -> None:
+        # Nothing may end this thread but stop(): a dead election thread is a replica that
+        # answers the API but can never lead again.
         while not self._stop.is_set():
             try:
                 self._election.run(self._lead)
             except KazooException as exc:
                 self._log.warning("election_failed", error=str(exc))
+            except Exception as exc:  # noqa: BLE001 - survive anything, say what it was
+                self.metrics.election_errors.inc()
+                self._log.exception("election_error", error=repr(exc))
             self.state.is_leader = False
             if not self._stop.is_set():
                 self._connected.wait(1.0)
@@ -137,23 +178,55 @@ class Leadership:
         self.metrics.leader.set(1)
         self._log.info("leadership_acquired", fence=fence)
         self._watch()
+        term_over = threading.Event()
+        syncer = None
+        if self._admins is not None:
+            syncer = threading.Thread(target=self._sync_topics, args=(term_over,), name="topic-sync", daemon=True)
+            syncer.start()
         try:
             while not self._stop.is_set() and not self._session_lost.is_set():
                 if self._connected.is_set():
                     try:
                         self._reconcile(fence)
-                    except zk.TransactionFailed as exc:
+                    except zk.Fenced as exc:
                         # Our election node is gone: someone else may lead now.
                         self._log.warning("leadership_fenced", error=str(exc))
                         return
+                    except zk.TransactionFailed as exc:
+                        # A worker came or went between our read and our write: plan again.
+                        self._log.info("assignment_write_raced", error=str(exc))
+                        self._wake.set()
                     except KazooException as exc:
                         self._log.warning("reconcile_failed", error=str(exc))
                 self._wake.wait(self._config.controller.reconcile_interval_s)
                 self._wake.clear()
         finally:
+            term_over.set()
             self.state.is_leader = False
             self.metrics.leader.set(0)
             self._log.info("leadership_released")
+            if syncer is not None:
+                syncer.join(1.0)  # admin calls may be in flight; the thread exits after them
+
+    def _sync_topics(self, term_over: threading.Event) -> None:
+        """Topic sync (Kafka admin calls) on its own thread: a slow cluster never delays a hand-off."""
+        interval = self._config.controller.topic_sync_interval_s
+        first = True  # a new term syncs at once: growth may have happened while nobody led
+        while not term_over.wait(0 if first else interval):
+            first = False
+            if not self._connected.is_set():
+                continue
+            try:
+                changes = topics.sync(self._config, self._client, *self._admins)  # type: ignore[misc]
+            except (UReplicatorError, KazooException) as exc:
+                self._log.warning("topic_sync_failed", error=str(exc))
+                continue
+            except Exception as exc:  # noqa: BLE001 - a bug here must not end syncing
+                self._log.exception("topic_sync_error", error=repr(exc))
+                continue
+            if any(changes.values()):
+                self._log.info("topics_synced", **changes)
+                self._wake.set()  # new or grown partitions to assign
 
     def _watch(self) -> None:
         # ChildrenWatch re-arms itself and passes the full list; we only need the signal.
@@ -195,54 +268,54 @@ class Leadership:
     # --- reconcile ---------------------------------------------------------------------------
 
     def _reconcile(self, fence: str) -> None:
-        client, paths, ctl = self._client, self._paths, self._config.controller
-        now = time.time()
-        if self._admins is not None and now - self._last_sync >= ctl.topic_sync_interval_s:
-            self._last_sync = now
-            try:
-                changes = topics.sync(self._config, client, *self._admins)
-                if any(changes.values()):
-                    self._log.info("topics_synced", **changes)
-            except UReplicatorError as exc:
-                self._log.warning("topic_sync_failed", error=str(exc))
-        records = zk.read_topics(client, paths)
-        blocked = set(client.get_children(paths.blacklist_partitions))
-        partitions = {
-            (name, p)
-            for name, record in records.items()
-            if record.state == "active"
-            for p in range(record.partitions)
-            if f"{name}:{p}" not in blocked
-        }
-        registered = zk.live_workers(client, paths)
-        blacklisted = set(client.get_children(paths.blacklist_workers))
-        statuses = zk.read_statuses(client, paths)
-        written = zk.read_assignments(client, paths)
+        """One round: read ZooKeeper, plan the assignment, write what changed (fenced)."""
+        snapshot = self._read()
+        plan = self._plan(snapshot, time.time())
+        self._write(plan, snapshot, fence)
+
+    def _read(self) -> Snapshot:
+        client, paths = self._client, self._paths
+        return Snapshot(
+            topics=zk.read_topics(client, paths),
+            blocked=frozenset(client.get_children(paths.blacklist_partitions)),
+            registered=zk.live_workers(client, paths),
+            blacklisted=frozenset(client.get_children(paths.blacklist_workers)),
+            statuses=zk.read_statuses(client, paths),
+            written=zk.read_assignments(client, paths),
+            autobalancing=self._autobalancing(),
+        )
+
+    def _plan(self, snap: Snapshot, now: float) -> Plan:
+        """Desired and gated assignment from a snapshot; updates the leader's memory, no I/O."""
+        ctl = self._config.controller
+        partitions = snap.partitions()
+        self._prune(partitions)
+        written = snap.written
         self.state.generation = max([self.state.generation, *(a.generation for a in written.values())])
 
         # Workers that just left keep their partitions reserved for the restart grace period.
-        for worker in registered:
+        for worker in snap.registered:
             self._departed.pop(worker, None)
         for worker in set(written) | set(self._memory):
-            if worker not in registered and worker not in self._departed:
+            if worker not in snap.registered and worker not in self._departed:
                 self._departed[worker] = now
         grace = ctl.worker_restart_grace_s
-        in_grace = {w for w, t in self._departed.items() if now - t < grace and w not in blacklisted}
+        in_grace = {w for w, t in self._departed.items() if now - t < grace and w not in snap.blacklisted}
         for worker in [w for w, t in self._departed.items() if now - t >= grace]:
             del self._departed[worker]
             self._memory.pop(worker, None)
-        assignable = sorted((set(registered) - blacklisted) | in_grace)
+        assignable = sorted((set(snap.registered) - snap.blacklisted) | in_grace)
 
         base = {w: self._memory.get(w, frozenset()) for w in assignable}
         base.update({w: a.partitions for w, a in written.items()})
         # The previous round's *desired* plan, not the gated one: a partition in hand-off is
         # in nobody's written assignment and must stay headed for the owner chosen for it.
         base.update({w: tps for w, tps in self._last_desired.items() if w in assignable})
-        weights, lagging = self._observe(statuses)
+        weights, lagging = self._observe(snap.statuses)
         # Moving partitions that need not move (weights, lag) happens on a slow tick only:
         # rates right after a move are catch-up bursts, and every move is a hand-off.
         balance_now = self._force_rebalance or (
-            now - self._last_balance >= ctl.rebalance_interval_s and self._autobalancing()
+            now - self._last_balance >= ctl.rebalance_interval_s and snap.autobalancing
         )
         if balance_now:
             self._last_balance = now
@@ -255,47 +328,59 @@ class Leadership:
         self._force_rebalance = False
         self._last_desired = desired
         held = in_hand(
-            {w: (s.generation, s.owned) for w, s in statuses.items()},
+            {w: (s.generation, s.owned) for w, s in snap.statuses.items()},
             {w: (a.generation, a.partitions) for w, a in written.items()},
         )
-        plan = gate_handoff(desired, held)
-        live = set(registered)
-        changed_workers = [w for w in registered if plan.get(w, frozenset()) != _partitions(written.get(w))]
+        gated = gate_handoff(desired, held)
+        live = set(snap.registered)
+        changed = [w for w in snap.registered if gated.get(w, frozenset()) != _partitions(written.get(w))]
         departed = [w for w in written if w not in live and w not in in_grace]
-        withheld = {tp for w in registered for tp in desired.get(w, frozenset()) - plan.get(w, frozenset())}
+        withheld = {tp for w in snap.registered for tp in desired.get(w, frozenset()) - gated.get(w, frozenset())}
         self._track_handoffs(withheld, now)
         self.state.withheld = sorted(withheld)
-        self.state.assigned = sum(len(plan.get(w, ())) for w in registered)
+        self.state.assigned = sum(len(gated.get(w, ())) for w in snap.registered)
         self.state.unassigned = len(partitions) - self.state.assigned
-        self.state.live_workers = len(registered)
+        self.state.live_workers = len(snap.registered)
         self.state.last_reconcile = now
         self.metrics.observe(self.state)
-        if not changed_workers and not departed:
-            return
         generation = self.state.generation + 1
-        changed = {w: Assignment(generation, plan.get(w, frozenset())) for w in changed_workers}
-        zk.write_assignments(client, paths, changed, written.keys(), departed, fence)
-        for worker, assignment in changed.items():
+        return Plan(
+            changed={w: Assignment(generation, gated.get(w, frozenset())) for w in changed},
+            departed=departed,
+            withheld=frozenset(withheld),
+            partitions=len(partitions),
+        )
+
+    def _write(self, plan: Plan, snap: Snapshot, fence: str) -> None:
+        if not plan.changed and not plan.departed:
+            return
+        zk.write_assignments(self._client, self._paths, plan.changed, snap.written.keys(), plan.departed, fence)
+        for worker, assignment in plan.changed.items():
             self._memory[worker] = assignment.partitions
+        generation = next(iter(plan.changed.values())).generation if plan.changed else self.state.generation + 1
         self.state.generation = generation
         self.state.rebalances += 1
         self.metrics.rebalances.inc()
         self._log.info(
             "assignment_written",
             generation=generation,
-            workers=len(registered),
-            changed=sorted(changed_workers),
-            departed=departed,
-            partitions=len(partitions),
-            withheld=len(withheld),
+            workers=len(snap.registered),
+            changed=sorted(plan.changed),
+            departed=plan.departed,
+            partitions=plan.partitions,
+            withheld=len(plan.withheld),
         )
 
+    def _prune(self, partitions: set[TopicPartition]) -> None:
+        """Forget rates, lag history and hand-off clocks of partitions whose topic went away."""
+        for book in (self._lag_history, self._weights, self._withheld_since):
+            for tp in [tp for tp in book if tp not in partitions]:
+                del book[tp]
+        for key in [k for k in self._sampled if k[1] not in partitions]:
+            del self._sampled[key]
+
     def _autobalancing(self) -> bool:
-        try:
-            data, _ = self._client.get(self._paths.autobalancing)
-        except NoNodeError:
-            return True
-        return data != b"false"
+        return autobalancing(self._client, self._paths)
 
     def _observe(self, statuses: dict[str, WorkerStatus]) -> tuple[dict[TopicPartition, float], set[TopicPartition]]:
         """Weights (bytes/s) from status, and partitions whose lag kept growing past the threshold."""
@@ -330,6 +415,15 @@ class Leadership:
             self._withheld_since.setdefault(tp, now)
         for tp in [tp for tp in self._withheld_since if tp not in withheld]:
             self.metrics.handoff.observe(now - self._withheld_since.pop(tp))
+
+
+def autobalancing(client: KazooClient, paths: Paths) -> bool:
+    """Whether moves that need not happen (weights, lag) are allowed; on unless switched off."""
+    try:
+        data, _ = client.get(paths.autobalancing)
+    except NoNodeError:
+        return True
+    return data != b"false"
 
 
 def _partitions(assignment: Assignment | None) -> frozenset[TopicPartition]:

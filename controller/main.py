@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import threading
 from pathlib import Path
 
-from common import kafka, logs, zk
+from common import kafka, logs, signals, zk
 from common.config import Config
+from controller import groups_api
 from controller.api import Controller, create_app, serve
 from controller.leader import Leadership
 from controller.verification_api import make_blueprint, register_metrics
@@ -34,8 +34,10 @@ def run(config: Config) -> int:
         source_consumer=kafka.consumer(config.source, config.consumer_group, f"ureplicator-controller-{identifier}"),
         extra_blueprints=[make_blueprint(reports_dir)],
     )
+    groups = groups_api.start(config, client, leadership, controller.extra_blueprints)
     try:
-        server, _ = serve(create_app(controller), config.controller.rest_host, config.controller.rest_port)
+        server = serve(create_app(controller), config.controller.rest_host, config.controller.rest_port,
+                       timeout_s=int(config.controller.request_timeout_s))
     except OSError as exc:
         client.stop()
         client.close()
@@ -45,20 +47,11 @@ def run(config: Config) -> int:
     log.info("controller_started", rest_port=server.server_port)
 
     stop = threading.Event()
-    signals = {"count": 0}
-
-    def on_signal(signum: int, _frame: object) -> None:
-        signals["count"] += 1
-        if signals["count"] > 1:
-            os._exit(130)  # second signal: leave now, as the operator asked
-        log.info("controller_stopping", signal=signal.Signals(signum).name)
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    signals.on_stop_signals(stop.set, log, "controller_stopping")
     stop.wait()
     server.shutdown()
     leadership.stop()
+    groups.stop()
     controller.source_consumer.close()
     client.stop()
     client.close()

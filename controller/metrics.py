@@ -25,6 +25,11 @@ class ControllerMetrics:
         self.rebalances = Counter(
             "ureplicator_controller_rebalances", "Assignment writes by this replica as leader", registry=r
         )
+        self.election_errors = Counter(
+            "ureplicator_controller_election_errors",
+            "Unexpected errors the election thread survived (each one is logged with its traceback)",
+            registry=r,
+        )
         self.handoff = Histogram(
             "ureplicator_controller_handoff_duration_seconds",
             "From withholding a moving partition until its old owner released it",

@@ -50,6 +50,7 @@ SCHEMAS: dict[str, Any] = {
         "status": {"enum": ["ok", "unavailable"]}, "zookeeper": _STR, "leader": _NSTR,
         "is_leader": _BOOL, "generation": _INT,
     }),
+    "Liveness": _obj({"status": _STR, "election_thread": _BOOL}),
     "Instances": _obj({"instances": {"type": "array", "items": _obj({
         "worker": _STR, "live": _BOOL, "blacklisted": _BOOL, "assigned": _INT, "applied": _INT,
         "generation": _NINT, "bytes_per_s": _NUM, "records_per_s": _NUM,
@@ -86,6 +87,30 @@ SCHEMAS: dict[str, Any] = {
         "bytes_per_s": _NUM, "records_per_s": _NUM, "partitions": _INT, "lag": _INT,
     })}}),
     "AdminResult": {"oneOf": [_ref("Autobalancing"), _ref("RateLimit"), _ref("Workload")]},
+    # Consumer-group failover (failover/, docs/failover.md)
+    "GroupList": _obj({"groups": {"type": "array", "items": _obj({
+        "group": _STR, "state": _STR, "mirrored_partitions": _UINT,
+    })}}),
+    "GroupPartition": _obj({
+        "topic": _STR, "partition": _UINT, "destination_topic": _STR, "source_committed": _UINT,
+        "destination_offset": _UINT, "destination_end": _UINT, "mirrored_through": _UINT, "source_end": _NINT,
+        "state": {"enum": ["behind", "at", "ahead"]}, "ahead_by": _UINT, "destination_lag": _UINT,
+        "unmirrored": {"type": ["array", "null"], "items": _UINT, "minItems": 2, "maxItems": 2},
+        "unmirrored_records": _UINT,
+    }),
+    "GroupTranslation": _obj({
+        "group": _STR,
+        "partitions": {"type": "array", "items": _ref("GroupPartition")},
+        "summary": _obj({"partitions": _UINT, "behind": _UINT, "at": _UINT, "ahead": _UINT, "ahead_by": _UINT,
+                         "unmirrored_records": _UINT}),
+    }),
+    "GroupSync": _obj({
+        "group": _STR, "refused": _NSTR,
+        "committed": {"type": "array", "items": _obj({"topic": _STR, "partition": _UINT, "offset": _UINT})},
+        "kept": {"type": "array", "items": _obj({"topic": _STR, "partition": _UINT, "reason": _STR})},
+        "ahead": {"type": "array", "items": _ref("GroupPartition")},
+    }),
+    "GroupSyncRequest": _obj({"force": _BOOL}, required=[]),
     "TopicRequest": {
         "type": "object",
         "properties": {
@@ -133,6 +158,8 @@ PATHS: dict[str, dict[str, Any]] = {
                     None, True),
     },
     "/health": {"get": _op("ZooKeeper connected and a leader known", {"200": "healthy|Health", "503": "not|Health"})},
+    "/healthz": {"get": _op("Liveness: the election thread runs (independent of ZooKeeper)",
+                            {"200": "alive|Liveness", "503": "stopped|Liveness"})},
     "/instances": {
         "get": _op("Workers with their assignment and rates", {"200": "workers|Instances"}),
         "post": _op("Rebalance now", {"202": "requested|RebalanceRequested"}, (), None, True),
@@ -163,6 +190,16 @@ PATHS: dict[str, dict[str, Any]] = {
                     "schema": _obj({"runs": {"type": "array", "items": {"type": "object"}}})}}},
                     "400": {"description": "bad limit", **_json("Error")},
                     "404": {"description": "no run", **_json("Error")}}},
+    },
+    "/groups": {"get": _op("Consumer groups on the source with offsets on mirrored topics",
+                            {"200": "groups|GroupList"})},
+    "/groups/{group}/translation": {
+        "get": _op("A group's committed source offsets translated to exact destination offsets",
+                   {"200": "translation|GroupTranslation"}, (400, 404)),
+    },
+    "/groups/{group}/sync": {
+        "post": _op("Commit the translated offsets for the group on the destination (never while it has members "
+                    "there; never backwards unless force)", {"200": "synced|GroupSync"}, (400, 404, 409), None, True),
     },
     "/admin/{op}": {
         "get": _op("autobalancing_status | workloadinfo | rate_limit", {"200": "result|AdminResult"}, (404,)),

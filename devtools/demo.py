@@ -157,9 +157,11 @@ def _run(services: dict[str, str], directory: Path, processes: list[subprocess.P
 def _verify(config_path: Path, output: Path, verify: Verify) -> int:
     """Prove it: the PySpark verifier compares every record (content, order, exactly once)."""
     _say("demo: running the verifier (PySpark) over source and destination")
+    started = time.monotonic()
     proc = verify(config_path, output)
     verdict = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else "no verdict"
     _say(f"demo: verifier: {verdict}")
+    _say(f"demo: start to verdict {time.monotonic() - started:.1f}s (a new process: JVM and Spark start-up included)")
     _say(f"demo: HTML and JSON reports in {output}")
     if proc.returncode == 0:
         return 0

@@ -74,6 +74,9 @@ def _summary(report: Mapping[str, Any]) -> str:
         f"<h1>Verification of pipeline {escape(report['pipeline'])} {badge(report['status'])}</h1>"
         f'<p class="muted">run <code>{escape(report["run_id"])}</code>, {escape(report["started_at"])} → '
         f"{escape(report['finished_at'])} ({report['duration_s']:.1f}s) · "
+        f"<b>{escape(report.get('mode', 'full'))}</b> run, records read: "
+        f"{_num(totals.get('records_read', {}).get('source', 0))} source, "
+        f"{_num(totals.get('records_read', {}).get('destination', 0))} destination · "
         f"{escape(clusters['source']['alias'])} ({escape(clusters['source']['bootstrap_servers'])}) → "
         f"{escape(clusters['destination']['alias'])} ({escape(clusters['destination']['bootstrap_servers'])}) · "
         f"group <code>{escape(report['group'])}</code> · Spark {escape(report['spark']['version'])} on "
@@ -199,19 +202,24 @@ def _topics(report: Mapping[str, Any]) -> str:
         for p in topic["partitions"]:
             start, end = p["verified_range"]
             counts = p["counts"]
+            read = p.get("destination_range")
             rows.append(
-                (badge(p["status"]), str(p["partition"]), f"[{start}, {end})", _opt(p["committed"]),
+                (badge(p["status"]), str(p["partition"]), escape(p.get("mode", "full")), f"[{start}, {end})",
+                 "—" if not read else f"[{read[0]}, {read[1]})", _opt(p["committed"]),
                  _num(p["verified_records"]), *(_num(counts[c]) for c in model.CATEGORIES),
                  escape("; ".join(p["notes"])))
             )
-        header = ["status", "partition", "verified range", "committed", "verified", *model.CATEGORIES, "notes"]
+        header = ["status", "partition", "mode", "verified range", "destination read", "committed", "verified",
+                  *model.CATEGORIES, "notes"]
         open_attr = " open" if topic["status"] != model.OK else ""
         parts.append(
             f"<details{open_attr}><summary>{badge(topic['status'])} <b>{escape(topic['topic'])}</b>{arrow} "
-            f'<span class="muted">{len(topic["partitions"])} partition(s), {topic["duration_s"]:.1f}s</span>'
-            f"</summary>"
+            f'<span class="muted">{len(topic["partitions"])} partition(s), {topic["duration_s"]:.1f}s, '
+            f'{escape(topic.get("mode", "full"))}'
+            + (f' ({escape(topic["mode_reason"])})' if topic.get("mode_reason") else "")
+            + "</span></summary>"
             + (f"<p>{escape(topic['error'])}</p>" if topic["error"] else "")
-            + _table(header, rows, numeric=range(1, 5 + len(model.CATEGORIES)))
+            + _table(header, rows, numeric=[1, *range(5, 7 + len(model.CATEGORIES))])
             + "</details>"
         )
     if not report["topics"]:

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: hash version 2, full/incremental runs and the ranges they read
 
 MISSING = "MISSING"
 DUPLICATE = "DUPLICATE"
@@ -66,18 +66,19 @@ MAX_SAMPLES = 20
 MAX_RANGES = 1000
 
 HASH_SPEC: dict[str, Any] = {
-    "version": 1,
+    "version": 2,
     "algorithm": "xxhash64",
     "seed": 42,
     "input": (
-        "i32 key length (-1 when null) | key | i32 value length (-1 when null) | value | "
-        "i32 header count | per header in record order, every header except 'urep': "
-        "i32 name length | name UTF-8 | i32 value length (-1 when null) | value | "
-        "i64 timestamp in ms"
+        "Spark xxhash64 chained over: bool key is null | key bytes (skipped when null) | bool value is null | "
+        "value bytes (skipped when null) | i64 timestamp in ms | i32 number of headers except 'urep' | "
+        "per such header in record order: name UTF-8, value bytes (skipped when null) | per header whose "
+        "value is null, its i32 1-based position"
     ),
-    "byte_order": "big-endian",
+    "byte_order": "little-endian",
     "bucket_hash": "xxhash64(content_hash, source_offset) with Spark's seed chaining",
-    "bucket_aggregates": ["count", "sum(bucket_hash) as DECIMAL(38,0)", "bit_xor(bucket_hash)"],
+    "bucket_aggregates": ["count", "exact sum(bucket_hash) from two BIGINT sums of its 32-bit halves",
+                          "bit_xor(bucket_hash)"],
     "hash_format": "16 lower-case hex digits of the unsigned 64-bit value",
 }
 
@@ -141,17 +142,45 @@ class Watermarks:
     committed: int | None
     destination_log_start: int | None = None
     destination_end: int | None = None
+    # From the checkpoint of earlier runs (None: a full pass): source offsets below ``resume_from``
+    # were verified already, and copies of offsets at or above it sit at or above ``destination_resume_from``.
+    resume_from: int | None = None
+    destination_resume_from: int | None = None
 
     @property
     def watermark(self) -> int:
-        """W = min(end, committed), never below the log start: [log start, W) is verified."""
+        """W = min(end, committed), never below the log start: records below W must be mirrored."""
         if self.committed is None:
             return self.log_start
         return max(self.log_start, min(self.end, self.committed))
 
     @property
+    def incremental(self) -> bool:
+        return self.resume_from is not None
+
+    @property
+    def verify_from(self) -> int:
+        """First source offset this run verifies: the log start, or where the checkpoint left off."""
+        return self.log_start if self.resume_from is None else max(self.log_start, self.resume_from)
+
+    @property
+    def verify_to(self) -> int:
+        """End of this run's verified range; never below ``verify_from`` (a commit that went back verifies nothing)."""
+        return max(self.verify_from, self.watermark)
+
+    @property
     def verified_range(self) -> tuple[int, int]:
-        return self.log_start, self.watermark
+        return self.verify_from, self.verify_to
+
+    @property
+    def destination_range(self) -> tuple[int, int] | None:
+        """[start, end) of the destination partition this run reads; None when it does not exist."""
+        if self.destination_end is None or self.destination_log_start is None:
+            return None
+        start = self.destination_log_start
+        if self.destination_resume_from is not None:
+            start = max(start, min(self.destination_resume_from, self.destination_end))
+        return start, self.destination_end
 
     def notes(self, group: str) -> list[str]:
         notes = []
@@ -287,7 +316,9 @@ class PartitionReport:
             ),
             "committed": w.committed,
             "watermark": w.watermark,
+            "mode": "incremental" if w.incremental else "full",
             "verified_range": [start, end],
+            "destination_range": None if w.destination_range is None else list(w.destination_range),
             "verified_records": self.verified_records,
             "buckets": {"total": self.buckets, "mismatched": self.buckets_mismatched},
             "counts": self.counts,
@@ -303,6 +334,9 @@ class TopicReport:
     partitions: list[PartitionReport] = field(default_factory=list)
     error: str | None = None
     duration_s: float = 0.0
+    mode: str = "full"  # or "incremental": some partitions continued from the checkpoint
+    mode_reason: str | None = None  # why a full pass, when a checkpoint was in use
+    records_read: dict[str, int] = field(default_factory=lambda: {"source": 0, "destination": 0})
 
     @property
     def status(self) -> str:
@@ -317,6 +351,9 @@ class TopicReport:
             "status": self.status,
             "error": self.error,
             "duration_s": round(self.duration_s, 3),
+            "mode": self.mode,
+            "mode_reason": self.mode_reason,
+            "records_read": dict(self.records_read),
             "partitions": [p.to_dict() for p in sorted(self.partitions, key=lambda p: p.partition)],
         }
 
@@ -347,6 +384,7 @@ class Report:
             "finished_at": self.finished_at,
             "duration_s": round(self.duration_s, 3),
             "status": self.status,
+            "mode": run_mode(t["mode"] for t in topics),
             "pipeline": self.pipeline,
             "group": self.group,
             "clusters": self.clusters,
@@ -358,6 +396,14 @@ class Report:
         }
 
 
+def run_mode(topic_modes: Iterable[str]) -> str:
+    """full when every topic was read in full, incremental when every one continued, else mixed."""
+    modes = set(topic_modes)
+    if not modes or modes == {"full"}:
+        return "full"
+    return "incremental" if modes == {"incremental"} else "mixed"
+
+
 def totals(topics: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     """Sums over report topics (dicts as in the JSON): partitions per status, records per category."""
     by_status = dict.fromkeys((OK, WARN, FAIL), 0)
@@ -365,10 +411,13 @@ def totals(topics: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     verified = 0
     count = 0
     errors = 0
+    read = {"source": 0, "destination": 0}
     for topic in topics:
         count += 1
         if topic.get("error"):
             errors += 1
+        for side in read:
+            read[side] += topic.get("records_read", {}).get(side, 0)
         for p in topic.get("partitions", []):
             by_status[p["status"]] += 1
             verified += p["verified_records"]
@@ -379,6 +428,7 @@ def totals(topics: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
         "topics_not_verified": errors,
         "partitions": by_status,
         "verified_records": verified,
+        "records_read": read,
         "categories": categories,
     }
 
@@ -401,6 +451,7 @@ def summary(report: Mapping[str, Any]) -> dict[str, Any]:
         "schema_version": report["schema_version"],
         "run_id": report["run_id"],
         "status": report["status"],
+        "mode": report.get("mode", "full"),
         "started_at": report["started_at"],
         "finished_at": report["finished_at"],
         "duration_s": report["duration_s"],

@@ -41,12 +41,29 @@ def history_entry(report: Mapping[str, Any]) -> dict[str, Any]:
         "finished_at": report["finished_at"],
         "duration_s": report["duration_s"],
         "status": report["status"],
+        "mode": report["mode"],
         "topics": totals["topics"],
         "verified_records": totals["verified_records"],
+        "records_read": totals["records_read"],
+        "ranges": ranges(report),
         "partitions": totals["partitions"],
         "categories": totals["categories"],
         "report": f"{RUNS}/{report['run_id']}.json",
         "error": None,
+    }
+
+
+def ranges(report: Mapping[str, Any]) -> dict[str, Any]:
+    """Per topic, how it was read and which offsets: {topic: {mode, source: {p: [start, end)}, destination: ...}}."""
+    return {
+        t["topic"]: {
+            "mode": t["mode"],
+            "source": {str(p["partition"]): p["verified_range"] for p in t["partitions"]},
+            "destination": {
+                str(p["partition"]): p["destination_range"] for p in t["partitions"] if p["destination_range"]
+            },
+        }
+        for t in report["topics"]
     }
 
 
@@ -59,8 +76,11 @@ def error_entry(run_id: str, started_at: str, finished_at: str, duration_s: floa
         "finished_at": finished_at,
         "duration_s": round(duration_s, 3),
         "status": model.ERROR,
+        "mode": None,
         "topics": 0,
         "verified_records": 0,
+        "records_read": {"source": 0, "destination": 0},
+        "ranges": {},
         "partitions": dict.fromkeys((model.OK, model.WARN, model.FAIL), 0),
         "categories": dict.fromkeys(model.CATEGORIES, 0),
         "report": None,

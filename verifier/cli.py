@@ -30,7 +30,7 @@ from common import logs
 from common.errors import UReplicatorError
 from reports import model
 from reports.store import ReportStore, error_entry
-from verifier import kafka_options
+from verifier import checkpoint, kafka_options
 
 DESCRIPTION = (
     "Prove per partition that the destination holds every record the replicator committed, exactly once, "
@@ -54,6 +54,13 @@ def parse_interval(text: str) -> float:
     if seconds <= 0:
         raise argparse.ArgumentTypeError("the interval must be positive")
     return seconds
+
+
+def parse_full_every(text: str) -> float | None:
+    """``--full-every``: a duration, or ``never``."""
+    if text.strip().lower() == "never":
+        return None
+    return parse_interval(text)
 
 
 def _key_value(text: str) -> tuple[str, str]:
@@ -100,6 +107,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="Java Kafka client setting for source or destination (repeatable)")
     parser.add_argument("--keep-runs", type=_positive, default=500,
                         help="run reports to keep in OUTPUT/runs (history.jsonl keeps every run)")
+    parser.add_argument("--checkpoint", type=Path, default=None, metavar="FILE",
+                        help="where runs record how far they verified (default OUTPUT/checkpoint.json); "
+                        "a run continues from it and reads only new records")
+    parser.add_argument("--full", action="store_true",
+                        help="verify every retained record, ignoring the checkpoint (it is rewritten after)")
+    parser.add_argument("--full-every", type=parse_full_every, default=86_400.0, metavar="DURATION",
+                        help="a full pass when the last one is older than this (default 1d; 'never' to disable)")
     parser.add_argument("--timeout", type=float, default=15.0,
                         help="seconds to wait for ZooKeeper and the clusters' admin requests")
 
@@ -183,7 +197,13 @@ def run_once(args: argparse.Namespace, spark: Callable[[], Any]) -> int:
         clusters = Clusters(config.source, config.destination, args.timeout)
         clusters.check_reachable()
         group = args.group or config.consumer_group
-        report = runner.verify(spark(), config, clusters, targets, sides, group, args.bucket_size)
+        incremental = runner.Incremental(
+            args.checkpoint or args.output / checkpoint.FILE_NAME, full=args.full, full_every_s=args.full_every
+        )
+        with checkpoint.CheckpointFile(incremental.path).exclusive():
+            report = runner.verify(
+                spark(), config, clusters, targets, sides, group, args.bucket_size, incremental=incremental
+            )
         document = report.to_dict()
         path = store.save(document, keep_runs=args.keep_runs)
     except (UReplicatorError, OSError, KafkaException) as exc:

@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
 from kazoo.exceptions import NoNodeError
@@ -20,7 +21,8 @@ from common.errors import UReplicatorError
 from common.zkschema import Paths
 from reports import model
 from reports.model import CategoryResult, PartitionReport, Report, TopicReport, Watermarks
-from verifier import kafka_options, sparkjob
+from verifier import checkpoint, kafka_options, sparkjob
+from verifier.checkpoint import Checkpoint, CheckpointFile, Decision, TopicIdentity
 from verifier.sparkjob import BucketPass, ClassAggregate, KafkaSide, RecordPlan, SparkUnavailable
 from verifier.watermarks import Clusters, TopicMissing, TopicSnapshot
 
@@ -100,6 +102,15 @@ def kafka_side(name: str, cluster: ClusterConfig, extra: dict[str, str], progres
     return KafkaSide(cluster.bootstrap_servers, options, cluster.alias)
 
 
+@dataclass(frozen=True)
+class Incremental:
+    """Where the checkpoint lives and when a full pass is due anyway."""
+
+    path: Path
+    full: bool = False  # --full: a complete pass now (the checkpoint is rewritten after it)
+    full_every_s: float | None = 86_400.0  # --full-every: a full pass when the last is older; None never
+
+
 def new_run_id(now: datetime) -> str:
     return f"{now:%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}"
 
@@ -117,15 +128,26 @@ def verify(
     group: str,
     bucket_size: int,
     progress: Progress = stderr_progress,
+    incremental: Incremental | None = None,
 ) -> Report:
-    """Verify every target topic; a topic that cannot be verified gets an error, the others go on."""
+    """Verify every target topic; a topic that cannot be verified gets an error, the others go on.
+
+    With ``incremental``, each topic continues from the checkpoint file where it can (else a full pass,
+    with the reason in the report) and the checkpoint is rewritten once all topics are done.
+    """
     started = datetime.now(timezone.utc)
     clock = time.monotonic()
     run_id = new_run_id(started)
+    stored, unusable = _load_checkpoint(incremental, config, group, progress)
     topics = []
     for index, target in enumerate(targets, 1):
         label = f"[{index}/{len(targets)}] {target.topic}"
-        topics.append(_verify_topic(spark, clusters, sides, target, group, bucket_size, label, progress))
+        job = _TopicJob(clusters, sides, target, group, bucket_size, label, progress)
+        if incremental is not None:
+            job.checkpointed = _Checkpointed(stored, incremental, unusable, started)
+        topics.append(job.run(spark))
+    if incremental is not None:
+        CheckpointFile(incremental.path).save(stored)
     finished = datetime.now(timezone.utc)
     return Report(
         run_id=run_id,
@@ -147,27 +169,64 @@ def verify(
     )
 
 
+def _load_checkpoint(
+    incremental: Incremental | None, config: Config, group: str, progress: Progress
+) -> tuple[Checkpoint, str | None]:
+    """The stored checkpoint (or a fresh one) and, when the stored one cannot be used, why."""
+    fresh = Checkpoint(config.pipeline, group, config.source.alias, config.destination.alias)
+    if incremental is None:
+        return fresh, None
+    stored, problem = CheckpointFile(incremental.path).load()
+    if stored is not None:
+        mismatch = stored.matches(config.pipeline, group, config.source.alias, config.destination.alias)
+        if mismatch is None:
+            return stored, None
+        problem = f"checkpoint {incremental.path} does not fit this run ({mismatch}): full pass"
+    if problem is not None:
+        progress(problem)
+    return fresh, problem
+
+
+@dataclass
+class _Checkpointed:
+    """The checkpoint side of a run: what is stored, how to use it, the run's clock."""
+
+    stored: Checkpoint
+    options: Incremental
+    unusable: str | None
+    now: datetime
+
+
 _ATTEMPTS = 3
 
 
-def _verify_topic(
-    spark: Any,
-    clusters: Clusters,
-    sides: tuple[KafkaSide, KafkaSide],
-    target: Target,
-    group: str,
-    bucket_size: int,
-    label: str,
-    progress: Progress,
-) -> TopicReport:
+@dataclass
+class _TopicJob:
+    """Verify one topic: snapshot, plan (full or incremental), bucket pass, record pass, checkpoint."""
+
+    clusters: Clusters
+    sides: tuple[KafkaSide, KafkaSide]
+    target: Target
+    group: str
+    bucket_size: int
+    label: str
+    progress: Progress
+    checkpointed: _Checkpointed | None = None
+
+    def run(self, spark: Any) -> TopicReport:
+        return _verify_topic(spark, self)
+
+
+def _verify_topic(spark: Any, job: _TopicJob) -> TopicReport:
     from py4j.protocol import Py4JError
     from pyspark.errors import PySparkException
 
+    target, label, progress = job.target, job.label, job.progress
     clock = time.monotonic()
     report = TopicReport(target.topic, target.destination)
     try:
         with _heartbeat(spark, label, progress):
-            report.partitions = _passes(spark, clusters, sides, target, group, bucket_size, label, progress)
+            _passes(spark, job, report)
     except TopicMissing as exc:
         report.error = str(exc)
     except (PySparkException, Py4JError) as exc:
@@ -181,30 +240,34 @@ def _verify_topic(
     counts = {c: sum(p.counts[c] for p in report.partitions) for c in model.CATEGORIES}
     shown = ", ".join(f"{c} {n}" for c, n in counts.items() if n)
     detail = report.error or shown or "no differences"
-    progress(f"{label}: {report.status} in {report.duration_s:.1f}s ({detail})")
+    progress(f"{label}: {report.status} in {report.duration_s:.1f}s, {report.mode} ({detail})")
     return report
 
 
-def _passes(
-    spark: Any,
-    clusters: Clusters,
-    sides: tuple[KafkaSide, KafkaSide],
-    target: Target,
-    group: str,
-    bucket_size: int,
-    label: str,
-    progress: Progress,
-) -> list[PartitionReport]:
-    """Snapshot, bucket pass, record pass when needed; again when retention moved a log start meanwhile."""
+def _passes(spark: Any, job: _TopicJob, report: TopicReport) -> None:
+    """Snapshot, plan, bucket pass, record pass when needed; again when retention moved a log start meanwhile.
+    Fills ``report`` and, for incremental runs, the topic's next checkpoint."""
+    clusters, sides, target, group = job.clusters, job.sides, job.target, job.group
+    bucket_size, label, progress = job.bucket_size, job.label, job.progress
     clock = time.monotonic()
+    identity = decision = None
     for attempt in range(1, _ATTEMPTS + 1):
         snap = clusters.snapshot(target.topic, target.destination, group)
-        _announce(snap, label, progress)
+        if job.checkpointed is not None:
+            identity = TopicIdentity(
+                target.destination,
+                clusters.topic_id("source", target.topic),
+                clusters.topic_id("destination", target.destination),
+            )
+            decision = _decide(job.checkpointed, target, identity, snap)
+            snap = snap.resumed(decision.resume)
+        _announce(snap, label, progress, decision)
         buckets = sparkjob.bucket_pass(spark, sides[0], sides[1], snap, bucket_size)
         plan = RecordPlan(
             mismatched=model.mismatched_buckets(buckets.source, buckets.destination),
-            ordering={p for p, n in buckets.steps_down.items() if n > 0},
+            ordering=buckets.unordered,
             orphans={p for p, n in buckets.orphans.items() if n > 0},
+            old=sorted(buckets.old),
         )
         findings: dict[int, dict[str, CategoryResult]] = {}
         if not plan.empty:
@@ -224,7 +287,26 @@ def _passes(
     if moved:
         for p in reports:
             p.notes.append(f"log start kept moving during {_ATTEMPTS} attempts ({moved})")
-    return reports
+    report.partitions = reports
+    report.records_read = {"source": buckets.source_records, "destination": buckets.destination_records}
+    if decision is None or identity is None or job.checkpointed is None:
+        return
+    report.mode, report.mode_reason = decision.mode, decision.reason
+    for p in reports:
+        p.notes[:0] = decision.notes.get(p.partition, [])
+    stored = job.checkpointed.stored
+    stored.topics[target.topic] = checkpoint.advance(
+        stored.topics.get(target.topic), identity, snap.partitions, {p.partition: p.status for p in reports},
+        buckets.first_unverified, full=decision.full, now=job.checkpointed.now,
+    )
+
+
+def _decide(checkpointed: _Checkpointed, target: Target, identity: TopicIdentity, snap: TopicSnapshot) -> Decision:
+    options = checkpointed.options
+    return checkpoint.plan(
+        checkpointed.stored.topics.get(target.topic), identity, snap.partitions, checkpointed.now,
+        full=options.full, full_every_s=options.full_every_s, unusable=checkpointed.unusable,
+    )
 
 
 @contextlib.contextmanager
@@ -253,13 +335,20 @@ def _heartbeat(spark: Any, label: str, progress: Progress, interval_s: float = 3
         thread.join(5)
 
 
-def _announce(snap: TopicSnapshot, label: str, progress: Progress) -> None:
-    verify_span = sum(w.watermark - w.log_start for w in snap.partitions.values())
-    pending_span = sum(w.end - w.watermark for w in snap.partitions.values())
+def _announce(snap: TopicSnapshot, label: str, progress: Progress, decision: Decision | None = None) -> None:
+    verify_span = sum(w.verify_to - w.verify_from for w in snap.partitions.values())
+    pending_span = sum(max(0, w.end - w.verify_to) for w in snap.partitions.values())
     arrow = f" -> {snap.destination}" if snap.destination != snap.topic else ""
+    if decision is None:
+        mode = ""
+    elif decision.full:
+        mode = f", full pass ({decision.reason})"
+    else:
+        resumed = len(decision.resume)
+        mode = f", incremental ({resumed} of {len(snap.partitions)} partition(s) continue from the checkpoint)"
     progress(
         f"{label}{arrow}: {len(snap.partitions)} partition(s), offsets to verify {verify_span:,}, "
-        f"pending {pending_span:,}"
+        f"pending {pending_span:,}{mode}"
     )
 
 

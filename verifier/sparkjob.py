@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
@@ -38,15 +38,16 @@ from verifier.watermarks import TopicSnapshot
 CONNECTOR_PACKAGE = "org.apache.spark:spark-sql-kafka-0-10_2.13:4.1.1"
 LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
 
-# Destination record classes (pass 1); the first four are orphans.
-UNREADABLE = "unreadable"
-OTHER_PARTITION = "other_partition"
-NO_SOURCE_PARTITION = "no_source_partition"
-BEYOND_END = "beyond_end"
-EXPIRED = "expired"
-PENDING = "pending"
-VERIFIED = "verified"
-SKIPPED = "skipped"  # source records from the destination cluster: loop prevention keeps them there
+# Record classes, small integers so that pass 1 groups on fixed-width keys.
+VERIFIED = 0  # in this run's verified range
+PENDING = 1  # at or above it: not committed by the replicator yet
+SKIPPED = 2  # source records from the destination cluster: loop prevention keeps them there
+EXPIRED = 3  # destination copies of source offsets below the source's log start
+OLD = 4  # destination copies of source offsets an earlier run verified (incremental runs)
+UNREADABLE = 10  # destination records with no readable urep header; this and the next three are orphans
+OTHER_PARTITION = 11
+NO_SOURCE_PARTITION = 12
+BEYOND_END = 13
 ORPHAN_CLASSES = (UNREADABLE, OTHER_PARTITION, NO_SOURCE_PARTITION, BEYOND_END)
 ATTRIBUTED = (EXPIRED, PENDING, VERIFIED)
 
@@ -116,43 +117,72 @@ def is_connector_missing(exc: BaseException) -> bool:
 
 
 # --- SQL expressions ---------------------------------------------------------------------------
-
-
-def _i32(expr: str) -> str:
-    """A non-negative int as 4 big-endian bytes (ANSI Spark refuses CAST(int AS BINARY))."""
-    return f"unhex(lpad(hex({expr}), 8, '0'))"
-
-
-def _sized(expr: str) -> str:
-    """Length-prefixed bytes; a null is the length -1 and no bytes."""
-    return f"CASE WHEN {expr} IS NULL THEN X'FFFFFFFF' ELSE concat({_i32(f'octet_length({expr})')}, {expr}) END"
-
+#
+# Everything per record is built-in SQL that whole-stage code generation compiles: no string
+# formatting, no decimal arithmetic and no lambda in the common case. Lambdas (filter) run only in
+# CASE branches for rare records: a urep header that is not the last one, or a header with a null value.
 
 _HEADER = provenance.HEADER
-KEPT_HEADERS = f"filter(coalesce(headers, array()), h -> h.key <> '{_HEADER}')"
+_HEADER_TYPE = "ARRAY<STRUCT<key: STRING, value: BINARY>>"
+# The record's headers, never null.
+_HEADERS = f"coalesce(headers, CAST(array() AS {_HEADER_TYPE}))"
+# 1-based position of the first urep header; 0 when there is none. The replicator appends exactly
+# one, last: then _upos = size(_hdrs), and the content headers are a slice, not a filter.
+_UREP_POSITION = f"CAST(array_position(_hdrs.key, '{_HEADER}') AS INT)"
+KEPT_HEADERS = (
+    "CASE WHEN _upos = 0 THEN _hdrs "
+    "WHEN _upos = size(_hdrs) THEN slice(_hdrs, 1, size(_hdrs) - 1) "
+    f"ELSE filter(_hdrs, h -> h.key <> '{_HEADER}') END"
+)
+# A random value no header carries: arrays_overlap() is NULL exactly when a header value is null.
+_SENTINEL = "X'9B1C3F6E22D54A8FA07E5C31D8B46F20'"
+# Positions of headers whose value is null: Spark's hash skips nulls, so they are hashed explicitly.
+_NULL_HEADERS = (
+    f"CASE WHEN arrays_overlap(_kept.value, array({_SENTINEL})) IS NOT FALSE "
+    "THEN filter(sequence(1, size(_kept)), i -> element_at(_kept, i).value IS NULL) "
+    "ELSE CAST(array() AS ARRAY<INT>) END"
+)
+# docs/verification.md "The record hash": Spark's xxhash64 (seed 42) chained over typed fields.
 CONTENT_HASH = (
-    "xxhash64(concat("
-    f"{_sized('key')}, {_sized('value')}, {_i32('size(_kept)')}, "
-    "aggregate(_kept, X'', (acc, h) -> concat(acc, "
-    f"{_i32('octet_length(h.key)')}, encode(h.key, 'UTF-8'), {_sized('h.value')})), "
-    "unhex(lpad(hex(coalesce(unix_millis(timestamp), -1L)), 16, '0'))))"
+    "xxhash64(key IS NULL, key, value IS NULL, value, coalesce(unix_millis(timestamp), -1L), "
+    f"size(_kept), _kept, {_NULL_HEADERS})"
 )
-# urep: u8 version | i64 source offset | i32 source partition | u8 n | n bytes alias (hex digits 1-based).
+# urep: u8 version | i64 source offset | i32 source partition | u8 n | n bytes alias.
 _UREP_VALUE = (
-    f"CASE WHEN size(filter(coalesce(headers, array()), h -> h.key = '{_HEADER}')) = 1 "
-    f"THEN try_element_at(filter(headers, h -> h.key = '{_HEADER}'), 1).value END"
+    "CASE WHEN _upos = 0 THEN NULL "
+    "WHEN _upos = size(_hdrs) THEN element_at(_hdrs, _upos).value "
+    f"WHEN size(filter(_hdrs, h -> h.key = '{_HEADER}')) = 1 THEN element_at(_hdrs, _upos).value END"
 )
+# Byte comparisons against literals instead of number parsing (conv costs ~230 ns a record): the alias
+# length byte must equal octet_length - 14, looked up in an array of the 256 one-byte values.
+_BYTES = "array(" + ", ".join(f"X'{b:02X}'" for b in range(256)) + ")"
 _UREP_VALID = (
-    "coalesce(octet_length(_urep) >= 14 AND substr(_uhex, 1, 2) = '01' "
-    "AND octet_length(_urep) = 14 + CAST(conv(substr(_uhex, 27, 2), 16, 10) AS INT), false)"
+    "coalesce(octet_length(_urep) BETWEEN 14 AND 269 AND substr(_urep, 1, 1) = X'01' "
+    f"AND substr(_urep, 14, 1) = element_at({_BYTES}, octet_length(_urep) - 13), false)"
 )
-_UREP_OFFSET = "CAST(conv(substr(_uhex, 3, 16), 16, -10) AS BIGINT)"
-_UREP_PARTITION = "CAST(conv(substr(_uhex, 19, 8), 16, 10) AS BIGINT)"
+_UREP_OFFSET = "CAST(conv(hex(substr(_urep, 2, 8)), 16, -10) AS BIGINT)"  # the one number parsed per record
+_UREP_PARTITION = "CAST(conv(hex(substr(_urep, 10, 4)), 16, 10) AS BIGINT)"
 # The worker takes a source record's origin from its last urep header, when readable.
-_LAST_UREP = f"try_element_at(filter(coalesce(headers, array()), h -> h.key = '{_HEADER}'), -1).value"
+_LAST_UREP = (
+    f"CASE WHEN _upos = 0 THEN NULL ELSE try_element_at(filter(_hdrs, h -> h.key = '{_HEADER}'), -1).value END"
+)
+
+
+def _per_partition(values: Sequence[int | None]) -> str:
+    """An array literal indexed by partition: ``try_element_at(<this>, p + 1)`` is O(1) per record."""
+    if not values:
+        return "CAST(array() AS ARRAY<BIGINT>)"
+    return "array(" + ", ".join("CAST(NULL AS BIGINT)" if v is None else f"{int(v)}L" for v in values) + ")"
+
+
+def _lookup(values: Mapping[int, int], column: str) -> str:
+    """``values[column]`` per record; NULL for a partition ``values`` does not have."""
+    dense = [values.get(p) for p in range(max(values) + 1)] if values else []
+    return f"try_element_at({_per_partition(dense)}, {column} + 1)"
 
 
 def _int_map(values: Mapping[int, int]) -> str:
+    """A map literal for the few per-partition values pass 2 prints in notes."""
     if not values:
         return "map()"
     pairs = ", ".join(f"{int(k)}, {int(v)}L" for k, v in sorted(values.items()))
@@ -196,25 +226,60 @@ def _kafka_schema() -> Any:
     ])
 
 
-def read(spark: Any, side: KafkaSide, topic: str, ranges: Mapping[int, tuple[int, int]]) -> Any:
-    """Records of ``topic`` in [start, end) per partition (committed records only)."""
-    wanted = {p: r for p, r in sorted(ranges.items()) if r[1] > r[0]}
-    if not wanted:
+# Consumer settings for reading whole ranges as fast as the broker sends them: big fetches, big
+# socket buffers. Every task reads up to the end of its range; the fetch past the end would otherwise
+# wait the default 500 ms for records that will not come (fetches with data return at once).
+READ_TUNING = {
+    "fetch.max.wait.ms": "10",
+    "max.partition.fetch.bytes": str(8 * 1024 * 1024),
+    "fetch.max.bytes": str(64 * 1024 * 1024),
+    "receive.buffer.bytes": str(1024 * 1024),
+    "max.poll.records": "10000",
+}
+
+
+def read(
+    spark: Any, side: KafkaSide, topic: str, ranges: Mapping[int, tuple[int, int]] | Iterable[tuple[int, int, int]]
+) -> Any:
+    """Records of ``topic`` in [start, end) per partition (committed records only).
+
+    ``ranges`` is {partition: (start, end)} or (partition, start, end) triples; several ranges of one
+    partition become one read each, unioned (targeted reads of a few buckets, not the span between).
+    """
+    triples = sorted(
+        (p, s, e) for p, (s, e) in ranges.items()) if isinstance(ranges, Mapping) else sorted(ranges)
+    triples = [(p, s, e) for p, s, e in triples if e > s]
+    reads: list[dict[int, tuple[int, int]]] = []
+    for p, s, e in triples:  # the i-th range of each partition goes to the i-th read
+        for wanted in reads:
+            if p not in wanted:
+                wanted[p] = (s, e)
+                break
+        else:
+            reads.append({p: (s, e)})
+    if not reads:
         return spark.createDataFrame([], _kafka_schema())
+    frames = [_read_once(spark, side, topic, wanted) for wanted in reads]
+    result = frames[0]
+    for frame in frames[1:]:
+        result = result.unionByName(frame)
+    return result
+
+
+def _read_once(spark: Any, side: KafkaSide, topic: str, wanted: Mapping[int, tuple[int, int]]) -> Any:
     reader = (
         spark.read.format("kafka")
         .option("kafka.bootstrap.servers", side.bootstrap_servers)
-        .option("assign", json.dumps({topic: list(wanted)}))
-        .option("startingOffsets", json.dumps({topic: {str(p): s for p, (s, _) in wanted.items()}}))
-        .option("endingOffsets", json.dumps({topic: {str(p): e for p, (_, e) in wanted.items()}}))
+        .option("assign", json.dumps({topic: sorted(wanted)}))
+        .option("startingOffsets", json.dumps({topic: {str(p): s for p, (s, _) in sorted(wanted.items())}}))
+        .option("endingOffsets", json.dumps({topic: {str(p): e for p, (_, e) in sorted(wanted.items())}}))
         .option("includeHeaders", "true")
         # Offsets that vanish meanwhile (retention) are caught by re-reading the log start.
         .option("failOnDataLoss", "false")
         .option("kafka.isolation.level", "read_committed")
-        # Every task reads up to the end of its range; the consumer's fetch past the end would otherwise
-        # wait the default 500 ms for records that will not come (fetches with data return at once).
-        .option("kafka.fetch.max.wait.ms", "10")
     )
+    for key, value in READ_TUNING.items():
+        reader = reader.option(f"kafka.{key}", value)
     parallelism = spark.sparkContext.defaultParallelism
     if len(wanted) < parallelism:
         reader = reader.option("minPartitions", str(parallelism))
@@ -223,44 +288,49 @@ def read(spark: Any, side: KafkaSide, topic: str, ranges: Mapping[int, tuple[int
     return reader.load()
 
 
+def _with_header_columns(frame: Any, urep: str) -> Any:
+    """Add _hdrs (headers, never null), _upos (first urep position), _kept (content headers), _urep."""
+    from pyspark.sql import functions as F
+
+    return (
+        frame.withColumn("_hdrs", F.expr(_HEADERS))
+        .withColumn("_upos", F.expr(_UREP_POSITION))
+        .withColumn("_kept", F.expr(KEPT_HEADERS))
+        .withColumn("_urep", F.expr(urep))
+    )
+
+
 def _source_records(
     spark: Any,
     side: KafkaSide,
     snap: TopicSnapshot,
-    ranges: Mapping[int, tuple[int, int]],
+    ranges: Mapping[int, tuple[int, int]] | Iterable[tuple[int, int, int]],
     skip_origin: str,
     with_key: bool = False,
 ) -> Any:
-    """(p, o, h, cls[, k]): content hash per source record; skipped when it came from ``skip_origin``,
-    else verified below the watermark and pending above."""
+    """(p, o, h, cls[, k]): content hash per source record; SKIPPED when it came from ``skip_origin``,
+    else VERIFIED in the partition's verified range and PENDING above it."""
     from pyspark.sql import functions as F
 
-    watermarks = {p: w.watermark for p, w in snap.partitions.items()}
+    verify_to = {p: w.verify_to for p, w in snap.partitions.items()}
     if skip_origin:
-        origin = F.expr("substr(_urep, 15)")  # the alias after the 14 fixed bytes
-        looped = F.coalesce(F.expr(_UREP_VALID) & (origin == F.lit(bytearray(skip_origin.encode()))), F.lit(False))
+        looped = (
+            f"coalesce({_UREP_VALID} AND substr(_urep, 15) = X'{skip_origin.encode().hex()}', false)"
+        )
     else:
-        looped = F.lit(False)
+        looped = "false"
     return (
-        read(spark, side, snap.topic, ranges)
-        .withColumn("_kept", F.expr(KEPT_HEADERS))
-        .withColumn("_urep", F.expr(_LAST_UREP))
-        .withColumn("_uhex", F.expr("hex(_urep)"))
+        _with_header_columns(read(spark, side, snap.topic, ranges), _LAST_UREP)
         .select(
             F.col("partition").alias("p"),
             F.col("offset").alias("o"),
             F.expr(CONTENT_HASH).alias("h"),
-            looped.alias("_looped"),
+            F.expr(
+                f"CASE WHEN {looped} THEN {SKIPPED} "
+                f"WHEN offset < {_lookup(verify_to, 'partition')} THEN {VERIFIED} ELSE {PENDING} END"
+            ).alias("cls"),
             *([F.col("key").alias("k")] if with_key else []),
         )
-        .withColumn(
-            "cls",
-            F.expr(
-                f"CASE WHEN _looped THEN '{SKIPPED}' "
-                f"WHEN o < try_element_at({_int_map(watermarks)}, p) THEN '{VERIFIED}' ELSE '{PENDING}' END"
-            ),
-        )
-        .drop("_looped")
     )
 
 
@@ -274,31 +344,34 @@ def _destination_records(
     if partitions is not None:
         keep = set(partitions)
         ranges = {p: r for p, r in ranges.items() if p in keep}
-    ends = {p: w.end for p, w in snap.partitions.items()}
-    starts = {p: w.log_start for p, w in snap.partitions.items()}
-    marks = {p: w.watermark for p, w in snap.partitions.items()}
+    parts = snap.partitions
+    end = _lookup({p: w.end for p, w in parts.items()}, "dp")
+    # The urep partition is nearly always the record's own: compare 4 bytes, parse only when they differ.
+    highest = max([*ranges, *parts], default=0)
+    own = "array(" + ", ".join(f"X'{p:08X}'" for p in range(highest + 1)) + ")"
+    partition = (
+        f"CASE WHEN substr(_urep, 10, 4) = try_element_at({own}, partition + 1) THEN CAST(partition AS BIGINT) "
+        f"ELSE {_UREP_PARTITION} END"
+    )
     cls = (
-        f"CASE WHEN NOT _valid OR so < 0 THEN '{UNREADABLE}' "
-        f"WHEN sp <> dp THEN '{OTHER_PARTITION}' "
-        f"WHEN try_element_at({_int_map(ends)}, dp) IS NULL THEN '{NO_SOURCE_PARTITION}' "
-        f"WHEN so >= try_element_at({_int_map(ends)}, dp) THEN '{BEYOND_END}' "
-        f"WHEN so < try_element_at({_int_map(starts)}, dp) THEN '{EXPIRED}' "
-        f"WHEN so >= try_element_at({_int_map(marks)}, dp) THEN '{PENDING}' "
-        f"ELSE '{VERIFIED}' END"
+        f"CASE WHEN NOT _valid OR so < 0 THEN {UNREADABLE} "
+        f"WHEN sp <> dp THEN {OTHER_PARTITION} "
+        f"WHEN {end} IS NULL THEN {NO_SOURCE_PARTITION} "
+        f"WHEN so >= {end} THEN {BEYOND_END} "
+        f"WHEN so < {_lookup({p: w.log_start for p, w in parts.items()}, 'dp')} THEN {EXPIRED} "
+        f"WHEN so < {_lookup({p: w.verify_from for p, w in parts.items()}, 'dp')} THEN {OLD} "
+        f"WHEN so >= {_lookup({p: w.verify_to for p, w in parts.items()}, 'dp')} THEN {PENDING} "
+        f"ELSE {VERIFIED} END"
     )
     return (
-        read(spark, side, snap.destination, ranges)
-        .withColumn("_kept", F.expr(KEPT_HEADERS))
-        .withColumn("_urep", F.expr(_UREP_VALUE))
-        .withColumn("_uhex", F.expr("hex(_urep)"))
-        .withColumn("_valid", F.expr(_UREP_VALID))
+        _with_header_columns(read(spark, side, snap.destination, ranges), _UREP_VALUE)
         .select(
             F.col("partition").alias("dp"),
             F.col("offset").alias("do"),
-            F.expr(f"CASE WHEN _valid THEN {_UREP_PARTITION} END").alias("_spu"),
-            F.expr(f"CASE WHEN _valid THEN {_UREP_OFFSET} END").alias("so"),
+            F.expr(f"CASE WHEN {_UREP_VALID} THEN {partition} END").alias("_spu"),
+            F.expr(f"CASE WHEN {_UREP_VALID} THEN {_UREP_OFFSET} END").alias("so"),
             F.expr(CONTENT_HASH).alias("dh"),
-            F.col("_valid"),
+            F.expr(_UREP_VALID).alias("_valid"),
             *([F.col("key").alias("k")] if with_key else []),
         )
         .withColumn("sp", F.expr("CASE WHEN _spu >= 2147483648 THEN _spu - 4294967296 ELSE _spu END"))
@@ -307,10 +380,26 @@ def _destination_records(
     )
 
 
-def _decimal_sum(column: str) -> Any:
+def _bucket_aggregates(hash_column: str) -> list[Any]:
+    """count, the exact sum of the bucket hashes as two 32-bit halves, and their xor.
+
+    Each half is below 2^32, so a BIGINT sum of up to 2^31 records cannot overflow: exact, and
+    cheaper than a DECIMAL sum per record (Spark 4's ANSI mode fails a plain BIGINT sum on overflow).
+    """
     from pyspark.sql import functions as F
 
-    return F.sum(F.col(column).cast("decimal(20,0)")).cast("decimal(38,0)")
+    h = F.col(hash_column)
+    return [
+        F.count(F.lit(1)).alias("n"),
+        F.sum(F.shiftright(h, 32)).alias("high"),
+        F.sum(h.bitwiseAND(F.lit(0xFFFFFFFF))).alias("low"),
+        F.bit_xor(h).alias("xor"),
+    ]
+
+
+def _total(high: int | None, low: int | None) -> Decimal:
+    """The exact sum of the bucket hashes from its two halves."""
+    return Decimal((int(high or 0) << 32) + int(low or 0))
 
 
 # --- pass 1: buckets ---------------------------------------------------------------------------
@@ -335,63 +424,86 @@ class BucketPass:
     expired: dict[int, list[ClassAggregate]] = field(default_factory=dict)  # destination records < L
     skipped: dict[int, list[ClassAggregate]] = field(default_factory=dict)  # source records from the destination
     orphans: dict[int, int] = field(default_factory=dict)  # destination records of orphan classes
-    steps_down: dict[int, int] = field(default_factory=dict)
-    verified: dict[int, int] = field(default_factory=dict)  # source records in [L, W)
+    # Copies of source offsets an earlier run verified (incremental runs): their buckets.
+    old: dict[BucketKey, int] = field(default_factory=dict)
+    # Partitions whose attributed copies are not provably in source order (see _in_order).
+    unordered: set[int] = field(default_factory=set)
+    # Per destination partition, the lowest destination offset naming a source offset >= the verified
+    # range's end: where the next incremental run starts reading.
+    first_unverified: dict[int, int] = field(default_factory=dict)
+    verified: dict[int, int] = field(default_factory=dict)  # source records in the verified range
+    source_records: int = 0  # records read per side (the run's cost)
+    destination_records: int = 0
 
 
 def bucket_pass(
     spark: Any, source: KafkaSide, destination: KafkaSide, snap: TopicSnapshot, bucket_size: int
 ) -> BucketPass:
-    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     result = BucketPass()
-    src_ranges = {p: (w.log_start, w.end) for p, w in snap.partitions.items()}
+    src_ranges = {p: (min(w.verify_from, w.end), w.end) for p, w in snap.partitions.items()}
     src = _source_records(spark, source, snap, src_ranges, destination.alias).withColumn(
         "bh", F.expr("xxhash64(h, o)")
     )
     rows = (
         src.groupBy("p", "cls", F.expr(f"o div {bucket_size}").alias("bucket"))
-        .agg(
-            F.count(F.lit(1)).alias("n"), _decimal_sum("bh").alias("total"), F.bit_xor("bh").alias("xor"),
-            F.min("o").alias("first"), F.max("o").alias("last"),
-        )
+        .agg(*_bucket_aggregates("bh"), F.min("o").alias("first"), F.max("o").alias("last"))
         .collect()
     )
     for r in rows:
+        result.source_records += r.n
         if r.cls == VERIFIED:
-            result.source[(r.p, r.bucket)] = BucketAggregate(r.n, Decimal(r.total), r.xor)
+            result.source[(r.p, r.bucket)] = BucketAggregate(r.n, _total(r.high, r.low), r.xor)
             result.verified[r.p] = result.verified.get(r.p, 0) + r.n
         else:
             found = result.pending if r.cls == PENDING else result.skipped
             found.setdefault(r.p, []).append(ClassAggregate(r.n, r.first, r.last))
 
     attributed = F.col("cls").isin(*ATTRIBUTED)
-    order = Window.partitionBy("dp", "attributed").orderBy("do")
     dst = (
         _destination_records(spark, destination, snap)
-        .withColumn("attributed", attributed)
-        .withColumn("step", F.when(F.col("attributed") & (F.col("so") < F.lag("so").over(order)), 1).otherwise(0))
-        .withColumn("bucket", F.when(F.col("attributed"), F.expr(f"so div {bucket_size}")).otherwise(F.lit(-1)))
+        .withColumn("bucket", F.when(F.col("cls").isin(VERIFIED, OLD), F.expr(f"so div {bucket_size}"))
+                    .otherwise(F.lit(-1)))
         .withColumn("bh", F.expr("xxhash64(dh, so)"))
+        .withColumn("delta", F.when(attributed, F.col("do") - F.col("so")))
     )
     rows = (
-        dst.groupBy("dp", "attributed", "cls", "bucket")
+        dst.groupBy("dp", "cls", "bucket")
         .agg(
-            F.count(F.lit(1)).alias("n"), _decimal_sum("bh").alias("total"), F.bit_xor("bh").alias("xor"),
-            F.min("so").alias("first"), F.max("so").alias("last"), F.sum("step").alias("steps"),
+            *_bucket_aggregates("bh"), F.min("so").alias("first"), F.max("so").alias("last"),
+            F.min("do").alias("first_do"), F.min("delta").alias("delta_min"), F.max("delta").alias("delta_max"),
         )
         .collect()
     )
+    deltas: dict[int, set[int]] = {}
     for r in rows:
-        result.steps_down[r.dp] = result.steps_down.get(r.dp, 0) + int(r.steps or 0)
+        result.destination_records += r.n
+        if r.cls in ATTRIBUTED:
+            deltas.setdefault(r.dp, set()).update((r.delta_min, r.delta_max))
+        if r.cls in (PENDING, BEYOND_END):
+            result.first_unverified[r.dp] = min(r.first_do, result.first_unverified.get(r.dp, r.first_do))
         if r.cls == VERIFIED:
-            result.destination[(r.dp, r.bucket)] = BucketAggregate(r.n, Decimal(r.total), r.xor)
+            result.destination[(r.dp, r.bucket)] = BucketAggregate(r.n, _total(r.high, r.low), r.xor)
+        elif r.cls == OLD:
+            result.old[(r.dp, r.bucket)] = r.n
         elif r.cls == EXPIRED:
             result.expired.setdefault(r.dp, []).append(ClassAggregate(r.n, r.first, r.last))
         elif r.cls in ORPHAN_CLASSES:
             result.orphans[r.dp] = result.orphans.get(r.dp, 0) + r.n
+    result.unordered = {p for p, found in deltas.items() if not _in_order(found)}
     return result
+
+
+def _in_order(deltas: set[int]) -> bool:
+    """Whether one destination partition's attributed copies are provably in source order, without a sort.
+
+    If ``destination offset - source offset`` is the same for every copy, the source offset rises by
+    exactly one per destination record: strictly increasing, so neither reordered nor duplicated. A clean
+    mirror of a gapless partition always has this; anything else (gaps from compaction or transactions,
+    replays, loop-prevented records, a real reordering) makes pass 2 order the first copies exactly.
+    """
+    return len(deltas) <= 1
 
 
 # --- pass 2: records ---------------------------------------------------------------------------
@@ -402,15 +514,16 @@ class RecordPlan:
     """What pass 2 must look at, derived from pass 1."""
 
     mismatched: list[BucketKey]
-    ordering: set[int]  # partitions with a step down in source offset
+    ordering: set[int]  # partitions whose copies are not provably in source order
     orphans: set[int]  # partitions with orphan-class records
+    old: list[BucketKey] = field(default_factory=list)  # buckets with late copies of already verified offsets
 
     @property
     def empty(self) -> bool:
-        return not (self.mismatched or self.ordering or self.orphans)
+        return not (self.mismatched or self.ordering or self.orphans or self.old)
 
     def destination_partitions(self) -> set[int]:
-        return {p for p, _ in self.mismatched} | self.ordering | self.orphans
+        return {p for p, _ in self.mismatched} | self.ordering | self.orphans | {p for p, _ in self.old}
 
     def source_ranges(self, snap: TopicSnapshot, bucket_size: int) -> dict[int, tuple[int, int]]:
         """Per partition, the verified offsets spanned by its mismatched buckets."""
@@ -425,6 +538,25 @@ class RecordPlan:
             low, high = spans.get(p, (start, end))
             spans[p] = (min(low, start), max(high, end))
         return spans
+
+    def old_ranges(self, snap: TopicSnapshot, bucket_size: int) -> list[tuple[int, int, int]]:
+        """(partition, start, end) of the earlier-verified source buckets that late copies name: a targeted
+        read of those buckets, adjacent ones merged, never the whole verified history."""
+        spans = []
+        for p, bucket in sorted(self.old):
+            w = snap.partitions.get(p)
+            if w is None:
+                continue
+            start, end = model.bucket_span(bucket, bucket_size, w.log_start, w.verify_from)
+            if end > start:
+                spans.append((p, start, end))
+        merged: list[tuple[int, int, int]] = []
+        for p, start, end in spans:
+            if merged and merged[-1][0] == p and merged[-1][2] >= start:
+                merged[-1] = (p, merged[-1][1], max(merged[-1][2], end))
+            else:
+                merged.append((p, start, end))
+        return merged
 
 
 def record_pass(
@@ -447,9 +579,9 @@ def record_pass(
                 F.col("dp").alias("p"), F.lit(model.ORPHAN).alias("category"), F.col("do").alias("key"),
                 "sp", "so", "do", F.lit(None).cast("bigint").alias("sh"), "dh",
                 F.expr(
-                    f"CASE cls WHEN '{UNREADABLE}' THEN 'no readable urep header' "
-                    f"WHEN '{OTHER_PARTITION}' THEN concat('urep names source partition ', sp) "
-                    f"WHEN '{NO_SOURCE_PARTITION}' THEN 'the source has no partition with this number' "
+                    f"CASE cls WHEN {UNREADABLE} THEN 'no readable urep header' "
+                    f"WHEN {OTHER_PARTITION} THEN concat('urep names source partition ', sp) "
+                    f"WHEN {NO_SOURCE_PARTITION} THEN 'the source has no partition with this number' "
                     f"ELSE concat('source offset at or above the source end offset ', "
                     f"try_element_at({_int_map(ends)}, dp)) END"
                 ).alias("note"),
@@ -457,11 +589,13 @@ def record_pass(
         )
         if plan.mismatched:
             parts.extend(_bucket_findings(spark, source, destination, snap, bucket_size, plan, dst))
+        if plan.old:
+            parts.extend(_old_copy_findings(spark, source, destination, snap, bucket_size, plan, dst))
         if plan.ordering:
             first = (
                 dst.filter(F.col("cls").isin(*ATTRIBUTED) & F.col("dp").isin(*sorted(plan.ordering)))
                 .groupBy("dp", "so")
-                .agg(F.min("do").alias("do"), F.min_by("dh", "do").alias("dh"), F.max("cls").alias("cls"))
+                .agg(F.min("do").alias("do"), F.min_by("dh", "do").alias("dh"), F.min("cls").alias("cls"))
                 .withColumn("prev", F.lag("so").over(Window.partitionBy("dp").orderBy("do")))
             )
             parts.append(
@@ -571,6 +705,49 @@ def _bucket_findings(
         "so", "do", "sh", "dh", F.concat(F.lit("copy "), F.col("copy")).alias("note"),
     )
     return [missing, orphan, looped, corrupted, duplicate]
+
+
+def _old_copy_findings(
+    spark: Any,
+    source: KafkaSide,
+    destination: KafkaSide,
+    snap: TopicSnapshot,
+    bucket_size: int,
+    plan: RecordPlan,
+    dst: Any,
+) -> list[Any]:
+    """Late copies of source offsets an earlier run verified: each is a DUPLICATE (the first copy was
+    verified then), also CORRUPTED when its content differs from the source record's, an ORPHAN when
+    the source has no record there (on a compacted topic: one compacted since, a DUPLICATE) or when
+    loop prevention should have kept it at the source."""
+    from pyspark.sql import functions as F
+
+    src = _source_records(spark, source, snap, plan.old_ranges(snap, bucket_size), destination.alias).select(
+        "p", "o", F.col("h").alias("sh"), F.col("cls").alias("scls")
+    )
+    late = dst.filter(F.col("cls") == OLD).select("dp", "do", "so", "dh")
+    joined = late.join(src, (late["dp"] == src["p"]) & (late["so"] == src["o"]), "left")
+    present = F.col("o").isNotNull() & (F.col("scls") != SKIPPED)
+    kept = present | F.lit(snap.compacted) & F.col("o").isNull()
+    duplicate = joined.filter(kept).select(
+        F.col("dp").alias("p"), F.lit(model.DUPLICATE).alias("category"), F.col("so").alias("key"),
+        F.col("dp").alias("sp"), "so", "do", "sh", "dh",
+        F.when(F.col("o").isNull(), F.lit("late copy of a record verified in an earlier run; compacted since"))
+        .otherwise(F.lit("late copy of a record verified in an earlier run")).alias("note"),
+    )
+    corrupted = joined.filter(present & (F.col("dh") != F.col("sh"))).select(
+        F.col("dp").alias("p"), F.lit(model.CORRUPTED).alias("category"), F.col("so").alias("key"),
+        F.col("dp").alias("sp"), "so", "do", "sh", "dh",
+        F.lit("late copy of a record verified in an earlier run").alias("note"),
+    )
+    orphan = joined.filter(~kept).select(
+        F.col("dp").alias("p"), F.lit(model.ORPHAN).alias("category"), F.col("do").alias("key"),
+        F.col("dp").alias("sp"), "so", "do", "sh", "dh",
+        F.when(F.col("o").isNull(), F.lit("no source record has this offset"))
+        .otherwise(F.lit(f"the source record came from {destination.alias}: loop prevention should have kept "
+                         "it there")).alias("note"),
+    )
+    return [duplicate, corrupted, orphan]
 
 
 def _summarise(findings: Any) -> dict[int, dict[str, CategoryResult]]:

@@ -16,9 +16,15 @@ Each partition is then verified on [L, W) with W = min(E, C).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from confluent_kafka import ConsumerGroupTopicPartitions, IsolationLevel, KafkaException, TopicPartition
+from confluent_kafka import (
+    ConsumerGroupTopicPartitions,
+    IsolationLevel,
+    KafkaException,
+    TopicCollection,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient, ConfigResource, OffsetSpec
 
 from common import kafka
@@ -42,14 +48,18 @@ class TopicSnapshot:
     compacted: bool = False
 
     def destination_ranges(self) -> dict[int, tuple[int, int]]:
-        """[log start, end) of every existing destination partition."""
-        ranges = {
-            p: (w.destination_log_start, w.destination_end)
-            for p, w in self.partitions.items()
-            if w.destination_end is not None and w.destination_log_start is not None
-        }
+        """[start, end) this run reads of every existing destination partition (start: log start or checkpoint)."""
+        ranges = {p: r for p, w in self.partitions.items() if (r := w.destination_range) is not None}
         ranges.update(self.destination_only)
         return ranges
+
+    def resumed(self, resume: dict[int, tuple[int, int]]) -> TopicSnapshot:
+        """This snapshot with checkpoint resume points (source, destination offset) for some partitions."""
+        partitions = {
+            p: replace(w, resume_from=resume[p][0], destination_resume_from=resume[p][1]) if p in resume else w
+            for p, w in self.partitions.items()
+        }
+        return replace(self, partitions=partitions)
 
 
 class Clusters:
@@ -84,6 +94,17 @@ class Clusters:
         if found is None or found.error is not None or not found.partitions:
             return None
         return len(found.partitions)
+
+    def topic_id(self, side: str, topic: str) -> str | None:
+        """Kafka's id of ``topic`` (it changes when a topic is deleted and created again); None if unknown."""
+        client = self.source if side == "source" else self.destination
+        try:
+            futures = client.describe_topics(TopicCollection([topic]), request_timeout=self.timeout_s)
+            description = futures[topic].result(timeout=self.timeout_s)
+        except (KafkaException, KeyError):
+            return None
+        topic_id = getattr(description, "topic_id", None)
+        return None if topic_id is None else str(topic_id)
 
     def compacted(self, topic: str) -> bool:
         """Whether the source topic's cleanup.policy includes compact (False when configs cannot be read)."""

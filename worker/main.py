@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import os
-import signal
-
-from common import logs
+from common import logs, signals
 from common.config import Config, worker_id
 from worker.mirror import MirrorWorker
 
@@ -15,16 +12,6 @@ def run(config: Config) -> int:
     log = logs.get("worker", pipeline=config.pipeline, worker=wid)
     log.info("worker_starting", config=config.redacted())
     worker = MirrorWorker(config, wid)
-    signals = {"count": 0}
-
-    def on_signal(signum: int, _frame: object) -> None:
-        signals["count"] += 1
-        if signals["count"] > 1:
-            os._exit(130)  # second signal: the operator wants out now
-        log.info("worker_signal", signal=signal.Signals(signum).name)
-        worker.stop()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    signals.on_stop_signals(worker.stop, log, "worker_signal")
     worker.run()
     return 0

@@ -1,8 +1,8 @@
-"""Prometheus metrics of a worker process (``ureplicator_worker_*``), served on ``worker.metrics_port``."""
+"""Prometheus metrics of a worker process (``ureplicator_worker_*``), served by :mod:`worker.probes`."""
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 
 class WorkerMetrics:
@@ -55,6 +55,13 @@ class WorkerMetrics:
         self.commits = Counter(
             "ureplicator_worker_offset_commits", "Offset commits to the source cluster", ["result"], registry=r,
         )
-
-    def serve(self, port: int) -> None:
-        start_http_server(port, registry=self.registry)
+        self.release_commit_failures = Counter(
+            "ureplicator_worker_release_commit_failures",
+            "Partitions released without their final commit (after retries): the next owner repeats records",
+            registry=r,
+        )
+        self.rewinds = Counter(
+            "ureplicator_worker_partition_rewinds",
+            "Partitions restarted from their acknowledged position after purged or abandoned records",
+            registry=r,
+        )

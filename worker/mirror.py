@@ -1,4 +1,4 @@
-"""Mirror the partitions ZooKeeper assigns to this worker, committing only acknowledged offsets.
+"""The worker's loop: fetch the owned partitions, produce them to the destination, commit, report.
 
 One thread does all Kafka work (librdkafka clients are driven from one
 loop); ZooKeeper callbacks only record the latest assignment or connection
@@ -6,14 +6,20 @@ state and wake the loop. Lifecycle, as in dramatiq's worker::
 
     registered -> applying(generation g) -> mirroring -> ... -> stopping -> deregistered
 
-* Assignment change: partitions taken away are released first (stop fetching,
-  wait for the destination's acks, commit, report the new generation in
-  ``status/``), then new partitions start from the group's committed offset.
-* SUSPENDED ZooKeeper connection: stop fetching and committing (fenced) until
-  CONNECTED again. LOST session: forget every partition without committing
-  (someone else may own them now), re-register and wait for a fresh assignment.
+The other concerns read alone: hand-off in :mod:`worker.handoff`, delivery
+reports and watermarks in :mod:`worker.acks`, commits in :mod:`worker.commits`,
+the status node in :mod:`worker.status`. Clients come from outside
+(:mod:`worker.clients`), so unit tests drive this class with fakes.
+
+* Assignment change: :meth:`Handoff.apply` (release, report, acquire).
+* Fenced — ZooKeeper connection SUSPENDED, or the lease is older than a third
+  of the session (a paused process): no fetch, no commit, and librdkafka's
+  queue is purged so nothing more is sent; the purged partitions are rewound
+  to their acknowledged position once the fence lifts with the same session.
+* LOST session: purge, forget every partition without committing (someone else
+  may own them now), re-register and wait for a fresh assignment.
 * Shutdown: stop fetching, wait for acks up to ``worker.shutdown_timeout_s``,
-  commit, deregister.
+  commit, deregister (a fenced worker purges instead of waiting and commits nothing).
 """
 
 from __future__ import annotations
@@ -23,36 +29,39 @@ import os
 import socket
 import threading
 import time
-from collections import deque
 from datetime import datetime, timezone
+from functools import partial
 from typing import Any
 
-from confluent_kafka import (
-    OFFSET_BEGINNING,
-    OFFSET_END,
-    TIMESTAMP_NOT_AVAILABLE,
-    KafkaError,
-    KafkaException,
-    TopicPartition,
-)
+from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, KafkaError, KafkaException, TopicPartition
 from kazoo.client import KazooState
 from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
 
-from common import kafka, logs, provenance, zk
+from common import httpserve, logs, provenance
 from common.config import Config
-from common.zkschema import Assignment, PartitionStatus, Paths, RateLimit, SchemaError, WorkerInfo, WorkerStatus
+from common.zkschema import Assignment, Paths, RateLimit, SchemaError, WorkerInfo
+from worker import clients as worker_clients
+from worker import probes
+from worker.acks import TP, AckLedger, PartitionAcks
+from worker.commits import Committer
+from worker.handoff import Handoff, fmt
 from worker.metrics import WorkerMetrics
-from worker.offsets import OffsetTracker
 from worker.ratelimit import RateLimiter
+from worker.status import StatusReporter
 
 VERSION = "0.1.0"
-TP = tuple[str, int]
 
 
 class MirrorWorker:
     """A stateless worker: everything it owns comes from ``assignments/<id>``."""
 
-    def __init__(self, config: Config, worker_id: str, metrics: WorkerMetrics | None = None) -> None:
+    def __init__(
+        self,
+        config: Config,
+        worker_id: str,
+        metrics: WorkerMetrics | None = None,
+        clients: worker_clients.WorkerClients | None = None,
+    ) -> None:
         self.config = config
         self.worker_id = worker_id
         self.paths = Paths(config.root)
@@ -68,36 +77,45 @@ class MirrorWorker:
         self._desired_lock = threading.Lock()
         self._fenced = False
         self._session_lost = False
+        self._purged = False  # librdkafka's queue was purged for the current fence
         # Lease: the last time ZooKeeper answered us. A process that was paused (GC, SIGSTOP,
         # a frozen VM) wakes with a stale lease and fences itself before kazoo even notices
         # its session expired, so it cannot write partitions given to someone else meanwhile.
         self._lease_at = time.monotonic()
         self._lease_asked = 0.0
         self.produced = 0  # records handed to the producer (tests watch it stop when fenced)
-
-        self._owned: dict[TP, str] = {}  # source partition -> destination topic
-        self._generation = 0
-        self._errors: dict[TP, str] = {}
-        self._tracker = OffsetTracker()
-        # Per destination partition, the source records in send order: the idempotent
-        # producer acknowledges a partition's records in that order.
-        self._pending: dict[TP, deque[tuple[Any, int, int, int, str]]] = {}
-        # source partition -> (destination topic, its PartitionOffsets, its pending queue)
-        self._routes: dict[TP, tuple[str, Any, deque, str]] = {}
-        self._acks = 0
-        self._in_flight_bytes = 0
-        self._last_commit = time.monotonic()
-        self._last_status = time.monotonic()
-        self._progress: dict[TP, tuple[int, float]] = {}  # position, epoch seconds it last moved
+        self.last_turn = time.monotonic()  # when the loop last came round (/healthz)
+        self.registered = threading.Event()  # /ready: registered and not fenced
         self.limiter = RateLimiter(config.worker.max_records_per_s, config.worker.max_bytes_per_s)
 
-        self.zk = zk.connect(config)
+        clients = clients or worker_clients.connect(config, worker_id)
+        self.zk = clients.zk
+        self.consumer = clients.consumer
+        self.producer = clients.producer
         self.zk.add_listener(self._on_connection)
-        client_id = f"ureplicator-{config.pipeline}-{worker_id}"
-        self.consumer = kafka.consumer(
-            config.source, config.consumer_group, client_id, **{"auto.offset.reset": config.worker.auto_offset_reset}
-        )
-        self.producer = kafka.producer(config.destination, client_id, on_delivery=self._on_delivery)
+
+        self.ledger = AckLedger(on_latency=self._observe_latency)
+        self.status = StatusReporter(self.zk, self.paths.worker_status(worker_id), self.consumer, self.ledger,
+                                     self.metrics, self.log)
+        self.committer = Committer(self.consumer, self.ledger, self.metrics, self.log)
+        self.handoff = Handoff(config, self.consumer, self.producer, self.zk, self.ledger, self.committer,
+                               self.status, self.metrics, self.log)
+        self._last_commit = time.monotonic()
+
+    @property
+    def owned(self) -> dict[TP, PartitionAcks]:
+        """The partitions this worker mirrors now (a stopped partition stays owned until released)."""
+        return self.ledger.partitions
+
+    @property
+    def ready(self) -> bool:
+        """Registered and allowed to write: what ``/ready`` reports."""
+        return self.registered.is_set() and not self._fenced and not self._session_lost
+
+    @property
+    def session_lost(self) -> bool:
+        """The ZooKeeper session expired and the worker has not re-registered yet."""
+        return self._session_lost
 
     # --- ZooKeeper side (callbacks only set state) --------------------------------------------
 
@@ -120,7 +138,7 @@ class MirrorWorker:
                 self.log.error("assignment_unreadable", error=str(exc))
                 return not self._stop.is_set()
         with self._desired_lock:
-            self._desired = assignment or Assignment(self._generation, frozenset())
+            self._desired = assignment or Assignment(self.handoff.generation, frozenset())
         self._wake.set()
         return not self._stop.is_set()
 
@@ -145,13 +163,14 @@ class MirrorWorker:
                 self.zk.create(self.paths.worker(self.worker_id), info.encode(), ephemeral=True)
                 break
             except NodeExistsError:
-                if time.monotonic() > deadline:
+                if time.monotonic() > deadline or self._stop.is_set():
                     raise
                 time.sleep(0.5)
-        self._write_status()
+        self.status.write(self.handoff.generation)
         self.zk.DataWatch(self.paths.assignment(self.worker_id), self._on_assignment)
         self.zk.DataWatch(self.paths.rate_limit, self._on_rate_limit)
         self._lease_at = time.monotonic()
+        self.registered.set()
         self.log.info("worker_registered")
 
     def _on_rate_limit(self, data: bytes | None, stat: object) -> bool:
@@ -170,47 +189,67 @@ class MirrorWorker:
 
     def run(self) -> None:
         """Mirror until :meth:`stop` is called; then release everything cleanly."""
+        server = None
         if self.config.worker.metrics_port:
-            self.metrics.serve(self.config.worker.metrics_port)
+            server = httpserve.serve(
+                httpserve.logged(probes.app(self, self.metrics.registry, self.config.worker.health_stall_s),
+                                 "worker", quiet_paths=frozenset({"/metrics", "/healthz", "/ready"})),
+                self.config.worker.metrics_host, self.config.worker.metrics_port, "worker-probes",
+            )
         # The mirror loop allocates a few short-lived objects per record; the default gen-0
         # threshold (700) made the cyclic GC ~6% of the loop's time in profiles. Long-lived
         # startup objects are frozen out of collection; cycles are still collected.
         gc.collect()
         gc.freeze()
         gc.set_threshold(50_000, 20, 20)
-        self.register()
-        budget = self.config.worker.max_in_flight_bytes
-        batch = self.config.worker.batch_size
-        interval = self.config.worker.commit_interval_s
         try:
+            self.register()
             while not self._stop.is_set():
-                if self._session_lost:
-                    self._recover_session()
-                    continue
-                if self._wake.is_set():
-                    self._wake.clear()
-                    self._apply_desired()
-                fenced = self._fenced or not self._lease_valid()
-                if fenced or not self._owned or self._in_flight_bytes >= budget:
-                    # Backpressure or fencing: no new fetches; keep serving delivery reports.
-                    self.producer.poll(0.05)
-                    if not self._owned and not fenced:
-                        self._wake.wait(0.2)
-                elif (wait := self.limiter.wait_s(time.monotonic())) > 0:
-                    self.producer.poll(min(wait, 0.1))  # rate limit: hold off fetching
-                else:
-                    messages = self.consumer.consume(self.limiter.max_batch(batch), 0.05)
-                    if messages:
-                        self._mirror(messages)
-                    self.producer.poll(0)
-                now = time.monotonic()
-                if not fenced and now - self._last_commit >= interval:
-                    self._commit()
-                    self._last_commit = now
-                if now - self._last_status >= interval and not fenced:
-                    self._write_status()
+                self.turn()
         finally:
             self._shutdown()
+            if server is not None:
+                server.shutdown()
+
+    def turn(self) -> None:
+        """One turn of the loop: apply, fetch and produce (or wait), serve reports, commit, report."""
+        self.last_turn = now = time.monotonic()
+        if self._session_lost:
+            self._recover_session()
+            return
+        fenced = self._fenced or not self._lease_valid()
+        if fenced:
+            if not self._purged:
+                self._purge("fenced")
+        else:
+            self._purged = False
+            if self._wake.is_set():
+                self._wake.clear()
+                self._apply_desired()
+            if self.ledger.needs_rewind:
+                self.handoff.rewind(sorted(self.ledger.needs_rewind))
+        owned = self.handoff.routes
+        if fenced or not owned or self.ledger.in_flight_bytes >= self.config.worker.max_in_flight_bytes:
+            # Backpressure or fencing: no new fetches; keep serving delivery reports.
+            self.producer.poll(0.05)
+            if not owned and not fenced:
+                self._wake.wait(0.2)
+        elif (wait := self.limiter.wait_s(now)) > 0:
+            self.producer.poll(min(wait, 0.1))  # rate limit: hold off fetching
+        else:
+            messages = self.consumer.consume(self.limiter.max_batch(self.config.worker.batch_size), 0.05)
+            if messages:
+                self._mirror(messages)
+            self.producer.poll(0)
+        if fenced:
+            return
+        now = time.monotonic()
+        interval = self.config.worker.commit_interval_s
+        if now - self._last_commit >= interval:
+            self.committer.commit()
+            self._last_commit = now
+        if self.status.due(now, interval):
+            self.status.write(self.handoff.generation)
 
     def stop(self) -> None:
         self._stop.set()
@@ -236,13 +275,14 @@ class MirrorWorker:
     def _mirror(self, messages: list[Any]) -> None:
         """The hot path: per record only what correctness needs (header, produce, bookkeeping)."""
         produce = self.producer.produce
-        routes = self._routes
+        routes = self.handoff.routes
         origin_alias = self._source_alias
         skip_origin = self._destination_alias
         header = provenance.HEADER
         encode = provenance.encode
         stamp = self._stamp
         no_timestamp = TIMESTAMP_NOT_AVAILABLE
+        bind = partial
         fetched_bytes = 0
         produced = 0
         for msg in messages:
@@ -254,7 +294,7 @@ class MirrorWorker:
             route = routes.get((msg.topic(), partition))
             if route is None:
                 continue  # fetched before a release or after an error; resumed from the commit
-            destination, state, queue, topic = route
+            destination, acks, report, topic = route
             offset = msg.offset()
             headers = msg.headers()
             origin = origin_alias
@@ -266,7 +306,7 @@ class MirrorWorker:
                     else:
                         kept.append((name, value))
                 if origin == skip_origin:
-                    state.skipped(offset)  # loop prevention: it came from where we write
+                    acks.skipped(offset)  # loop prevention: it came from where we write
                     self.metrics.skipped.labels(topic).inc()
                     continue
                 headers = kept
@@ -280,50 +320,54 @@ class MirrorWorker:
             ts_type, ts = msg.timestamp()
             while True:
                 try:
+                    # The report carries the record's identity (acquisition, offset), not a
+                    # place in a queue: a stale report can never acknowledge a later record.
                     produce(destination, value=value, key=key, partition=partition, headers=headers,
-                            timestamp=ts if ts_type != no_timestamp else 0)
-                    break
+                            timestamp=ts if ts_type != no_timestamp else 0,
+                            on_delivery=bind(report, offset, size))
                 except BufferError:
                     self.producer.poll(0.05)  # local queue full: wait for acks, never drop
+                    if self._stop.is_set() or self._fenced or not self._lease_valid():
+                        self.ledger.in_flight_bytes += fetched_bytes
+                        self.produced += produced
+                        self._abandon(messages[messages.index(msg):])
+                        return
+                    continue
                 except KafkaException as exc:
-                    if exc.args[0].code() == KafkaError._UNKNOWN_PARTITION and self._await_partition(
+                    if exc.args[0].code() == KafkaError._UNKNOWN_PARTITION and self.handoff.await_partition(
                         destination, partition
                     ):
                         continue  # the destination just grew; the producer's metadata now knows it
-                    self._fail_partition((topic, partition), offset, exc.args[0].str())
+                    self.handoff.stop_partition(acks, offset, exc.args[0].str())
                     break
-            if self._errors and (topic, partition) in self._errors:
-                continue
-            queue.append((state, offset, size, ts, topic))
-            state.in_flight.append(offset)  # PartitionOffsets.sent, inlined: hot path
-            fetched_bytes += size
-            produced += 1
+                # PartitionAcks.sent_record, inlined: hot path
+                acks.in_flight.append(offset)
+                acks.outstanding += 1
+                acks.outstanding_bytes += size
+                fetched_bytes += size
+                produced += 1
+                break
         self.produced += produced
-        self._in_flight_bytes += fetched_bytes
+        self.ledger.in_flight_bytes += fetched_bytes
         if not self.limiter.unlimited:
             self.limiter.spend(len(messages), fetched_bytes, time.monotonic())
 
-    def _on_delivery(self, err: KafkaError | None, msg: Any) -> None:
-        queue = self._pending.get((msg.topic(), msg.partition()))
-        if not queue:
-            return  # a partition forgotten after a lost session; its records no longer count
-        state, offset, size, ts, source_topic = queue.popleft()
-        self._in_flight_bytes -= size
-        if err is not None:
-            self._fail_partition((source_topic, msg.partition()), offset, err.str())
-            return
-        in_flight = state.in_flight
-        if in_flight and in_flight[0] == offset and not state.acked_early:
-            in_flight.popleft()  # PartitionOffsets.acked fast path: acks arrive in send order
-            state.position = offset + 1
-        else:
-            state.acked(offset)
-        state.acked_records += 1
-        state.acked_bytes += size
-        self._acks += 1
-        if ts > 0 and not self._acks & 63:
-            # One in 64: a histogram observation costs more than the rest of this callback.
-            self.metrics.latency.observe(max(0.0, time.time() - ts / 1000.0))
+    def _abandon(self, messages: list[Any]) -> None:
+        """Stop or fence while the local queue is full: leave the rest of the batch unsent.
+
+        The consumer has moved past these records, so their partitions stop producing and
+        are rewound to their acknowledged position once the fence lifts; a stopping worker
+        simply never commits past them.
+        """
+        abandoned = {(m.topic(), m.partition()) for m in messages if m.error() is None}
+        for tp in abandoned:
+            if self.handoff.routes.pop(tp, None) is not None:
+                self.ledger.needs_rewind.add(tp)
+        self.log.warning("batch_abandoned", records=len(messages), partitions=fmt(list(abandoned)),
+                         stopping=self._stop.is_set())
+
+    def _observe_latency(self, ts_ms: int) -> None:
+        self.metrics.latency.observe(max(0.0, time.time() - ts_ms / 1000.0))
 
     def _on_consume_error(self, msg: Any, err: KafkaError) -> None:
         if err.code() == KafkaError._PARTITION_EOF:
@@ -332,24 +376,11 @@ class MirrorWorker:
         if err.fatal() or (tp and not err.retriable() and err.code() in (
             KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.OFFSET_OUT_OF_RANGE,
         )):
-            if tp is not None and tp in self._owned:
-                self._fail_partition(tp, msg.offset(), err.str())
+            acks = self.ledger.get(tp) if tp is not None else None
+            if acks is not None:
+                self.handoff.stop_partition(acks, msg.offset(), err.str())
                 return
         self.log.warning("consume_error", topic=msg.topic(), partition=msg.partition(), error=err.str())
-
-    def _fail_partition(self, tp: TP, offset: int, reason: str) -> None:
-        """Stop one partition at ``offset``: never skip a record silently; others go on."""
-        if tp in self._errors:
-            return
-        self._errors[tp] = f"offset {offset}: {reason}"
-        self._routes.pop(tp, None)  # later records of this partition are not produced
-        self.metrics.produce_errors.labels(tp[0]).inc()
-        self.log.error("partition_stopped", topic=tp[0], partition=tp[1], offset=offset, error=reason)
-        try:
-            self.consumer.pause([TopicPartition(tp[0], tp[1])])
-        except KafkaException:
-            pass
-        self._last_status = 0.0  # publish the error in status promptly
 
     # --- assignment ----------------------------------------------------------------------------
 
@@ -358,209 +389,43 @@ class MirrorWorker:
             desired = self._desired
         if desired is None or self._fenced:
             return
-        if desired.generation == self._generation and desired.partitions == frozenset(self._owned):
-            return
-        removed = [tp for tp in self._owned if tp not in desired.partitions]
-        added = sorted(desired.partitions - set(self._owned))
-        log = self.log.bind(generation=desired.generation)
-        if removed:
-            self._release(removed)
-            log.info("partitions_released", partitions=_fmt(removed))
-        if added:
-            started = self._acquire(added)
-            log.info("partitions_acquired", partitions=_fmt(started))
-        self._generation = desired.generation
-        self.metrics.generation.set(self._generation)
-        self.metrics.partitions.set(len(self._owned))
-        self._write_status()
+        self.handoff.apply(desired)
 
-    def _release(self, partitions: list[TP]) -> None:
-        """Hand-off, old owner's half: stop fetching, wait for acks, commit, forget."""
-        self.consumer.incremental_unassign([TopicPartition(t, p) for t, p in partitions])
-        deadline = time.monotonic() + self.config.worker.shutdown_timeout_s
-        while any(self._tracker.in_flight(tp) for tp in partitions if tp not in self._errors):
-            if time.monotonic() > deadline:
-                self.log.warning("release_timed_out", partitions=_fmt(partitions))
-                break
-            self.producer.poll(0.05)
-        self._commit(partitions)
-        for tp in partitions:
-            self._tracker.stop(tp)
-            self._routes.pop(tp, None)
-            self._owned.pop(tp, None)
-            self._errors.pop(tp, None)
-            self._progress.pop(tp, None)
-            try:
-                self.metrics.lag.remove(tp[0], str(tp[1]))
-            except KeyError:
-                pass  # never had a lag sample
+    # --- fencing, session loss and shutdown -------------------------------------------------------
 
-    def _acquire(self, partitions: list[TP]) -> list[TP]:
-        routes: dict[str, str] = {}
-        initial: dict[str, int] = {}
-        for topic in {t for t, _ in partitions}:
-            record = zk.read_topic(self.zk, self.paths, topic)
-            if record is not None:
-                routes[topic] = record.destination
-                initial[topic] = int(record.options.get("initial_partitions", record.partitions))
-        wanted = [TopicPartition(t, p) for t, p in partitions if t in routes]
-        if not wanted:
-            return []
-        committed = self._committed(wanted)
-        for tp in committed:
-            if tp.offset < 0:
-                continue
-            try:
-                low, _ = self.consumer.get_watermark_offsets(TopicPartition(tp.topic, tp.partition), timeout=10)
-            except KafkaException:
-                continue
-            if tp.offset < low:
-                # Retention deleted records before they were mirrored: say so loudly, the
-                # consumer can only continue from the log start.
-                self.metrics.expired.labels(tp.topic).inc(low - tp.offset)
-                self.log.error("records_expired_before_mirroring", topic=tp.topic, partition=tp.partition,
-                               committed=tp.offset, log_start=low, records=low - tp.offset)
-        reset = OFFSET_BEGINNING if self.config.worker.auto_offset_reset == "earliest" else OFFSET_END
-        assign = []
-        for tp in committed:
-            # Partitions added after the topic was registered hold only new data: mirror them
-            # from their first record whatever auto_offset_reset says, so growth loses nothing.
-            fallback = OFFSET_BEGINNING if tp.partition >= initial[tp.topic] else reset
-            start = tp.offset if tp.offset >= 0 else fallback
-            state = self._tracker.start((tp.topic, tp.partition), tp.offset if tp.offset >= 0 else -1)
-            destination = routes[tp.topic]
-            queue = self._pending.setdefault((destination, tp.partition), deque())
-            self._routes[(tp.topic, tp.partition)] = (destination, state, queue, tp.topic)
-            self._owned[(tp.topic, tp.partition)] = destination
-            assign.append(TopicPartition(tp.topic, tp.partition, start))
-        for topic, destination in routes.items():
-            # A destination grown moments ago: make the producer's metadata know every partition.
-            highest = max((p for t, p in partitions if t == topic), default=-1)
-            if highest >= 0:
-                self._await_partition(destination, highest, timeout_s=10.0)
-        self.consumer.incremental_assign(assign)
-        return [(tp.topic, tp.partition) for tp in assign]
+    def _purge(self, why: str) -> None:
+        """Drop what librdkafka still holds: a fenced worker sends nothing more.
 
-    def _await_partition(self, destination: str, partition: int, timeout_s: float = 30.0) -> bool:
-        """Refresh the producer's metadata until ``destination`` has ``partition`` (it was just grown)."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            try:
-                found = self.producer.list_topics(topic=destination, timeout=5).topics.get(destination)
-            except KafkaException:
-                found = None
-            if found is not None and found.error is None and partition in found.partitions:
-                return True
-            self.producer.poll(0.5)
-        return False
-
-    def _committed(self, wanted: list[TopicPartition]) -> list[TopicPartition]:
-        """The group's committed offsets; a coordinator still loading (fresh cluster) is retried."""
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                return self.consumer.committed(wanted, timeout=10)
-            except KafkaException as exc:
-                error = exc.args[0]
-                transient = error.retriable() or error.code() in (
-                    KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
-                    KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError._TIMED_OUT,
-                )
-                if time.monotonic() > deadline or not transient:
-                    raise
-                self.log.warning("committed_offsets_retry", error=error.str())
-                time.sleep(0.5)
-
-    # --- offsets and status --------------------------------------------------------------------
-
-    def _commit(self, only: list[TP] | None = None) -> None:
-        positions = self._tracker.to_commit()
-        if only is not None:
-            positions = {tp: pos for tp, pos in positions.items() if tp in only}
-        if not positions:
-            return
-        offsets = [TopicPartition(t, p, pos) for (t, p), pos in positions.items()]
+        Queued records are never sent; in-flight ones are no longer *retried* (a retry
+        after the partition was given away would land behind the new owner's writes).
+        Requests already on the wire cannot be recalled: the broker handles them before
+        any new owner, who needs round trips to that broker first. The purged records come
+        back as delivery reports with ``_PURGE_QUEUE``/``_PURGE_INFLIGHT`` and mark their
+        partitions for a rewind (duplicates at worst, never a gap).
+        """
+        self._purged = True
         try:
-            result = self.consumer.commit(offsets=offsets, asynchronous=False)
+            self.producer.purge(in_queue=True, in_flight=True, blocking=False)
         except KafkaException as exc:
-            self.metrics.commits.labels("error").inc()
-            self.log.warning("commit_failed", error=str(exc.args[0]))
-            return
-        done = {}
-        for tp in result or []:
-            if tp.error is None:
-                done[(tp.topic, tp.partition)] = tp.offset
-            else:
-                self.log.warning("commit_failed", topic=tp.topic, partition=tp.partition, error=str(tp.error))
-        self._tracker.mark_committed(done)
-        self.metrics.commits.labels("ok").inc()
-
-    def _write_status(self) -> None:
-        now = time.monotonic()
-        elapsed = max(now - self._last_status, 1e-3)
-        self._last_status = now
-        parts: dict[TP, PartitionStatus] = {}
-        for tp in self._owned:
-            state = self._tracker.get(tp)
-            records, size = (state.acked_records, state.acked_bytes) if state is not None else (0, 0)
-            if state is not None:
-                state.acked_records = state.acked_bytes = 0
-            lag = -1
-            try:
-                _, high = self.consumer.get_watermark_offsets(TopicPartition(*tp), cached=True)
-                if state is not None and state.position >= 0 and high >= 0:
-                    lag = max(0, high - state.position)
-                    self.metrics.lag.labels(tp[0], str(tp[1])).set(lag)
-            except KafkaException:
-                pass
-            position = state.position if state is not None else -1
-            wall = time.time()
-            last = self._progress.get(tp)
-            if last is None or last[0] != position or lag == 0:
-                self._progress[tp] = last = (position, wall)
-            if records:
-                self.metrics.records.labels(tp[0]).inc(records)
-                self.metrics.bytes.labels(tp[0]).inc(size)
-            parts[tp] = PartitionStatus(
-                committed=state.committed if state else -1,
-                records_per_s=round(records / elapsed, 1),
-                bytes_per_s=round(size / elapsed, 1),
-                lag=lag,
-                error=self._errors.get(tp),
-                last_progress_at=round(last[1], 3),
-            )
-        self.metrics.in_flight.set(self._in_flight_bytes)
-        status = WorkerStatus(self._generation, parts, datetime.now(timezone.utc).isoformat(timespec="seconds"))
-        try:
-            self.zk.set(self.paths.worker_status(self.worker_id), status.encode())
-        except NoNodeError:
-            try:
-                self.zk.create(self.paths.worker_status(self.worker_id), status.encode(), ephemeral=True)
-            except (NodeExistsError, KazooException) as exc:
-                self.log.warning("status_write_failed", error=str(exc))
-        except KazooException as exc:
-            self.log.warning("status_write_failed", error=str(exc))
-
-    # --- session loss and shutdown -------------------------------------------------------------
+            self.log.warning("purge_failed", error=str(exc.args[0]))
+        self.producer.poll(0)  # run the purged records' reports now
+        self.log.warning("producer_purged", reason=why, partitions=len(self.ledger.partitions))
 
     def _recover_session(self) -> None:
-        """After a LOST session: forget all partitions uncommitted, then re-register."""
-        if self._owned:
-            self.log.warning("session_lost_partitions_dropped", partitions=_fmt(list(self._owned)))
-            self.consumer.incremental_unassign([TopicPartition(t, p) for t, p in self._owned])
-            self._owned.clear()
-            self._errors.clear()
-            self._tracker = OffsetTracker()
-            self._pending.clear()
-            self._routes.clear()
-            self._in_flight_bytes = 0
-        self._generation = 0
+        """After a LOST session: purge, forget all partitions uncommitted, then re-register."""
+        self.registered.clear()
+        if self.ledger.partitions or not self._purged:
+            self._purge("session_lost")
+            dropped = self.handoff.drop_all()
+            if dropped:
+                self.log.warning("session_lost_partitions_dropped", partitions=fmt(dropped))
         if self.zk.state != KazooState.CONNECTED:
             time.sleep(0.2)
             return
         try:
             self._session_lost = False
             self._fenced = False
+            self._purged = False
             with self._desired_lock:
                 self._desired = None
             self.register()
@@ -570,16 +435,21 @@ class MirrorWorker:
 
     def _shutdown(self) -> None:
         """Graceful stop: no more fetches, wait for acks, commit, deregister, close."""
-        log = self.log.bind(partitions=len(self._owned))
+        log = self.log.bind(partitions=len(self.ledger.partitions))
         log.info("worker_stopping")
+        self.registered.clear()
         try:
-            if self._owned:
-                self.consumer.incremental_unassign([TopicPartition(t, p) for t, p in self._owned])
+            owned = list(self.ledger.partitions)
+            if owned:
+                self.consumer.incremental_unassign([TopicPartition(t, p) for t, p in owned])
+            fenced = self._fenced or self._session_lost
+            if fenced:
+                self._purge("stopping_while_fenced")
             remaining = self.producer.flush(self.config.worker.shutdown_timeout_s)
             if remaining:
                 log.warning("shutdown_unacknowledged", records=remaining)
-            if not self._fenced and not self._session_lost:
-                self._commit()
+            if not fenced:
+                self.committer.commit()
         finally:
             for path in (self.paths.worker_status(self.worker_id), self.paths.worker(self.worker_id)):
                 try:
@@ -590,8 +460,3 @@ class MirrorWorker:
             self.zk.stop()
             self.zk.close()
             log.info("worker_stopped")
-
-
-def _fmt(partitions: list[TP]) -> list[str]:
-    return [f"{t}:{p}" for t, p in sorted(partitions)]
-

@@ -1,10 +1,10 @@
-"""Track, per source partition, the watermark below which the destination acknowledged everything.
+"""The watermark of one source partition: below it the destination acknowledged everything.
 
-Pure bookkeeping, no Kafka: the mirror loop reports each record it sends and
-each acknowledgement; :meth:`OffsetTracker.commit_position` returns
-``last contiguously acknowledged offset + 1`` — the only offset it is safe to
-commit. Acknowledgements may arrive out of order; the watermark never passes
-an offset that is still in flight.
+Pure bookkeeping, no Kafka: records are reported as sent and as acknowledged;
+``position`` is ``last contiguously acknowledged offset + 1`` — the only offset
+it is safe to commit. Acknowledgements may arrive out of order; the watermark
+never passes an offset that is still in flight. :mod:`worker.acks` builds the
+per-acquisition delivery-report handling on it.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 
-@dataclass
+@dataclass(slots=True)
 class PartitionOffsets:
     """In-flight source offsets of one partition, in send order."""
 
@@ -42,39 +42,3 @@ class PartitionOffsets:
                 self.position = head + 1
         else:
             self.acked_early.add(offset)
-
-
-class OffsetTracker:
-    """Per-partition watermarks for all partitions a worker owns."""
-
-    def __init__(self) -> None:
-        self._partitions: dict[tuple[str, int], PartitionOffsets] = {}
-
-    def start(self, tp: tuple[str, int], position: int) -> PartitionOffsets:
-        state = PartitionOffsets(position=position, committed=position)
-        self._partitions[tp] = state
-        return state
-
-    def get(self, tp: tuple[str, int]) -> PartitionOffsets | None:
-        return self._partitions.get(tp)
-
-    def stop(self, tp: tuple[str, int]) -> PartitionOffsets | None:
-        return self._partitions.pop(tp, None)
-
-    def in_flight(self, tp: tuple[str, int]) -> int:
-        state = self._partitions.get(tp)
-        return len(state.in_flight) if state else 0
-
-    def to_commit(self) -> dict[tuple[str, int], int]:
-        """Positions that moved since the last commit."""
-        return {
-            tp: st.position
-            for tp, st in self._partitions.items()
-            if st.position >= 0 and st.position != st.committed
-        }
-
-    def mark_committed(self, positions: dict[tuple[str, int], int]) -> None:
-        for tp, position in positions.items():
-            state = self._partitions.get(tp)
-            if state is not None:
-                state.committed = position

@@ -95,6 +95,9 @@ def test_every_endpoint_answers_per_the_document(contract_pipeline, services):
         ("GET", "/admin/rate_limit", None, 200),
         ("POST", "/admin/rate_limit", {"records_per_s": -1}, 400),
         ("GET", "/admin/self_destruct", None, 404),
+        ("GET", "/groups", None, 200),
+        ("GET", "/groups/nobody-at-all/translation", None, 404),
+        ("POST", "/groups/nobody-at-all/sync", {"force": 1}, 400),
         ("DELETE", f"/topics/{topic}", None, 200),
         ("PATCH", "/topics", None, 405),
     ]
@@ -126,7 +129,8 @@ bodies = st.one_of(
 )
 paths = st.sampled_from(
     ["/topics", "/topics/{x}", "/topics/{x}/pause", "/topics/{x}/{x}", "/instances/{x}", "/offset/{x}/{x}",
-     "/blacklist", "/admin/{x}", "/instances", "/validation", "/noprogress"]
+     "/blacklist", "/admin/{x}", "/instances", "/validation", "/noprogress", "/groups/{x}/translation",
+     "/groups/{x}/sync"]
 )
 segments = st.text(alphabet=st.characters(codec="utf-8", exclude_characters="/?#%"), min_size=1, max_size=30)
 

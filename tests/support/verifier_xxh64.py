@@ -50,3 +50,33 @@ def xxh64(data: bytes, seed: int = 0) -> int:
     h ^= h >> 29
     h = (h * _P3) & _MASK
     return h ^ (h >> 32)
+
+
+def _chain(seed: int, parts: list[bytes | None]) -> int:
+    """Spark's xxhash64 over several values: each hashed with the previous result as seed, nulls skipped."""
+    h = seed
+    for part in parts:
+        if part is not None:
+            h = xxh64(part, h)
+    return h
+
+
+def _i32(n: int) -> bytes:
+    return n.to_bytes(4, "little", signed=True)
+
+
+def content_hash(
+    key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes | None]] | tuple, timestamp: int
+) -> int:
+    """Record hash version 2 (docs/verification.md): Spark's seed chaining over typed fields, seed 42.
+
+    A bool or i32 hashes 4 little-endian bytes, an i64 8; bytes and strings hash as they are; a null is
+    skipped; an array or struct hashes its elements in order.
+    """
+    kept = [(k, v) for k, v in headers if k != "urep"]
+    parts: list[bytes | None] = [_i32(key is None), key, _i32(value is None), value,
+                                 timestamp.to_bytes(8, "little", signed=True), _i32(len(kept))]
+    for k, v in kept:
+        parts += [k.encode(), v]
+    parts += [_i32(i) for i, (_, v) in enumerate(kept, 1) if v is None]
+    return _chain(42, parts)

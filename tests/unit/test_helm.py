@@ -372,6 +372,22 @@ def _served_by_controller() -> frozenset[str]:
     return frozenset(rule.rule for rule in app.url_map.iter_rules() if "GET" in (rule.methods or ()))
 
 
+def _served_by_worker(path: str) -> bool:
+    """The worker's probe app answers ``path`` with a probe document (not the metrics page)."""
+    from prometheus_client import CollectorRegistry
+
+    from worker import probes
+
+    class Healthy:
+        last_turn = 0.0
+        ready = True
+
+    seen: dict[str, str] = {}
+    body = b"".join(probes.app(Healthy(), CollectorRegistry(), stall_s=1e9, clock=lambda: 0.0)(
+        {"PATH_INFO": path, "REQUEST_METHOD": "GET"}, lambda status, headers: seen.update(status=status)))
+    return seen["status"].startswith("200") and body.startswith(b"{")
+
+
 @pytest.mark.parametrize("values", VALUES_FILES, ids=VALUES_IDS)
 def test_controller_probes_and_service_reach_the_rest_api(helm: Path, values: Path | None) -> None:
     docs = render(helm, values)
@@ -386,8 +402,10 @@ def test_controller_probes_and_service_reach_the_rest_api(helm: Path, values: Pa
     else:
         assert "readinessProbe" not in container
     if v["livenessProbe"]["enabled"]:
-        # TCP, not /health: /health is 503 while ZooKeeper is away, and restarts do not fix that.
-        assert container_port(container, container["livenessProbe"]["tcpSocket"]["port"]) == rest_port
+        # /healthz, not /health: /health is 503 while ZooKeeper is away, and restarts do not fix that.
+        probe = container["livenessProbe"]["httpGet"]
+        assert probe["path"] == "/healthz" and "/healthz" in _served_by_controller()
+        assert container_port(container, probe["port"]) == rest_port
     else:
         assert "livenessProbe" not in container
     service = one(docs, "Service", "controller")
@@ -400,10 +418,10 @@ def test_worker_probes_and_scrapes_reach_metrics(helm: Path, values: Path | None
     docs = render(helm, values)
     metrics_port = rendered_config(docs)["worker"]["metrics_port"]
     container = pod_template(one(docs, "Deployment", "worker"))["spec"]["containers"][0]
-    for name in ("readinessProbe", "livenessProbe"):
+    for name, path in (("readinessProbe", "/ready"), ("livenessProbe", "/healthz")):
         if values_of(values)["worker"][name]["enabled"]:
             probe = container[name]["httpGet"]
-            assert probe["path"] == "/metrics"
+            assert probe["path"] == path and _served_by_worker(path)
             assert container_port(container, probe["port"]) == metrics_port
     service = [s for s in of_kind(docs, "Service") if s["metadata"]["name"].endswith("-worker-metrics")]
     assert len(service) == 1 and service[0]["spec"]["clusterIP"] == "None"
@@ -780,7 +798,7 @@ def test_only_the_verifier_image_carries_pyspark() -> None:
 
 
 # What the wheel holds: the runtime. devtools/, bench/ and tests/ stay in the checkout.
-WHEEL_PACKAGES = ("cli", "common", "controller", "reports", "worker", "verifier")
+WHEEL_PACKAGES = ("cli", "common", "controller", "failover", "reports", "worker", "verifier")
 
 
 def test_the_package_the_image_installs_has_every_data_file(tmp_path: Path) -> None:

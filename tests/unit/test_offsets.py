@@ -5,12 +5,12 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from worker.offsets import OffsetTracker
+from worker.acks import AckLedger
 
 
 def test_in_order_acks_advance_the_watermark():
-    tracker = OffsetTracker()
-    state = tracker.start(("t", 0), position=-1)
+    tracker = AckLedger()
+    state = tracker.acquire(("t", 0), "t", position=-1)
     for offset in (10, 11, 12):
         state.sent(offset)
     state.acked(10)
@@ -19,8 +19,8 @@ def test_in_order_acks_advance_the_watermark():
 
 
 def test_an_early_ack_waits_for_the_records_before_it():
-    tracker = OffsetTracker()
-    state = tracker.start(("t", 0), position=5)
+    tracker = AckLedger()
+    state = tracker.acquire(("t", 0), "t", position=5)
     for offset in (5, 6, 7):
         state.sent(offset)
     state.acked(7)
@@ -31,8 +31,8 @@ def test_an_early_ack_waits_for_the_records_before_it():
 
 
 def test_skipped_records_count_once_earlier_ones_are_acked():
-    tracker = OffsetTracker()
-    state = tracker.start(("t", 0), position=0)
+    tracker = AckLedger()
+    state = tracker.acquire(("t", 0), "t", position=0)
     state.sent(0)
     state.skipped(1)
     assert tracker.to_commit() == {}
@@ -41,8 +41,8 @@ def test_skipped_records_count_once_earlier_ones_are_acked():
 
 
 def test_committed_positions_are_not_repeated():
-    tracker = OffsetTracker()
-    state = tracker.start(("t", 1), position=0)
+    tracker = AckLedger()
+    state = tracker.acquire(("t", 1), "t", position=0)
     state.sent(0)
     state.acked(0)
     tracker.mark_committed(tracker.to_commit())
@@ -52,8 +52,8 @@ def test_committed_positions_are_not_repeated():
 @given(st.lists(st.integers(min_value=0, max_value=40), unique=True), st.randoms())
 def test_watermark_is_never_past_an_unacked_offset(offsets, rnd):
     offsets = sorted(offsets)
-    tracker = OffsetTracker()
-    state = tracker.start(("t", 0), position=-1)
+    tracker = AckLedger()
+    state = tracker.acquire(("t", 0), "t", position=-1)
     for offset in offsets:
         state.sent(offset)
     acks = list(offsets)

@@ -141,6 +141,7 @@ def test_report_document_matches_the_schema_and_rolls_statuses_up():
         "topics_not_verified": 1,
         "partitions": {"OK": 1, "WARN": 1, "FAIL": 1},
         "verified_records": 220,
+        "records_read": {"source": 0, "destination": 0},
         "categories": {"MISSING": 3, "DUPLICATE": 1, "CORRUPTED": 0, "ORPHAN": 0, "REORDERED": 0,
                        "PENDING": 20, "EXPIRED": 0, "COMPACTED": 0, "SKIPPED": 0},
     }

@@ -1,0 +1,1 @@
+"""Disaster-recovery failover: translate consumer-group offsets to the destination and sync them."""

@@ -1,0 +1,353 @@
+"""Pure-Python stand-ins for the Kafka and ZooKeeper clients a worker drives (unit tests only).
+
+They keep just enough state to observe what the worker did: what it produced
+and when, what it committed, which ZooKeeper nodes it wrote, in which order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, KafkaError, KafkaException, TopicPartition
+from kazoo.client import KazooState
+from kazoo.exceptions import ConnectionLoss, NodeExistsError, NoNodeError
+
+TP = tuple[str, int]
+
+
+@dataclass
+class FakeMessage:
+    """A fetched source record, or a produced one in a delivery report."""
+
+    _topic: str
+    _partition: int
+    _offset: int
+    _value: bytes | None
+    _key: bytes | None = None
+    _headers: list[tuple[str, bytes]] | None = None
+    _timestamp: int = 1
+    _error: KafkaError | None = None
+
+    def topic(self) -> str:
+        return self._topic
+
+    def partition(self) -> int:
+        return self._partition
+
+    def offset(self) -> int:
+        return self._offset
+
+    def value(self) -> bytes | None:
+        return self._value
+
+    def key(self) -> bytes | None:
+        return self._key
+
+    def headers(self) -> list[tuple[str, bytes]] | None:
+        return self._headers
+
+    def timestamp(self) -> tuple[int, int]:
+        return (1, self._timestamp)
+
+    def error(self) -> KafkaError | None:
+        return self._error
+
+
+class FakeConsumer:
+    """A source cluster with one log per partition, a consumer group, and ``assign()`` semantics."""
+
+    def __init__(self, logs: dict[TP, list[bytes]]) -> None:
+        self.logs = logs
+        self.positions: dict[TP, int] = {}
+        self.group: dict[TP, int] = {}
+        self.paused: set[TP] = set()
+        self.fail_commits = 0  # the next N commits raise (a coordinator moving, say)
+        self.events: list[tuple[str, Any]] = []  # in call order: what the worker asked for
+        self.closed = False
+
+    def append(self, tp: TP, *values: bytes) -> None:
+        self.logs.setdefault(tp, []).extend(values)
+
+    def incremental_assign(self, partitions: list[TopicPartition]) -> None:
+        for tp in partitions:
+            start = tp.offset
+            if start in (OFFSET_BEGINNING, -1001):
+                start = 0
+            elif start == OFFSET_END:
+                start = len(self.logs.get((tp.topic, tp.partition), []))
+            self.positions[(tp.topic, tp.partition)] = start
+        self.events.append(("assign", sorted((tp.topic, tp.partition, tp.offset) for tp in partitions)))
+
+    def incremental_unassign(self, partitions: list[TopicPartition]) -> None:
+        for tp in partitions:
+            self.positions.pop((tp.topic, tp.partition), None)
+            self.paused.discard((tp.topic, tp.partition))
+        self.events.append(("unassign", sorted((tp.topic, tp.partition) for tp in partitions)))
+
+    def pause(self, partitions: list[TopicPartition]) -> None:
+        self.paused.update((tp.topic, tp.partition) for tp in partitions)
+
+    def consume(self, num_messages: int, timeout: float) -> list[FakeMessage]:
+        out: list[FakeMessage] = []
+        for tp in sorted(self.positions):
+            if tp in self.paused:
+                continue
+            log = self.logs.get(tp, [])
+            while self.positions[tp] < len(log) and len(out) < num_messages:
+                offset = self.positions[tp]
+                out.append(FakeMessage(tp[0], tp[1], offset, log[offset], _timestamp=1000 + offset))
+                self.positions[tp] = offset + 1
+        return out
+
+    def committed(self, partitions: list[TopicPartition], timeout: float | None = None) -> list[TopicPartition]:
+        self.events.append(("committed", sorted((tp.topic, tp.partition) for tp in partitions)))
+        return [TopicPartition(tp.topic, tp.partition, self.group.get((tp.topic, tp.partition), -1001))
+                for tp in partitions]
+
+    def commit(self, offsets: list[TopicPartition], asynchronous: bool = True) -> list[TopicPartition]:
+        if self.fail_commits:
+            self.fail_commits -= 1
+            self.events.append(("commit_failed", None))
+            raise KafkaException(KafkaError(KafkaError._TRANSPORT))
+        for tp in offsets:
+            self.group[(tp.topic, tp.partition)] = tp.offset
+        self.events.append(("commit", sorted((tp.topic, tp.partition, tp.offset) for tp in offsets)))
+        return [TopicPartition(tp.topic, tp.partition, tp.offset) for tp in offsets]
+
+    def get_watermark_offsets(self, tp: TopicPartition, timeout: float | None = None,
+                              cached: bool = False) -> tuple[int, int]:
+        return (0, len(self.logs.get((tp.topic, tp.partition), [])))
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class FakeProducer:
+    """A destination with an in-order local queue, records on the wire, and written logs.
+
+    ``produce`` queues; :meth:`send` puts queued records on the wire (``purge`` can no longer
+    drop them); ``poll`` delivers every record on the wire and, unless ``hold`` is set, the
+    queued ones too, calling each record's ``on_delivery`` like librdkafka does.
+    """
+
+    def __init__(self, partitions: int = 4) -> None:
+        self.queue: list[tuple[FakeMessage, Callable[..., None]]] = []
+        self.wire: list[tuple[FakeMessage, Callable[..., None]]] = []
+        self.written: dict[TP, list[bytes]] = {}
+        self.partitions = partitions
+        self.hold = False  # the destination is down: nothing is acknowledged
+        self.capacity: int | None = None  # local queue size; above it produce raises BufferError
+        self.on_poll: Callable[[], None] | None = None
+        self.refuse: dict[TP, int] = {}  # destination partition -> offset index whose report is an error
+        self.purges = 0
+        self.produced_total = 0
+
+    def produce(self, topic: str, value: bytes | None = None, key: bytes | None = None, partition: int = -1,
+                headers: list[tuple[str, bytes]] | None = None, timestamp: int = 0,
+                on_delivery: Callable[..., None] | None = None) -> None:
+        if self.capacity is not None and len(self.queue) >= self.capacity:
+            raise BufferError("Local: Queue full")
+        assert on_delivery is not None, "every record must carry its own delivery callback"
+        self.queue.append((FakeMessage(topic, partition, -1, value, key, headers, timestamp), on_delivery))
+        self.produced_total += 1
+
+    def send(self) -> None:
+        self.wire.extend(self.queue)
+        self.queue.clear()
+
+    def _deliver(self, batch: list[tuple[FakeMessage, Callable[..., None]]]) -> int:
+        for msg, callback in batch:
+            tp = (msg.topic(), msg.partition())
+            log = self.written.setdefault(tp, [])
+            if self.refuse.get(tp) == len(log):
+                callback(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE), msg)
+                continue
+            msg._offset = len(log)
+            log.append(msg.value() or b"")
+            callback(None, msg)
+        return len(batch)
+
+    def deliver_wire(self) -> int:
+        batch, self.wire = self.wire, []
+        return self._deliver(batch)
+
+    def poll(self, timeout: float = 0) -> int:
+        if self.on_poll is not None:
+            self.on_poll()
+        if self.hold:
+            return 0
+        self.send()
+        return self.deliver_wire()
+
+    def flush(self, timeout: float = 0) -> int:
+        self.poll(0)
+        return len(self.queue) + len(self.wire)
+
+    def purge(self, in_queue: bool = True, in_flight: bool = True, blocking: bool = True) -> None:
+        self.purges += 1
+        if in_queue:
+            purged, self.queue = self.queue, []
+            for msg, callback in purged:
+                callback(KafkaError(KafkaError._PURGE_QUEUE), msg)
+        if in_flight:
+            purged, self.wire = self.wire, []
+            for msg, callback in purged:
+                callback(KafkaError(KafkaError._PURGE_INFLIGHT), msg)
+
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any:
+        meta = SimpleNamespace(error=None, partitions={p: None for p in range(self.partitions)})
+        return SimpleNamespace(topics={topic: meta})
+
+
+class _Async:
+    def __init__(self, value: Any) -> None:
+        self._value = value
+
+    def rawlink(self, callback: Callable[[Any], None]) -> None:
+        callback(self)
+
+    def successful(self) -> bool:
+        return True
+
+    def get(self) -> Any:
+        return self._value
+
+
+@dataclass
+class FakeZooKeeper:
+    """Nodes in a dict, data watches, connection listeners; every write is recorded in order."""
+
+    nodes: dict[str, bytes] = field(default_factory=dict)
+    state: str = KazooState.CONNECTED
+    writes: list[tuple[str, str, bytes | None]] = field(default_factory=list)
+    listeners: list[Callable[[str], None]] = field(default_factory=list)
+    watches: dict[str, list[Callable[..., bool]]] = field(default_factory=dict)
+    answering: bool = True  # False: lease renewals go unanswered (a frozen ensemble)
+    broken: bool = False  # True: every read raises ConnectionLoss (ZooKeeper unreachable)
+
+    def add_listener(self, listener: Callable[[str], None]) -> None:
+        self.listeners.append(listener)
+
+    def connection(self, state: str) -> None:
+        self.state = state
+        for listener in self.listeners:
+            listener(state)
+
+    def create(self, path: str, value: bytes = b"", ephemeral: bool = False, makepath: bool = False) -> str:
+        self._check()
+        if path in self.nodes:
+            raise NodeExistsError()
+        self.nodes[path] = value
+        self.writes.append(("create", path, value))
+        self._fire(path)
+        return path
+
+    def set(self, path: str, value: bytes) -> None:
+        if path not in self.nodes:
+            raise NoNodeError()
+        self.nodes[path] = value
+        self.writes.append(("set", path, value))
+        self._fire(path)
+
+    def put(self, path: str, value: bytes) -> None:
+        """Someone else (the leader) writes a node."""
+        self.nodes[path] = value
+        self._fire(path)
+
+    def delete(self, path: str) -> None:
+        if path not in self.nodes:
+            raise NoNodeError()
+        del self.nodes[path]
+        self.writes.append(("delete", path, None))
+        self._fire(path)
+
+    def get(self, path: str) -> tuple[bytes, Any]:
+        self._check()
+        if path not in self.nodes:
+            raise NoNodeError()
+        return self.nodes[path], None
+
+    def get_children(self, path: str) -> list[str]:
+        self._check()
+        prefix = path.rstrip("/") + "/"
+        return sorted({p[len(prefix):].split("/")[0] for p in self.nodes if p.startswith(prefix)})
+
+    def ensure_path(self, path: str) -> None:
+        self._check()
+        self.nodes.setdefault(path, b"")
+
+    def exists(self, path: str) -> bool:
+        self._check()
+        return path in self.nodes
+
+    def _check(self) -> None:
+        if self.broken:
+            raise ConnectionLoss()
+
+    def exists_async(self, path: str) -> _Async:
+        if not self.answering:
+            return SimpleNamespace(rawlink=lambda callback: None)  # type: ignore[return-value]
+        return _Async(object() if path in self.nodes else None)
+
+    def DataWatch(self, path: str, func: Callable[..., bool]) -> None:  # noqa: N802 - kazoo's name
+        self.watches.setdefault(path, []).append(func)
+        func(self.nodes.get(path), None)
+
+    def _fire(self, path: str) -> None:
+        for func in list(self.watches.get(path, [])):
+            if func(self.nodes.get(path), None) is False:
+                self.watches[path].remove(func)
+
+    def expire(self) -> None:
+        """The session expires: ephemeral nodes vanish (all of a worker's nodes are ephemeral here)."""
+        for path in [p for p in self.nodes if "/workers/" in p or "/status/" in p]:
+            del self.nodes[path]
+        self.connection(KazooState.LOST)
+
+    def stop(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class _Future:
+    def __init__(self, error: KafkaError | None = None) -> None:
+        self._error = error
+
+    def result(self, timeout: float | None = None) -> None:
+        if self._error is not None:
+            raise KafkaException(self._error)
+
+
+class FakeAdmin:
+    """A cluster's AdminClient: topics with partition counts; ``down`` makes every call fail."""
+
+    def __init__(self, topics: dict[str, int] | None = None) -> None:
+        self.topics = dict(topics or {})
+        self.down = False
+        self.refuse_create: KafkaError | None = None
+
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any:
+        if self.down:
+            raise KafkaException(KafkaError(KafkaError._TRANSPORT))
+        names = [topic] if topic else list(self.topics)
+        found = {
+            n: SimpleNamespace(error=None, partitions={p: None for p in range(self.topics[n])})
+            for n in names if n in self.topics
+        }
+        return SimpleNamespace(topics=found)
+
+    def describe_configs(self, resources: list[Any]) -> dict[Any, _Future]:
+        return {r: _Future(KafkaError(KafkaError._TRANSPORT)) for r in resources}  # configs are best effort
+
+    def create_topics(self, new_topics: list[Any], operation_timeout: float = 0) -> dict[str, _Future]:
+        futures = {}
+        for topic in new_topics:
+            if self.refuse_create is None:
+                self.topics[topic.topic] = topic.num_partitions
+            futures[topic.topic] = _Future(self.refuse_create)
+        return futures

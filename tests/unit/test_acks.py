@@ -1,0 +1,71 @@
+"""Delivery reports acknowledge the record they name, under the acquisition it was sent in."""
+
+from __future__ import annotations
+
+from confluent_kafka import KafkaError
+
+from tests.unit.fakes import FakeMessage
+from worker.acks import AckLedger
+
+OK = None
+
+
+def msg() -> FakeMessage:
+    return FakeMessage("t", 0, 0, b"v", _timestamp=1)
+
+
+def test_reports_out_of_order_advance_the_watermark_only_past_contiguous_acks():
+    # Given three records sent under one acquisition
+    ledger = AckLedger()
+    acks = ledger.acquire(("t", 0), "t", position=5)
+    for offset in (5, 6, 7):
+        acks.sent_record(offset, 10)
+    # When the third is acknowledged first
+    acks.report(7, 10, OK, msg())
+    # Then nothing can be committed until the first two are
+    assert ledger.to_commit() == {}
+    acks.report(5, 10, OK, msg())
+    acks.report(6, 10, OK, msg())
+    assert ledger.to_commit() == {("t", 0): 8}
+    assert ledger.in_flight_bytes == 0 and acks.outstanding == 0
+
+
+def test_a_retired_acquisitions_reports_change_nothing():
+    # Given a partition released with a record still unacknowledged, and acquired again
+    failures = []
+    ledger = AckLedger(on_failure=lambda acks, offset, reason: failures.append(offset))
+    old = ledger.acquire(("t", 0), "t", position=0)
+    old.sent_record(0, 10)
+    new = ledger.acquire(("t", 0), "t", position=0)
+    new.sent_record(0, 10)
+    # When the old record's report (success or error) arrives
+    old.report(0, 10, OK, msg())
+    old.report(0, 10, KafkaError(KafkaError.MSG_SIZE_TOO_LARGE), msg())
+    # Then the new acquisition is untouched and no failure is raised
+    assert new.position == 0 and new.outstanding == 1 and failures == []
+    assert ledger.in_flight_bytes == 10
+
+
+def test_a_purged_record_marks_its_partition_for_a_rewind_and_is_never_acknowledged():
+    ledger = AckLedger()
+    acks = ledger.acquire(("t", 0), "t", position=0)
+    acks.sent_record(0, 1)
+    acks.sent_record(1, 1)
+    acks.report(0, 1, OK, msg())
+    acks.report(1, 1, KafkaError(KafkaError._PURGE_QUEUE), msg())
+    assert ledger.needs_rewind == {("t", 0)}
+    assert ledger.to_commit() == {("t", 0): 1}
+    assert ledger.outstanding([("t", 0)]) == 0
+
+
+def test_a_refused_record_stops_the_watermark_in_front_of_it():
+    failures = []
+    ledger = AckLedger(on_failure=lambda acks, offset, reason: failures.append((acks.tp, offset)))
+    acks = ledger.acquire(("t", 0), "t", position=0)
+    for offset in (0, 1, 2):
+        acks.sent_record(offset, 1)
+    acks.report(0, 1, OK, msg())
+    acks.report(1, 1, KafkaError(KafkaError.MSG_SIZE_TOO_LARGE), msg())
+    acks.report(2, 1, OK, msg())
+    assert failures == [(("t", 0), 1)]
+    assert ledger.to_commit() == {("t", 0): 1}

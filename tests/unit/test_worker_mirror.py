@@ -1,0 +1,316 @@
+"""The worker's hand-off, fencing and delivery-report handling, driven with fake clients."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import pytest
+from kazoo.client import KazooState
+from structlog.testing import capture_logs
+
+from common import config as config_module
+from common.zkschema import Assignment, Paths, TopicRecord, WorkerStatus
+from tests.unit.fakes import FakeConsumer, FakeProducer, FakeZooKeeper
+from worker.clients import WorkerClients
+from worker.mirror import MirrorWorker
+
+
+@dataclass
+class Rig:
+    worker: MirrorWorker
+    consumer: FakeConsumer
+    producer: FakeProducer
+    zk: FakeZooKeeper
+    paths: Paths
+
+    def assign(self, generation: int, *partitions: tuple[str, int]) -> None:
+        """The leader writes this worker's assignment."""
+        self.zk.put(self.paths.assignment("w1"), Assignment(generation, frozenset(partitions)).encode())
+
+    def turns(self, n: int = 5) -> None:
+        for _ in range(n):
+            time.sleep(0.002)  # past the 1 ms commit interval: every turn commits and reports
+            self.worker.turn()
+
+    def status(self) -> WorkerStatus:
+        return WorkerStatus.decode(self.zk.nodes[self.paths.worker_status("w1")])
+
+    def statuses_written(self) -> list[WorkerStatus]:
+        path = self.paths.worker_status("w1")
+        return [WorkerStatus.decode(data) for _, p, data in self.zk.writes if p == path and data]
+
+
+def values(n: int, partition: int = 0, start: int = 0) -> list[bytes]:
+    return [f"p{partition}-{i}".encode() for i in range(start, start + n)]
+
+
+@pytest.fixture
+def rig() -> Rig:
+    return make_rig()
+
+
+def make_rig() -> Rig:
+    """One worker registered on fake clients; topics t (2 partitions, 10 records each) and u."""
+    cfg = config_module.from_dict({
+        "pipeline": "unit",
+        "zookeeper": {"connect": "127.0.0.1:1", "session_timeout_s": 600},
+        "source": {"alias": "src", "bootstrap_servers": "127.0.0.1:1"},
+        "destination": {"alias": "dst", "bootstrap_servers": "127.0.0.1:2"},
+        "worker": {"id": "w1", "commit_interval_s": 0.001, "shutdown_timeout_s": 0.5, "auto_offset_reset": "earliest"},
+    })
+    paths = Paths(cfg.root)
+    zk = FakeZooKeeper()
+    for topic in ("t", "u"):
+        zk.nodes[paths.topic(topic)] = TopicRecord(topic, topic, 2).encode()
+    consumer = FakeConsumer({("t", 0): values(10, 0), ("t", 1): values(10, 1), ("u", 0): values(3, 0)})
+    producer = FakeProducer()
+    worker = MirrorWorker(cfg, "w1", clients=WorkerClients(consumer=consumer, producer=producer, zk=zk))
+    worker.register()
+    return Rig(worker, consumer, producer, zk, paths)
+
+
+def test_an_assignment_is_mirrored_in_order_and_committed_after_the_acks(rig):
+    # Given an assignment of two partitions
+    rig.assign(1, ("t", 0), ("t", 1))
+    # When the loop turns
+    rig.turns()
+    # Then each partition is written in source order and its next offset committed
+    assert rig.producer.written[("t", 0)] == values(10, 0)
+    assert rig.producer.written[("t", 1)] == values(10, 1)
+    assert rig.consumer.group == {("t", 0): 10, ("t", 1): 10}
+    assert rig.status().generation == 1 and rig.status().owned == {("t", 0), ("t", 1)}
+
+
+def test_a_release_waits_for_the_acks_commits_and_reports_the_new_generation(rig):
+    # Given a worker mirroring t:0 and t:1 whose destination has not acknowledged the last records
+    rig.assign(1, ("t", 0), ("t", 1))
+    rig.turns(1)
+    rig.consumer.append(("t", 1), *values(5, 1, start=10))
+    rig.producer.hold = True
+    rig.turns(1)
+    assert rig.worker.ledger.outstanding([("t", 1)]) == 5
+
+    # When the leader takes t:1 away while the destination acknowledges during the wait
+    def acknowledge_later() -> None:
+        rig.producer.hold = False
+    rig.producer.on_poll = acknowledge_later
+    rig.assign(2, ("t", 0))
+    rig.turns(1)
+    # Then t:1 was committed at its acknowledged end before the status dropped it
+    assert rig.consumer.group[("t", 1)] == 15
+    assert rig.status().generation == 2 and rig.status().owned == {("t", 0)}
+    assert ("unassign", [("t", 1)]) in rig.consumer.events
+
+
+def test_a_release_is_reported_before_a_slow_acquisition_starts(rig):
+    # Given a worker owning t:1
+    rig.assign(1, ("t", 0), ("t", 1))
+    rig.turns(2)
+    writes_before = len(rig.statuses_written())
+
+    # When one assignment both removes t:1 and adds u:0, and reading u:0's offsets is slow
+    seen_at_lookup: list[WorkerStatus] = []
+    original = rig.consumer.committed
+
+    def slow_committed(partitions, timeout=None):
+        seen_at_lookup.append(rig.status())
+        return original(partitions, timeout)
+
+    rig.consumer.committed = slow_committed  # type: ignore[method-assign]
+    rig.assign(2, ("t", 0), ("u", 0))
+    rig.turns(1)
+    # Then, before the acquisition asked for committed offsets, status already left t:1 out ...
+    assert seen_at_lookup and ("t", 1) not in seen_at_lookup[0].owned
+    # ... under the previous generation, so the leader still counts u:0 as headed here
+    assert seen_at_lookup[0].generation == 1
+    assert rig.statuses_written()[writes_before:][-1].owned == {("t", 0), ("u", 0)}
+
+
+def test_a_report_from_before_a_session_loss_never_acknowledges_a_later_acquisition(rig):
+    # Given records of t:0 on the wire (sent, not yet acknowledged) when the session is lost
+    rig.assign(1, ("t", 0))
+    rig.producer.hold = True
+    rig.turns(1)
+    rig.producer.send()
+    assert len(rig.producer.wire) == 10
+    stale = list(rig.producer.wire)  # their reports, should any still arrive after the purge
+    rig.zk.expire()
+    rig.turns(1)  # drops t:0 without committing
+    assert rig.producer.wire == [] and rig.producer.queue == []  # nothing left to send or retry
+    rig.zk.connection(KazooState.CONNECTED)  # a new session
+    rig.turns(1)  # re-registers
+    assert rig.worker.owned == {}
+    assert ("t", 0) not in rig.consumer.group
+
+    # When t:0 is assigned again, and only then the old records' reports arrive
+    rig.assign(2, ("t", 0))
+    rig.turns(1)
+    acquisition = rig.worker.owned[("t", 0)]
+    rig.producer._deliver(stale)
+    # Then the new acquisition's watermark did not move: those reports acknowledge nothing now
+    assert acquisition.position == -1 and acquisition.outstanding == 10
+    # And once its own records are acknowledged it commits exactly the end
+    rig.producer.hold = False
+    rig.turns(2)
+    assert rig.consumer.group[("t", 0)] == 10
+
+
+def test_fencing_purges_the_queue_sends_nothing_and_rewinds_when_the_session_holds(rig):
+    # Given records of t:0 queued locally, not yet sent, when ZooKeeper becomes unreachable
+    rig.assign(1, ("t", 0))
+    rig.producer.hold = True
+    rig.turns(1)
+    queued = len(rig.producer.queue)
+    assert queued == 10
+    rig.zk.connection(KazooState.SUSPENDED)
+    # When the loop turns while fenced
+    produced = rig.producer.produced_total
+    rig.consumer.append(("t", 0), *values(5, 0, start=10))
+    rig.turns(3)
+    # Then librdkafka's queue was purged, nothing new was produced, nothing committed
+    assert rig.producer.purges == 1 and rig.producer.queue == []
+    assert rig.producer.produced_total == produced
+    assert ("t", 0) not in rig.consumer.group
+    # And when the connection returns with the same session, t:0 restarts from its watermark
+    rig.producer.hold = False
+    rig.zk.connection(KazooState.CONNECTED)
+    rig.turns(3)
+    assert rig.producer.written[("t", 0)] == values(15, 0)
+    assert rig.consumer.group[("t", 0)] == 15
+    assert rig.worker.metrics.rewinds._value.get() == 1
+
+
+def test_a_paused_process_with_a_stale_lease_fences_itself(rig):
+    # Given a worker mirroring t:0 whose ZooKeeper stops answering lease renewals
+    rig.assign(1, ("t", 0))
+    rig.turns(1)
+    rig.zk.answering = False
+    rig.worker._lease_at -= rig.worker.config.zookeeper.session_timeout_s  # it slept through the lease
+    rig.consumer.append(("t", 0), *values(5, 0, start=10))
+    produced = rig.producer.produced_total
+    # When the loop turns
+    rig.turns(2)
+    # Then it fetches nothing and purges, though kazoo still says CONNECTED
+    assert rig.producer.produced_total == produced
+    assert rig.producer.purges == 1
+
+
+def test_the_buffer_full_retry_gives_up_on_stop_and_never_commits_past_unsent_records(rig):
+    # Given a destination whose local queue is full and never drains
+    rig.assign(1, ("t", 0))
+    rig.producer.capacity = 4
+    rig.producer.hold = True
+
+    # When the worker is asked to stop while waiting for room
+    def stop_soon() -> None:
+        rig.worker.stop()
+    rig.producer.on_poll = stop_soon
+    rig.turns(1)
+    # Then the loop came back (no endless retry) with only the first four records sent
+    assert rig.producer.produced_total == 4
+    # And the shutdown commits nothing it has not seen acknowledged
+    rig.producer.hold = False
+    rig.producer.capacity = None
+    rig.producer.on_poll = None
+    rig.worker._shutdown()
+    assert rig.consumer.group[("t", 0)] == 4
+
+
+def test_the_buffer_full_retry_gives_up_when_fenced_and_the_partition_is_rewound(rig):
+    # Given a full local queue when the ZooKeeper connection is suspended
+    rig.assign(1, ("t", 0))
+    rig.producer.capacity = 4
+    rig.producer.hold = True
+    rig.producer.on_poll = lambda: rig.zk.connection(KazooState.SUSPENDED)
+    rig.turns(1)
+    assert rig.producer.produced_total == 4
+    rig.turns(1)  # fenced: the queue is purged
+    # When the connection comes back with the same session and the destination drains
+    rig.producer.on_poll = None
+    rig.producer.capacity = None
+    rig.producer.hold = False
+    rig.zk.connection(KazooState.CONNECTED)
+    rig.turns(3)
+    # Then every record is written once, in order
+    assert rig.producer.written[("t", 0)] == values(10, 0)
+    assert rig.consumer.group[("t", 0)] == 10
+
+
+def test_a_refused_record_stops_only_its_partition_and_a_new_acquisition_starts_clean(rig):
+    # Given the destination refuses t:1's fourth record
+    rig.producer.refuse[("t", 1)] = 3
+    rig.assign(1, ("t", 0), ("t", 1))
+    # When the loop turns
+    rig.turns(3)
+    # Then t:1 is stopped at offset 3 and says so in status; t:0 goes on
+    status = rig.status().partitions
+    assert status[("t", 1)].error is not None and status[("t", 1)].error.startswith("offset 3:")
+    assert status[("t", 0)].error is None
+    assert rig.consumer.group == {("t", 0): 10, ("t", 1): 3}
+    # And an error report arriving for the partition after it was released changes nothing
+    stopped = rig.worker.owned[("t", 1)]
+    rig.assign(2, ("t", 0))
+    rig.turns(1)
+    rig.worker.handoff.stop_partition(stopped, 7, "late report")
+    assert rig.worker.metrics.produce_errors.labels("t")._value.get() == 1
+    # When t:1 is assigned again (the operator fixed the destination), it starts without the old error
+    del rig.producer.refuse[("t", 1)]
+    rig.assign(3, ("t", 0), ("t", 1))
+    rig.turns(3)
+    assert rig.status().partitions[("t", 1)].error is None
+    assert rig.consumer.group[("t", 1)] == 10
+
+
+def test_a_failed_commit_on_release_is_retried(rig):
+    # Given a worker that mirrored t:1 and a coordinator that refuses the next two commits
+    rig.assign(1, ("t", 0), ("t", 1))
+    rig.turns(1)
+    rig.consumer.append(("t", 1), *values(2, 1, start=10))
+    rig.consumer.fail_commits = 3  # the periodic commit after these two records fails too
+    rig.turns(1)
+    assert rig.consumer.group[("t", 1)] == 10
+    # When t:1 is released
+    rig.assign(2, ("t", 0))
+    rig.turns(1)
+    # Then the release's commit was retried until it went through
+    assert rig.consumer.group[("t", 1)] == 12
+    assert [e[0] for e in rig.consumer.events].count("commit_failed") == 3
+
+
+def test_a_commit_that_keeps_failing_on_release_is_surfaced(rig):
+    # Given a coordinator that refuses every commit
+    rig.assign(1, ("t", 0), ("t", 1))
+    rig.turns(1)
+    rig.consumer.append(("t", 1), *values(2, 1, start=10))
+    rig.consumer.fail_commits = 1000
+    rig.turns(1)
+    # When t:1 is released
+    with capture_logs() as logs:
+        rig.assign(2, ("t", 0))
+        rig.turns(1)
+    # Then the release goes on (the next owner repeats records: duplicates, no loss) and says so
+    assert rig.status().owned == {("t", 0)}
+    assert rig.worker.metrics.release_commit_failures._value.get() == 1
+    failed = [e for e in logs if e["event"] == "release_commit_failed"]
+    assert failed and failed[0]["partitions"] == ["t:1"] and failed[0]["positions"] == {"t:1": 12}
+
+
+def test_a_release_that_times_out_purges_so_nothing_lands_behind_the_next_owner(rig):
+    # Given a destination that acknowledges nothing while t:0 and t:1 have records queued
+    rig.assign(1, ("t", 0), ("t", 1))
+    rig.producer.hold = True
+    rig.turns(1)
+    # When t:1 is released and its acks do not come within the shutdown timeout
+    rig.assign(2, ("t", 0))
+    rig.turns(1)
+    # Then nothing of t:1 is left to be sent and nothing of it was committed
+    held = [msg.partition() for msg, _ in rig.producer.queue + rig.producer.wire if msg.topic() == "t"]
+    assert 1 not in held
+    assert ("t", 1) not in rig.consumer.group
+    # And t:0, whose records were purged with them, is rewound and written once, in order
+    rig.producer.hold = False
+    rig.turns(3)
+    assert ("t", 1) not in rig.producer.written
+    assert rig.producer.written[("t", 0)] == values(10, 0)
+    assert rig.worker.metrics.rewinds._value.get() >= 1

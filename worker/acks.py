@@ -1,0 +1,168 @@
+"""Match each destination delivery report to the source record it acknowledges, per acquisition.
+
+Pure bookkeeping, no Kafka client: the shape follows Brooklin's
+``FlushlessEventProducerHandler`` (per partition: records in flight, highest
+safe checkpoint), kept apart from the mirror loop.
+
+Every time the worker acquires a source partition it gets a fresh
+:class:`PartitionAcks` (an *acquisition*, numbered by ``epoch``). The mirror
+loop produces each record with ``on_delivery=partial(acks.report, offset, size)``,
+so a delivery report carries the identity of its record: the acquisition it
+was sent under and its source offset. Once an acquisition is retired
+(released, session lost, rewound) its late reports change nothing: a report
+from before a session loss can never acknowledge a record of a later
+acquisition of the same partition.
+
+A record whose report is an error is never acknowledged, so the commit
+position stops in front of it: either the partition is stopped (the
+destination refused it) or, when librdkafka purged it on fencing, the
+partition is *rewound* — restarted from its acknowledged position.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import KafkaError
+
+from worker.offsets import PartitionOffsets
+
+TP = tuple[str, int]
+# Records librdkafka dropped on our request (producer.purge): never written, to be sent again.
+PURGED = frozenset({KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT})
+LATENCY_SAMPLE_MASK = 63  # observe the latency of one acknowledgement in 64
+
+
+@dataclass(eq=False, slots=True)
+class PartitionAcks(PartitionOffsets):
+    """One acquisition of one source partition: what was sent under it and what is acknowledged."""
+
+    topic: str = ""
+    partition: int = -1
+    destination: str = ""
+    epoch: int = 0
+    ledger: AckLedger | None = None
+    outstanding: int = 0  # delivery reports still due
+    outstanding_bytes: int = 0
+    error: str | None = None  # the destination refused a record: the partition is stopped
+    retired: bool = False
+    report_cb: Callable[..., None] | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        self.report_cb = self.report  # the bound method, made once: the hot path reuses it
+
+    @property
+    def tp(self) -> TP:
+        return (self.topic, self.partition)
+
+    def sent_record(self, offset: int, size: int) -> None:
+        """A record handed to the producer (the hot path inlines this; tests call it)."""
+        self.in_flight.append(offset)
+        self.outstanding += 1
+        self.outstanding_bytes += size
+        if self.ledger is not None:
+            self.ledger.in_flight_bytes += size
+
+    def report(self, offset: int, size: int, err: KafkaError | None, msg: Any) -> None:
+        """The delivery report of the record at source ``offset`` sent under this acquisition."""
+        if self.retired:
+            return  # an earlier acquisition's record: acknowledges nothing now
+        ledger = self.ledger
+        self.outstanding -= 1
+        self.outstanding_bytes -= size
+        if ledger is not None:
+            ledger.in_flight_bytes -= size
+        if err is not None:
+            if ledger is None:
+                return
+            if err.code() in PURGED:
+                ledger.needs_rewind.add(self.tp)  # not written: send again from the watermark
+            else:
+                ledger.on_failure(self, offset, err.str())
+            return
+        in_flight = self.in_flight
+        if in_flight and in_flight[0] == offset and not self.acked_early:
+            in_flight.popleft()  # the common case: acks arrive in send order
+            self.position = offset + 1
+        else:
+            self.acked(offset)
+        self.acked_records += 1
+        self.acked_bytes += size
+        if ledger is not None:
+            ledger.acks += 1
+            if not ledger.acks & LATENCY_SAMPLE_MASK:
+                ts_type, ts = msg.timestamp()
+                if ts > 0:
+                    ledger.on_latency(ts)
+
+
+class AckLedger:
+    """Every live acquisition of one worker, and the bytes sent but not yet acknowledged."""
+
+    def __init__(
+        self,
+        on_failure: Callable[[PartitionAcks, int, str], None] | None = None,
+        on_latency: Callable[[int], None] | None = None,
+    ) -> None:
+        self.partitions: dict[TP, PartitionAcks] = {}
+        self.in_flight_bytes = 0
+        self.acks = 0
+        self.needs_rewind: set[TP] = set()  # records were purged or abandoned: restart from the watermark
+        self._epoch = 0
+        self.on_failure = on_failure or (lambda acks, offset, reason: None)
+        self.on_latency = on_latency or (lambda ts_ms: None)
+
+    def acquire(self, tp: TP, destination: str, position: int) -> PartitionAcks:
+        """Start a new acquisition of ``tp`` at ``position`` (-1: nothing committed yet)."""
+        self.release(tp)
+        self._epoch += 1
+        acks = PartitionAcks(position=position, committed=position, topic=tp[0], partition=tp[1],
+                             destination=destination, epoch=self._epoch, ledger=self)
+        self.partitions[tp] = acks
+        return acks
+
+    def release(self, tp: TP) -> PartitionAcks | None:
+        """Retire ``tp``'s acquisition: its reports, errors and purges stop counting."""
+        acks = self.partitions.pop(tp, None)
+        self.needs_rewind.discard(tp)
+        if acks is not None:
+            acks.retired = True
+            self.in_flight_bytes -= acks.outstanding_bytes
+        return acks
+
+    def release_all(self) -> list[TP]:
+        released = list(self.partitions)
+        for tp in released:
+            self.release(tp)
+        self.needs_rewind.clear()
+        self.in_flight_bytes = 0
+        return released
+
+    def get(self, tp: TP) -> PartitionAcks | None:
+        return self.partitions.get(tp)
+
+    def outstanding(self, tps: Iterable[TP]) -> int:
+        """Delivery reports still due for ``tps`` (stopped partitions are not waited for)."""
+        total = 0
+        for tp in tps:
+            acks = self.partitions.get(tp)
+            if acks is not None and acks.error is None:
+                total += acks.outstanding
+        return total
+
+    def to_commit(self, only: Iterable[TP] | None = None) -> dict[TP, int]:
+        """Positions that moved since the last commit."""
+        wanted = None if only is None else set(only)
+        return {
+            tp: acks.position
+            for tp, acks in self.partitions.items()
+            if (wanted is None or tp in wanted) and acks.position >= 0 and acks.position != acks.committed
+        }
+
+    def mark_committed(self, positions: dict[TP, int]) -> None:
+        for tp, position in positions.items():
+            acks = self.partitions.get(tp)
+            if acks is not None:
+                acks.committed = position

@@ -1,0 +1,93 @@
+"""Publish the worker's applied generation and per-partition progress in its ``status/`` node."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timezone
+from typing import Any
+
+from confluent_kafka import KafkaException, TopicPartition
+from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
+
+from common.zkschema import PartitionStatus, WorkerStatus
+from worker.acks import TP, AckLedger
+from worker.metrics import WorkerMetrics
+
+
+class StatusReporter:
+    """Build and write ``status/<worker>``: what the leader's hand-off gate and the API read."""
+
+    def __init__(self, zk: Any, path: str, consumer: Any, ledger: AckLedger, metrics: WorkerMetrics,
+                 log: Any) -> None:
+        self._zk = zk
+        self._path = path
+        self._consumer = consumer
+        self._ledger = ledger
+        self._metrics = metrics
+        self._log = log
+        self.last_written = time.monotonic()
+        self._progress: dict[TP, tuple[int, float]] = {}  # position, epoch seconds it last moved
+
+    def due(self, now: float, interval_s: float) -> bool:
+        return now - self.last_written >= interval_s
+
+    def soon(self) -> None:
+        """Publish at the next turn of the loop (an error the operator should see)."""
+        self.last_written = 0.0
+
+    def forget(self, tp: TP) -> None:
+        self._progress.pop(tp, None)
+        try:
+            self._metrics.lag.remove(tp[0], str(tp[1]))
+        except KeyError:
+            pass  # never had a lag sample
+
+    def build(self, generation: int, now: float) -> WorkerStatus:
+        """The status document; resets the per-window acknowledgement counters (rates)."""
+        elapsed = max(now - self.last_written, 1e-3)
+        self.last_written = now
+        parts: dict[TP, PartitionStatus] = {}
+        wall = time.time()
+        for tp, acks in self._ledger.partitions.items():
+            records, size = acks.acked_records, acks.acked_bytes
+            acks.acked_records = acks.acked_bytes = 0
+            lag = -1
+            try:
+                _, high = self._consumer.get_watermark_offsets(TopicPartition(*tp), cached=True)
+                if acks.position >= 0 and high >= 0:
+                    lag = max(0, high - acks.position)
+                    self._metrics.lag.labels(tp[0], str(tp[1])).set(lag)
+            except KafkaException:
+                pass
+            last = self._progress.get(tp)
+            if last is None or last[0] != acks.position or lag == 0:
+                self._progress[tp] = last = (acks.position, wall)
+            if records:
+                self._metrics.records.labels(tp[0]).inc(records)
+                self._metrics.bytes.labels(tp[0]).inc(size)
+            parts[tp] = PartitionStatus(
+                committed=acks.committed,
+                records_per_s=round(records / elapsed, 1),
+                bytes_per_s=round(size / elapsed, 1),
+                lag=lag,
+                error=acks.error,
+                last_progress_at=round(last[1], 3),
+            )
+        self._metrics.in_flight.set(self._ledger.in_flight_bytes)
+        return WorkerStatus(generation, parts, datetime.now(timezone.utc).isoformat(timespec="seconds"))
+
+    def write(self, generation: int) -> bool:
+        """Write the status node (create it if our session has none yet); False if ZooKeeper refused."""
+        data = self.build(generation, time.monotonic()).encode()
+        try:
+            self._zk.set(self._path, data)
+            return True
+        except NoNodeError:
+            try:
+                self._zk.create(self._path, data, ephemeral=True)
+                return True
+            except (NodeExistsError, KazooException) as exc:
+                self._log.warning("status_write_failed", error=str(exc))
+        except KazooException as exc:
+            self._log.warning("status_write_failed", error=str(exc))
+        return False
