@@ -5,54 +5,73 @@ VENV := .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: help install venv jars helm test unit integration lint demo stack-up stack-down clean \
-	bench bench-throughput bench-controller-scale bench-verifier bench-latency bench-stalls drill soak
+.PHONY: help install venv jars helm promtool image image-test test unit integration lint demo stack-up stack-down \
+	clean bench bench-throughput bench-controller-scale bench-verifier bench-latency bench-stalls drill soak
 
 help:
-	@echo "make install      venv (.venv, editable, dev extras) + pinned JVM jars (.cache/jvm)"
-	@echo "make test         unit + integration tests against a real local ZooKeeper/Kafka stack"
+	@echo "make install      venv (.venv, editable, dev + verifier extras) + pinned JVM jars (.cache/jvm)"
+	@echo "make test         unit + integration tests against a real local ZooKeeper/Kafka stack (+ helm, promtool)"
 	@echo "make demo         end-to-end demo: mirror 100,000 records and compare per partition"
-	@echo "make lint         ruff"
+	@echo "make lint         ruff + import-linter (the layers)"
 	@echo "make helm         pinned helm (.cache/bin/helm, built with Go) for the chart tests"
+	@echo "make promtool     pinned promtool (.cache/bin/promtool, built with Go) for the chart's alerting rules"
+	@echo "make image        the controller/worker and verifier images, built with buildah (no daemon)"
+	@echo "make image-test   run the images against a local stack: mirror 10,000 records, then verify"
 	@echo "make stack-up / stack-down   a local stack for manual work (.cache/stack/stack.json)"
 	@echo "make bench        every benchmark (BENCH_ARGS=--quick for smoke runs); results in docs/benchmarks.md"
 	@echo "make drill        failure drill under load, ending with the verifier's verdict"
 	@echo "make soak         random faults for MINUTES=30 under load (SEED=n replays), then compare + verify"
 
-install: venv jars helm
+# What `make demo` needs: Python and Java/Maven, no Go (helm and promtool are for `make test`).
+install: venv jars
 
-# Reinstall only when the package metadata changed; say what was reused.
+# Reinstall only when the package metadata changed; say what was reused. editable_mode=compat puts
+# the checkout on sys.path, so the console script also finds devtools/ (which the wheel leaves out).
 venv:
 	@set -e; sum=$$(cat setup.cfg pyproject.toml | sha256sum | cut -c1-16); \
 	if [ -x $(BIN)/python ] && [ "$$(cat $(VENV)/.installed 2>/dev/null)" = "$$sum" ]; then \
 	  echo "venv: reused $(VENV) (setup.cfg unchanged)"; \
 	else \
-	  echo "venv: creating $(VENV) and installing ureplicator-py[dev] (pyspark is large; this takes a minute)"; \
+	  echo "venv: creating $(VENV) and installing ureplicator-py[dev,verifier] (pyspark is large; this takes a minute)"; \
 	  [ -x $(BIN)/python ] || $(PYTHON) -m venv $(VENV); \
 	  $(BIN)/python -m pip install --disable-pip-version-check -q --upgrade pip; \
-	  $(BIN)/python -m pip install --disable-pip-version-check -q --progress-bar off -e '.[dev]'; \
+	  $(BIN)/python -m pip install --disable-pip-version-check -q --progress-bar off \
+	    --config-settings editable_mode=compat -e '.[dev,verifier]'; \
 	  echo "$$sum" > $(VENV)/.installed; \
 	  echo "venv: ready"; \
 	fi
 
 jars: venv
-	@$(BIN)/python -m common.jvm fetch
+	@$(BIN)/python -m devtools.jvm fetch
 
 # Pinned helm for the chart tests, built from the Go module proxy into .cache/bin; reused when present.
 helm: venv
-	@$(BIN)/python -m common.helmtool install
+	@$(BIN)/python -m devtools.helmtool install
 
-unit: venv helm
+# Pinned promtool (Prometheus) for the chart's PrometheusRule and dashboard queries; reused when present.
+promtool: venv
+	@$(BIN)/python -m devtools.promtool install
+
+# Images: buildah and debootstrap (`apt-get install -y buildah debootstrap`). The base is
+# python:3.11-slim-bookworm when a registry answers, else a local one made with debootstrap.
+image: venv jars
+	nice $(BIN)/python -m devtools.images build
+
+image-test: image
+	$(BIN)/python -m devtools.images test
+
+unit: venv helm promtool
 	$(BIN)/python -m pytest tests/unit -q $(PYTEST_ARGS)
 
-integration: install
+integration: venv jars
 	$(BIN)/python -m pytest tests/integration -q $(PYTEST_ARGS)
 
-test: install
+test: venv jars helm promtool
 	$(BIN)/python -m pytest tests -q -ra $(PYTEST_ARGS)
 
 lint: venv
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
 
 demo: install
 	$(BIN)/ureplicator demo

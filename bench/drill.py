@@ -73,8 +73,8 @@ from bench.harness import (
     read_log,
     wait_for,
 )
-from common import stack
 from common.errors import UReplicatorError
+from devtools import stack
 
 START = "<!-- drill:start -->"
 END = "<!-- drill:end -->"

@@ -31,8 +31,8 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from bench import mm2
 from bench.common import DOC, RESULTS_DIR, append_json, create_topic, machine_info, replace_section, say
 from bench.harness import BenchError, Pipeline, Processes, bench_dir, install_signal_handlers, own_stack, wait_for
-from common import jvm, stack
 from common.errors import UReplicatorError
+from devtools import jvm, stack
 
 START = "<!-- failover-bench:start -->"
 END = "<!-- failover-bench:end -->"

@@ -46,8 +46,8 @@ from bench.harness import (
     percentile,
     wait_for,
 )
-from common import stack
 from common.errors import UReplicatorError
+from devtools import stack
 
 START = "<!-- latency-bench:start -->"
 END = "<!-- latency-bench:end -->"

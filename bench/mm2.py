@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import PRODUCER_SETTINGS
-from common import jvm
+from devtools import jvm
 
 MAIN_CLASS = "org.apache.kafka.connect.mirror.MirrorMaker"
 HEAP = ["-Xms256m", "-Xmx512m"]

@@ -85,8 +85,8 @@ from bench.harness import (
     read_log,
     wait_for,
 )
-from common import jvm, stack
 from common.errors import UReplicatorError
+from devtools import jvm, stack
 
 START = "<!-- stalls-bench:start -->"
 END = "<!-- stalls-bench:end -->"

@@ -4,7 +4,7 @@
     .venv/bin/python -m bench.throughput --quick    # smoke run: 1 round, 500k x 100 B + 100k x 1 KB: 1-3 min
     .venv/bin/python -m bench.throughput --profile  # also py-spy the worker in one extra, untimed run
 
-One invocation starts its own local stack (``common.stack``; always stopped
+One invocation starts its own local stack (``devtools.stack``; always stopped
 again, also on Ctrl-C), preloads two source topics of 8 partitions (100-byte
 and 1 KB values, 8-byte keys), then mirrors each topic with
 
@@ -78,9 +78,9 @@ from bench.common import (
     say,
     stop_process,
 )
-from common import jvm, stack
-from common.cli import request
 from common.errors import UReplicatorError
+from controller.client import request
+from devtools import jvm, stack
 
 START = "<!-- throughput-bench:start -->"
 END = "<!-- throughput-bench:end -->"
@@ -372,7 +372,7 @@ def run_ureplicator(bench: Bench, ds: Dataset, rnd: int, profile_to: Path | None
     }
     config_path = folder / "pipeline.yaml"
     config_path.write_text(yaml.safe_dump(config))
-    python = [sys.executable, "-m", "common.cli"]
+    python = [sys.executable, "-m", "cli"]
     procs: list[subprocess.Popen[bytes]] = []
     spy: subprocess.Popen[bytes] | None = None
     try:
@@ -770,7 +770,7 @@ def render_section(entry: dict[str, Any]) -> str:
         "(other jobs shared the machine; the brokers, ZooKeeper and the mirroring process share its cores) |",
         "",
         "Everything runs on this one machine: ZooKeeper and the two single-broker KRaft clusters "
-        f"(`common.stack`, broker heap {s['broker_heap']}) and the mirroring process, so the brokers' CPU "
+        f"(`devtools.stack`, broker heap {s['broker_heap']}) and the mirroring process, so the brokers' CPU "
         "competes with the mirror's. Source topics: 8 partitions, 8-byte keys, text-like values that lz4 "
         "compresses about 2:1. Every variant produces with the worker's settings: "
         + ", ".join(f"`{k}={v}`" for k, v in s["producer"].items()) + ".",

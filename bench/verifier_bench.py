@@ -55,8 +55,9 @@ from bench.common import (
     replace_section,
     say,
 )
-from common import provenance, stack
+from common import provenance
 from common.config import from_dict
+from devtools import stack
 
 START = "<!-- verifier-bench:start -->"
 END = "<!-- verifier-bench:end -->"

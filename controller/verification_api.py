@@ -14,8 +14,8 @@ from typing import Any
 from flask import Blueprint, jsonify, request
 from prometheus_client import CollectorRegistry
 
-from verifier.metrics import VerificationCollector
-from verifier.store import ReportStore
+from reports.metrics import VerificationCollector
+from reports.store import ReportStore
 
 MAX_HISTORY = 1000
 

@@ -14,7 +14,7 @@ from tests.support.pipeline import Pipeline
 @pytest.fixture(scope="session")
 def services(tmp_path_factory):
     """Start the stack once (same code as `ureplicator stack up`); stop it at the end."""
-    from common import stack
+    from devtools import stack
 
     reuse = os.environ.get("UREPLICATOR_TEST_STACK")
     if reuse:  # a developer's running `ureplicator stack up --dir D`: faster edit-test loops
@@ -48,7 +48,7 @@ def pytest_runtest_makereport(item, call):
         report.sections.append(("ureplicator processes", pipeline.logs()))
     services = item.funcargs.get("services") if hasattr(item, "funcargs") else None
     if services:
-        from common import stack
+        from devtools import stack
 
         for name, text in stack.service_logs(services["dir"], lines=40).items():
             report.sections.append((f"{name} log", text))

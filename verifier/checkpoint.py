@@ -40,8 +40,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from verifier import model
-from verifier.model import Watermarks
+from reports import model
+from reports.model import Watermarks
 
 FORMAT_VERSION = 1
 FILE_NAME = "checkpoint.json"

@@ -28,8 +28,9 @@ from typing import Any
 from common import config as config_module
 from common import logs
 from common.errors import UReplicatorError
-from verifier import checkpoint, kafka_options, model
-from verifier.store import ReportStore, error_entry
+from reports import model
+from reports.store import ReportStore, error_entry
+from verifier import checkpoint, kafka_options
 
 DESCRIPTION = (
     "Prove per partition that the destination holds every record the replicator committed, exactly once, "
@@ -127,8 +128,22 @@ def main(argv: list[str] | None = None) -> int:
     return run(args)
 
 
+PYSPARK_MISSING = "pyspark is not installed: pip install 'ureplicator-py[verifier]' (or use the verifier image)"
+
+
+def pyspark_installed() -> bool:
+    try:
+        import pyspark  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def run(args: argparse.Namespace) -> int:
     """Run once, or every ``args.every`` seconds; returns the exit status of the last run."""
+    if not pyspark_installed():  # an optional extra: the controller/worker install leaves it out
+        print(f"ureplicator verify: {PYSPARK_MISSING}", file=sys.stderr)
+        return 2
     sessions = _SessionCache(args.master, dict(args.conf))
     try:
         if args.every is None:

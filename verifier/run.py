@@ -19,9 +19,10 @@ from common import zk
 from common.config import ClusterConfig, Config
 from common.errors import UReplicatorError
 from common.zkschema import Paths
-from verifier import checkpoint, kafka_options, model, sparkjob
+from reports import model
+from reports.model import CategoryResult, PartitionReport, Report, TopicReport, Watermarks
+from verifier import checkpoint, kafka_options, sparkjob
 from verifier.checkpoint import Checkpoint, CheckpointFile, Decision, TopicIdentity
-from verifier.model import CategoryResult, PartitionReport, Report, TopicReport, Watermarks
 from verifier.sparkjob import BucketPass, ClassAggregate, KafkaSide, RecordPlan, SparkUnavailable
 from verifier.watermarks import Clusters, TopicMissing, TopicSnapshot
 

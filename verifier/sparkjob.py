@@ -28,10 +28,11 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from common import jvm, provenance
+from common import java, provenance
 from common.errors import UReplicatorError
-from verifier import model
-from verifier.model import BucketAggregate, BucketKey, CategoryResult, Sample
+from reports import model
+from reports.model import BucketAggregate, BucketKey, CategoryResult, Sample
+from verifier import connector
 from verifier.watermarks import TopicSnapshot
 
 CONNECTOR_PACKAGE = "org.apache.spark:spark-sql-kafka-0-10_2.13:4.1.1"
@@ -64,7 +65,7 @@ def session(master: str | None = None, conf: Mapping[str, str] | None = None) ->
     """The process's SparkSession, created with the Kafka connector on the classpath.
 
     ``master`` None means: what spark-submit chose, else ``local[*]``. For local
-    masters the connector jars come from ``jvm.classpath("spark-kafka")``; on a
+    masters the connector jars come from ``connector.spark_jars()``; on a
     cluster pass ``--packages`` (see CONNECTOR_PACKAGE) or ``spark.jars``.
     """
     conf = dict(conf or {})
@@ -85,8 +86,8 @@ def session(master: str | None = None, conf: Mapping[str, str] | None = None) ->
         settings["spark.master"] = resolved
     if "spark.jars" not in conf and "spark.jars.packages" not in conf:
         try:
-            settings["spark.jars"] = jvm.classpath("spark-kafka").replace(os.pathsep, ",")
-        except jvm.JvmError as exc:
+            settings["spark.jars"] = ",".join(connector.spark_jars())
+        except connector.ConnectorMissing as exc:
             if resolved is None or resolved.startswith("local"):
                 raise SparkUnavailable(f"Spark's Kafka connector is missing: {exc}") from None
     settings.update(conf)
@@ -95,14 +96,14 @@ def session(master: str | None = None, conf: Mapping[str, str] | None = None) ->
         logging.getLogger(name).setLevel(logging.CRITICAL)
     logging.getLogger("py4j").setLevel(logging.WARNING)  # connection chatter at INFO
     try:
-        jvm.java_executable()
+        java.java_executable()
         from pyspark.sql import SparkSession
 
         builder = SparkSession.builder
         for key, value in settings.items():
             builder = builder.config(key, value)
         spark = builder.getOrCreate()
-    except jvm.JvmError as exc:
+    except java.JavaNotFound as exc:
         raise SparkUnavailable(str(exc)) from None
     except Exception as exc:  # the JVM did not start: its message is all we have
         raise SparkUnavailable(f"cannot start Spark ({settings.get('spark.master')}): {exc}") from None

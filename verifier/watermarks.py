@@ -30,7 +30,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource, OffsetSpec
 from common import kafka
 from common.config import ClusterConfig
 from common.errors import ClusterUnavailable, UReplicatorError
-from verifier.model import Watermarks
+from reports.model import Watermarks
 
 
 class TopicMissing(UReplicatorError):

@@ -126,7 +126,7 @@ def test_killing_the_leader_controller_hands_leadership_to_a_standby(pipeline, s
         # When the leader is killed -9
         killed_at = time.monotonic()
         leader.kill()
-        from common.cli import request
+        from controller.client import request
 
         def standby_leads() -> bool:
             status, body = request(f"http://127.0.0.1:{standby_port}/health")

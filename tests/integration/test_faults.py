@@ -19,8 +19,8 @@ from datetime import datetime
 import pytest
 from confluent_kafka import KafkaException
 
-from common import stack
-from common.stack import free_port
+from devtools import stack
+from devtools.ports import free_port
 from tests.support import kafka_io
 from tests.support.kafka_io import wait_for
 from tests.support.load import ContinuousProducer, compare, wait_mirrored

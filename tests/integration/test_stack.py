@@ -16,7 +16,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kazoo.client import KazooClient
 
-from common import stack
+from devtools import stack
 
 pytestmark = pytest.mark.integration
 

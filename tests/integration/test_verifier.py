@@ -3,7 +3,7 @@
 Destinations with defects are written by hand (the same records the
 replicator would write, then one defect per partition); the replicator's
 committed offsets are set by committing for its group. Every report is
-validated against verifier/report.schema.json.
+validated against reports/report.schema.json.
 """
 
 from __future__ import annotations

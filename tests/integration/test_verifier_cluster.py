@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from common import jvm
-from common.stack import free_port
+from devtools import jvm
+from devtools.ports import free_port
 from tests.support import kafka_io
 from tests.support import verifier_env as env
 from tests.support.kafka_io import wait_for

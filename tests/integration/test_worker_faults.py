@@ -10,8 +10,8 @@ import urllib.request
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from common import stack
-from common.stack import free_port
+from devtools import stack
+from devtools.ports import free_port
 from tests.support import kafka_io
 from tests.support.kafka_io import wait_for
 from tests.support.load import ContinuousProducer, compare, wait_mirrored

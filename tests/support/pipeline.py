@@ -16,8 +16,8 @@ from typing import Any
 
 import yaml
 
-from common.cli import request
-from common.stack import free_port
+from controller.client import request
+from devtools.ports import free_port
 
 _ids = itertools.count()
 
@@ -88,7 +88,7 @@ class Pipeline:
     def _spawn(self, label: str, args: list[str], env: dict[str, str] | None = None) -> Process:
         log = self.workdir / f"{self.name}-{label}.log"
         popen = subprocess.Popen(
-            [sys.executable, "-m", "common.cli", *args],
+            [sys.executable, "-m", "cli", *args],
             stdout=log.open("ab"),
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,

@@ -25,7 +25,7 @@ from common import provenance
 from common.zkschema import Paths, TopicRecord
 from tests.support.kafka_io import Record
 
-SCHEMA = json.loads((Path(__file__).resolve().parents[2] / "verifier" / "report.schema.json").read_text())
+SCHEMA = json.loads((Path(__file__).resolve().parents[2] / "reports" / "report.schema.json").read_text())
 
 
 @dataclass(frozen=True)

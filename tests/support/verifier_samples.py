@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from verifier import model
-from verifier.model import CategoryResult, PartitionReport, Report, Sample, TopicReport, Watermarks
+from reports import model
+from reports.model import CategoryResult, PartitionReport, Report, Sample, TopicReport, Watermarks
 
 
 def sample_report() -> Report:

@@ -32,7 +32,10 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from common import cli, config, helmtool, jvm
+from cli import main as cli
+from common import config
+from devtools import helmtool, jvm
+from verifier import connector
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "helm" / "ureplicator"
@@ -44,7 +47,7 @@ VALUES_IDS = ["default", *(p.name.removesuffix("-values.yaml") for p in CI_VALUE
 KUBE_MIN = "1.27.0"
 KUBE_MAX = kubernetes_validate.latest_version()
 # Custom resources have no schema in the Kubernetes OpenAPI; checked by their own test below.
-CUSTOM_KINDS = {("monitoring.coreos.com/v1", "ServiceMonitor")}
+CUSTOM_KINDS = {("monitoring.coreos.com/v1", "ServiceMonitor"), ("monitoring.coreos.com/v1", "PrometheusRule")}
 
 RELEASE = "mirror"
 NAMESPACE = "replication"
@@ -56,14 +59,6 @@ STANDARD_LABELS = (
 
 
 # --- rendering ---------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="session")
-def helm() -> Path:
-    try:
-        return helmtool.require()
-    except helmtool.HelmToolError as exc:
-        pytest.fail(str(exc), pytrace=False)
 
 
 def _run_helm(helm: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -783,15 +778,27 @@ def test_images_run_ureplicator_as_the_charts_user() -> None:
     assert _chart_values()["controller"]["podSecurityContext"]["runAsUser"] == _image_user()
 
 
-def test_verifier_image_puts_the_connector_where_common_jvm_looks() -> None:
+def test_verifier_image_puts_the_connector_where_the_verifier_looks() -> None:
     stages = _dockerfile_stages()
-    assert any("python -m common.jvm fetch" in i.args for i in stages["jars"] if i.keyword == "RUN")
     env = " ".join(i.args for i in stages["verifier"] if i.keyword == "ENV")
-    cache = re.search(r"UREPLICATOR_CACHE=(\S+)", env).group(1)  # type: ignore[union-attr]
+    jars = re.search(rf"{connector.JARS_ENV}=(\S+)", env).group(1)  # type: ignore[union-attr]
     copies = [i.args.split() for i in stages["verifier"] if i.keyword == "COPY" and "--from=jars" in i.args]
-    assert "spark-kafka" in jvm.COMPONENTS
-    assert [c[-1].rstrip("/") for c in copies] == [f"{cache}/jvm/spark-kafka"]
+    assert [c[-1].rstrip("/") for c in copies] == [jars]
     assert any("openjdk-17-jre-headless" in i.args for i in stages["verifier"] if i.keyword == "RUN")
+
+
+def test_only_the_verifier_image_carries_pyspark() -> None:
+    stages = _dockerfile_stages()
+    venvs = {name: [i.args.split()[0] for i in stages[name] if i.keyword == "COPY" and "venv" in i.args]
+             for name in ("runtime", "verifier")}
+    assert venvs == {"runtime": ["--from=build"], "verifier": ["--from=build-verifier"]}
+    installs = {name: " ".join(i.args for i in stages[name] if i.keyword == "RUN" and "pip install" in i.args)
+                for name in ("build", "build-verifier")}
+    assert "[verifier]" not in installs["build"] and "'.[verifier]'" in installs["build-verifier"]
+
+
+# What the wheel holds: the runtime. devtools/, bench/ and tests/ stay in the checkout.
+WHEEL_PACKAGES = ("cli", "common", "controller", "failover", "reports", "worker", "verifier")
 
 
 def test_the_package_the_image_installs_has_every_data_file(tmp_path: Path) -> None:
@@ -815,9 +822,15 @@ def test_the_package_the_image_installs_has_every_data_file(tmp_path: Path) -> N
     data_suffixes = {".json", ".properties", ".yaml", ".yml", ".html", ".css", ".js"}
     data_files = {
         path.relative_to(REPO).as_posix()
-        for package in ("common", "controller", "worker", "verifier")
+        for package in WHEEL_PACKAGES
         for path in (REPO / package).rglob("*")
         if path.is_file() and path.suffix in data_suffixes and "__pycache__" not in path.parts
     }
     missing = sorted(data_files - packaged)
     assert not missing, f"not in the wheel (add them to setup.cfg [options.package_data]): {missing}"
+    assert {name.split("/")[0] for name in packaged if "/" in name and ".dist-info/" not in name} == set(WHEEL_PACKAGES)
+    (metadata,) = [name for name in packaged if name.endswith(".dist-info/METADATA")]
+    requires = [line for line in zipfile.ZipFile(wheel).read(metadata).decode().splitlines()
+                if line.startswith("Requires-Dist:")]
+    spark = [line for line in requires if "pyspark" in line]
+    assert spark and all('extra == "verifier"' in line for line in spark), "pyspark only with .[verifier]"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from common import jvm
+from devtools import jvm
 
 
 def _poms(root: Path, kafka_version: str = "3.9.1") -> Path:

@@ -7,9 +7,10 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from verifier import checkpoint, model
+from reports import model
+from reports.model import Watermarks
+from verifier import checkpoint
 from verifier.checkpoint import Checkpoint, CheckpointFile, PartitionCheckpoint, TopicCheckpoint, TopicIdentity
-from verifier.model import Watermarks
 
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=timezone.utc)
 DAY = 86_400.0

@@ -9,9 +9,9 @@ from flask import Flask
 from prometheus_client import CollectorRegistry, generate_latest
 
 from controller.verification_api import make_blueprint, register_metrics
+from reports import html
+from reports.store import ReportStore, error_entry
 from tests.support.verifier_samples import sample_report
-from verifier import html
-from verifier.store import ReportStore, error_entry
 
 
 def _doc(run_id: str = "20251121T120000Z-abcdef", **changes):

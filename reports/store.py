@@ -2,7 +2,7 @@
 
 Layout of a reports directory::
 
-    runs/<run id>.json   the full report (schema: verifier/report.schema.json)
+    runs/<run id>.json   the full report (schema: reports/report.schema.json)
     runs/<run id>.html   the same report rendered for people
     latest.json          copy of the newest report; latest.html likewise
     summary.json         model.summary() of the newest report (what the controller serves)
@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from verifier import html, model
+from reports import html, model
 
 HISTORY = "history.jsonl"
 SUMMARY = "summary.json"

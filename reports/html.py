@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from html import escape
 from typing import Any
 
-from verifier import model
+from reports import model
 
 _COLOURS = {model.OK: "#2e7d32", model.WARN: "#b26a00", model.FAIL: "#c62828", model.ERROR: "#6a1b9a"}
 

@@ -14,7 +14,8 @@ import time
 from collections import deque
 from pathlib import Path
 
-from common.locking import file_lock
+from common import java
+from devtools.locking import file_lock
 
 REPO_ROOT: Path = Path(__file__).resolve().parent.parent
 CACHE_DIR: Path = Path(os.environ.get("UREPLICATOR_CACHE") or REPO_ROOT / ".cache").resolve()
@@ -98,25 +99,11 @@ def _log(message: str) -> None:
 
 
 def java_executable() -> str:
-    """The java binary to run: $JAVA_HOME/bin/java when JAVA_HOME is set, else java on PATH."""
-    java_home = os.environ.get("JAVA_HOME")
-    if java_home:
-        candidate = Path(java_home) / "bin" / "java"
-        # An explicit JAVA_HOME that is wrong is a configuration error worth reporting,
-        # silently falling back to another java would hide it.
-        if not (candidate.is_file() and os.access(candidate, os.X_OK)):
-            raise JvmError(
-                f"JAVA_HOME={java_home} has no executable bin/java; "
-                "point JAVA_HOME at a Java 17+ installation or unset it to use java from PATH"
-            )
-        return str(candidate)
-    found = shutil.which("java")
-    if not found:
-        raise JvmError(
-            "Java not found: no JAVA_HOME and no `java` on PATH. Install a Java 17+ runtime "
-            "(e.g. `apt-get install openjdk-17-jre-headless`) or set JAVA_HOME"
-        )
-    return found
+    """The java binary to run (see common.java), with its absence as a JvmError."""
+    try:
+        return java.java_executable()
+    except java.JavaNotFound as exc:
+        raise JvmError(str(exc)) from None
 
 
 def _maven_executable() -> str:
@@ -256,13 +243,13 @@ def classpath(component: str) -> str:
     if not jars:
         raise JvmError(
             f"the {component} jars are missing (no *.jar in {folder}); run `make install` "
-            "(or `python -m common.jvm fetch`) to download the pinned JVM artifacts"
+            "(or `python -m devtools.jvm fetch`) to download the pinned JVM artifacts"
         )
     return os.pathsep.join(str(j) for j in jars)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m common.jvm", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m devtools.jvm", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     p_fetch = sub.add_parser("fetch", help="download the pinned jars (reuses the cache)")
     p_fetch.add_argument("--force", action="store_true", help="re-run maven even if unchanged")

@@ -9,7 +9,6 @@ import errno
 import fcntl
 import json
 import os
-import random
 import re
 import shutil
 import signal
@@ -23,7 +22,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from common import jvm
+from devtools import jvm
+from devtools.ports import NoFreePorts, free_ports
 
 SERVICES: tuple[str, ...] = ("zookeeper", "source", "destination")
 BROKERS: tuple[str, ...] = ("source", "destination")
@@ -241,54 +241,6 @@ def _port_holders(port: int) -> str:
     return f" (ss: {'; '.join(lines[:5])})" if lines else ""
 
 
-def _ephemeral_range() -> tuple[int, int]:
-    try:
-        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
-        return int(low), int(high)
-    except (OSError, ValueError):
-        return 32768, 60999  # Linux's default
-
-
-def free_port() -> int:
-    """One free loopback port outside the ephemeral range (REST and metrics ports of tests, demo, benches)."""
-    return _free_ports(1, set())[0]
-
-
-def _free_ports(count: int, avoid: set[int]) -> list[int]:
-    """count distinct free ports outside the kernel's ephemeral range.
-
-    A port from that range (what binding port 0 returns) can be taken by any outgoing
-    connection while its service is down - e.g. a client reconnecting to the stopped
-    destination broker picks the broker's own port and connects to itself - so a
-    restart on the same port would fail.
-    """
-    low, high = _ephemeral_range()
-    pool = list(range(15000, low)) if low > 16000 else list(range(high + 1, 65536))
-    random.SystemRandom().shuffle(pool)
-    # Hold every socket open until all are chosen so no port is handed out twice.
-    socks: list[socket.socket] = []
-    ports: list[int] = []
-    try:
-        for port in pool:
-            if len(ports) == count:
-                break
-            if port in avoid:
-                continue
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            socks.append(sock)
-            try:
-                sock.bind((HOST, port))
-            except OSError:
-                continue
-            ports.append(port)
-    finally:
-        for sock in socks:
-            sock.close()
-    if len(ports) < count:
-        raise StackError(f"found only {len(ports)} free ports on {HOST}, need {count}")
-    return ports
-
-
 def _plan_ports(ports: dict[str, int] | None) -> tuple[dict[str, int], dict[str, int]]:
     """(client port per service, controller port per broker)."""
     given = dict(ports or {})
@@ -305,7 +257,10 @@ def _plan_ports(ports: dict[str, int] | None) -> tuple[dict[str, int], dict[str,
         if not _port_free(port):
             raise StackError(f"port {port} for {name} is already in use on {HOST}{_port_holders(port)}")
     missing = [s for s in SERVICES if s not in given]
-    fresh = _free_ports(len(missing) + len(BROKERS), set(given.values()))
+    try:
+        fresh = free_ports(len(missing) + len(BROKERS), set(given.values()))
+    except NoFreePorts as exc:
+        raise StackError(str(exc)) from None
     client = {**given, **dict(zip(missing, fresh[: len(missing)], strict=True))}
     controller = dict(zip(BROKERS, fresh[len(missing) :], strict=True))
     return {s: client[s] for s in SERVICES}, controller
@@ -836,7 +791,7 @@ def default_dir() -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m common.stack", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m devtools.stack", description=__doc__)
     parser.add_argument("command", choices=("up", "down", "status"))
     parser.add_argument(
         "--dir",

@@ -19,8 +19,8 @@ from pathlib import Path
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from verifier import model
-from verifier.store import ReportStore
+from reports import model
+from reports.store import ReportStore
 
 
 class VerificationCollector(Collector):

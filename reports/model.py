@@ -2,7 +2,7 @@
 
 Everything here is plain data and arithmetic so it can be unit-tested and
 reused by the Spark edge (``verifier.sparkjob``), the report writers
-(``verifier.store``, ``verifier.html``) and the controller's API.
+(``reports.store``, ``reports.html``) and the controller's API.
 
 Categories, per source partition (see docs/verification.md):
 

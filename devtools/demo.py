@@ -1,7 +1,9 @@
 """The end-to-end demo behind ``make demo``: stack, controller, two workers, 100k records, a table.
 
 Everything it starts it stops again, on success, failure or Ctrl-C. Exit
-status 0 only when every source record arrived in the destination.
+status 0 only when every source record arrived in the destination and the
+verifier found them all. ``launch`` and ``verify`` say how the processes run:
+local Python processes here, containers in ``devtools.images`` (``make image-test``).
 """
 
 from __future__ import annotations
@@ -11,33 +13,43 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import yaml
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from common import stack
-from common.cli import request
-from common.jvm import CACHE_DIR
+from controller.client import request
+from devtools import jvm, stack
+from devtools.jvm import CACHE_DIR
+from devtools.ports import free_port
+from verifier import connector
 
 TOPIC = "demo.orders"
+
+# launch(role, name, config file, log file) -> the running controller or worker
+Launch = Callable[[str, str, Path, IO[bytes]], "subprocess.Popen[bytes]"]
+# verify(config file, reports folder) -> the finished `ureplicator verify` (verdict on stdout)
+Verify = Callable[[Path, Path], "subprocess.CompletedProcess[str]"]
 
 
 def _say(text: str) -> None:
     print(text, flush=True)
 
 
-def run(records: int = 100_000, partitions: int = 8, timeout_s: float = 300.0) -> int:
-    directory = CACHE_DIR / "demo"
+def run(records: int = 100_000, partitions: int = 8, timeout_s: float = 300.0, directory: Path | None = None,
+        workers: int = 2, launch: Launch | None = None, verify: Verify | None = None) -> int:
+    directory = directory or CACHE_DIR / "demo"
     processes: list[subprocess.Popen] = []
     previous = signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     try:
         stack.down(directory)  # a demo interrupted the hard way may have left one behind
         _say("demo: starting ZooKeeper and the source and destination Kafka clusters")
         services = stack.up(directory)
-        return _run(services, directory, processes, records, partitions, timeout_s)
+        return _run(services, directory, processes, records, partitions, timeout_s, workers,
+                    launch or _local_process, verify or _local_verify)
     except KeyboardInterrupt:
         _say("\ndemo: interrupted; stopping everything it started")
         return 130
@@ -58,9 +70,26 @@ def run(records: int = 100_000, partitions: int = 8, timeout_s: float = 300.0) -
         _say("demo: stopped the stack and every process it started")
 
 
+def _local_process(role: str, name: str, config: Path, log: IO[bytes]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "cli", role, "--config", str(config)],
+        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        env={**os.environ, "UREPLICATOR_LOG_LEVEL": "info"},
+    )
+
+
+def _local_verify(config: Path, output: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "cli", "--log-level", "warning", "verify", "--config", str(config),
+         "--output", str(output), "--master", "local[2]"],
+        stdout=subprocess.PIPE, stderr=None, text=True, stdin=subprocess.DEVNULL,
+        env={**os.environ, connector.JARS_ENV: str(jvm.jvm_dir() / "spark-kafka")},
+    )
+
+
 def _run(services: dict[str, str], directory: Path, processes: list[subprocess.Popen], records: int,
-         partitions: int, timeout_s: float) -> int:
-    rest_port = stack.free_port()
+         partitions: int, timeout_s: float, workers: int, launch: Launch, verify: Verify) -> int:
+    rest_port = free_port()
     config = {
         "pipeline": "demo",
         "zookeeper": {"connect": services["zookeeper"]},
@@ -76,18 +105,14 @@ def _run(services: dict[str, str], directory: Path, processes: list[subprocess.P
         doc = {**config, role: {**config.get(role, {}), **extra}} if extra else config
         path = directory / f"{name}.yaml"
         path.write_text(yaml.safe_dump(doc))
-        log = (logs_dir / f"{name}.log").open("ab")
-        processes.append(subprocess.Popen(
-            [sys.executable, "-m", "common.cli", role, "--config", str(path)],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env={**os.environ, "UREPLICATOR_LOG_LEVEL": "info"},
-        ))
+        with (logs_dir / f"{name}.log").open("ab") as log:
+            processes.append(launch(role, name, path, log))
 
     _say(f"demo: source {services['source']}, destination {services['destination']}, "
          f"ZooKeeper {services['zookeeper']}; process logs in {logs_dir}")
     spawn("controller", "controller", {})
-    spawn("worker", "worker-1", {"id": "worker-1"})
-    spawn("worker", "worker-2", {"id": "worker-2"})
+    for n in range(1, workers + 1):
+        spawn("worker", f"worker-{n}", {"id": f"worker-{n}"})
 
     admin = AdminClient({"bootstrap.servers": services["source"]})
     admin.create_topics([NewTopic(TOPIC, partitions, 1)])[TOPIC].result(30)
@@ -126,18 +151,14 @@ def _run(services: dict[str, str], directory: Path, processes: list[subprocess.P
         _say(f"demo: FAILED — not every record arrived within {timeout_s:.0f}s; see {logs_dir}")
         return 1
     _say(f"demo: all {total} records arrived in {time.monotonic() - started:.1f}s")
-    return _verify(directory / "controller.yaml", directory / "verification")
+    return _verify(directory / "controller.yaml", directory / "verification", verify)
 
 
-def _verify(config_path: Path, output: Path) -> int:
+def _verify(config_path: Path, output: Path, verify: Verify) -> int:
     """Prove it: the PySpark verifier compares every record (content, order, exactly once)."""
-    _say("demo: running the verifier (PySpark, local[2]) over source and destination")
+    _say("demo: running the verifier (PySpark) over source and destination")
     started = time.monotonic()
-    proc = subprocess.run(
-        [sys.executable, "-m", "common.cli", "--log-level", "warning", "verify", "--config", str(config_path),
-         "--output", str(output), "--master", "local[2]"],
-        stdout=subprocess.PIPE, stderr=None, text=True, stdin=subprocess.DEVNULL,
-    )
+    proc = verify(config_path, output)
     verdict = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else "no verdict"
     _say(f"demo: verifier: {verdict}")
     _say(f"demo: start to verdict {time.monotonic() - started:.1f}s (a new process: JVM and Spark start-up included)")

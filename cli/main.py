@@ -1,4 +1,10 @@
-"""The ``ureplicator`` command: one entry point, one subcommand per process or admin task."""
+"""The ``ureplicator`` command: one entry point, one subcommand per process or admin task.
+
+This package sits above every other: it wires the controller, the worker, the verifier and
+(from a source checkout) the development tools into one argparse tree. A new subcommand is a
+``sub.add_parser(...)`` in ``_parser`` with a ``func`` default; import its implementation
+inside that function so ``ureplicator --help`` stays fast and optional parts stay optional.
+"""
 
 from __future__ import annotations
 
@@ -6,13 +12,12 @@ import argparse
 import json
 import os
 import sys
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 from common import logs
 from common.errors import UReplicatorError
+from controller.client import request
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ureplicator", description=__doc__)
+    parser = argparse.ArgumentParser(prog="ureplicator", description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--log-level", default=os.environ.get("UREPLICATOR_LOG_LEVEL", "info"),
                         choices=["debug", "info", "warning", "error"])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -40,7 +45,7 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--config", "-c", help="YAML config file (UREPLICATOR_* variables override it)")
         p.set_defaults(func=_run_process)
 
-    stack = sub.add_parser("stack", help="local ZooKeeper + source/destination Kafka for tests and the demo")
+    stack = sub.add_parser("stack", help="(source checkout) local ZooKeeper + source/destination Kafka")
     stack.add_argument("action", choices=["up", "down", "status"])
     stack.add_argument("--dir", type=Path, default=None, help="state directory (default: <cache>/stack)")
     stack.set_defaults(func=_stack)
@@ -86,7 +91,7 @@ def _parser() -> argparse.ArgumentParser:
     verifier_cli.add_arguments(verify)
     verify.set_defaults(func=verifier_cli.run)
 
-    demo = sub.add_parser("demo", help="run the end-to-end demo on a local stack")
+    demo = sub.add_parser("demo", help="(source checkout) run the end-to-end demo on a local stack")
     demo.add_argument("--records", type=int, default=100_000)
     demo.add_argument("--partitions", type=int, default=8)
     demo.add_argument("--timeout", type=float, default=300.0)
@@ -105,10 +110,22 @@ def _run_process(args: argparse.Namespace) -> int:
     return run(cfg)
 
 
-def _stack(args: argparse.Namespace) -> int:
-    from common import stack
+def _require_devtools(command: str) -> None:
+    """Stop with an operator's error when devtools/ (source checkout only, not in the wheel) is missing."""
+    try:
+        import devtools  # noqa: F401
+    except ImportError:
+        raise UReplicatorError(
+            f"`ureplicator {command}` is a development tool: run it from a source checkout after `make install` "
+            "(it is not part of the installed package)"
+        ) from None
 
-    directory = args.dir or stack.CACHE_DIR / "stack"
+
+def _stack(args: argparse.Namespace) -> int:
+    _require_devtools("stack")
+    from devtools import stack
+
+    directory = args.dir or stack.default_dir()
     try:
         if args.action == "up":
             print(json.dumps(stack.up(directory), indent=2))
@@ -136,27 +153,6 @@ def _rest_options(parser: argparse.ArgumentParser) -> None:
                         or os.environ.get("UREPLICATOR_CONTROLLER_ADMIN_TOKEN"),
                         help="admin bearer token (env UREPLICATOR_ADMIN_TOKEN or UREPLICATOR_CONTROLLER_ADMIN_TOKEN)")
     parser.add_argument("--json", action="store_true", help="print the raw JSON response")
-
-
-def request(url: str, method: str = "GET", body: Any = None, token: str | None = None,
-            timeout_s: float = 30.0) -> tuple[int, Any]:
-    """Call the REST API; returns (status, parsed JSON). Raises UReplicatorError when unreachable."""
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, method=method)
-    req.add_header("Content-Type", "application/json")
-    if token:
-        req.add_header("Authorization", f"Bearer {token}")
-    try:
-        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
-            return resp.status, json.loads(resp.read() or b"null")
-    except urllib.error.HTTPError as exc:
-        payload = exc.read()
-        try:
-            return exc.code, json.loads(payload or b"null")
-        except ValueError:
-            return exc.code, {"error": {"code": exc.code, "message": payload.decode(errors="replace")}}
-    except (urllib.error.URLError, OSError) as exc:
-        raise UReplicatorError(f"cannot reach the controller at {url}: {getattr(exc, 'reason', exc)}") from None
 
 
 def _call(args: argparse.Namespace, method: str, path: str, body: Any = None) -> Any:
@@ -241,7 +237,8 @@ def _table(header: list[str], rows: list[tuple[str, ...]]) -> None:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from common import demo
+    _require_devtools("demo")
+    from devtools import demo
 
     return demo.run(records=args.records, partitions=args.partitions, timeout_s=args.timeout)
 

@@ -1,0 +1,248 @@
+"""The chart's operators' kit, offline: the Grafana dashboard and the PrometheusRule alerts.
+
+The dashboard is validated against a JSON Schema of Grafana's dashboard model
+(tests/support/grafana-dashboard.schema.json); its queries and the rendered alerting rules
+are parsed by the pinned promtool (``make promtool``), every metric they name must be one
+the processes serve, and ``promtool test rules`` replays scenarios in which each alert must
+fire - and the healthy twin of each in which it must not.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+from prometheus_client import CollectorRegistry, generate_latest
+
+from tests.support.verifier_samples import sample_report
+from tests.unit.test_helm import CHART, CI_VALUES, NAMESPACE, of_kind, one, render, values_of
+
+DASHBOARD = CHART / "dashboards" / "ureplicator.json"
+SCHEMA = Path(__file__).resolve().parents[1] / "support" / "grafana-dashboard.schema.json"
+RULE_VALUES = [v for v in CI_VALUES if values_of(v)["metrics"]["prometheusRule"]["enabled"]]
+METRIC = re.compile(r"\b(ureplicator_\w+)")
+
+
+@pytest.fixture(scope="session")
+def served(tmp_path_factory) -> set[str]:
+    """Every ureplicator_* sample and family name the worker, controller and verification views expose."""
+    from controller.metrics import ControllerMetrics
+    from controller.verification_api import register_metrics
+    from reports.store import ReportStore
+    from worker.metrics import WorkerMetrics
+
+    worker = WorkerMetrics()
+    for family in (worker.records, worker.bytes, worker.skipped, worker.produce_errors, worker.expired):
+        family.labels("orders").inc()  # labelled families only appear once they have a child
+    worker.lag.labels("orders", "0").set(3)
+    worker.commits.labels("error").inc()
+    reports = tmp_path_factory.mktemp("reports")
+    ReportStore(reports).save(sample_report().to_dict())
+    verification = CollectorRegistry()
+    register_metrics(verification, reports)
+    exposition = b"".join(generate_latest(r) for r in (worker.registry, ControllerMetrics().registry, verification))
+    return set(re.findall(r"^(?:# TYPE )?(ureplicator_\w+)", exposition.decode(), re.MULTILINE))
+
+
+def dashboard() -> dict[str, Any]:
+    return json.loads(DASHBOARD.read_text())
+
+
+def dashboard_queries() -> list[tuple[str, str]]:
+    return [(f"{p['id']}{t['refId']}", t["expr"]) for p in dashboard()["panels"] for t in p.get("targets", [])]
+
+
+def rendered_rules(helm: Path, values: Path | None) -> dict[str, Any]:
+    (rule,) = of_kind(render(helm, values), "PrometheusRule")
+    return rule
+
+
+def check_rules(promtool: Path, groups: list[dict[str, Any]], path: Path) -> subprocess.CompletedProcess[str]:
+    path.write_text(yaml.safe_dump({"groups": groups}, sort_keys=False))
+    return subprocess.run([str(promtool), "check", "rules", str(path)], capture_output=True, text=True, timeout=60)
+
+
+# --- the dashboard -------------------------------------------------------------------------------
+
+
+def test_dashboard_matches_grafanas_dashboard_schema() -> None:
+    doc = dashboard()
+    jsonschema.Draft202012Validator(json.loads(SCHEMA.read_text())).validate(doc)
+    ids = [p["id"] for p in doc["panels"]]
+    assert len(ids) == len(set(ids)), "panel ids must be unique"
+    for panel in doc["panels"]:
+        grid = panel["gridPos"]
+        assert grid["x"] + grid["w"] <= 24, f"{panel['title']} runs off the 24-column grid"
+    variables = {v["name"] for v in doc["templating"]["list"]}
+    used = {name for _, expr in dashboard_queries() for name in re.findall(r"\$(\w+)", expr)} - {"__rate_interval"}
+    assert used <= variables, f"queries use undefined variables: {sorted(used - variables)}"
+
+
+def test_dashboard_shows_lag_throughput_latency_handoffs_and_the_verdict() -> None:
+    queries = " ".join(expr for _, expr in dashboard_queries())
+    for metric in ("ureplicator_worker_source_lag_records", "ureplicator_worker_records_mirrored_total",
+                   "ureplicator_worker_replication_latency_seconds_bucket",
+                   "ureplicator_controller_handoff_duration_seconds_count", "ureplicator_verification_status"):
+        assert metric in queries, f"the dashboard has no panel on {metric}"
+
+
+def test_dashboard_queries_name_only_served_metrics(served: set[str]) -> None:
+    named = {m for _, expr in dashboard_queries() for m in METRIC.findall(expr)}
+    assert named and named <= served, f"not served: {sorted(named - served)}"
+
+
+def test_dashboard_queries_are_valid_promql(promtool: Path, tmp_path: Path) -> None:
+    # Grafana's variables become what they expand to with "All" selected.
+    concrete = {"$__rate_interval": "5m", "$namespace": ".*", "$topic": ".*"}
+    rules = []
+    for ref, expr in dashboard_queries():
+        for variable, value in concrete.items():
+            expr = expr.replace(variable, value)
+        rules.append({"record": f"dashboard:query_{ref}", "expr": expr})
+    done = check_rules(promtool, [{"name": "dashboard", "rules": rules}], tmp_path / "dashboard.rules.yaml")
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_chart_ships_the_dashboard_unchanged_for_grafanas_sidecar(helm: Path) -> None:
+    many = next(v for v in CI_VALUES if v.name == "many-workers-values.yaml")
+    (config_map,) = [d for d in of_kind(render(helm, many), "ConfigMap") if "ureplicator.json" in d["data"]]
+    assert json.loads(config_map["data"]["ureplicator.json"]) == dashboard()
+    assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert config_map["metadata"]["namespace"] == "monitoring"
+    assert not [d for d in of_kind(render(helm, None), "ConfigMap") if "ureplicator.json" in d["data"]]
+
+
+# --- the alerting rules ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("values", RULE_VALUES, ids=[v.name.removesuffix("-values.yaml") for v in RULE_VALUES])
+def test_rendered_rules_pass_promtool_and_name_only_served_metrics(
+    helm: Path, promtool: Path, values: Path, served: set[str], tmp_path: Path
+) -> None:
+    rule = rendered_rules(helm, values)
+    done = check_rules(promtool, rule["spec"]["groups"], tmp_path / "rules.yaml")
+    assert done.returncode == 0, done.stdout + done.stderr
+    alerts = {r["alert"] for g in rule["spec"]["groups"] for r in g["rules"]}
+    assert {"UReplicatorLagGrowing", "UReplicatorPartitionsWithoutOwner", "UReplicatorNoLeader",
+            "UReplicatorVerificationFailed", "UReplicatorVerificationMissing"} <= alerts
+    named = {m for g in rule["spec"]["groups"] for r in g["rules"] for m in METRIC.findall(r["expr"])}
+    assert named <= served, f"not served: {sorted(named - served)}"
+
+
+def test_no_prometheus_rule_unless_enabled(helm: Path) -> None:
+    assert not of_kind(render(helm, None), "PrometheusRule")
+
+
+def _alert_test(promtool: Path, tmp_path: Path, groups: list[dict[str, Any]], tests: list[dict[str, Any]]) -> str:
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": groups}, sort_keys=False))
+    (tmp_path / "tests.yaml").write_text(yaml.safe_dump(
+        {"rule_files": ["rules.yaml"], "evaluation_interval": "1m", "tests": tests}, sort_keys=False))
+    done = subprocess.run([str(promtool), "test", "rules", "tests.yaml"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def _fires(alert: str, at: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    return {"eval_time": at, "alertname": alert,
+            "exp_alerts": [{"exp_labels": labels or {}}] if labels is not None else []}
+
+
+def _annotations(groups: list[dict[str, Any]], alert: str) -> dict[str, str]:
+    return next(r for g in groups for r in g["rules"] if r.get("alert") == alert)["annotations"]
+
+
+def test_each_alert_fires_in_its_scenario_and_stays_quiet_when_healthy(helm: Path, promtool: Path,
+                                                                     tmp_path: Path) -> None:
+    # Given the rules of a release with the verifier's reports served by the controllers
+    values = next(v for v in CI_VALUES if v.name == "auto-whitelist-values.yaml")
+    docs = render(helm, values)
+    (rule,) = of_kind(docs, "PrometheusRule")
+    groups = rule["spec"]["groups"]
+    pipeline = values_of(values)["pipeline"]
+    services = {d["metadata"]["name"] for d in of_kind(docs, "Service")}
+    controller_service = one(docs, "Service", "controller")["metadata"]["name"]
+    (worker_service,) = [name for name in services if name.endswith("-worker-metrics")]
+    verifier_job = f'{one(docs, "CronJob", "verifier")["metadata"]["name"]}-2901'
+    controller = f'namespace="{NAMESPACE}", service="{controller_service}"'
+    workers = f'namespace="{NAMESPACE}", service="{worker_service}"'
+    severity = {"warning": {"severity": "warning", "pipeline": pipeline},
+                "critical": {"severity": "critical", "pipeline": pipeline}}
+
+    def alert(name: str, at: str, series: list[tuple[str, str]], labels: dict[str, str] | None,
+              annotations: dict[str, str] | None = None) -> dict[str, Any]:
+        case = _fires(name, at, labels)
+        if labels is not None:
+            case["exp_alerts"][0]["exp_annotations"] = annotations or _annotations(groups, name)
+        return {"interval": "1m", "input_series": [{"series": s, "values": v} for s, v in series],
+                "alert_rule_test": [case]}
+
+    lag = f'ureplicator_worker_source_lag_records{{{workers}, pod="w-1", topic="orders", partition="3"}}'
+    lag_annotations = {
+        "summary": "Replication lag of orders[3] keeps growing",
+        "description": _annotations(groups, "UReplicatorLagGrowing")["description"].replace(
+            "{{ $value | humanize }}", "5k"),
+    }
+    leader = f"ureplicator_controller_leader{{{controller}, pod=\"c-%d\"}}"
+    tests = [
+        # When lag grows by 500 records a minute for 40 minutes, then it alerts; a high steady lag does not
+        alert("UReplicatorLagGrowing", "40m", [(lag, "2000+500x40")],
+              {**severity["warning"], "topic": "orders", "partition": "3"}, lag_annotations),
+        alert("UReplicatorLagGrowing", "40m", [(lag, "50000x40")], None),
+        # When no controller leads (two replicas at 0), or controllers vanish; not when exactly one leads
+        alert("UReplicatorNoLeader", "10m", [(leader % 0, "0x10"), (leader % 1, "0x10")], severity["critical"]),
+        alert("UReplicatorNoLeader", "10m", [(leader % 0, "1x10"), (leader % 1, "0x10")], None),
+        # When partitions stay unassigned longer than a hand-off; not for a brief hand-off
+        alert("UReplicatorPartitionsWithoutOwner", "10m",
+              [(f"ureplicator_controller_unassigned_partitions{{{controller}, pod=\"c-0\"}}", "3x10")],
+              severity["warning"], {**_annotations(groups, "UReplicatorPartitionsWithoutOwner"),
+                                    "summary": "3 source partitions have no worker"}),
+        alert("UReplicatorPartitionsWithoutOwner", "10m",
+              [(f"ureplicator_controller_unassigned_partitions{{{controller}, pod=\"c-0\"}}", "0 0 0 0 0 0 0 3 0 0 0")],
+              None),
+        # When the newest verification FAILed; not when it was OK or WARN
+        alert("UReplicatorVerificationFailed", "5m",
+              [(f"ureplicator_verification_status{{{controller}, pod=\"c-0\"}}", "2x5")], severity["critical"]),
+        alert("UReplicatorVerificationFailed", "5m",
+              [(f"ureplicator_verification_status{{{controller}, pod=\"c-0\"}}", "1x5")], None),
+        # When a verifier Job failed (kube-state-metrics)
+        alert("UReplicatorVerificationFailed", "5m",
+              [(f'kube_job_status_failed{{namespace="{NAMESPACE}", job_name="{verifier_job}"}}', "1x5")],
+              {**severity["critical"], "job_name": verifier_job}),
+    ]
+    output = _alert_test(promtool, tmp_path, groups, tests)
+    assert "SUCCESS" in output
+
+
+def test_missing_verification_alerts_after_the_configured_age(helm: Path, promtool: Path, tmp_path: Path) -> None:
+    # Given verificationMaxAgeSeconds: 7200 and kube-state-metrics for the verifier's CronJob
+    values = next(v for v in CI_VALUES if v.name == "all-options-values.yaml")
+    docs = render(helm, values)
+    (rule,) = of_kind(docs, "PrometheusRule")
+    groups = rule["spec"]["groups"]
+    labels = {"severity": "warning", "pipeline": values_of(values)["pipeline"]}
+    cronjob = f'namespace="{NAMESPACE}", cronjob="{one(docs, "CronJob", "verifier")["metadata"]["name"]}"'
+
+    def case(series: list[tuple[str, str]], fires: bool) -> dict[str, Any]:
+        expected = [{"exp_labels": labels, "exp_annotations": _annotations(groups, "UReplicatorVerificationMissing")}]
+        return {"interval": "1m", "input_series": [{"series": s, "values": v} for s, v in series],
+                "alert_rule_test": [{"eval_time": "4h", "alertname": "UReplicatorVerificationMissing",
+                                     "exp_alerts": expected if fires else []}]}
+
+    tests = [
+        # When the CronJob exists since t=0 and never succeeded: after 2 h + the rule's 1 h
+        case([(f"kube_cronjob_created{{{cronjob}}}", "0x240")], True),
+        # When the last success was at t=0: the same
+        case([(f"kube_cronjob_created{{{cronjob}}}", "0x240"),
+              (f"kube_cronjob_status_last_successful_time{{{cronjob}}}", "0x240")], True),
+        # Not when it just succeeded (the series holds the time of the last success)
+        case([(f"kube_cronjob_created{{{cronjob}}}", "0x240"),
+              (f"kube_cronjob_status_last_successful_time{{{cronjob}}}", "0+60x240")], False),
+    ]
+    assert "SUCCESS" in _alert_test(promtool, tmp_path, groups, tests)
