@@ -191,8 +191,8 @@ def start_to_verdict(services: dict[str, str], topic: str, rounds: int, work: Pa
         started = time.monotonic()
         load = load_average()[0]
         done = subprocess.run(
-            [sys.executable, "-m", "verifier", "--config", str(config), "--topic", topic, "--master", "local[2]",
-             "--output", str(work / f"reports-{index}"), "--full"],
+            [sys.executable, "-m", "verifier", "--config", str(config), "--topic", f"{topic}={topic}",
+             "--master", "local[2]", "--output", str(work / f"reports-{index}"), "--full"],
             cwd=REPO, capture_output=True, text=True, timeout=600, check=False,
         )
         seconds = time.monotonic() - started
