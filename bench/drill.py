@@ -42,14 +42,10 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import (
-    DOC,
     REPO,
-    RESULTS_DIR,
-    append_json,
     create_topic,
     load_average,
     machine_info,
-    replace_section,
     say,
 )
 from bench.harness import (
@@ -73,7 +69,7 @@ from bench.harness import (
     read_log,
     wait_for,
 )
-from common.errors import UReplicatorError
+from bench.recording import run_and_record
 from devtools import stack
 
 START = "<!-- drill:start -->"
@@ -465,35 +461,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    install_signal_handlers()
-    now = datetime.now(timezone.utc)
-    stamp = now.strftime("%Y%m%dT%H%M%SZ")
-    entry: dict[str, Any] = {
-        "benchmark": "drill",
-        "date": now.isoformat(timespec="seconds"),
-        "mode": "quick" if args.quick else "full",
-        "machine": machine_info(),
-        "setup": {"rate": args.rate, "partitions": PARTITIONS, "down_s": args.down, "warm_s": args.warm,
-                  "tail_s": args.tail, "controllers": 2, "workers": 2,
-                  "pipeline_config": "defaults (zookeeper.session_timeout_s=10, worker.commit_interval_s=5)",
-                  "load_producer": "idempotent, acks=all, message.timeout.ms=600000"},
-        "load_at_start": load_average(),
-    }
-    wall = time.monotonic()
-    say(f"failure drill ({entry['mode']}) at {args.rate:,} records/s; load {load_line()}")
-    try:
-        with own_stack("drill", heap=args.broker_heap) as (services, root):
-            workdir = bench_dir("drill") / f"run-{stamp}"
-            workdir.mkdir(parents=True, exist_ok=True)
-            entry["drill"] = run_drill(services, root, workdir, stamp, args)
-    except KeyboardInterrupt:
-        say("interrupted; everything started was stopped")
-        return 130
-    except (BenchError, UReplicatorError, stack.StackError, TimeoutError) as exc:
-        say(f"FAILED: {exc}")
-        return 2
+def print_summary(entry: dict[str, Any], wall: float) -> int:
+    """Time and judge the run, drop the steps' raw timestamps, print the summary; returns the exit status."""
     entry["elapsed_s"] = round(time.monotonic() - wall, 1)
     entry["load_at_end"] = load_average()
     status, text = verdict(entry["drill"])
@@ -515,12 +484,37 @@ def main(argv: list[str] | None = None) -> int:
           f"mirrored: {c['mirrored']:,}   lost: {c['lost']}   duplicated: {c['duplicated']:,}   "
           f"reordered: {c['reordered']}")
     print(f"drill verdict: {text}")
-    if not args.no_write:
-        path = RESULTS_DIR / f"drill-{entry['date'][:10]}.json"
-        append_json(path, entry)
-        replace_section(DOC, START, END, render(entry))
-        say(f"results appended to {path}; {DOC} section updated")
     return status
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    install_signal_handlers()
+    now = datetime.now(timezone.utc)
+    stamp = now.strftime("%Y%m%dT%H%M%SZ")
+    entry: dict[str, Any] = {
+        "benchmark": "drill",
+        "date": now.isoformat(timespec="seconds"),
+        "mode": "quick" if args.quick else "full",
+        "machine": machine_info(),
+        "setup": {"rate": args.rate, "partitions": PARTITIONS, "down_s": args.down, "warm_s": args.warm,
+                  "tail_s": args.tail, "controllers": 2, "workers": 2,
+                  "pipeline_config": "defaults (zookeeper.session_timeout_s=10, worker.commit_interval_s=5)",
+                  "load_producer": "idempotent, acks=all, message.timeout.ms=600000"},
+        "load_at_start": load_average(),
+    }
+    wall = time.monotonic()
+    say(f"failure drill ({entry['mode']}) at {args.rate:,} records/s; load {load_line()}")
+
+    def go() -> dict[str, Any]:
+        with own_stack("drill", heap=args.broker_heap) as (services, root):
+            workdir = bench_dir("drill") / f"run-{stamp}"
+            workdir.mkdir(parents=True, exist_ok=True)
+            entry["drill"] = run_drill(services, root, workdir, stamp, args)
+        return entry
+
+    return run_and_record(go, prefix="drill", start=START, end=END, render=render,
+                          summary=lambda e: print_summary(e, wall), no_write=args.no_write, failed_status=2)
 
 
 if __name__ == "__main__":

@@ -29,10 +29,10 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from bench import mm2
-from bench.common import DOC, RESULTS_DIR, append_json, create_topic, machine_info, replace_section, say
-from bench.harness import BenchError, Pipeline, Processes, bench_dir, install_signal_handlers, own_stack, wait_for
-from common.errors import UReplicatorError
-from devtools import jvm, stack
+from bench.common import create_topic, machine_info, say
+from bench.harness import BenchError, Pipeline, Processes, bench_dir, own_stack, wait_for
+from bench.recording import render_newest, run_and_record
+from devtools import jvm
 
 START = "<!-- failover-bench:start -->"
 END = "<!-- failover-bench:end -->"
@@ -338,6 +338,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "machine": machine_info(), "ureplicator": ours, "mirrormaker2": theirs}
 
 
+def print_summary(entry: dict[str, Any]) -> None:
+    print(json.dumps({k: entry[k] for k in ("ureplicator", "mirrormaker2")}, indent=2))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.failover", description=__doc__.splitlines()[0])
     parser.add_argument("--partitions", type=int, default=4)
@@ -348,24 +352,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--render", action="store_true", help="only rewrite the docs section from the newest result")
     args = parser.parse_args(argv)
     if args.render:
-        newest = sorted(RESULTS_DIR.glob("failover-*.json"))[-1]
-        replace_section(DOC, START, END, render(json.loads(newest.read_text())[-1]))
-        return 0
-    install_signal_handlers()
-    try:
-        entry = run(args)
-    except KeyboardInterrupt:
-        say("interrupted; everything started was stopped")
-        return 130
-    except (BenchError, UReplicatorError, stack.StackError, TimeoutError) as exc:
-        say(f"FAILED: {exc}")
-        return 1
-    print(json.dumps({k: entry[k] for k in ("ureplicator", "mirrormaker2")}, indent=2))
-    if not args.no_write:
-        append_json(RESULTS_DIR / entry["file"], entry)
-        replace_section(DOC, START, END, render(entry))
-        say(f"results in {RESULTS_DIR / entry['file']}; {DOC} section updated")
-    return 0
+        return render_newest(prefix="failover", start=START, end=END, render=render)
+    return run_and_record(lambda: run(args), prefix="failover", start=START, end=END, render=render,
+                          summary=print_summary, no_write=args.no_write,
+                          written="results in {path}; {doc} section updated")
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ import time
 from datetime import datetime, timezone
 from typing import Any
 
-from bench.common import DOC, RESULTS_DIR, append_json, create_topic, load_average, machine_info, replace_section, say
+from bench.common import create_topic, load_average, machine_info, say
 from bench.harness import (
     Arrivals,
     BenchError,
@@ -40,14 +40,12 @@ from bench.harness import (
     Pipeline,
     Processes,
     bench_dir,
-    install_signal_handlers,
     load_line,
     own_stack,
     percentile,
     wait_for,
 )
-from common.errors import UReplicatorError
-from devtools import stack
+from bench.recording import run_and_record
 
 START = "<!-- latency-bench:start -->"
 END = "<!-- latency-bench:end -->"
@@ -328,26 +326,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    install_signal_handlers()
-    try:
-        entry = run(args)
-    except KeyboardInterrupt:
-        say("interrupted; everything started was stopped")
-        return 130
-    except (BenchError, UReplicatorError, stack.StackError, TimeoutError) as exc:
-        say(f"FAILED: {exc}")
-        return 1
+def print_summary(entry: dict[str, Any]) -> None:
     for r in entry["rates"]:
         print(f"{r['rate']:>7,}/s  sent {r['sent']:>9,}  received {r['received']:>9,}  p50 {r['p50_ms']:>8.1f} ms  "
               f"p99 {r['p99_ms']:>8.1f} ms  max {r['max_ms']:>8.1f} ms  {'sustained' if r['sustained'] else 'NOT'}")
-    if not args.no_write:
-        path = RESULTS_DIR / f"latency-{entry['date'][:10]}.json"
-        append_json(path, entry)
-        replace_section(DOC, START, END, render(entry))
-        say(f"results appended to {path}; {DOC} section updated")
-    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    return run_and_record(lambda: run(args), prefix="latency", start=START, end=END, render=render,
+                          summary=print_summary, no_write=args.no_write)
 
 
 if __name__ == "__main__":

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import drill as drill_module
-from bench.common import DOC, RESULTS_DIR, append_json, create_topic, load_average, machine_info, replace_section, say
+from bench.common import create_topic, load_average, machine_info, say
 from bench.harness import (
     Arrivals,
     BenchError,
@@ -57,7 +57,7 @@ from bench.harness import (
     read_log,
     wait_for,
 )
-from common.errors import UReplicatorError
+from bench.recording import run_and_record
 from devtools import stack
 
 START = "<!-- soak:start -->"
@@ -254,6 +254,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def print_summary(entry: dict[str, Any], seed: int) -> int:
+    """Judge the run, drop the steps' raw timestamps, print the summary; returns the exit status."""
+    status, text = drill_module.verdict(entry["soak"])
+    entry["verdict"] = text
+    for step in entry["soak"].get("steps", []):
+        step.pop("t0", None)
+        step.pop("t1", None)
+    c = entry["soak"]["comparison"]
+    for step in entry["soak"].get("steps", []):
+        print(f"{step['name']:<36} flowing {step['flowing_after_ready_s']:5.1f}s after repair  "
+              f"longest gap {step['max_gap_s']:5.1f}s  dups {step.get('duplicates', 0):>6,}")
+    print(f"source {c['records']:,}  lost {c['lost']}  reordered {c['reordered']}  duplicated {c['duplicated']:,}")
+    print(f"soak verdict (seed {seed}): {text}")
+    return status
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 31)
@@ -268,34 +284,17 @@ def main(argv: list[str] | None = None) -> int:
         "setup": {"minutes": args.minutes, "rate": args.rate, "partitions": PARTITIONS, "workers": len(WORKERS),
                   "controllers": 2, "pipeline_config": "defaults (session 10 s, commit interval 5 s)"},
     }
-    try:
+
+    def go() -> dict[str, Any]:
         with own_stack("soak", heap=args.broker_heap) as (services, root):
             workdir = bench_dir("soak") / f"run-{stamp}"
             workdir.mkdir(parents=True, exist_ok=True)
             entry["soak"] = run_soak(services, root, workdir, stamp, args, rng)
-    except KeyboardInterrupt:
-        say("interrupted; everything started was stopped")
-        return 130
-    except (BenchError, UReplicatorError, stack.StackError, TimeoutError) as exc:
-        say(f"FAILED (seed {seed}): {exc}")
-        return 2
-    status, text = drill_module.verdict(entry["soak"])
-    entry["verdict"] = text
-    for step in entry["soak"].get("steps", []):
-        step.pop("t0", None)
-        step.pop("t1", None)
-    c = entry["soak"]["comparison"]
-    for step in entry["soak"].get("steps", []):
-        print(f"{step['name']:<36} flowing {step['flowing_after_ready_s']:5.1f}s after repair  "
-              f"longest gap {step['max_gap_s']:5.1f}s  dups {step.get('duplicates', 0):>6,}")
-    print(f"source {c['records']:,}  lost {c['lost']}  reordered {c['reordered']}  duplicated {c['duplicated']:,}")
-    print(f"soak verdict (seed {seed}): {text}")
-    if not args.no_write:
-        path = RESULTS_DIR / f"soak-{entry['date'][:10]}.json"
-        append_json(path, entry)
-        replace_section(DOC, START, END, render(entry))
-        say(f"results appended to {path}; {DOC} section updated")
-    return status
+        return entry
+
+    return run_and_record(go, prefix="soak", start=START, end=END, render=render,
+                          summary=lambda e: print_summary(e, seed), no_write=args.no_write,
+                          failed=f"FAILED (seed {seed})", failed_status=2)
 
 
 if __name__ == "__main__":

@@ -55,14 +55,11 @@ from confluent_kafka.admin import AdminClient
 
 from bench import mm2
 from bench.common import (
-    DOC,
     RESULTS_DIR,
-    append_json,
     create_topic,
     free_port,
     load_average,
     machine_info,
-    replace_section,
     say,
 )
 from bench.harness import (
@@ -78,15 +75,14 @@ from bench.harness import (
     bench_dir,
     compare,
     end_offsets,
-    install_signal_handlers,
     load_line,
     longest_gap,
     own_stack,
     read_log,
     wait_for,
 )
-from common.errors import UReplicatorError
-from devtools import jvm, stack
+from bench.recording import run_and_record
+from devtools import jvm
 
 START = "<!-- stalls-bench:start -->"
 END = "<!-- stalls-bench:end -->"
@@ -922,37 +918,42 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return entry
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    install_signal_handlers()
-    try:
-        entry = run(args)
-    except KeyboardInterrupt:
-        say("interrupted; everything started was stopped")
-        return 130
-    except (BenchError, UReplicatorError, stack.StackError, TimeoutError) as exc:
-        say(f"FAILED: {exc}")
-        return 1
+def print_summary(entry: dict[str, Any]) -> None:
     for phase in entry["phases"].values():
         for e in phase.get("events", []):
             print(f"{phase['system']:>12} {e['name']:<26} moved {e['moved']:>2}/{e['partitions']:<2} "
                   f"unmoved gap {e['unmoved_max_gap_s']:6.2f}s  moved gap {e['moved_max_gap_s']:7.2f}s  "
                   f"flowing after {e['moved_flowing_after_s']:7.2f}s  dups {e.get('duplicates', 0):>6}")
-    lost = sum(c["lost"] for phase in entry["phases"].values() for c in phase.get("comparison", {}).values())
-    if not args.no_write:
-        path = RESULTS_DIR / f"stalls-{entry['date'][:10]}.json"
-        history = _load_runs()
-        append_json(path, entry)
-        replace_section(DOC, START, END, render(entry, history))
-        say(f"results appended to {path}; {DOC} section updated")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    done: dict[str, Any] = {}
+    history: list[dict[str, Any]] = []
+
+    def go() -> dict[str, Any]:
+        done["entry"] = run(args)
+        return done["entry"]
+
+    def summary(entry: dict[str, Any]) -> None:
+        print_summary(entry)
+        done["lost"] = sum(c["lost"] for phase in entry["phases"].values()
+                           for c in phase.get("comparison", {}).values())
+        if not args.no_write:
+            history.extend(_load_runs())  # the earlier runs, read right before this one is appended
+
+    status = run_and_record(go, prefix="stalls", start=START, end=END, render=lambda e: render(e, history),
+                            summary=summary, no_write=args.no_write)
+    if status:
+        return status
+    entry = done["entry"]
     with contextlib.suppress(Exception):
         urep_lost = sum(c["lost"] for c in entry["phases"]["ureplicator"]["comparison"].values())
         if urep_lost:
             say(f"ureplicator LOST {urep_lost} records")
             return 1
-    say(f"records lost over the run (all systems): {lost}")
+    say(f"records lost over the run (all systems): {done['lost']}")
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

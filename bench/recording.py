@@ -1,0 +1,69 @@
+"""The shared tail of the benchmark scripts: run, map failures to exit codes, print, record.
+
+``run_and_record`` installs the signal handlers, calls the script's own run function,
+maps Ctrl-C / SIGTERM to exit 130 and the benchmark errors to ``FAILED: ...`` and exit 1
+(or the script's own label and status), prints the script's summary, then (unless ``no_write``) appends the entry to
+``<results_dir>/<prefix>-<YYYY-MM-DD>.json`` and re-renders the script's section of
+``docs/benchmarks.md``. ``render_newest`` re-renders that section from the newest
+results file (the scripts' ``--render``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bench import common
+from bench.harness import BenchError, install_signal_handlers
+from common.errors import UReplicatorError
+from devtools import stack
+
+BENCH_ERRORS: tuple[type[BaseException], ...] = (BenchError, UReplicatorError, stack.StackError, TimeoutError)
+
+Entry = dict[str, Any]
+
+
+def run_and_record(run: Callable[[], Entry], *, prefix: str, start: str, end: str,
+                   render: Callable[[Entry], str], summary: Callable[[Entry], int | None] | None = None,
+                   no_write: bool = False, written: str = "results appended to {path}; {doc} section updated",
+                   failed: str = "FAILED", failed_status: int = 1,
+                   results_dir: Path | None = None, doc: Path | None = None) -> int:
+    """Run one benchmark and record its entry; returns the exit status.
+
+    130 when interrupted; ``failed_status`` (after ``<failed>: <error>``) when ``run`` raises
+    one of ``BENCH_ERRORS``; otherwise what ``summary`` returned (None or no summary: 0).
+    ``summary`` may still amend the entry: it runs before anything is written.
+    ``written`` is the progress line after recording, formatted with ``path`` (the results
+    file) and ``doc``. ``results_dir`` and ``doc`` default to ``bench/results`` and
+    ``docs/benchmarks.md``.
+    """
+    results_dir = common.RESULTS_DIR if results_dir is None else results_dir
+    doc = common.DOC if doc is None else doc
+    install_signal_handlers()
+    try:
+        entry = run()
+    except KeyboardInterrupt:
+        common.say("interrupted; everything started was stopped")
+        return 130
+    except BENCH_ERRORS as exc:
+        common.say(f"{failed}: {exc}")
+        return failed_status
+    status = summary(entry) if summary is not None else None
+    if not no_write:
+        path = results_dir / f"{prefix}-{entry['date'][:10]}.json"
+        common.append_json(path, entry)
+        common.replace_section(doc, start, end, render(entry))
+        common.say(written.format(path=path, doc=doc))
+    return status or 0
+
+
+def render_newest(*, prefix: str, start: str, end: str, render: Callable[[Entry], str],
+                  results_dir: Path | None = None, doc: Path | None = None) -> int:
+    """Re-render the section from the last entry of the newest ``<prefix>-*.json``; returns 0."""
+    results_dir = common.RESULTS_DIR if results_dir is None else results_dir
+    doc = common.DOC if doc is None else doc
+    newest = sorted(results_dir.glob(f"{prefix}-*.json"))[-1]
+    common.replace_section(doc, start, end, render(json.loads(newest.read_text())[-1]))
+    return 0

@@ -1,0 +1,142 @@
+"""bench/recording.py: the shared tail of the benchmark scripts' main()."""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench import recording
+from bench.harness import BenchError
+from common.errors import UReplicatorError
+from devtools import stack
+
+START = "<!-- fake-bench:start -->"
+END = "<!-- fake-bench:end -->"
+DATE = "2026-11-23T17:00:00+00:00"
+
+
+@pytest.fixture(autouse=True)
+def _keep_sigterm() -> Any:
+    """run_and_record installs a SIGTERM handler; put the test runner's back."""
+    previous = signal.getsignal(signal.SIGTERM)
+    yield
+    signal.signal(signal.SIGTERM, previous)
+
+
+@pytest.fixture()
+def paths(tmp_path: Path) -> tuple[Path, Path]:
+    results = tmp_path / "results"
+    doc = tmp_path / "benchmarks.md"
+    doc.write_text(f"# Benchmarks\n\nbefore\n\n{START}\nold section\n{END}\n\nafter\n")
+    return results, doc
+
+
+def render(entry: dict[str, Any]) -> str:
+    return f"rendered {entry['value']}"
+
+
+def record(run: Any, paths: tuple[Path, Path], **kwargs: Any) -> int:
+    results, doc = paths
+    return recording.run_and_record(run, prefix="fake", start=START, end=END, render=render,
+                                    results_dir=results, doc=doc, **kwargs)
+
+
+def test_success_appends_results_and_replaces_only_the_section(paths: tuple[Path, Path],
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    results, doc = paths
+    printed: list[dict[str, Any]] = []
+    status = record(lambda: {"date": DATE, "value": 1}, paths, summary=printed.append)
+    assert status == 0
+    assert printed == [{"date": DATE, "value": 1}]
+    path = results / "fake-2026-11-23.json"
+    assert json.loads(path.read_text()) == [{"date": DATE, "value": 1}]
+    assert doc.read_text() == f"# Benchmarks\n\nbefore\n\n{START}\nrendered 1\n{END}\n\nafter\n"
+    assert f"bench: results appended to {path}; {doc} section updated" in capsys.readouterr().err
+
+    assert record(lambda: {"date": DATE, "value": 2}, paths) == 0
+    assert [e["value"] for e in json.loads(path.read_text())] == [1, 2]
+    assert doc.read_text() == f"# Benchmarks\n\nbefore\n\n{START}\nrendered 2\n{END}\n\nafter\n"
+
+
+def test_no_write_leaves_files_alone(paths: tuple[Path, Path]) -> None:
+    results, doc = paths
+    before = doc.read_text()
+    assert record(lambda: {"date": DATE, "value": 1}, paths, no_write=True) == 0
+    assert not results.exists()
+    assert doc.read_text() == before
+
+
+def test_summary_status_and_custom_message(paths: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    results, doc = paths
+
+    def summary(entry: dict[str, Any]) -> int:
+        entry["verdict"] = "bad"
+        return 1
+
+    status = record(lambda: {"date": DATE, "value": 3}, paths, summary=summary, written="results in {path}; {doc} x")
+    assert status == 1
+    path = results / "fake-2026-11-23.json"
+    assert json.loads(path.read_text())[-1]["verdict"] == "bad"  # the summary may amend the entry
+    assert f"bench: results in {path}; {doc} x" in capsys.readouterr().err
+
+
+def _raise(exc: BaseException) -> Any:
+    def run() -> dict[str, Any]:
+        raise exc
+    return run
+
+
+@pytest.mark.parametrize("exc", [BenchError("boom"), UReplicatorError("boom"), stack.StackError("boom"),
+                                 TimeoutError("boom")])
+def test_bench_errors_fail_with_1_and_write_nothing(paths: tuple[Path, Path], exc: BaseException,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    results, doc = paths
+    before = doc.read_text()
+    summary_called: list[Any] = []
+    assert record(_raise(exc), paths, summary=summary_called.append) == 1
+    assert capsys.readouterr().err == "bench: FAILED: boom\n"
+    assert not summary_called
+    assert not results.exists()
+    assert doc.read_text() == before
+
+
+def test_failure_label_and_status(paths: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    assert record(_raise(TimeoutError("slow")), paths, failed="FAILED (seed 7)", failed_status=2) == 2
+    assert capsys.readouterr().err == "bench: FAILED (seed 7): slow\n"
+
+
+def test_interrupt_exits_130(paths: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    results, _ = paths
+    assert record(_raise(KeyboardInterrupt()), paths) == 130
+    assert capsys.readouterr().err == "bench: interrupted; everything started was stopped\n"
+    assert not results.exists()
+
+
+def test_other_errors_propagate(paths: tuple[Path, Path]) -> None:
+    with pytest.raises(ValueError):
+        record(_raise(ValueError("bug")), paths)
+
+
+def test_sigterm_handler_is_installed(paths: tuple[Path, Path]) -> None:
+    def run() -> dict[str, Any]:
+        handler = signal.getsignal(signal.SIGTERM)
+        assert callable(handler)
+        handler(signal.SIGTERM, None)  # what a SIGTERM would do: unwind like Ctrl-C
+        raise AssertionError("not reached")
+
+    assert record(run, paths) == 130
+
+
+def test_render_newest_uses_last_entry_of_newest_file(paths: tuple[Path, Path]) -> None:
+    results, doc = paths
+    results.mkdir()
+    (results / "fake-2026-11-01.json").write_text(json.dumps([{"value": "old"}]))
+    (results / "fake-2026-11-20.json").write_text(json.dumps([{"value": "a"}, {"value": "b"}]))
+    (results / "other-2026-12-01.json").write_text(json.dumps([{"value": "other"}]))
+    assert recording.render_newest(prefix="fake", start=START, end=END, render=render,
+                                   results_dir=results, doc=doc) == 0
+    assert doc.read_text() == f"# Benchmarks\n\nbefore\n\n{START}\nrendered b\n{END}\n\nafter\n"
