@@ -129,8 +129,9 @@ def test_rendered_rules_pass_promtool_and_name_only_served_metrics(
     done = check_rules(promtool, rule["spec"]["groups"], tmp_path / "rules.yaml")
     assert done.returncode == 0, done.stdout + done.stderr
     alerts = {r["alert"] for g in rule["spec"]["groups"] for r in g["rules"]}
-    assert {"UReplicatorLagGrowing", "UReplicatorPartitionsWithoutOwner", "UReplicatorNoLeader",
-            "UReplicatorVerificationFailed", "UReplicatorVerificationMissing"} <= alerts
+    assert {"UReplicatorLagGrowing", "UReplicatorProduceErrors", "UReplicatorPartitionsWithoutOwner",
+            "UReplicatorNoLeader", "UReplicatorReleaseCommitFailures", "UReplicatorPartitionRewinds",
+            "UReplicatorElectionErrors", "UReplicatorVerificationFailed", "UReplicatorVerificationMissing"} <= alerts
     named = {m for g in rule["spec"]["groups"] for r in g["rules"] for m in METRIC.findall(r["expr"])}
     assert named <= served, f"not served: {sorted(named - served)}"
 
@@ -190,6 +191,11 @@ def test_each_alert_fires_in_its_scenario_and_stays_quiet_when_healthy(helm: Pat
             "{{ $value | humanize }}", "5k"),
     }
     leader = f"ureplicator_controller_leader{{{controller}, pod=\"c-%d\"}}"
+    release_failures = f'ureplicator_worker_release_commit_failures_total{{{workers}, pod="w-1"}}'
+    rewinds = f'ureplicator_worker_partition_rewinds_total{{{workers}, pod="w-%d"}}'
+    # A ZooKeeper blip rewinds all of a worker's partitions at once (4 here): every 10 minutes, or once
+    every_10m = " ".join(str(4 * (minute // 10)) for minute in range(61))
+    election_errors = f'ureplicator_controller_election_errors_total{{{controller}, pod="c-0"}}'
     tests = [
         # When lag grows by 500 records a minute for 40 minutes, then it alerts; a high steady lag does not
         alert("UReplicatorLagGrowing", "40m", [(lag, "2000+500x40")],
@@ -198,6 +204,22 @@ def test_each_alert_fires_in_its_scenario_and_stays_quiet_when_healthy(helm: Pat
         # When no controller leads (two replicas at 0), or controllers vanish; not when exactly one leads
         alert("UReplicatorNoLeader", "10m", [(leader % 0, "0x10"), (leader % 1, "0x10")], severity["critical"]),
         alert("UReplicatorNoLeader", "10m", [(leader % 0, "1x10"), (leader % 1, "0x10")], None),
+        # When a worker released partitions without their final commit lately; not for one long ago
+        alert("UReplicatorReleaseCommitFailures", "10m", [(release_failures, "0x5 2x5")],
+              {**severity["warning"], "pod": "w-1"},
+              {**_annotations(groups, "UReplicatorReleaseCommitFailures"),
+               "summary": "Worker w-1 released partitions without committing their final offsets"}),
+        alert("UReplicatorReleaseCommitFailures", "30m", [(release_failures, "0 1x30")], None),
+        # When partitions are rewound every 10 minutes for an hour; not 14 minutes after a single blip
+        alert("UReplicatorPartitionRewinds", "60m", [(rewinds % 1, every_10m), (rewinds % 2, "0x60")],
+              severity["warning"]),
+        alert("UReplicatorPartitionRewinds", "44m", [(rewinds % 1, "0x30 4x30"), (rewinds % 2, "0x60")], None),
+        # When the election thread survived an error lately; not when it never failed
+        alert("UReplicatorElectionErrors", "10m", [(election_errors, "0x5 1x5")],
+              {**severity["warning"], "pod": "c-0"},
+              {**_annotations(groups, "UReplicatorElectionErrors"),
+               "summary": "The election thread of controller c-0 hit unexpected errors"}),
+        alert("UReplicatorElectionErrors", "10m", [(election_errors, "0x10")], None),
         # When partitions stay unassigned longer than a hand-off; not for a brief hand-off
         alert("UReplicatorPartitionsWithoutOwner", "10m",
               [(f"ureplicator_controller_unassigned_partitions{{{controller}, pod=\"c-0\"}}", "3x10")],
