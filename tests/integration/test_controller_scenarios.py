@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import threading
@@ -60,15 +61,28 @@ class CommitWatcher:
                     self.samples.setdefault(p["partition"], []).append((now, committed, p["applied_by"]))
             time.sleep(0.25)
 
-    def longest_stall(self, partition: int) -> float:
-        """Longest time the committed offset of ``partition`` did not move."""
-        samples = self.samples[partition]
-        longest, since, last = 0.0, samples[0][0], samples[0][1]
-        for at, committed, _ in samples[1:]:
-            if committed != last:
-                longest = max(longest, at - since)
-                since, last = at, committed
-        return max(longest, samples[-1][0] - since)
+    def owners(self, partition: int) -> set[str]:
+        """Every worker seen applying ``partition`` while watching."""
+        return {owner for _, _, owner in self.samples[partition] if owner is not None}
+
+    def commits(self, partition: int) -> list[int]:
+        """The distinct committed offsets of ``partition``, in the order they were seen."""
+        seen: list[int] = []
+        for _, committed, _ in self.samples[partition]:
+            if not seen or committed != seen[-1]:
+                seen.append(committed)
+        return seen
+
+
+def _released(pipeline, worker: str, topic: str) -> set[int]:
+    """Partitions of ``topic`` that ``worker`` logged as released (its partitions_released events)."""
+    (proc,) = [p for p in pipeline.processes if p.name == worker]
+    released: set[int] = set()
+    for line in proc.tail(100_000).splitlines():
+        if '"partitions_released"' in line:
+            released |= {int(tp.rsplit(":", 1)[1]) for tp in json.loads(line)["partitions"]
+                         if tp.rsplit(":", 1)[0] == topic}
+    return released
 
 
 def test_adding_and_blacklisting_workers_loses_and_duplicates_nothing(pipeline, services):
@@ -90,11 +104,19 @@ def test_adding_and_blacklisting_workers_loses_and_duplicates_nothing(pipeline, 
             # Then only about P/W partitions moved, all to the newcomer
             moved = [p for p in before if before[p] != after_join[p]]
             assert 2 <= len(moved) <= 3 and all(after_join[p] == "w3" for p in moved)
-            time.sleep(3)
             stayed = [p for p in before if before[p] == after_join[p]]
-        # and partitions that stayed never paused: their commits kept moving (commit interval 1 s)
+            # (commits of the stayed partitions move on after the hand-off: several new offsets each)
+            start = {p: watcher.commits(p)[-1] for p in stayed}
+            wait_for(lambda: all(len([c for c in watcher.commits(p) if c > start[p]]) >= 3 for p in stayed), 60,
+                     "commits of the partitions that stayed to keep moving")
+        # and partitions that stayed were never handed off or paused: one owner throughout, never released
+        # by it, and their commits kept moving through the join (the stall time itself is measured by
+        # bench/stalls.py, not asserted here)
         for p in stayed:
-            assert watcher.longest_stall(p) < 4.0, (p, watcher.samples[p][-10:])
+            assert watcher.owners(p) == {before[p]}, (p, watcher.samples[p][-10:])
+            assert p not in _released(pipeline, before[p], topic)
+        # (while each moved one was released by its old owner: the log check sees hand-offs)
+        assert all(p in _released(pipeline, before[p], topic) for p in moved)
 
         # When w1 is blacklisted, its partitions are handed off and it keeps none
         assert pipeline.api("DELETE", "/instances/w1")[0] == 200
