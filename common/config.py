@@ -96,6 +96,9 @@ class WorkerConfig:
     auto_offset_reset: str = "earliest"
     max_in_flight_bytes: int = 64 * 1024 * 1024
     batch_size: int = 1000
+    # How long one consume call waits to fill a batch: librdkafka returns early only when the
+    # batch is full, so at low rates this wait is added to every record's latency.
+    fetch_wait_ms: int = 50
     shutdown_timeout_s: float = 30.0
     max_records_per_s: int = 0
     max_bytes_per_s: int = 0
@@ -350,6 +353,8 @@ def _check(config: Config) -> None:
             raise ConfigError(f"worker.{key}", "must not be negative (0 = unlimited)")
     if config.worker.batch_size < 1:
         raise ConfigError("worker.batch_size", "must be at least 1")
+    if not 0 <= config.worker.fetch_wait_ms <= 10_000:
+        raise ConfigError("worker.fetch_wait_ms", f"must be between 0 and 10000, got {config.worker.fetch_wait_ms}")
     if config.worker.auto_offset_reset not in ("earliest", "latest"):
         raise ConfigError("worker.auto_offset_reset", "must be 'earliest' or 'latest'")
     ctl = config.controller

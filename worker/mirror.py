@@ -101,6 +101,7 @@ class MirrorWorker:
         self.handoff = Handoff(config, self.consumer, self.producer, self.zk, self.ledger, self.committer,
                                self.status, self.metrics, self.log)
         self._last_commit = time.monotonic()
+        self._fetch_wait_s = config.worker.fetch_wait_ms / 1000.0
 
     @property
     def owned(self) -> dict[TP, PartitionAcks]:
@@ -237,7 +238,7 @@ class MirrorWorker:
         elif (wait := self.limiter.wait_s(now)) > 0:
             self.producer.poll(min(wait, 0.1))  # rate limit: hold off fetching
         else:
-            messages = self.consumer.consume(self.limiter.max_batch(self.config.worker.batch_size), 0.05)
+            messages = self.consumer.consume(self.limiter.max_batch(self.config.worker.batch_size), self._fetch_wait_s)
             if messages:
                 self._mirror(messages)
             self.producer.poll(0)
