@@ -1,26 +1,42 @@
-"""Match each destination delivery report to the source record it acknowledges, per acquisition.
+"""Match each destination delivery report to the source records it acknowledges, per acquisition.
 
 Pure bookkeeping, no Kafka client: the shape follows Brooklin's
 ``FlushlessEventProducerHandler`` (per partition: records in flight, highest
 safe checkpoint), kept apart from the mirror loop.
 
 Every time the worker acquires a source partition it gets a fresh
-:class:`PartitionAcks` (an *acquisition*, numbered by ``epoch``). The mirror
-loop produces each record with ``on_delivery=partial(acks.report, offset, size)``,
-so a delivery report carries the identity of its record: the acquisition it
-was sent under and its source offset. Once an acquisition is retired
-(released, session lost, rewound) its late reports change nothing: a report
-from before a session loss can never acknowledge a record of a later
-acquisition of the same partition.
+:class:`PartitionAcks` (an *acquisition*, numbered by ``epoch``). A delivery
+report carries the identity of what it acknowledges: the acquisition it was
+sent under and the source offsets. Once an acquisition is retired (released,
+session lost, rewound) its late reports change nothing: a report from before a
+session loss can never acknowledge a record of a later acquisition of the same
+partition.
+
+Two ways of sending, both with that identity:
+
+* **Runs** (the fast path): of each run of consecutive records of one
+  partition in a fetched batch, only the last carries a callback,
+  ``partial(acks.report_run, first, through, count, nbytes)``. The producer is
+  idempotent with ``enable.gapless.guarantee``: the broker accepts a
+  partition's records only in sequence, and a record that fails for good makes
+  the producer fail fatally instead of skipping it. So a successful report of
+  the run's last record proves every earlier record of the partition was
+  written; any error on a run (which record failed is unknown) rewinds the
+  partition and switches the ledger to exact reports for a while.
+* **Exact** (after trouble): every record carries
+  ``partial(acks.report, offset, size)``, so a refused record is named and its
+  partition stopped in front of it, as a production replicator must.
 
 A record whose report is an error is never acknowledged, so the commit
 position stops in front of it: either the partition is stopped (the
-destination refused it) or, when librdkafka purged it on fencing, the
-partition is *rewound* — restarted from its acknowledged position.
+destination refused it) or, when librdkafka purged it on fencing or failed it
+after a fatal error, the partition is *rewound* — restarted from its
+acknowledged position.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,9 +46,11 @@ from confluent_kafka import KafkaError
 from worker.offsets import PartitionOffsets
 
 TP = tuple[str, int]
-# Records librdkafka dropped on our request (producer.purge): never written, to be sent again.
-PURGED = frozenset({KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT})
-LATENCY_SAMPLE_MASK = 63  # observe the latency of one acknowledgement in 64
+# Records librdkafka dropped (producer.purge, or its own purge after a fatal error) or failed
+# because the producer is fatally broken: never written, to be sent again on a sound producer.
+RESEND = frozenset({KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT, KafkaError._FATAL})
+LATENCY_SAMPLE_MASK = 63  # exact mode: observe the latency of one acknowledgement in 64
+EXACT_FOR_S = 300.0  # after an error on a run, report every record individually this long
 
 
 @dataclass(eq=False, slots=True)
@@ -65,8 +83,49 @@ class PartitionAcks(PartitionOffsets):
         if self.ledger is not None:
             self.ledger.in_flight_bytes += size
 
+    def sent_run(self, through: int, count: int, nbytes: int) -> None:
+        """A run of ``count`` records ending at source offset ``through`` (the hot path inlines this)."""
+        self.in_flight.append(through)
+        self.outstanding += count
+        self.outstanding_bytes += nbytes
+        if self.ledger is not None:
+            self.ledger.in_flight_bytes += nbytes
+
+    def report_run(self, first: int, through: int, count: int, nbytes: int, err: KafkaError | None,
+                   msg: Any) -> None:
+        """The report of the last record of the run ``[first, through]``: it speaks for the whole run."""
+        if self.retired:
+            return  # an earlier acquisition's records: acknowledge nothing now
+        ledger = self.ledger
+        self.outstanding -= count
+        self.outstanding_bytes -= nbytes
+        if ledger is not None:
+            ledger.in_flight_bytes -= nbytes
+        if err is not None:
+            if ledger is not None:
+                # Not known which record of the run failed: send the partition again from its
+                # watermark, with a callback per record, so a refused record is named exactly.
+                ledger.needs_rewind.add(self.tp)
+                ledger.note_error(err)
+                if err.code() not in RESEND:
+                    ledger.go_exact(self, first, err.str())
+            return
+        in_flight = self.in_flight
+        if in_flight and in_flight[0] == through and not self.acked_early:
+            in_flight.popleft()  # the common case: runs are acknowledged in send order
+            self.position = through + 1
+        else:
+            self.acked(through)
+        self.acked_records += count
+        self.acked_bytes += nbytes
+        if ledger is not None:
+            ledger.acks += count
+            ts_type, ts = msg.timestamp()
+            if ts > 0:
+                ledger.on_latency(ts)
+
     def report(self, offset: int, size: int, err: KafkaError | None, msg: Any) -> None:
-        """The delivery report of the record at source ``offset`` sent under this acquisition."""
+        """The delivery report of the record at source ``offset`` sent under this acquisition (exact mode)."""
         if self.retired:
             return  # an earlier acquisition's record: acknowledges nothing now
         ledger = self.ledger
@@ -77,7 +136,8 @@ class PartitionAcks(PartitionOffsets):
         if err is not None:
             if ledger is None:
                 return
-            if err.code() in PURGED:
+            ledger.note_error(err)
+            if err.code() in RESEND:
                 ledger.needs_rewind.add(self.tp)  # not written: send again from the watermark
             else:
                 ledger.on_failure(self, offset, err.str())
@@ -110,9 +170,27 @@ class AckLedger:
         self.in_flight_bytes = 0
         self.acks = 0
         self.needs_rewind: set[TP] = set()  # records were purged or abandoned: restart from the watermark
+        self.exact_until = 0.0  # monotonic time until which every record carries its own callback
+        self.producer_failed: str | None = None  # a fatal producer error seen in a report
         self._epoch = 0
         self.on_failure = on_failure or (lambda acks, offset, reason: None)
         self.on_latency = on_latency or (lambda ts_ms: None)
+        self.on_exact: Callable[[PartitionAcks, int, str], None] = lambda acks, first, reason: None
+        self.clock: Callable[[], float] = time.monotonic
+
+    def note_error(self, err: KafkaError) -> None:
+        """Remember a fatal producer error: the worker replaces the producer on its next turn."""
+        if err.fatal() or err.code() == KafkaError._FATAL:
+            self.producer_failed = err.str()
+
+    def exact(self, now: float) -> bool:
+        """Whether records sent now must each carry their own delivery callback."""
+        return now < self.exact_until
+
+    def go_exact(self, acks: PartitionAcks, first: int, reason: str) -> None:
+        """A run failed: report every record individually for a while, so the culprit is named."""
+        self.exact_until = self.clock() + EXACT_FOR_S
+        self.on_exact(acks, first, reason)
 
     def acquire(self, tp: TP, destination: str, position: int) -> PartitionAcks:
         """Start a new acquisition of ``tp`` at ``position`` (-1: nothing committed yet)."""
@@ -131,6 +209,15 @@ class AckLedger:
             acks.retired = True
             self.in_flight_bytes -= acks.outstanding_bytes
         return acks
+
+    def forget_outstanding(self) -> None:
+        """The producer was replaced: the old one's reports will never come, nothing is awaited."""
+        for acks in self.partitions.values():
+            acks.outstanding = 0
+            acks.outstanding_bytes = 0
+            acks.in_flight.clear()
+            acks.acked_early.clear()
+        self.in_flight_bytes = 0
 
     def release_all(self) -> list[TP]:
         released = list(self.partitions)

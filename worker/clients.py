@@ -2,11 +2,83 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException
 
 from common import kafka, zk
 from common.config import Config
+from common.errors import ConfigError
+
+# What the worker's delivery accounting relies on (worker.acks): the broker takes a partition's
+# records only in sequence, and a record that fails for good fails the producer instead of
+# leaving a gap, so one report acknowledges a whole run. Not for destination.properties to change.
+PRODUCER_GUARANTEES: dict[str, Any] = {
+    "enable.idempotence": True,
+    "enable.gapless.guarantee": True,
+    "acks": "all",
+}
+
+
+class FatalErrors:
+    """Where librdkafka's error callback leaves a fatal producer error for the mirror loop.
+
+    With an ``error_cb`` set, ``poll()``/``flush()`` do not raise fatal errors; the loop
+    reads :attr:`failed` on its next turn and replaces the producer.
+    """
+
+    def __init__(self) -> None:
+        self.failed: str | None = None
+
+    def __call__(self, err: Any) -> None:
+        if err.fatal():
+            self.failed = err.str()
+
+
+class GuardedProducer:
+    """The destination producer, with fatal errors out of ``poll``/``flush``/``purge`` kept as state.
+
+    confluent-kafka raises a fatal error from whichever call serves the error event,
+    error_cb or not; the hot path's ``produce`` is the client's own bound method (no
+    wrapper cost) and raises it as ``_FATAL``, which the loop handles itself.
+    """
+
+    def __init__(self, producer: Any, errors: FatalErrors) -> None:
+        self._producer = producer
+        self._errors = errors
+        self.produce = producer.produce
+        self.list_topics = producer.list_topics
+
+    def _fatal(self, exc: KafkaException) -> None:
+        err = exc.args[0]
+        if not (err.fatal() or err.code() == KafkaError._FATAL):
+            raise exc
+        self._errors.failed = err.str()
+
+    def poll(self, timeout: float = 0) -> int:
+        try:
+            return int(self._producer.poll(timeout))
+        except KafkaException as exc:
+            self._fatal(exc)
+            return 0
+
+    def flush(self, timeout: float = -1) -> int:
+        try:
+            return int(self._producer.flush(timeout))
+        except KafkaException as exc:
+            self._fatal(exc)
+            return len(self._producer)
+
+    def purge(self, in_queue: bool = True, in_flight: bool = True, blocking: bool = True) -> None:
+        try:
+            self._producer.purge(in_queue=in_queue, in_flight=in_flight, blocking=blocking)
+        except KafkaException as exc:
+            self._fatal(exc)
+
+    def __len__(self) -> int:
+        return len(self._producer)
 
 
 @dataclass(frozen=True)
@@ -14,8 +86,10 @@ class WorkerClients:
     """What :class:`worker.mirror.MirrorWorker` talks to; unit tests pass pure-Python fakes."""
 
     consumer: Any  # confluent_kafka.Consumer, used with assign() only
-    producer: Any  # confluent_kafka.Producer; delivery reports come per record (on_delivery)
+    producer: Any  # confluent_kafka.Producer; delivery reports come per run or per record (worker.acks)
     zk: Any  # kazoo.client.KazooClient
+    make_producer: Callable[[], Any]  # a fresh producer, to replace one that failed fatally
+    producer_errors: FatalErrors = field(default_factory=FatalErrors)  # the producers' error_cb
 
 
 def connect(config: Config, worker_id: str) -> WorkerClients:
@@ -25,4 +99,22 @@ def connect(config: Config, worker_id: str) -> WorkerClients:
     consumer = kafka.consumer(
         config.source, config.consumer_group, client_id, **{"auto.offset.reset": config.worker.auto_offset_reset}
     )
-    return WorkerClients(consumer=consumer, producer=kafka.producer(config.destination, client_id), zk=client)
+    check_producer_properties(config.destination.client_config())
+    errors = FatalErrors()
+
+    def make_producer() -> Any:
+        return GuardedProducer(kafka.producer(config.destination, client_id, error_cb=errors, **PRODUCER_GUARANTEES),
+                               errors)
+
+    return WorkerClients(consumer=consumer, producer=make_producer(), zk=client, make_producer=make_producer,
+                         producer_errors=errors)
+
+
+def check_producer_properties(properties: dict[str, Any]) -> None:
+    """Refuse destination properties that would void the no-loss accounting (clear error, no start)."""
+    accepted = {"enable.idempotence": ("true",), "enable.gapless.guarantee": ("true",), "acks": ("all", "-1")}
+    for name, values in accepted.items():
+        if name in properties and str(properties[name]).lower() not in values:
+            raise ConfigError(f"destination.properties.{name}",
+                              f"must be {values[0]} (the worker's no-loss accounting relies on it), "
+                              f"got {properties[name]!r}")

@@ -12,7 +12,6 @@ offsets), so the leader can hand the released partitions on at once.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, KafkaError, KafkaException, TopicPartition
@@ -25,8 +24,8 @@ from worker.commits import Committer
 from worker.metrics import WorkerMetrics
 from worker.status import StatusReporter
 
-# source partition -> (destination topic, its acquisition, that acquisition's report callback, source topic)
-Route = tuple[str, PartitionAcks, Callable[..., None], str]
+# source partition -> (destination topic, its acquisition, source topic, partition)
+Route = tuple[str, PartitionAcks, str, int]
 
 
 class Handoff:
@@ -57,6 +56,10 @@ class Handoff:
         self.routes: dict[TP, Route] = {}  # read by the hot loop: partitions it may produce
         self.generation = 0
         ledger.on_failure = self.stop_partition
+
+    def use_producer(self, producer: Any) -> None:
+        """The worker replaced its producer (the old one failed fatally)."""
+        self._producer = producer
 
     @property
     def owned(self) -> dict[TP, PartitionAcks]:
@@ -163,7 +166,7 @@ class Handoff:
             destination = routes[tp.topic]
             # A fresh acquisition: no error, report or purge of an earlier one applies to it.
             acks = self._ledger.acquire((tp.topic, tp.partition), destination, tp.offset if tp.offset >= 0 else -1)
-            self.routes[(tp.topic, tp.partition)] = (destination, acks, acks.report, tp.topic)
+            self.routes[(tp.topic, tp.partition)] = (destination, acks, tp.topic, tp.partition)
             assign.append(TopicPartition(tp.topic, tp.partition, start))
         for topic, destination in routes.items():
             # A destination grown moments ago: make the producer's metadata know every partition.

@@ -65,3 +65,8 @@ class WorkerMetrics:
             "Partitions restarted from their acknowledged position after purged or abandoned records",
             registry=r,
         )
+        self.producer_replacements = Counter(
+            "ureplicator_worker_producer_replacements",
+            "Destination producers replaced after a fatal error (the worker then reports every record exactly)",
+            registry=r,
+        )

@@ -42,7 +42,7 @@ from common.config import Config
 from common.zkschema import Assignment, Paths, RateLimit, SchemaError, WorkerInfo
 from worker import clients as worker_clients
 from worker import probes
-from worker.acks import TP, AckLedger, PartitionAcks
+from worker.acks import EXACT_FOR_S, TP, AckLedger, PartitionAcks
 from worker.commits import Committer
 from worker.handoff import Handoff, fmt
 from worker.metrics import WorkerMetrics
@@ -92,6 +92,9 @@ class MirrorWorker:
         self.zk = clients.zk
         self.consumer = clients.consumer
         self.producer = clients.producer
+        self._make_producer = clients.make_producer
+        self._producer_errors = clients.producer_errors
+        self._producer_failed: str | None = None  # produce() said the producer is fatally broken
         self.zk.add_listener(self._on_connection)
 
         self.ledger = AckLedger(on_latency=self._observe_latency)
@@ -224,6 +227,9 @@ class MirrorWorker:
                 self._purge("fenced")
         else:
             self._purged = False
+            failed = self._producer_failed or self.ledger.producer_failed or self._producer_errors.failed
+            if failed:
+                self._replace_producer(failed)
             if self._wake.is_set():
                 self._wake.clear()
                 self._apply_desired()
@@ -274,7 +280,18 @@ class MirrorWorker:
         return now - self._lease_at < self.config.zookeeper.session_timeout_s / 3
 
     def _mirror(self, messages: list[Any]) -> None:
-        """The hot path: per record only what correctness needs (header, produce, bookkeeping)."""
+        """The hot path: per record only what correctness needs (header, produce, bookkeeping).
+
+        Records are sent in *runs*: consecutive records of one partition. Only the last
+        record of a run carries a delivery callback, which speaks for the whole run
+        (:meth:`PartitionAcks.report_run`; the gapless idempotent producer makes that
+        sound). A run ends where the next record belongs to another partition, carries
+        headers (it may be skipped by loop prevention), or the batch ends. In exact mode
+        (for a while after an error on a run) every record carries its own callback.
+        """
+        n = len(messages)
+        if not n:
+            return
         produce = self.producer.produce
         routes = self.handoff.routes
         origin_alias = self._source_alias
@@ -284,20 +301,32 @@ class MirrorWorker:
         stamp = self._stamp
         no_timestamp = TIMESTAMP_NOT_AVAILABLE
         bind = partial
-        fetched_bytes = 0
+        exact = self.ledger.exact(time.monotonic())
+        fetched_bytes = 0  # bytes of closed runs: what delivery reports will give back
         produced = 0
-        for msg in messages:
+        run_first = run_count = run_bytes = 0  # the open run: sent, not yet covered by a callback
+        # One record of look-ahead: whether the next record continues this record's run.
+        nxt = messages[0]
+        nxt_route = routes.get((nxt.topic(), nxt.partition()))
+        nxt_headers = nxt.headers()
+        for i in range(1, n + 1):
+            msg = nxt
+            route = nxt_route
+            headers = nxt_headers
+            if i < n:
+                nxt = messages[i]
+                nxt_route = routes.get((nxt.topic(), nxt.partition()))
+                nxt_headers = nxt.headers()
+            else:
+                nxt_route = None
             err = msg.error()
             if err is not None:
                 self._on_consume_error(msg, err)
                 continue
-            partition = msg.partition()
-            route = routes.get((msg.topic(), partition))
             if route is None:
                 continue  # fetched before a release or after an error; resumed from the commit
-            destination, acks, report, topic = route
+            destination, acks, topic, partition = route
             offset = msg.offset()
-            headers = msg.headers()
             origin = origin_alias
             if headers:
                 kept = []
@@ -307,7 +336,7 @@ class MirrorWorker:
                     else:
                         kept.append((name, value))
                 if origin == skip_origin:
-                    acks.skipped(offset)  # loop prevention: it came from where we write
+                    acks.skipped(offset)  # loop prevention: it came from where we write (no run is open)
                     self.metrics.skipped.labels(topic).inc()
                     continue
                 headers = kept
@@ -319,34 +348,55 @@ class MirrorWorker:
             value = msg.value()
             size = (len(key) if key else 0) + (len(value) if value else 0)
             ts_type, ts = msg.timestamp()
+            if not run_count:
+                run_first = offset
+            run_count += 1
+            run_bytes += size
+            if exact:
+                callback = bind(acks.report_cb, offset, size)
+            elif nxt_route is not route or nxt_headers:
+                callback = bind(acks.report_run, run_first, offset, run_count, run_bytes)
+            else:
+                callback = None
             while True:
                 try:
-                    # The report carries the record's identity (acquisition, offset), not a
+                    # The report carries the records' identity (acquisition, offsets), not a
                     # place in a queue: a stale report can never acknowledge a later record.
-                    produce(destination, value=value, key=key, partition=partition, headers=headers,
-                            timestamp=ts if ts_type != no_timestamp else 0,
-                            on_delivery=bind(report, offset, size))
+                    produce(destination, value, key, partition, callback, None,
+                            ts if ts_type != no_timestamp else 0, headers)
                 except BufferError:
                     self.producer.poll(0.05)  # local queue full: wait for acks, never drop
                     if self._stop.is_set() or self._fenced or not self._lease_valid():
                         self.ledger.in_flight_bytes += fetched_bytes
                         self.produced += produced
-                        self._abandon(messages[messages.index(msg):])
+                        self._abandon(messages[i - 1:])
                         return
                     continue
                 except KafkaException as exc:
-                    if exc.args[0].code() == KafkaError._UNKNOWN_PARTITION and self.handoff.await_partition(
+                    kerr = exc.args[0]
+                    if kerr.code() == KafkaError._UNKNOWN_PARTITION and self.handoff.await_partition(
                         destination, partition
                     ):
                         continue  # the destination just grew; the producer's metadata now knows it
-                    self.handoff.stop_partition(acks, offset, exc.args[0].str())
+                    run_count = run_bytes = 0  # the open run will never be reported
+                    if kerr.fatal() or kerr.code() == KafkaError._FATAL:
+                        self.ledger.in_flight_bytes += fetched_bytes
+                        self.produced += produced
+                        self._producer_failed = kerr.str()
+                        self._abandon(messages[i - 1:])
+                        return
+                    self.handoff.stop_partition(acks, offset, kerr.str())
+                    if nxt_route is route:
+                        nxt_route = None  # the look-ahead saw the route before it was stopped
                     break
-                # PartitionAcks.sent_record, inlined: hot path
-                acks.in_flight.append(offset)
-                acks.outstanding += 1
-                acks.outstanding_bytes += size
-                fetched_bytes += size
                 produced += 1
+                if callback is not None:
+                    # PartitionAcks.sent_run, inlined: hot path
+                    acks.in_flight.append(offset)
+                    acks.outstanding += run_count
+                    acks.outstanding_bytes += run_bytes
+                    fetched_bytes += run_bytes
+                    run_count = run_bytes = 0
                 break
         self.produced += produced
         self.ledger.in_flight_bytes += fetched_bytes
@@ -411,6 +461,30 @@ class MirrorWorker:
             self.log.warning("purge_failed", error=str(exc.args[0]))
         self.producer.poll(0)  # run the purged records' reports now
         self.log.warning("producer_purged", reason=why, partitions=len(self.ledger.partitions))
+
+    def _replace_producer(self, reason: str) -> None:
+        """A fatal producer error (e.g. the gapless guarantee could not hold): start a new producer.
+
+        Whatever the old producer still holds is purged and its reports are no longer
+        awaited; every partition that is not stopped restarts from its acknowledged
+        position (duplicates at worst, never a gap), in exact mode, so a record the
+        destination refuses is named and its partition stopped in front of it.
+        """
+        old = self.producer
+        try:
+            old.purge(in_queue=True, in_flight=True, blocking=True)
+        except KafkaException:
+            pass
+        old.poll(0)
+        self.producer = self._make_producer()
+        self.handoff.use_producer(self.producer)
+        self._producer_failed = self.ledger.producer_failed = self._producer_errors.failed = None
+        self.ledger.forget_outstanding()
+        self.ledger.exact_until = time.monotonic() + EXACT_FOR_S
+        resend = [tp for tp, acks in self.ledger.partitions.items() if acks.error is None]
+        self.ledger.needs_rewind.update(resend)
+        self.metrics.producer_replacements.inc()
+        self.log.error("producer_replaced", reason=reason, partitions_rewound=len(resend))
 
     def _recover_session(self) -> None:
         """After a LOST session: purge, forget all partitions uncommitted, then re-register."""

@@ -15,6 +15,8 @@ from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, KafkaError, KafkaExcep
 from kazoo.client import KazooState
 from kazoo.exceptions import ConnectionLoss, NodeExistsError, NoNodeError
 
+from common import provenance
+
 TP = tuple[str, int]
 
 
@@ -61,6 +63,7 @@ class FakeConsumer:
 
     def __init__(self, logs: dict[TP, list[bytes]]) -> None:
         self.logs = logs
+        self.headers: dict[tuple[str, int, int], list[tuple[str, bytes]]] = {}  # (topic, partition, offset) ->
         self.positions: dict[TP, int] = {}
         self.group: dict[TP, int] = {}
         self.paused: set[TP] = set()
@@ -98,7 +101,8 @@ class FakeConsumer:
             log = self.logs.get(tp, [])
             while self.positions[tp] < len(log) and len(out) < num_messages:
                 offset = self.positions[tp]
-                out.append(FakeMessage(tp[0], tp[1], offset, log[offset], _timestamp=1000 + offset))
+                out.append(FakeMessage(tp[0], tp[1], offset, log[offset], _timestamp=1000 + offset,
+                                       _headers=self.headers.get((tp[0], tp[1], offset))))
                 self.positions[tp] = offset + 1
         return out
 
@@ -125,49 +129,81 @@ class FakeConsumer:
         self.closed = True
 
 
+def source_offset(msg: FakeMessage) -> int | None:
+    """The source offset a produced record names in its ``urep`` header."""
+    for name, value in msg.headers() or []:
+        if name == provenance.HEADER:
+            return provenance.decode(value).source_offset
+    return None
+
+
 class FakeProducer:
     """A destination with an in-order local queue, records on the wire, and written logs.
 
     ``produce`` queues; :meth:`send` puts queued records on the wire (``purge`` can no longer
     drop them); ``poll`` delivers every record on the wire and, unless ``hold`` is set, the
-    queued ones too, calling each record's ``on_delivery`` like librdkafka does.
+    queued ones too, calling the callback of each record that has one, like librdkafka does.
+    A refused record behaves like librdkafka's gapless idempotent producer: it fails with the
+    broker's error, the producer turns fatal, whatever it still holds is purged and every
+    later ``produce`` raises ``_FATAL``. :meth:`fresh` is a new producer on the same destination.
     """
 
-    def __init__(self, partitions: int = 4) -> None:
-        self.queue: list[tuple[FakeMessage, Callable[..., None]]] = []
-        self.wire: list[tuple[FakeMessage, Callable[..., None]]] = []
-        self.written: dict[TP, list[bytes]] = {}
+    def __init__(self, partitions: int = 4, written: dict[TP, list[bytes]] | None = None,
+                 refuse: dict[TP, int] | None = None) -> None:
+        self.queue: list[tuple[FakeMessage, Callable[..., None] | None]] = []
+        self.wire: list[tuple[FakeMessage, Callable[..., None] | None]] = []
+        self.written: dict[TP, list[bytes]] = {} if written is None else written
         self.partitions = partitions
         self.hold = False  # the destination is down: nothing is acknowledged
         self.capacity: int | None = None  # local queue size; above it produce raises BufferError
         self.on_poll: Callable[[], None] | None = None
-        self.refuse: dict[TP, int] = {}  # destination partition -> offset index whose report is an error
+        # destination partition -> source offset (from the urep header) of a record it refuses
+        self.refuse: dict[TP, int] = {} if refuse is None else refuse
+        self.fatal = False
         self.purges = 0
         self.produced_total = 0
+        self.callbacks = 0  # records produced with a delivery callback
+        self.replacements: list[FakeProducer] = []
+
+    def fresh(self) -> FakeProducer:
+        """A new producer instance writing to the same destination (the worker replaces a fatal one)."""
+        new = FakeProducer(self.partitions, self.written, self.refuse)
+        self.replacements.append(new)
+        return new
 
     def produce(self, topic: str, value: bytes | None = None, key: bytes | None = None, partition: int = -1,
-                headers: list[tuple[str, bytes]] | None = None, timestamp: int = 0,
-                on_delivery: Callable[..., None] | None = None) -> None:
+                callback: Callable[..., None] | None = None, on_delivery: Callable[..., None] | None = None,
+                timestamp: int = 0, headers: list[tuple[str, bytes]] | None = None) -> None:
+        if self.fatal:
+            raise KafkaException(KafkaError(KafkaError._FATAL, "gapless guarantee: producer failed", fatal=True))
         if self.capacity is not None and len(self.queue) >= self.capacity:
             raise BufferError("Local: Queue full")
-        assert on_delivery is not None, "every record must carry its own delivery callback"
-        self.queue.append((FakeMessage(topic, partition, -1, value, key, headers, timestamp), on_delivery))
+        callback = callback or on_delivery
+        self.callbacks += callback is not None
+        self.queue.append((FakeMessage(topic, partition, -1, value, key, headers, timestamp), callback))
         self.produced_total += 1
 
     def send(self) -> None:
         self.wire.extend(self.queue)
         self.queue.clear()
 
-    def _deliver(self, batch: list[tuple[FakeMessage, Callable[..., None]]]) -> int:
-        for msg, callback in batch:
+    def _deliver(self, batch: list[tuple[FakeMessage, Callable[..., None] | None]]) -> int:
+        for index, (msg, callback) in enumerate(batch):
             tp = (msg.topic(), msg.partition())
             log = self.written.setdefault(tp, [])
-            if self.refuse.get(tp) == len(log):
-                callback(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE), msg)
-                continue
+            if tp in self.refuse and source_offset(msg) == self.refuse[tp]:
+                if callback is not None:
+                    callback(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE), msg)
+                self.fatal = True  # enable.gapless.guarantee: the producer fails, nothing is skipped
+                rest, self.queue, self.wire = batch[index + 1:] + self.queue + self.wire, [], []
+                for later, later_callback in rest:
+                    if later_callback is not None:
+                        later_callback(KafkaError(KafkaError._PURGE_QUEUE), later)
+                return index
             msg._offset = len(log)
             log.append(msg.value() or b"")
-            callback(None, msg)
+            if callback is not None:
+                callback(None, msg)
         return len(batch)
 
     def deliver_wire(self) -> int:
@@ -191,11 +227,13 @@ class FakeProducer:
         if in_queue:
             purged, self.queue = self.queue, []
             for msg, callback in purged:
-                callback(KafkaError(KafkaError._PURGE_QUEUE), msg)
+                if callback is not None:
+                    callback(KafkaError(KafkaError._PURGE_QUEUE), msg)
         if in_flight:
             purged, self.wire = self.wire, []
             for msg, callback in purged:
-                callback(KafkaError(KafkaError._PURGE_INFLIGHT), msg)
+                if callback is not None:
+                    callback(KafkaError(KafkaError._PURGE_INFLIGHT), msg)
 
     def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any:
         meta = SimpleNamespace(error=None, partitions={p: None for p in range(self.partitions)})

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
 from confluent_kafka import KafkaError
 
+from common.errors import ConfigError
 from tests.unit.fakes import FakeMessage
 from worker.acks import AckLedger
+from worker.clients import check_producer_properties
 
 OK = None
 
@@ -69,3 +72,52 @@ def test_a_refused_record_stops_the_watermark_in_front_of_it():
     acks.report(2, 1, OK, msg())
     assert failures == [(("t", 0), 1)]
     assert ledger.to_commit() == {("t", 0): 1}
+
+
+def test_a_run_report_acknowledges_every_record_of_the_run():
+    ledger = AckLedger()
+    acks = ledger.acquire(("t", 0), "t", position=0)
+    acks.sent_run(through=4, count=5, nbytes=50)
+    acks.sent_run(through=9, count=5, nbytes=50)
+    assert ledger.in_flight_bytes == 100 and ledger.outstanding([("t", 0)]) == 10
+    acks.report_run(0, 4, 5, 50, OK, msg())
+    assert ledger.to_commit() == {("t", 0): 5}
+    acks.report_run(5, 9, 5, 50, OK, msg())
+    assert ledger.to_commit() == {("t", 0): 10}
+    assert ledger.in_flight_bytes == 0 and acks.outstanding == 0 and ledger.acks == 10
+
+
+def test_an_error_on_a_run_rewinds_and_turns_exact_reports_on_but_never_stops_the_partition():
+    failures = []
+    ledger = AckLedger(on_failure=lambda acks, offset, reason: failures.append(offset))
+    ledger.clock = lambda: 1000.0
+    acks = ledger.acquire(("t", 0), "t", position=0)
+    acks.sent_run(through=9, count=10, nbytes=100)
+    # Which of the ten records the destination refused is unknown
+    acks.report_run(0, 9, 10, 100, KafkaError(KafkaError.MSG_SIZE_TOO_LARGE), msg())
+    assert failures == [] and acks.error is None
+    assert ledger.needs_rewind == {("t", 0)} and ledger.to_commit() == {}
+    assert ledger.exact(1000.0 + 1) and not ledger.exact(1000.0 + 10_000)
+
+
+def test_a_purged_run_is_rewound_without_switching_to_exact_reports():
+    ledger = AckLedger()
+    acks = ledger.acquire(("t", 0), "t", position=0)
+    acks.sent_run(through=9, count=10, nbytes=100)
+    acks.report_run(0, 9, 10, 100, KafkaError(KafkaError._PURGE_INFLIGHT), msg())
+    assert ledger.needs_rewind == {("t", 0)} and not ledger.exact(0.0)
+
+
+def test_a_fatal_error_in_a_report_asks_for_a_new_producer():
+    ledger = AckLedger()
+    acks = ledger.acquire(("t", 0), "t", position=0)
+    acks.sent_record(0, 1)
+    acks.report(0, 1, KafkaError(KafkaError._FATAL, "gapless", fatal=True), msg())
+    assert ledger.producer_failed and ledger.needs_rewind == {("t", 0)} and acks.error is None
+
+
+def test_destination_properties_cannot_void_the_producer_guarantees():
+    check_producer_properties({"enable.idempotence": "true", "acks": "-1", "linger.ms": "5"})
+    for name, value in (("enable.idempotence", "false"), ("enable.gapless.guarantee", False), ("acks", "1")):
+        with pytest.raises(ConfigError, match=f"destination.properties.{name}: must be"):
+            check_producer_properties({name: value})

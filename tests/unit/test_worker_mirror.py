@@ -10,6 +10,7 @@ from kazoo.client import KazooState
 from structlog.testing import capture_logs
 
 from common import config as config_module
+from common import provenance
 from common.zkschema import Assignment, Paths, TopicRecord, WorkerStatus
 from tests.unit.fakes import FakeConsumer, FakeProducer, FakeZooKeeper
 from worker.clients import WorkerClients
@@ -65,7 +66,8 @@ def make_rig() -> Rig:
         zk.nodes[paths.topic(topic)] = TopicRecord(topic, topic, 2).encode()
     consumer = FakeConsumer({("t", 0): values(10, 0), ("t", 1): values(10, 1), ("u", 0): values(3, 0)})
     producer = FakeProducer()
-    worker = MirrorWorker(cfg, "w1", clients=WorkerClients(consumer=consumer, producer=producer, zk=zk))
+    worker = MirrorWorker(cfg, "w1", clients=WorkerClients(consumer=consumer, producer=producer, zk=zk,
+                                                           make_producer=producer.fresh))
     worker.register()
     return Rig(worker, consumer, producer, zk, paths)
 
@@ -209,12 +211,14 @@ def test_the_buffer_full_retry_gives_up_on_stop_and_never_commits_past_unsent_re
     rig.turns(1)
     # Then the loop came back (no endless retry) with only the first four records sent
     assert rig.producer.produced_total == 4
-    # And the shutdown commits nothing it has not seen acknowledged
+    # And the shutdown commits nothing it has not seen acknowledged: the four sent records form
+    # a run whose callback-carrying last record was never sent, so no report speaks for them
     rig.producer.hold = False
     rig.producer.capacity = None
     rig.producer.on_poll = None
     rig.worker._shutdown()
-    assert rig.consumer.group[("t", 0)] == 4
+    assert rig.producer.written[("t", 0)] == values(4, 0)
+    assert ("t", 0) not in rig.consumer.group  # the next owner repeats them: duplicates, never a gap
 
 
 def test_the_buffer_full_retry_gives_up_when_fenced_and_the_partition_is_rewound(rig):
@@ -314,3 +318,49 @@ def test_a_release_that_times_out_purges_so_nothing_lands_behind_the_next_owner(
     assert ("t", 1) not in rig.producer.written
     assert rig.producer.written[("t", 0)] == values(10, 0)
     assert rig.worker.metrics.rewinds._value.get() >= 1
+
+
+def test_one_delivery_callback_speaks_for_each_run_of_a_partition(rig):
+    # Given two partitions of ten records each, fetched in one batch
+    rig.assign(1, ("t", 0), ("t", 1))
+    # When the loop mirrors them
+    rig.turns(2)
+    # Then only the last record of each partition's run carried a callback, and yet every
+    # record is acknowledged and committed exactly to the end
+    assert rig.producer.callbacks == 2
+    assert rig.producer.written[("t", 0)] == values(10, 0)
+    assert rig.consumer.group == {("t", 0): 10, ("t", 1): 10}
+    assert rig.worker.ledger.in_flight_bytes == 0
+
+
+def test_a_run_ends_before_a_record_with_headers_so_loop_prevention_skips_safely(rig):
+    # Given t:0 where record 5 came from the destination cluster (active-active) and 6 has a header
+    rig.consumer.headers[("t", 0, 5)] = [("urep", provenance.encode(77, 0, "dst"))]
+    rig.consumer.headers[("t", 0, 6)] = [("trace", b"x")]
+    rig.assign(1, ("t", 0))
+    # When the loop mirrors the partition
+    rig.turns(2)
+    # Then record 5 is skipped, the rest written in order, 6 keeps its header, the commit reaches the end
+    written = rig.producer.written[("t", 0)]
+    assert written == [v for i, v in enumerate(values(10, 0)) if i != 5]
+    assert rig.consumer.group[("t", 0)] == 10
+    # And the run 0-4 was closed in front of the header-carrying record 5; 6-9 is the second run
+    assert rig.producer.callbacks == 2
+
+
+def test_a_fatal_producer_is_replaced_and_the_culprit_is_named_in_exact_mode(rig):
+    # Given the destination refuses t:1's record at offset 3; sent in runs, no callback names it
+    rig.producer.refuse[("t", 1)] = 3
+    rig.assign(1, ("t", 0), ("t", 1))
+    with capture_logs() as logs:
+        rig.turns(6)
+    # Then the fatal producer was replaced (twice: once for the run, once in exact mode)
+    assert [e["event"] for e in logs].count("producer_replaced") >= 1
+    assert rig.worker.metrics.producer_replacements._value.get() >= 1
+    assert rig.worker.producer is not rig.producer
+    # And t:1 is stopped exactly at offset 3 while t:0 is complete, nothing committed past the refusal
+    assert rig.status().partitions[("t", 1)].error.startswith("offset 3:")
+    assert rig.consumer.group == {("t", 0): 10, ("t", 1): 3}
+    # And every record of t:0 arrived, in order (duplicates allowed after a rewind, no gaps)
+    t0 = rig.producer.written[("t", 0)]
+    assert sorted(set(t0)) == sorted(values(10, 0)) and t0[-10:] == values(10, 0)
