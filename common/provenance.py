@@ -40,15 +40,15 @@ def encode(source_offset: int, source_partition: int, origin: str) -> bytes:
 
 
 def encoder(origin: str) -> Callable[[int, int], bytes]:
-    """``encode`` with the origin fixed: one struct pack and one concatenation per record."""
+    """``encode`` with the origin fixed: one struct pack per record (the alias is part of the format)."""
     alias = origin.encode()
     if len(alias) > 255:
         raise ProvenanceError("origin alias longer than 255 bytes")
-    pack = struct.Struct(">Bqi").pack
-    tail = bytes([len(alias)]) + alias
+    size = len(alias)
+    pack = struct.Struct(f">BqiB{size}s").pack
 
     def encode_for(source_offset: int, source_partition: int) -> bytes:
-        return pack(VERSION, source_offset, source_partition) + tail
+        return pack(VERSION, source_offset, source_partition, size, alias)
 
     return encode_for
 
