@@ -196,6 +196,7 @@ def test_each_alert_fires_in_its_scenario_and_stays_quiet_when_healthy(helm: Pat
     # A ZooKeeper blip rewinds all of a worker's partitions at once (4 here): every 10 minutes, or once
     every_10m = " ".join(str(4 * (minute // 10)) for minute in range(61))
     election_errors = f'ureplicator_controller_election_errors_total{{{controller}, pod="c-0"}}'
+    replacements = f'ureplicator_worker_producer_replacements_total{{{workers}, pod="w-1"}}'
     tests = [
         # When lag grows by 500 records a minute for 40 minutes, then it alerts; a high steady lag does not
         alert("UReplicatorLagGrowing", "40m", [(lag, "2000+500x40")],
@@ -214,6 +215,12 @@ def test_each_alert_fires_in_its_scenario_and_stays_quiet_when_healthy(helm: Pat
         alert("UReplicatorPartitionRewinds", "60m", [(rewinds % 1, every_10m), (rewinds % 2, "0x60")],
               severity["warning"]),
         alert("UReplicatorPartitionRewinds", "44m", [(rewinds % 1, "0x30 4x30"), (rewinds % 2, "0x60")], None),
+        # When a worker replaced its fatal producer lately; not for one an hour ago
+        alert("UReplicatorProducerReplaced", "10m", [(replacements, "0x5 1x5")],
+              {**severity["warning"], "pod": "w-1"},
+              {**_annotations(groups, "UReplicatorProducerReplaced"),
+               "summary": "Worker w-1 replaced its destination producer after a fatal error"}),
+        alert("UReplicatorProducerReplaced", "60m", [(replacements, "0 1x60")], None),
         # When the election thread survived an error lately; not when it never failed
         alert("UReplicatorElectionErrors", "10m", [(election_errors, "0x5 1x5")],
               {**severity["warning"], "pod": "c-0"},
