@@ -478,6 +478,9 @@ class MirrorWorker:
         old.poll(0)
         self.producer = self._make_producer()
         self.handoff.use_producer(self.producer)
+        # The last reference: librdkafka's handle is destroyed here, so none of its reports can
+        # arrive after the counts below are reset (they would drive them negative).
+        del old
         self._producer_failed = self.ledger.producer_failed = self._producer_errors.failed = None
         self.ledger.forget_outstanding()
         self.ledger.exact_until = time.monotonic() + EXACT_FOR_S
