@@ -1,0 +1,142 @@
+"""Security turned on against the real stack: ZooKeeper digest ACLs, TLS + SASL/SCRAM Kafka, redacted secrets."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from confluent_kafka import KafkaException
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoAuthError
+
+from common import config as config_module
+from common import zk
+from common.errors import ConfigError
+from common.zkschema import Paths
+from tests.support import kafka_io
+from tests.support.kafka_io import wait_for
+
+pytestmark = pytest.mark.integration
+
+ZK_AUTH = "replicator:zk-Secret-4711"
+
+
+def _config(pipeline, **sections) -> config_module.Config:
+    return config_module.from_dict(pipeline.config_doc(**sections))
+
+
+def _mirrored(source: kafka_io.Cluster, destination: kafka_io.Cluster, topic: str, partitions: int) -> bool:
+    """The destination's end offsets equal the source's (False while the destination topic is missing)."""
+    try:
+        return kafka_io.end_offsets(destination, topic, partitions) == kafka_io.end_offsets(source, topic, partitions)
+    except KafkaException:
+        return False
+
+
+def _anonymous(services) -> KazooClient:
+    client = KazooClient(hosts=services["zookeeper"])
+    client.start(timeout=15)
+    return client
+
+
+def _assert_read_only_for(client: KazooClient, paths: Paths, topic: str) -> None:
+    """``client`` reads the pipeline's nodes but every change is refused with NoAuthError."""
+    data, _ = client.get(paths.topic(topic))
+    assert b'"topic"' in data
+    assert client.get_children(paths.assignments)
+    with pytest.raises(NoAuthError):
+        client.set(paths.topic(topic), b"{}")
+    with pytest.raises(NoAuthError):
+        client.delete(paths.topic(topic))
+    with pytest.raises(NoAuthError):
+        client.create(paths.assignment("intruder"), b"{}")
+    with pytest.raises(NoAuthError):
+        client.create(paths.topic("intruder"), b"{}")
+
+
+def test_zookeeper_auth_pipeline_mirrors_and_others_can_read_but_not_write(pipeline, services):
+    # Given a controller and a worker that share the digest credential
+    pipeline.overrides["zookeeper"] = {"auth": ZK_AUTH}
+    topic = f"{pipeline.name}-acl"
+    kafka_io.create_topic(services["source"], topic, 2)
+    kafka_io.produce(services["source"], topic, 500, 2)
+    pipeline.start_controller()
+    pipeline.start_worker("w1")
+
+    # When a topic is added, the pipeline still mirrors every record
+    status, body = pipeline.api("POST", "/topics", {"topic": topic})
+    assert status == 201, body
+    wait_for(lambda: _mirrored(services["source"], services["destination"], topic, 2), 90, "mirror")
+    source_end = kafka_io.end_offsets(services["source"], topic, 2)
+    assert sum(source_end.values()) == 500
+    wait_for(lambda: kafka_io.committed(services["source"], pipeline.group, topic, 2) == source_end, 30, "commits")
+
+    # Then a client without the credential (or with a wrong password) can read but not change assignments
+    paths = Paths(_config(pipeline).root)
+    anonymous = _anonymous(services)
+    wrong = KazooClient(hosts=services["zookeeper"], auth_data=[("digest", "replicator:wrong-password")])
+    wrong.start(timeout=15)
+    try:
+        for client in (anonymous, wrong):
+            _assert_read_only_for(client, paths, topic)
+        # and the ephemeral nodes the worker and the election made carry the same ACL (ZooKeeper shows
+        # the digest only to a client with ADMIN permission: the credential's holder)
+        holder = zk.connect(_config(pipeline), read_only=True)
+        for parent in (paths.workers, paths.status, paths.election):
+            children = holder.get_children(parent)
+            assert children, parent
+            for child in children:
+                acl, _ = holder.get_acls(f"{parent}/{child}")
+                assert set(acl) == set(zk.pipeline_acl(ZK_AUTH)), (parent, child)
+        holder.stop()
+        holder.close()
+    finally:
+        for client in (anonymous, wrong):
+            client.stop()
+            client.close()
+    # and the controller and worker never hit an authorization error
+    assert "NoAuth" not in pipeline.logs()
+
+
+def test_nodes_from_before_auth_are_secured_at_start_and_a_missing_credential_is_refused(pipeline, services):
+    # Given a pipeline created without authentication (open ACLs), with a topic registered
+    open_config = _config(pipeline)
+    paths = Paths(open_config.root)
+    client = zk.connect(open_config)
+    client.create(paths.topic("legacy"), b'{"topic": "legacy", "destination": "legacy", "partitions": 1}')
+    client.create(paths.assignment("old-worker"), b'{"generation": 1, "partitions": {}}')
+    client.stop()
+    client.close()
+
+    # When a process starts with zookeeper.auth, it secures every node already there
+    secured = zk.connect(_config(pipeline, zookeeper={"auth": ZK_AUTH}))
+    try:
+        for path in (open_config.root, paths.topics, paths.topic("legacy"), paths.assignment("old-worker")):
+            acl, _ = secured.get_acls(path)
+            assert set(acl) == set(zk.pipeline_acl(ZK_AUTH)), path
+    finally:
+        secured.stop()
+        secured.close()
+    anonymous = _anonymous(services)
+    try:
+        _assert_read_only_for(anonymous, paths, "legacy")
+    finally:
+        anonymous.stop()
+        anonymous.close()
+
+    # Then a process without the credential, or with another one, is refused at start with what to do
+    with pytest.raises(ConfigError, match=r"zookeeper.auth: .* protected by ZooKeeper ACLs \(digest:replicator all"):
+        zk.connect(open_config)
+    with pytest.raises(ConfigError, match="protected by another ZooKeeper credential"):
+        zk.connect(_config(pipeline, zookeeper={"auth": "replicator:not-the-password"}))
+
+
+def test_worker_without_the_credential_exits_2_naming_the_setting(pipeline, services):
+    pipeline.overrides["zookeeper"] = {"auth": ZK_AUTH}
+    pipeline.start_controller()  # creates the secured pipeline
+    path = pipeline.workdir / "no-auth.yaml"
+    doc = pipeline.config_doc(worker={"id": "w-noauth"})
+    doc["zookeeper"].pop("auth")
+    path.write_text(yaml.safe_dump(doc))
+    proc = pipeline._spawn("w-noauth", ["worker", "--config", str(path)])
+    assert proc.popen.wait(60) == 2
+    assert "config error: zookeeper.auth: the pipeline's nodes under" in proc.tail()
