@@ -12,7 +12,6 @@ from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
 from common import provenance
 
-
 # Where a helper connects: a bootstrap address, or a whole librdkafka client config (TLS, SASL).
 Cluster = str | Mapping[str, Any]
 
