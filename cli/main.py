@@ -103,6 +103,7 @@ def _run_process(args: argparse.Namespace) -> int:
     from common import config as config_module
 
     cfg = config_module.load(args.config)
+    logs.register_secrets(config_module.secret_values(cfg))
     if args.command == "controller":
         from controller.main import run
     else:

@@ -302,45 +302,47 @@ def _coerce(key: str, annotation: Any, value: Any) -> Any:
     kind = str(annotation)
     if kind in _NESTED_BY_TYPE:
         if not isinstance(value, Mapping):
-            raise ConfigError(key, f"expected a mapping, got {_describe(value)}")
+            raise ConfigError(key, f"expected a mapping, got {_describe(value, key)}")
         return _build(_NESTED_BY_TYPE[kind], key, value)
     if kind == "bool":
         if not isinstance(value, bool):
-            raise ConfigError(key, f"expected true or false, got {_describe(value)}")
+            raise ConfigError(key, f"expected true or false, got {_describe(value, key)}")
         return value
     if kind == "str":
         if not isinstance(value, str) or not value:
-            raise ConfigError(key, f"expected a non-empty string, got {_describe(value)}")
+            raise ConfigError(key, f"expected a non-empty string, got {_describe(value, key)}")
         return value
     if kind == "str | None":
         if value is None:
             return None
         if not isinstance(value, str | int) or isinstance(value, bool):
-            raise ConfigError(key, f"expected a string, got {_describe(value)}")
+            raise ConfigError(key, f"expected a string, got {_describe(value, key)}")
         return str(value)
     if kind == "int":
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(key, f"expected an integer, got {_describe(value)}")
+            raise ConfigError(key, f"expected an integer, got {_describe(value, key)}")
         return value
     if kind == "float":
         if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ConfigError(key, f"expected a number, got {_describe(value)}")
+            raise ConfigError(key, f"expected a number, got {_describe(value, key)}")
         return float(value)
     if kind.startswith("Mapping"):
         if not isinstance(value, Mapping):
-            raise ConfigError(key, f"expected a mapping, got {_describe(value)}")
+            raise ConfigError(key, f"expected a mapping, got {_describe(value, key)}")
         props: dict[str, str] = {}
         for k, v in value.items():
             if isinstance(v, dict | list) or v is None:
-                raise ConfigError(f"{key}.{k}", f"expected a scalar value, got {_describe(v)}")
+                raise ConfigError(f"{key}.{k}", f"expected a scalar value, got {_describe(v, str(k))}")
             props[str(k)] = str(v).lower() if isinstance(v, bool) else str(v)
         return props
     raise AssertionError(f"no coercion for {key}: {kind}")  # a new field without a rule
 
 
-def _describe(value: Any) -> str:
+def _describe(value: Any, key: str = "") -> str:
     if value is None:
         return "nothing"
+    if is_secret(key.rsplit(".", 1)[-1]):
+        return type(value).__name__  # an error message must not echo a secret
     text = repr(value)
     return f"{type(value).__name__} {text[:40]}"
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import yaml
 from confluent_kafka import KafkaException
@@ -140,3 +142,33 @@ def test_worker_without_the_credential_exits_2_naming_the_setting(pipeline, serv
     proc = pipeline._spawn("w-noauth", ["worker", "--config", str(path)])
     assert proc.popen.wait(60) == 2
     assert "config error: zookeeper.auth: the pipeline's nodes under" in proc.tail()
+
+
+def test_secrets_never_reach_the_logs_of_real_processes(pipeline, services, monkeypatch):
+    # Given a controller and a worker at debug level whose config holds an admin token and the
+    # ZooKeeper credential (the token from the environment, as the chart passes it)
+    token = "admin-Token-90210"
+    monkeypatch.setenv("UREPLICATOR_LOG_LEVEL", "debug")
+    monkeypatch.setenv("UREPLICATOR_CONTROLLER_ADMIN_TOKEN", token)
+    pipeline.overrides["zookeeper"] = {"auth": ZK_AUTH}
+    topic = f"{pipeline.name}-quiet"
+    kafka_io.create_topic(services["source"], topic, 1)
+    kafka_io.produce(services["source"], topic, 50, 1)
+    pipeline.start_controller()
+    pipeline.start_worker("w1")
+    # When mutating calls come with a wrong token and then the right one, and records are mirrored
+    assert pipeline.api("POST", "/topics", {"topic": topic}, token="wrong-token-1")[0] == 403
+    assert pipeline.api("POST", "/topics", {"topic": topic}, token=token)[0] == 201
+    wait_for(lambda: _mirrored(services["source"], services["destination"], topic, 1), 90, "mirror")
+    pipeline.stop_all()
+
+    # Then no line of either process's output shows a secret, and the config they logged shows ***
+    password = ZK_AUTH.partition(":")[2]
+    for proc in pipeline.processes:
+        text = proc.log.read_text(errors="replace")
+        assert token not in text and password not in text, proc.name
+        starting = [line for line in text.splitlines() if "_starting" in line and '"config"' in line]
+        assert starting, proc.name
+        logged = json.loads(starting[0])["config"]
+        assert logged["zookeeper"]["auth"] == "***"
+        assert logged["controller"]["admin_token"] == "***"

@@ -95,3 +95,9 @@ def test_secret_values_lists_every_configured_secret():
                                'bootstrap_servers: "127.0.0.1:9092", properties: {sasl.password: pw-src-1}}')
                + "controller: {admin_token: token-abc-123}\n")
     assert {"pw-src-1", "token-abc-123"} <= set(config.secret_values(cfg))
+
+
+def test_a_mistyped_secret_is_not_echoed_in_the_error():
+    with pytest.raises(ConfigError) as err:
+        load(MINIMAL + "controller: {admin_token: [hunter2-hunter2]}\n")
+    assert "hunter2" not in str(err.value) and "expected a string, got list" in str(err.value)
