@@ -172,3 +172,66 @@ def test_secrets_never_reach_the_logs_of_real_processes(pipeline, services, monk
         logged = json.loads(starting[0])["config"]
         assert logged["zookeeper"]["auth"] == "***"
         assert logged["controller"]["admin_token"] == "***"
+
+
+def _secure(services) -> dict:
+    if "secure" not in services:
+        pytest.fail("the stack has no SASL_SSL listeners: a reused stack (UREPLICATOR_TEST_STACK) must be started "
+                    "with `ureplicator stack up --secure`")
+    return services["secure"]
+
+
+def test_tls_and_scram_end_to_end_mirror_then_verify(spark, pipeline, services, tmp_path):
+    from devtools import stack
+    from tests.support import verifier_env
+
+    # Given the brokers' SASL_SSL listeners (SCRAM-SHA-512 over TLS, a CA of their own) and a pipeline whose
+    # clients reach only those, with the ZooKeeper credential and an admin token on as well
+    secure = _secure(services)
+    properties = stack.secure_client_properties(secure)
+    source = kafka_io.client_config(secure["source"], **properties)
+    destination = kafka_io.client_config(secure["destination"], **properties)
+    token = "admin-Token-31337"
+    pipeline.overrides.update({
+        "source": {"bootstrap_servers": secure["source"], "properties": properties},
+        "destination": {"bootstrap_servers": secure["destination"], "properties": properties},
+        "zookeeper": {"auth": ZK_AUTH},
+        "controller": {"admin_token": token},
+    })
+    topic = f"{pipeline.name}-tls"
+    kafka_io.create_topic(source, topic, 3)
+    kafka_io.produce(source, topic, 3000, 3)
+
+    # When the controller and a worker mirror the topic
+    pipeline.start_controller()
+    pipeline.start_worker("w1")
+    status, body = pipeline.api("POST", "/topics", {"topic": topic}, token=token)
+    assert status == 201, body
+    wait_for(lambda: _mirrored(source, destination, topic, 3), 120, "mirror over SASL_SSL")
+    ends = kafka_io.end_offsets(source, topic, 3)
+    wait_for(lambda: kafka_io.committed(source, pipeline.group, topic, 3) == ends, 60, "commits over SASL_SSL")
+
+    # Then the destination holds every record exactly, per partition and in order
+    for p in range(3):
+        src = kafka_io.read_partition(source, topic, p)
+        dst = kafka_io.read_partition(destination, topic, p)
+        assert [r.logical() for r in dst] == [r.logical() for r in src], f"partition {p} differs"
+    assert sum(ends.values()) == 3000
+
+    # And the verifier (Spark's Java Kafka client, options mapped from the same librdkafka properties) says OK
+    config = pipeline.write_config("verify")
+    outcome = verifier_env.run_verifier(["--config", str(config)], tmp_path / "reports")
+    assert outcome.status == 0, outcome.stderr
+    assert outcome.report["status"] == "OK"
+    assert outcome.report["totals"]["verified_records"] == 3000
+    assert not any(outcome.report["totals"]["categories"].values())
+
+    # And neither the SCRAM password, the ZooKeeper password nor the token shows in any process output
+    pipeline.stop_all()
+    for proc in pipeline.processes:
+        text = proc.log.read_text(errors="replace")
+        for secret in (secure["password"], ZK_AUTH.partition(":")[2], token):
+            assert secret not in text, proc.name
+        assert '"sasl.password": "***"' in text, proc.name
+    for secret in (secure["password"], token):
+        assert secret not in outcome.stdout + outcome.stderr
