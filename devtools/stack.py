@@ -26,10 +26,13 @@ import uuid
 from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from devtools import certs, jvm
+from devtools import jvm
 from devtools.ports import NoFreePorts, free_ports
+
+if TYPE_CHECKING:
+    from devtools.certs import BrokerTls
 
 SERVICES: tuple[str, ...] = ("zookeeper", "source", "destination")
 BROKERS: tuple[str, ...] = ("source", "destination")
@@ -338,7 +341,7 @@ def _kafka_properties(root: Path, name: str, port: int, controller_port: int, ex
     return props
 
 
-def _secure_listener(port: int, secure_port: int, controller_port: int, tls: certs.BrokerTls) -> dict[str, Any]:
+def _secure_listener(port: int, secure_port: int, controller_port: int, tls: BrokerTls) -> dict[str, Any]:
     """Broker settings for a SASL_SSL listener next to PLAINTEXT; brokers and their controller keep PLAINTEXT."""
     return {
         "listeners": f"PLAINTEXT://{HOST}:{port},SASL_SSL://{HOST}:{secure_port},CONTROLLER://{HOST}:{controller_port}",
@@ -672,6 +675,8 @@ def up(
             _svc_dir(root, name).mkdir(parents=True, exist_ok=True)
         secure_block: dict[str, Any] | None = None
         if secure:
+            from devtools import certs  # cryptography (the dev extra) is needed only here
+
             tls = certs.write(root / "tls")
             secure_block = {
                 **{name: _address(secure_ports[name]) for name in BROKERS},
