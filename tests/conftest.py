@@ -26,7 +26,9 @@ def services(tmp_path_factory):
         yield {**json.loads((directory / "stack.json").read_text()), "dir": directory}
         return
     directory = tmp_path_factory.mktemp("stack")
-    addresses = stack.up(directory, secure=True)
+    # 3 minutes, not the CLI's 90 s: the machine that runs the suite is often shared, and a
+    # session that cannot start its stack fails every integration test at once.
+    addresses = stack.up(directory, secure=True, timeout_s=180)
     yield {**addresses, "dir": directory}
     stack.down(directory)
 
