@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-import yaml
 from confluent_kafka import KafkaException
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
@@ -135,11 +134,7 @@ def test_nodes_from_before_auth_are_secured_at_start_and_a_missing_credential_is
 def test_worker_without_the_credential_exits_2_naming_the_setting(pipeline, services):
     pipeline.overrides["zookeeper"] = {"auth": ZK_AUTH}
     pipeline.start_controller()  # creates the secured pipeline
-    path = pipeline.workdir / "no-auth.yaml"
-    doc = pipeline.config_doc(worker={"id": "w-noauth"})
-    doc["zookeeper"].pop("auth")
-    path.write_text(yaml.safe_dump(doc))
-    proc = pipeline._spawn("w-noauth", ["worker", "--config", str(path)])
+    proc = pipeline.start_worker("w-noauth", zookeeper={"auth": None})
     assert proc.popen.wait(60) == 2
     assert "config error: zookeeper.auth: the pipeline's nodes under" in proc.tail()
 
