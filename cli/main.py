@@ -48,6 +48,8 @@ def _parser() -> argparse.ArgumentParser:
     stack = sub.add_parser("stack", help="(source checkout) local ZooKeeper + source/destination Kafka")
     stack.add_argument("action", choices=["up", "down", "status"])
     stack.add_argument("--dir", type=Path, default=None, help="state directory (default: <cache>/stack)")
+    stack.add_argument("--secure", action="store_true",
+                       help="with up: also a SASL_SSL listener per broker (SCRAM-SHA-512, a local CA); see stack.json")
     stack.set_defaults(func=_stack)
 
     topics = sub.add_parser("topics", help="manage mirrored topics through the controller's REST API")
@@ -103,6 +105,7 @@ def _run_process(args: argparse.Namespace) -> int:
     from common import config as config_module
 
     cfg = config_module.load(args.config)
+    logs.register_secrets(config_module.secret_values(cfg))
     if args.command == "controller":
         from controller.main import run
     else:
@@ -128,7 +131,7 @@ def _stack(args: argparse.Namespace) -> int:
     directory = args.dir or stack.default_dir()
     try:
         if args.action == "up":
-            print(json.dumps(stack.up(directory), indent=2))
+            print(json.dumps(stack.up(directory, secure=args.secure), indent=2))
         elif args.action == "down":
             stopped = stack.down(directory)
             print(f"stopped: {', '.join(stopped) if stopped else 'nothing was running'}")

@@ -13,6 +13,7 @@ documents each key.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 import socket
@@ -29,6 +30,8 @@ ENV_PREFIX = "UREPLICATOR_"
 
 # Property names whose values are secrets: never logged, never echoed by the API.
 _SECRET_MARKERS = ("password", "secret", "token", "key.pem", "keystore", "sasl.jaas", "oauthbearer.config")
+# Keys that hold a secret although their name does not say so.
+_SECRET_KEYS = frozenset({"auth"})
 REDACTED = "***"
 
 _PIPELINE_RE = re.compile(r"^[A-Za-z0-9._-]{1,100}$")
@@ -41,6 +44,8 @@ class ZooKeeperConfig:
     connect: str
     root: str = "/ureplicator"
     session_timeout_s: float = 10.0
+    # "user:password": digest authentication, and digest ACLs on the pipeline's nodes (docs/security.md).
+    auth: str | None = None
 
 
 @dataclass(frozen=True)
@@ -70,6 +75,8 @@ class ControllerConfig:
     rest_port: int = 9000
     request_timeout_s: float = 30.0  # the REST server closes connections idle or stalled this long
     admin_token: str | None = None
+    # Serve mutating REST calls without a token on a non-loopback address (see check_rest_exposure).
+    allow_anonymous: bool = False
     reconcile_interval_s: float = 5.0
     topic_naming: str = "identity"  # identity | prefix | mapping
     topic_mapping: Mapping[str, str] = field(default_factory=dict)
@@ -131,7 +138,24 @@ class Config:
 
 def is_secret(name: str) -> bool:
     lowered = name.lower()
-    return any(marker in lowered for marker in _SECRET_MARKERS)
+    return lowered in _SECRET_KEYS or any(marker in lowered for marker in _SECRET_MARKERS)
+
+
+def secret_values(config: Config) -> list[str]:
+    """Every secret value in ``config`` (admin token, ZooKeeper credential, client passwords), for log masking."""
+    found: list[str] = []
+
+    def walk(value: Any, key: str = "") -> None:
+        if isinstance(value, dict):
+            for k, v in value.items():
+                walk(v, k)
+        elif key and is_secret(key) and isinstance(value, str) and value:
+            found.append(value)
+
+    walk(_asdict(config))
+    if config.zookeeper.auth:
+        found.append(config.zookeeper.auth.partition(":")[2])  # the password alone may be echoed by a library
+    return [v for v in found if v]
 
 
 def _redact(value: Any, key: str = "") -> Any:
@@ -235,7 +259,7 @@ def _apply_env(raw: dict[str, Any], env: Mapping[str, str]) -> None:
         suffix = name[len(ENV_PREFIX):]
         if suffix in fixed:
             path = fixed[suffix]
-            parsed = value if path[-1] in ("id", "alias", "admin_token") else _scalar(value)
+            parsed = value if path[-1] in ("id", "alias", "admin_token", "auth") else _scalar(value)
         else:
             match = re.match(r"^(SOURCE|DESTINATION)_PROPERTIES_(.+)$", suffix)
             if not match:
@@ -278,45 +302,47 @@ def _coerce(key: str, annotation: Any, value: Any) -> Any:
     kind = str(annotation)
     if kind in _NESTED_BY_TYPE:
         if not isinstance(value, Mapping):
-            raise ConfigError(key, f"expected a mapping, got {_describe(value)}")
+            raise ConfigError(key, f"expected a mapping, got {_describe(value, key)}")
         return _build(_NESTED_BY_TYPE[kind], key, value)
     if kind == "bool":
         if not isinstance(value, bool):
-            raise ConfigError(key, f"expected true or false, got {_describe(value)}")
+            raise ConfigError(key, f"expected true or false, got {_describe(value, key)}")
         return value
     if kind == "str":
         if not isinstance(value, str) or not value:
-            raise ConfigError(key, f"expected a non-empty string, got {_describe(value)}")
+            raise ConfigError(key, f"expected a non-empty string, got {_describe(value, key)}")
         return value
     if kind == "str | None":
         if value is None:
             return None
         if not isinstance(value, str | int) or isinstance(value, bool):
-            raise ConfigError(key, f"expected a string, got {_describe(value)}")
+            raise ConfigError(key, f"expected a string, got {_describe(value, key)}")
         return str(value)
     if kind == "int":
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(key, f"expected an integer, got {_describe(value)}")
+            raise ConfigError(key, f"expected an integer, got {_describe(value, key)}")
         return value
     if kind == "float":
         if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ConfigError(key, f"expected a number, got {_describe(value)}")
+            raise ConfigError(key, f"expected a number, got {_describe(value, key)}")
         return float(value)
     if kind.startswith("Mapping"):
         if not isinstance(value, Mapping):
-            raise ConfigError(key, f"expected a mapping, got {_describe(value)}")
+            raise ConfigError(key, f"expected a mapping, got {_describe(value, key)}")
         props: dict[str, str] = {}
         for k, v in value.items():
             if isinstance(v, dict | list) or v is None:
-                raise ConfigError(f"{key}.{k}", f"expected a scalar value, got {_describe(v)}")
+                raise ConfigError(f"{key}.{k}", f"expected a scalar value, got {_describe(v, str(k))}")
             props[str(k)] = str(v).lower() if isinstance(v, bool) else str(v)
         return props
     raise AssertionError(f"no coercion for {key}: {kind}")  # a new field without a rule
 
 
-def _describe(value: Any) -> str:
+def _describe(value: Any, key: str = "") -> str:
     if value is None:
         return "nothing"
+    if is_secret(key.rsplit(".", 1)[-1]):
+        return type(value).__name__  # an error message must not echo a secret
     text = repr(value)
     return f"{type(value).__name__} {text[:40]}"
 
@@ -335,6 +361,10 @@ def _check(config: Config) -> None:
         raise ConfigError("zookeeper.root", "must be an absolute path starting with '/'")
     if config.zookeeper.session_timeout_s <= 0:
         raise ConfigError("zookeeper.session_timeout_s", "must be positive")
+    if config.zookeeper.auth is not None:
+        user, sep, password = config.zookeeper.auth.partition(":")
+        if not sep or not user or not password:
+            raise ConfigError("zookeeper.auth", "expected 'user:password' (digest authentication)")
     _port("controller.rest_port", config.controller.rest_port, allow_zero=True)
     _port("worker.metrics_port", config.worker.metrics_port, allow_zero=True)
     for key, value in (
@@ -394,6 +424,35 @@ def _check(config: Config) -> None:
             raise ConfigError(f"controller.{key}", "must not be negative")
     if config.controller.admin_token is not None and len(config.controller.admin_token) < 8:
         raise ConfigError("controller.admin_token", "must be at least 8 characters")
+
+
+def is_loopback(host: str) -> bool:
+    """``host`` can only be reached from this machine (localhost or a loopback address)."""
+    if host.strip().lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a host name other than localhost may resolve to anything
+
+
+def check_rest_exposure(config: Config) -> None:
+    """Refuse a REST API that anyone on the network could change: non-loopback, no token, not allowed.
+
+    Called by the controller at start, not by ``from_dict``: workers and the verifier read the
+    same file and never serve the API.
+    """
+    ctl = config.controller
+    if ctl.admin_token is not None or ctl.allow_anonymous or is_loopback(ctl.rest_host):
+        return
+    raise ConfigError(
+        "controller.admin_token",
+        f"the REST API would listen on {ctl.rest_host}:{ctl.rest_port}, reachable from the network, and anyone "
+        "reaching it could add, remove or pause topics. Set controller.admin_token (8+ characters; "
+        "env UREPLICATOR_CONTROLLER_ADMIN_TOKEN) so changes need 'Authorization: Bearer <token>', or "
+        "controller.rest_host: 127.0.0.1 to serve this machine only, or controller.allow_anonymous: true "
+        "if something else (a NetworkPolicy, a proxy) guards the port",
+    )
 
 
 def _servers(bootstrap: str) -> frozenset[str]:

@@ -2,18 +2,27 @@
 
 kazoo logs through the stdlib ``logging`` module and librdkafka through the
 ``logger`` client setting, which confluent-kafka hands a stdlib logger; both end
-up in the same renderer with the same timestamp and level keys.
+up in the same renderer with the same timestamp and level keys. Just before
+rendering, every line has its secrets masked (:func:`mask_secrets`): values of
+secret-looking keys, and the configured secret values wherever they appear.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Iterable
 from typing import Any
 
 import structlog
 
+from common.config import REDACTED, is_secret
+
 _configured = False
+# Secret values of this process's config (passwords, tokens): masked in any text that shows them.
+_known_secrets: set[str] = set()
+# Shorter values would mask ordinary words and numbers; the config refuses tokens under 8 characters.
+_MIN_SECRET_LENGTH = 4
 
 
 def setup(level: str = "info", json: bool | None = None, stream: Any = None) -> None:
@@ -49,6 +58,7 @@ def setup(level: str = "info", json: bool | None = None, stream: Any = None) -> 
         processors=[
             structlog.stdlib.ProcessorFormatter.remove_processors_meta,
             structlog.processors.format_exc_info,
+            mask_secrets,
             renderer,
         ],
     )
@@ -68,6 +78,31 @@ def _name_as_logger(_: Any, __: str, event: dict[str, Any]) -> dict[str, Any]:
     if record is not None:
         event.setdefault("logger", record.name)
     return event
+
+
+def register_secrets(values: Iterable[str]) -> None:
+    """Mask these values in every later log line, whatever key or message carries them."""
+    _known_secrets.update(v for v in values if v and len(v) >= _MIN_SECRET_LENGTH)
+
+
+def mask_secrets(_: Any, __: str, event: dict[str, Any]) -> dict[str, Any]:
+    """structlog processor: ``***`` for secret-looking keys (password, token, ...) and registered values."""
+    return {key: _masked(key, value) for key, value in event.items()}
+
+
+def _masked(key: str, value: Any) -> Any:
+    if key and is_secret(key) and value is not None:
+        return REDACTED
+    if isinstance(value, dict):
+        return {k: _masked(str(k), v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_masked("", v) for v in value]
+    if isinstance(value, str):
+        # Longest first, so a value that contains another is masked whole.
+        for secret in sorted(_known_secrets, key=len, reverse=True):
+            if secret in value:
+                value = value.replace(secret, REDACTED)
+    return value
 
 
 def get(name: str, **context: Any) -> structlog.stdlib.BoundLogger:

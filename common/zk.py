@@ -12,12 +12,13 @@ from collections.abc import Callable, Iterable
 from typing import TypeVar
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NodeExistsError, NoNodeError, RolledBackError
+from kazoo.exceptions import NoAuthError, NodeExistsError, NoNodeError, RolledBackError
 from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.security import ACL, Permissions, make_acl, make_digest_acl
 
 from common import logs
 from common.config import Config
-from common.errors import ClusterUnavailable, UReplicatorError
+from common.errors import ClusterUnavailable, ConfigError, UReplicatorError
 from common.zkschema import Assignment, Paths, SchemaError, TopicRecord, WorkerStatus
 
 log = logs.get(__name__)
@@ -38,8 +39,10 @@ def connect(config: Config, timeout_s: float = 15.0, read_only: bool = False) ->
     ``read_only`` clients (the verifier) write nothing, not even the pipeline's parent nodes,
     so a mistyped pipeline name cannot create an empty pipeline.
     """
+    auth = config.zookeeper.auth
     client = KazooClient(hosts=config.zookeeper.connect, timeout=config.zookeeper.session_timeout_s,
-                         read_only=read_only)
+                         read_only=read_only, auth_data=[("digest", auth)] if auth else None,
+                         default_acl=pipeline_acl(auth) if auth else None)
     try:
         client.start(timeout=timeout_s)
     except KazooTimeoutError:
@@ -48,9 +51,89 @@ def connect(config: Config, timeout_s: float = 15.0, read_only: bool = False) ->
             f"ZooKeeper at {config.zookeeper.connect} did not answer within {timeout_s:.0f}s"
         ) from None
     if not read_only:
-        for parent in Paths(config.root).all_parents():
-            client.ensure_path(parent)
+        try:
+            if auth:
+                # Shared by every pipeline: others may add theirs next to ours, not remove ours.
+                client.ensure_path(config.zookeeper.root, acl=_shared_root_acl(auth))
+            _secure_pipeline(client, config)
+            for parent in Paths(config.root).all_parents():
+                client.ensure_path(parent)
+        except BaseException:
+            client.stop()
+            client.close()
+            raise
     return client
+
+
+# --- authentication and ACLs ---------------------------------------------------------------
+
+
+def pipeline_acl(auth: str) -> list[ACL]:
+    """Only the holder of ``auth`` ("user:password") changes the pipeline's nodes; anyone may read them."""
+    user, _, password = auth.partition(":")
+    return [make_digest_acl(user, password, all=True), make_acl("world", "anyone", read=True)]
+
+
+def _shared_root_acl(auth: str) -> list[ACL]:
+    user, _, password = auth.partition(":")
+    return [make_digest_acl(user, password, all=True), make_acl("world", "anyone", read=True, create=True)]
+
+
+def _secure_pipeline(client: KazooClient, config: Config) -> None:
+    """Make the pipeline's existing nodes match ``zookeeper.auth``, or refuse with what to do.
+
+    Nodes created after auth is on get the digest ACL from ``default_acl``. Nodes from before
+    (open to the world) are re-secured here once: every node, deepest first and the pipeline
+    root last, so a start interrupted half-way does the walk again next time.
+    """
+    root = config.root
+    try:
+        current, _ = client.get_acls(root)
+    except NoNodeError:
+        return  # a new pipeline: created below with the right ACL
+    auth = config.zookeeper.auth
+    if auth is None:
+        if not any(a.id.scheme == "world" and a.perms & Permissions.WRITE for a in current):
+            raise ConfigError("zookeeper.auth", f"the pipeline's nodes under {root} are protected by ZooKeeper ACLs "
+                              f"({_describe_acl(current)}): set zookeeper.auth (env UREPLICATOR_ZOOKEEPER_AUTH) to "
+                              "the user:password they were secured with")
+        return
+    wanted = pipeline_acl(auth)
+    if set(current) == set(wanted):
+        return
+    paths = _subtree(client, root)
+    log.warning("zookeeper_acls_securing", root=root, nodes=len(paths), was=_describe_acl(current))
+    try:
+        for path in reversed(paths):
+            try:
+                client.set_acls(path, wanted)
+            except NoNodeError:
+                continue  # an ephemeral node that went away meanwhile
+    except NoAuthError:
+        raise ConfigError("zookeeper.auth", f"the pipeline's nodes under {root} are protected by another ZooKeeper "
+                          f"credential ({_describe_acl(current)}): zookeeper.auth must be that user:password") from None
+
+
+def _subtree(client: KazooClient, root: str) -> list[str]:
+    """``root`` and every node below it, parents before children."""
+    found, pending = [], [root]
+    while pending:
+        path = pending.pop()
+        found.append(path)
+        try:
+            pending.extend(f"{path}/{child}" for child in client.get_children(path))
+        except NoNodeError:
+            continue
+    return found
+
+
+def _describe_acl(acl: Iterable[ACL]) -> str:
+    """Who may do what, without the digest's password hash."""
+    entries = []
+    for entry in acl:
+        who = entry.id.id.partition(":")[0] if entry.id.scheme == "digest" else entry.id.id
+        entries.append(f"{entry.id.scheme}:{who} {','.join(entry.acl_list).lower()}")
+    return "; ".join(entries)
 
 
 def commit(transaction: object, what: str, fenced: bool = False) -> None:

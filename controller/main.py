@@ -8,7 +8,7 @@ import threading
 from pathlib import Path
 
 from common import kafka, logs, signals, zk
-from common.config import Config
+from common.config import Config, check_rest_exposure
 from controller import groups_api
 from controller.api import Controller, create_app, serve
 from controller.leader import Leadership
@@ -17,6 +17,7 @@ from controller.verification_api import make_blueprint, register_metrics
 
 def run(config: Config) -> int:
     identifier = f"{socket.gethostname()}-{os.getpid()}"
+    check_rest_exposure(config)  # before any connection: a refused start leaves nothing behind
     log = logs.get("controller", pipeline=config.pipeline, controller=identifier)
     log.info("controller_starting", config=config.redacted())
     client = zk.connect(config)

@@ -1,4 +1,9 @@
-"""Start and stop a local ZooKeeper plus two single-broker KRaft clusters (source, destination)."""
+"""Start and stop a local ZooKeeper plus two single-broker KRaft clusters (source, destination).
+
+With ``secure``, each broker also gets a SASL_SSL listener (SCRAM-SHA-512, a certificate from a
+throwaway CA made by devtools.certs) next to its PLAINTEXT one, and one SCRAM user created when
+its storage is formatted; stack.json's ``secure`` block says how to connect (docs/security.md).
+"""
 
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ import fcntl
 import json
 import os
 import re
+import secrets
 import shutil
 import signal
 import socket
@@ -20,10 +26,13 @@ import uuid
 from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from devtools import jvm
 from devtools.ports import NoFreePorts, free_ports
+
+if TYPE_CHECKING:
+    from devtools.certs import BrokerTls
 
 SERVICES: tuple[str, ...] = ("zookeeper", "source", "destination")
 BROKERS: tuple[str, ...] = ("source", "destination")
@@ -39,6 +48,9 @@ KAFKA_HEAP = os.environ.get("UREPLICATOR_STACK_KAFKA_HEAP", "256m")
 ZOOKEEPER_HEAP = os.environ.get("UREPLICATOR_STACK_ZOOKEEPER_HEAP", "128m")
 
 _LOG_TAIL_LINES = 30
+
+SECURE_USER = "ureplicator"
+SECURE_MECHANISM = "SCRAM-SHA-512"
 
 
 class StackError(Exception):
@@ -329,6 +341,31 @@ def _kafka_properties(root: Path, name: str, port: int, controller_port: int, ex
     return props
 
 
+def _secure_listener(port: int, secure_port: int, controller_port: int, tls: BrokerTls) -> dict[str, Any]:
+    """Broker settings for a SASL_SSL listener next to PLAINTEXT; brokers and their controller keep PLAINTEXT."""
+    return {
+        "listeners": f"PLAINTEXT://{HOST}:{port},SASL_SSL://{HOST}:{secure_port},CONTROLLER://{HOST}:{controller_port}",
+        "advertised.listeners": f"PLAINTEXT://{HOST}:{port},SASL_SSL://{HOST}:{secure_port}",
+        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL",
+        "sasl.enabled.mechanisms": SECURE_MECHANISM,
+        "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config":
+            "org.apache.kafka.common.security.scram.ScramLoginModule required;",
+        "listener.name.sasl_ssl.ssl.keystore.type": "PEM",
+        "listener.name.sasl_ssl.ssl.keystore.location": str(tls.keystore),
+    }
+
+
+def secure_client_properties(secure: dict[str, Any]) -> dict[str, str]:
+    """librdkafka properties (all but bootstrap.servers) for the SASL_SSL listeners in stack.json's ``secure``."""
+    return {
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": secure["mechanism"],
+        "sasl.username": secure["username"],
+        "sasl.password": secure["password"],
+        "ssl.ca.location": secure["ca"],
+    }
+
+
 def _log4j_properties(name: str) -> str:
     # Console only: stdout is the service log, so there is a single writer to the file.
     return _props(
@@ -420,7 +457,7 @@ def _kafka_command(java: str, root: Path, name: str) -> list[str]:
     return [*_kafka_jvm(java, root, name, KAFKA_HEAP), "kafka.Kafka", str(_config_path(root, name))]
 
 
-def _format_command(java: str, root: Path, name: str, cluster_id: str) -> list[str]:
+def _format_command(java: str, root: Path, name: str, cluster_id: str, scram_password: str | None) -> list[str]:
     # A short-lived tool: C1 only starts faster and it needs little heap.
     jvm_part = _kafka_jvm(java, root, name, "128m")
     return [
@@ -433,6 +470,9 @@ def _format_command(java: str, root: Path, name: str, cluster_id: str) -> list[s
         cluster_id,
         "-c",
         str(_config_path(root, name)),
+        # KRaft stores SCRAM credentials in its metadata log: the user exists before the first client.
+        *(["--add-scram", f"{SECURE_MECHANISM}=[name={SECURE_USER},password={scram_password}]"]
+          if scram_password else []),
     ]
 
 
@@ -486,8 +526,9 @@ class _KafkaProbe:
     """Asks a broker for metadata; created lazily once the port accepts connections so
     librdkafka does not log 'connection refused' while the JVM is still booting."""
 
-    def __init__(self, port: int) -> None:
+    def __init__(self, port: int, client: dict[str, str] | None = None) -> None:
         self.port = port
+        self.client = dict(client or {})  # security settings, for the SASL_SSL listener
         self.admin: Any = None
 
     def ready(self, budget_s: float) -> bool:
@@ -496,7 +537,7 @@ class _KafkaProbe:
                 return False
             from confluent_kafka.admin import AdminClient
 
-            self.admin = AdminClient({"bootstrap.servers": f"{HOST}:{self.port}"})
+            self.admin = AdminClient({"bootstrap.servers": f"{HOST}:{self.port}", **self.client})
         try:
             metadata = self.admin.list_topics(timeout=max(0.5, min(2.0, budget_s)))
         except Exception:  # KafkaException while the broker is not serving yet
@@ -504,8 +545,9 @@ class _KafkaProbe:
         return bool(metadata.brokers)
 
 
-def _wait_ready(root: Path, name: str, pid: int, port: int, deadline: float, log_offset: int = 0) -> None:
-    probe = _KafkaProbe(port) if name in BROKERS else None
+def _wait_ready(root: Path, name: str, pid: int, port: int, deadline: float, log_offset: int = 0,
+                client: dict[str, str] | None = None) -> None:
+    probe = _KafkaProbe(port, client) if name in BROKERS else None
     while True:
         if not _alive(pid):
             raise StackError(f"{name} exited during startup; " + _failure_report(_log_path(root, name), log_offset))
@@ -537,13 +579,14 @@ def _launch(root: Path, name: str, cmd: list[str]) -> int:
     return proc.pid
 
 
-def _format_brokers(root: Path, java: str, cluster_ids: dict[str, str], deadline: float) -> None:
+def _format_brokers(root: Path, java: str, cluster_ids: dict[str, str], deadline: float,
+                    scram_password: str | None = None) -> None:
     procs: dict[str, subprocess.Popen[bytes]] = {}
     try:
         for name in BROKERS:
             with open(_log_path(root, name), "ab") as log:
                 procs[name] = subprocess.Popen(
-                    _format_command(java, root, name, cluster_ids[name]),
+                    _format_command(java, root, name, cluster_ids[name], scram_password),
                     stdin=subprocess.DEVNULL,
                     stdout=log,
                     stderr=subprocess.STDOUT,
@@ -584,11 +627,14 @@ def up(
     ports: dict[str, int] | None = None,
     timeout_s: float = 90,
     extra_config: dict[str, dict[str, Any]] | None = None,
-) -> dict[str, str]:
+    secure: bool = False,
+) -> dict[str, Any]:
     """Start ZooKeeper and the source and destination brokers in dir; returns (and writes
     to dir/stack.json) {"zookeeper": "127.0.0.1:p", "source": ..., "destination": ...}.
 
     extra_config adds/overrides zoo.cfg or server.properties entries per service.
+    secure adds a SASL_SSL listener per broker and a "secure" block: {"source": address,
+    "destination": address, "ca": PEM path, "mechanism", "username", "password"}.
     Raises StackError, after stopping whatever it started, when anything fails; also
     when a stack is already running in dir.
     """
@@ -615,11 +661,31 @@ def up(
         except jvm.JvmError as exc:
             raise StackError(str(exc)) from exc
         client_ports, controller_ports = _plan_ports(ports)
+        secure_ports: dict[str, int] = {}
+        if secure:
+            try:
+                taken = {*client_ports.values(), *controller_ports.values()}
+                secure_ports = dict(zip(BROKERS, free_ports(len(BROKERS), taken), strict=True))
+            except NoFreePorts as exc:
+                raise StackError(str(exc)) from None
 
         started = time.monotonic()
         deadline = started + timeout_s
         for name in SERVICES:
             _svc_dir(root, name).mkdir(parents=True, exist_ok=True)
+        secure_block: dict[str, Any] | None = None
+        if secure:
+            from devtools import certs  # cryptography (the dev extra) is needed only here
+
+            tls = certs.write(root / "tls")
+            secure_block = {
+                **{name: _address(secure_ports[name]) for name in BROKERS},
+                "ca": str(tls.ca), "mechanism": SECURE_MECHANISM, "username": SECURE_USER,
+                "password": secrets.token_urlsafe(18),
+            }
+            for name in BROKERS:
+                listener = _secure_listener(client_ports[name], secure_ports[name], controller_ports[name], tls)
+                extra[name] = {**listener, **extra.get(name, {})}
         _write_configs(root, client_ports, controller_ports, extra)
         cluster_ids = {name: _cluster_id() for name in BROKERS}
         state = {"dir": str(root), "created_at": time.time(), "services": {}}
@@ -640,6 +706,7 @@ def up(
                     "address": _address(client_ports[name]),
                     "port": client_ports[name],
                     "controller_port": controller_ports.get(name),
+                    "secure_port": secure_ports.get(name),
                     "cluster_id": cluster_ids.get(name),
                     "pid": pid,
                     "config": str(_config_path(root, name)),
@@ -652,19 +719,27 @@ def up(
 
             start("zookeeper")
             _say(f"formatting the storage of {' and '.join(BROKERS)}")
-            _format_brokers(root, java, cluster_ids, deadline)
+            _format_brokers(root, java, cluster_ids, deadline, secure_block["password"] if secure_block else None)
             for name in BROKERS:
                 start(name)
             for name in SERVICES:
                 svc = state["services"][name]
                 _wait_ready(root, name, svc["pid"], svc["port"], deadline)
                 _say(f"{name} ready in {time.monotonic() - launch_times[name]:.1f}s")
+            if secure_block is not None:
+                for name in BROKERS:  # a SCRAM login over TLS, as every secure client will do it
+                    svc = state["services"][name]
+                    _wait_ready(root, name, svc["pid"], secure_ports[name], deadline,
+                                client=secure_client_properties(secure_block))
+                _say(f"SASL_SSL listeners ready ({SECURE_MECHANISM}, user {SECURE_USER}, CA {secure_block['ca']})")
         except BaseException:
             # No orphan JVM: whatever this call started goes, the logs stay.
             _kill([p for p in launched if _alive(p)])
             (root / STATE_FILE).unlink(missing_ok=True)
             raise
-        addresses = {name: _address(client_ports[name]) for name in SERVICES}
+        addresses: dict[str, Any] = {name: _address(client_ports[name]) for name in SERVICES}
+        if secure_block is not None:
+            addresses["secure"] = secure_block
         _write_json(root / STACK_FILE, addresses)
         _say(f"up in {time.monotonic() - started:.1f}s: {root / STACK_FILE}")
         return addresses
@@ -800,11 +875,12 @@ def main(argv: list[str] | None = None) -> int:
         help="stack folder (default: $UREPLICATOR_CACHE/stack, else .cache/stack)",
     )
     parser.add_argument("--timeout", type=float, default=None, help="seconds to wait")
+    parser.add_argument("--secure", action="store_true", help="add SASL_SSL (SCRAM-SHA-512) listeners")
     args = parser.parse_args(argv)
     root = args.dir if args.dir is not None else default_dir()
     try:
         if args.command == "up":
-            addresses = up(root, timeout_s=args.timeout or 90)
+            addresses = up(root, timeout_s=args.timeout or 90, secure=args.secure)
             print(json.dumps(addresses, indent=2))
         elif args.command == "down":
             stopped = down(root, timeout_s=args.timeout or 30)

@@ -13,7 +13,11 @@ from tests.support.pipeline import Pipeline
 
 @pytest.fixture(scope="session")
 def services(tmp_path_factory):
-    """Start the stack once (same code as `ureplicator stack up`); stop it at the end."""
+    """Start the stack once (same code as `ureplicator stack up --secure`); stop it at the end.
+
+    Each broker has a SASL_SSL listener next to its PLAINTEXT one: ``services["secure"]`` says
+    how to reach it (tests/integration/test_security.py), without starting more brokers.
+    """
     from devtools import stack
 
     reuse = os.environ.get("UREPLICATOR_TEST_STACK")
@@ -22,7 +26,9 @@ def services(tmp_path_factory):
         yield {**json.loads((directory / "stack.json").read_text()), "dir": directory}
         return
     directory = tmp_path_factory.mktemp("stack")
-    addresses = stack.up(directory)
+    # 3 minutes, not the CLI's 90 s: the machine that runs the suite is often shared, and a
+    # session that cannot start its stack fails every integration test at once.
+    addresses = stack.up(directory, secure=True, timeout_s=180)
     yield {**addresses, "dir": directory}
     stack.down(directory)
 

@@ -211,6 +211,7 @@ def run_once(args: argparse.Namespace, spark: Callable[[], Any]) -> int:
         spark.prefetch()
     try:
         config = config_module.load(args.config)
+        logs.register_secrets(config_module.secret_values(config))
         extra: dict[str, dict[str, str]] = {"source": {}, "destination": {}}
         for item in args.kafka_option:
             side, key, value = kafka_options.parse_option(item)

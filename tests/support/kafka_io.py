@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
 from common import provenance
+
+# Where a helper connects: a bootstrap address, or a whole librdkafka client config (TLS, SASL).
+Cluster = str | Mapping[str, Any]
+
+
+def client_config(cluster: Cluster, **extra: Any) -> dict[str, Any]:
+    base = {"bootstrap.servers": cluster} if isinstance(cluster, str) else dict(cluster)
+    return {**base, **extra}
 
 
 @dataclass(frozen=True)
@@ -31,8 +41,8 @@ class Record:
         return None
 
 
-def create_topic(bootstrap: str, topic: str, partitions: int, config: dict[str, str] | None = None) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+def create_topic(bootstrap: Cluster, topic: str, partitions: int, config: dict[str, str] | None = None) -> None:
+    admin = AdminClient(client_config(bootstrap))
     admin.create_topics([NewTopic(topic, partitions, 1, config=config or {})])[topic].result(30)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:  # metadata propagates asynchronously even on one broker
@@ -48,9 +58,9 @@ def grow_topic(bootstrap: str, topic: str, partitions: int) -> None:
     admin.create_partitions([NewPartitions(topic, partitions)])[topic].result(30)
 
 
-def produce(bootstrap: str, topic: str, count: int, partitions: int, start: int = 0, tag: str = "r") -> None:
+def produce(bootstrap: Cluster, topic: str, count: int, partitions: int, start: int = 0, tag: str = "r") -> None:
     """Keyed records with two headers each, spread over all partitions explicitly."""
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True})
+    producer = Producer(client_config(bootstrap, **{"linger.ms": 5, "enable.idempotence": True}))
     # Recent timestamps: the broker's time-based retention must not delete test data mid-test.
     base_ts = int(time.time() * 1000) - 3_600_000
     for i in range(start, start + count):
@@ -71,17 +81,17 @@ def produce(bootstrap: str, topic: str, count: int, partitions: int, start: int 
     assert producer.flush(60) == 0
 
 
-def end_offsets(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "test-reader", "enable.auto.commit": False})
+def end_offsets(bootstrap: Cluster, topic: str, partitions: int) -> dict[int, int]:
+    consumer = Consumer(client_config(bootstrap, **{"group.id": "test-reader", "enable.auto.commit": False}))
     try:
         return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(partitions)}
     finally:
         consumer.close()
 
 
-def read_partition(bootstrap: str, topic: str, partition: int, timeout_s: float = 60) -> list[Record]:
+def read_partition(bootstrap: Cluster, topic: str, partition: int, timeout_s: float = 60) -> list[Record]:
     """Every record of one partition, from its start to its current end."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "test-reader", "enable.auto.commit": False})
+    consumer = Consumer(client_config(bootstrap, **{"group.id": "test-reader", "enable.auto.commit": False}))
     try:
         low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
         records: list[Record] = []
@@ -103,8 +113,8 @@ def read_partition(bootstrap: str, topic: str, partition: int, timeout_s: float 
         consumer.close()
 
 
-def committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+def committed(bootstrap: Cluster, group: str, topic: str, partitions: int) -> dict[int, int]:
+    consumer = Consumer(client_config(bootstrap, **{"group.id": group, "enable.auto.commit": False}))
     try:
         tps = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=10)
         return {tp.partition: tp.offset for tp in tps}

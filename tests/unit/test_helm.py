@@ -1,7 +1,8 @@
 """The Helm chart renders valid Kubernetes objects that run ureplicator the way its code expects.
 
 Offline and quick. The pinned helm (built by ``make install``, see ``common/helmtool.py``) lints
-and renders ``helm/ureplicator`` with its default values and with every ``ci/*-values.yaml``.
+and renders ``helm/ureplicator`` with every ``ci/*-values.yaml`` (``minimal`` is the defaults plus the
+admin token the chart requires).
 Then: every object passes the Kubernetes JSON schemas in strict mode (``kubernetes-validate``
 bundles them) for the oldest and the newest Kubernetes the chart supports; the ConfigMap's
 ``config.yaml`` loads with ``common.config.load`` given the environment each pod gets; the
@@ -40,8 +41,9 @@ from verifier import connector
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "helm" / "ureplicator"
 CI_VALUES = sorted((CHART / "ci").glob("*-values.yaml"))
-VALUES_FILES: list[Path | None] = [None, *CI_VALUES]
-VALUES_IDS = ["default", *(p.name.removesuffix("-values.yaml") for p in CI_VALUES)]
+MINIMAL_VALUES = CHART / "ci" / "minimal-values.yaml"
+VALUES_FILES: list[Path | None] = [*CI_VALUES]
+VALUES_IDS = [p.name.removesuffix("-values.yaml") for p in CI_VALUES]
 
 # Chart.yaml's kubeVersion floor and the newest schemas kubernetes-validate ships.
 KUBE_MIN = "1.27.0"
@@ -275,11 +277,16 @@ def test_every_process_loads_the_rendered_config(helm: Path, values: Path | None
                 _assert_files_are_mounted(loaded.properties, container, mounts_by_volume)
 
             component = workload["metadata"]["labels"]["app.kubernetes.io/component"]
+            zk_auth = v.get("zookeeperAuth", {})
+            expected_auth = (secret_value(zk_auth["existingSecret"], zk_auth["key"])
+                             if zk_auth.get("existingSecret") else None)
+            assert cfg.zookeeper.auth == expected_auth
             if component == "controller":
                 assert cfg.controller.rest_port == container_port(container, "http")
                 token = v["controller"]["adminToken"]
                 expected = secret_value(token["existingSecret"], token["key"]) if token["existingSecret"] else None
                 assert cfg.controller.admin_token == expected
+                config.check_rest_exposure(cfg)  # the controller starts instead of refusing
             if component == "worker":
                 # UREPLICATOR_WORKER_ID from metadata.name: the pod name is the worker id.
                 assert config.worker_id(cfg) == "mirror-worker-7d9f-abcde"
@@ -304,7 +311,7 @@ def test_chart_config_keys_are_exactly_the_loaders() -> None:
         missing = fields - offered - chart_set[component]
         assert not missing, f"add {sorted(missing)} to {component}.config in values.schema.json and values.yaml"
         assert set(values_of(None)[component]["config"]) <= offered
-    zookeeper = {f.name for f in dataclasses.fields(config.ZooKeeperConfig)}
+    zookeeper = {f.name for f in dataclasses.fields(config.ZooKeeperConfig)} - {"auth"}  # zookeeperAuth Secret
     assert set(schema["zookeeper"]["properties"]) == zookeeper
 
 
@@ -319,7 +326,7 @@ def test_controllers_serve_the_verifiers_reports_from_its_claim(helm: Path) -> N
     (written,) = [v for v in cron_volumes if v["name"] == "reports"]
     assert volume["persistentVolumeClaim"]["claimName"] == written["persistentVolumeClaim"]["claimName"]
     assert one(docs, "PersistentVolumeClaim", "verifier")["spec"]["accessModes"] == ["ReadWriteMany"]
-    assert "verification_dir" not in rendered_config(render(helm, None))["controller"]
+    assert "verification_dir" not in rendered_config(render(helm, MINIMAL_VALUES))["controller"]
 
 
 def _assert_secrets_arrive(cluster: dict[str, Any], properties: dict[str, str]) -> None:
@@ -563,7 +570,7 @@ def test_autoscaled_workers_leave_the_replica_count_to_the_hpa(helm: Path) -> No
     assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (12, 48)
     assert {m["resource"]["name"] for m in hpa["spec"]["metrics"]} == {"cpu", "memory"}
 
-    fixed = render(helm, None)
+    fixed = render(helm, MINIMAL_VALUES)
     assert one(fixed, "Deployment", "worker")["spec"]["replicas"] == 3
     assert one(fixed, "Deployment", "controller")["spec"]["replicas"] == 2
     assert not of_kind(fixed, "HorizontalPodAutoscaler")
@@ -626,7 +633,7 @@ def test_verifier_arguments_parse_with_the_verifier_cli(helm: Path, values: Path
 
 
 def test_verifier_extra_args_follow_the_chart_arguments(helm: Path) -> None:
-    done = _run_helm(helm, "template", RELEASE, str(CHART), "--kube-version", KUBE_MIN,
+    done = _run_helm(helm, "template", RELEASE, str(CHART), "--kube-version", KUBE_MIN, "-f", str(MINIMAL_VALUES),
                      "--set-json", 'verifier.extraArgs=["--topic","orders","--bucket-size","5000"]',
                      "--set-json", 'verifier.spark.conf={"spark.sql.shuffle.partitions":1000000}')
     assert done.returncode == 0, done.stderr
@@ -638,7 +645,7 @@ def test_verifier_extra_args_follow_the_chart_arguments(helm: Path) -> None:
 
 
 def test_disabled_verifier_renders_nothing_of_it(helm: Path) -> None:
-    done = _run_helm(helm, "template", RELEASE, str(CHART), "--kube-version", KUBE_MIN,
+    done = _run_helm(helm, "template", RELEASE, str(CHART), "--kube-version", KUBE_MIN, "-f", str(MINIMAL_VALUES),
                      "--set", "verifier.enabled=false")
     assert done.returncode == 0, done.stderr
     docs = [d for d in yaml.safe_load_all(done.stdout) if d]
@@ -677,6 +684,10 @@ BAD_VALUES = [
      "set verifier.reports.persistence.accessModes to [ReadWriteMany]"),
     ("bad-topic-naming", {"controller": {"config": {"topic_naming": "suffix"}}},
      "at '/controller/config/topic_naming'"),
+    ("no-admin-token", {"controller": {"adminToken": {"existingSecret": ""}}},
+     "controller.adminToken.existingSecret: required, or anyone who reaches the REST port can add and remove"),
+    ("zookeeper-auth-without-key", {"zookeeperAuth": {"existingSecret": "zk", "key": ""}},
+     "at '/zookeeperAuth/key'"),
 ]
 
 
@@ -684,9 +695,32 @@ BAD_VALUES = [
 def test_bad_values_fail_with_a_clear_message(helm: Path, tmp_path: Path, bad: dict[str, Any], message: str) -> None:
     values = tmp_path / "bad-values.yaml"
     values.write_text(yaml.safe_dump(bad))
-    done = _run_helm(helm, "template", RELEASE, str(CHART), "--kube-version", KUBE_MIN, "-f", str(values))
+    done = _run_helm(helm, "template", RELEASE, str(CHART), "--kube-version", KUBE_MIN,
+                     "-f", str(MINIMAL_VALUES), "-f", str(values))
     assert done.returncode != 0, f"rendered despite {bad}"
     assert message in done.stderr, done.stderr
+
+
+def test_chart_defaults_alone_refuse_an_open_rest_api(helm: Path) -> None:
+    """`helm install` with no values fails and says which Secret to create, or how to opt out."""
+    done = _run_helm(helm, "template", RELEASE, str(CHART), "--kube-version", KUBE_MIN)
+    assert done.returncode != 0
+    assert "controller.adminToken.existingSecret: required" in done.stderr, done.stderr
+    assert "controller.config.allow_anonymous=true" in done.stderr
+
+
+def test_allow_anonymous_is_an_explicit_opt_out_that_the_controller_accepts(helm: Path, tmp_path: Path) -> None:
+    values = tmp_path / "anonymous-values.yaml"
+    values.write_text(yaml.safe_dump({"controller": {"config": {"allow_anonymous": True}}}))
+    docs = render(helm, values)
+    cfg_path = tmp_path / "config.yaml"
+    cfg_path.write_text(_config_text(docs))
+    container = pod_template(one(docs, "Deployment", "controller"))["spec"]["containers"][0]
+    env = pod_environment(container, pod_name="mirror-controller-0")
+    assert "UREPLICATOR_CONTROLLER_ADMIN_TOKEN" not in env and "UREPLICATOR_ZOOKEEPER_AUTH" not in env
+    cfg = config.load(cfg_path, env=env)
+    assert cfg.controller.allow_anonymous is True and cfg.controller.admin_token is None
+    config.check_rest_exposure(cfg)
 
 
 # --- NOTES.txt ---------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ import yaml
 from prometheus_client import CollectorRegistry, generate_latest
 
 from tests.support.verifier_samples import sample_report
-from tests.unit.test_helm import CHART, CI_VALUES, NAMESPACE, of_kind, one, render, values_of
+from tests.unit.test_helm import CHART, CI_VALUES, MINIMAL_VALUES, NAMESPACE, of_kind, one, render, values_of
 
 DASHBOARD = CHART / "dashboards" / "ureplicator.json"
 SCHEMA = Path(__file__).resolve().parents[1] / "support" / "grafana-dashboard.schema.json"
@@ -115,7 +115,7 @@ def test_the_chart_ships_the_dashboard_unchanged_for_grafanas_sidecar(helm: Path
     assert json.loads(config_map["data"]["ureplicator.json"]) == dashboard()
     assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"
     assert config_map["metadata"]["namespace"] == "monitoring"
-    assert not [d for d in of_kind(render(helm, None), "ConfigMap") if "ureplicator.json" in d["data"]]
+    assert not [d for d in of_kind(render(helm, MINIMAL_VALUES), "ConfigMap") if "ureplicator.json" in d["data"]]
 
 
 # --- the alerting rules ------------------------------------------------------------------------
@@ -137,7 +137,7 @@ def test_rendered_rules_pass_promtool_and_name_only_served_metrics(
 
 
 def test_no_prometheus_rule_unless_enabled(helm: Path) -> None:
-    assert not of_kind(render(helm, None), "PrometheusRule")
+    assert not of_kind(render(helm, MINIMAL_VALUES), "PrometheusRule")
 
 
 def _alert_test(promtool: Path, tmp_path: Path, groups: list[dict[str, Any]], tests: list[dict[str, Any]]) -> str:

@@ -223,6 +223,13 @@ Call with (dict "root" $ "values" .Values.<component>).
 {{- define "ureplicator.commonEnv" -}}
 - name: UREPLICATOR_LOG_LEVEL
   value: {{ .root.Values.logLevel | quote }}
+{{- with (.root.Values.zookeeperAuth | default dict).existingSecret }}
+- name: UREPLICATOR_ZOOKEEPER_AUTH
+  valueFrom:
+    secretKeyRef:
+      name: {{ . }}
+      key: {{ $.root.Values.zookeeperAuth.key }}
+{{- end }}
 {{- include "ureplicator.clusterEnv" .root }}
 {{- with .values.extraEnv }}
 {{ toYaml . }}

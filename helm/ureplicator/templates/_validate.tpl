@@ -88,4 +88,12 @@ looks up a cluster calls first, so no template trips over a missing cluster befo
 {{- if and $v.controller.adminToken.existingSecret (not $v.controller.adminToken.key) -}}
 {{- fail "controller.adminToken.key: required with existingSecret" -}}
 {{- end -}}
+{{- $ctl := $v.controller.config | default dict -}}
+{{- $loopback := has (toString ($ctl.rest_host | default "0.0.0.0")) (list "127.0.0.1" "localhost" "::1") -}}
+{{- if not (or $v.controller.adminToken.existingSecret $ctl.allow_anonymous $loopback) -}}
+{{- fail "controller.adminToken.existingSecret: required, or anyone who reaches the REST port can add and remove topics. Create a Secret with a token of 8+ characters (kubectl create secret generic mirror-admin --from-literal=token=\"$(openssl rand -hex 24)\") and set controller.adminToken.existingSecret=mirror-admin; or set controller.config.allow_anonymous=true if a NetworkPolicy or proxy guards the port (docs/security.md)" -}}
+{{- end -}}
+{{- if and $v.zookeeperAuth $v.zookeeperAuth.existingSecret (not $v.zookeeperAuth.key) -}}
+{{- fail "zookeeperAuth.key: required with existingSecret" -}}
+{{- end -}}
 {{- end -}}
