@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from common import kafka, zk
@@ -16,6 +18,10 @@ class WorkerClients:
     consumer: Any  # confluent_kafka.Consumer, used with assign() only
     producer: Any  # confluent_kafka.Producer; delivery reports come per record (on_delivery)
     zk: Any  # kazoo.client.KazooClient
+    # Builds a fresh destination producer (a new idempotent producer id). After a purge of
+    # in-flight records the worker swaps its producer for a new one: librdkafka's idempotence
+    # state of the old one (sequence gap, epoch-bump drain) must not outlive the purge.
+    new_producer: Callable[[], Any] | None = None
 
 
 def connect(config: Config, worker_id: str) -> WorkerClients:
@@ -25,4 +31,5 @@ def connect(config: Config, worker_id: str) -> WorkerClients:
     consumer = kafka.consumer(
         config.source, config.consumer_group, client_id, **{"auto.offset.reset": config.worker.auto_offset_reset}
     )
-    return WorkerClients(consumer=consumer, producer=kafka.producer(config.destination, client_id), zk=client)
+    new_producer = partial(kafka.producer, config.destination, client_id)
+    return WorkerClients(consumer=consumer, producer=new_producer(), zk=client, new_producer=new_producer)

@@ -56,7 +56,13 @@ class Handoff:
         self._log = log
         self.routes: dict[TP, Route] = {}  # read by the hot loop: partitions it may produce
         self.generation = 0
+        # Called after this class purged the producer; the worker swaps in a fresh producer.
+        self.after_purge: Callable[[str], None] = lambda why: None
         ledger.on_failure = self.stop_partition
+
+    def use_producer(self, producer: Any) -> None:
+        """Send through ``producer`` from now on (the worker replaced a purged one)."""
+        self._producer = producer
 
     @property
     def owned(self) -> dict[TP, PartitionAcks]:
@@ -102,6 +108,7 @@ class Handoff:
                                   outstanding=self._ledger.outstanding(partitions), purged=True)
                 self._producer.purge(in_queue=True, in_flight=True, blocking=False)
                 self._producer.poll(0)
+                self.after_purge("release_timed_out")
                 break
             self._producer.poll(0.05)
         if commit:

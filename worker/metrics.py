@@ -60,6 +60,11 @@ class WorkerMetrics:
             "Partitions released without their final commit (after retries): the next owner repeats records",
             registry=r,
         )
+        self.producer_replacements = Counter(
+            "ureplicator_worker_producer_replacements",
+            "Destination producers replaced by a fresh one after a purge (fencing, session loss, release timeout)",
+            registry=r,
+        )
         self.rewinds = Counter(
             "ureplicator_worker_partition_rewinds",
             "Partitions restarted from their acknowledged position after purged or abandoned records",

@@ -92,6 +92,7 @@ class MirrorWorker:
         self.zk = clients.zk
         self.consumer = clients.consumer
         self.producer = clients.producer
+        self._new_producer = clients.new_producer
         self.zk.add_listener(self._on_connection)
 
         self.ledger = AckLedger(on_latency=self._observe_latency)
@@ -100,6 +101,7 @@ class MirrorWorker:
         self.committer = Committer(self.consumer, self.ledger, self.metrics, self.log)
         self.handoff = Handoff(config, self.consumer, self.producer, self.zk, self.ledger, self.committer,
                                self.status, self.metrics, self.log)
+        self.handoff.after_purge = self._replace_producer
         self._last_commit = time.monotonic()
         self._fetch_wait_s = config.worker.fetch_wait_ms / 1000.0
 
@@ -411,6 +413,38 @@ class MirrorWorker:
             self.log.warning("purge_failed", error=str(exc.args[0]))
         self.producer.poll(0)  # run the purged records' reports now
         self.log.warning("producer_purged", reason=why, partitions=len(self.ledger.partitions))
+        if why != "stopping_while_fenced":
+            self._replace_producer(why)
+
+    def _replace_producer(self, why: str) -> None:
+        """Swap the purged producer for a fresh one (new idempotent producer id), then close it.
+
+        Purging in-flight records leaves a gap in the idempotent producer's sequence numbers;
+        librdkafka then drains the partitions and bumps its epoch, and that state machine
+        waits on requests sent before the purge. A producer built afresh carries none of it.
+        Reports the old producer never delivered cannot come any more: their partitions
+        are rewound from their acknowledged position, like purged records.
+        """
+        if self._new_producer is None:
+            return
+        old = self.producer
+        deadline = time.monotonic() + 1.0
+        while len(old) and time.monotonic() < deadline:
+            old.poll(0.05)  # the purged records' reports, so their partitions are marked for a rewind
+        unreported = 0
+        for tp, acks in self.ledger.partitions.items():
+            if acks.outstanding:
+                unreported += acks.outstanding
+                self.ledger.in_flight_bytes -= acks.outstanding_bytes
+                acks.outstanding = acks.outstanding_bytes = 0
+                self.ledger.needs_rewind.add(tp)
+        self.producer = self._new_producer()
+        self.handoff.use_producer(self.producer)
+        if not len(old):
+            old.close()  # nothing left to flush; otherwise dropping it destroys it without a flush
+        del old
+        self.metrics.producer_replacements.inc()
+        self.log.warning("producer_replaced", reason=why, unreported=unreported)
 
     def _recover_session(self) -> None:
         """After a LOST session: purge, forget all partitions uncommitted, then re-register."""

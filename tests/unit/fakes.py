@@ -144,6 +144,8 @@ class FakeProducer:
         self.refuse: dict[TP, int] = {}  # destination partition -> offset index whose report is an error
         self.purges = 0
         self.produced_total = 0
+        self.purge_keeps_wire = False  # requests on the wire whose purge reports never come
+        self.closed = False
 
     def produce(self, topic: str, value: bytes | None = None, key: bytes | None = None, partition: int = -1,
                 headers: list[tuple[str, bytes]] | None = None, timestamp: int = 0,
@@ -192,10 +194,16 @@ class FakeProducer:
             purged, self.queue = self.queue, []
             for msg, callback in purged:
                 callback(KafkaError(KafkaError._PURGE_QUEUE), msg)
-        if in_flight:
+        if in_flight and not self.purge_keeps_wire:
             purged, self.wire = self.wire, []
             for msg, callback in purged:
                 callback(KafkaError(KafkaError._PURGE_INFLIGHT), msg)
+
+    def __len__(self) -> int:
+        return len(self.queue) + len(self.wire)
+
+    def close(self) -> None:
+        self.closed = True
 
     def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any:
         meta = SimpleNamespace(error=None, partitions={p: None for p in range(self.partitions)})

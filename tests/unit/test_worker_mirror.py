@@ -50,8 +50,12 @@ def rig() -> Rig:
     return make_rig()
 
 
-def make_rig() -> Rig:
-    """One worker registered on fake clients; topics t (2 partitions, 10 records each) and u."""
+def make_rig(fresh: list[FakeProducer] | None = None) -> Rig:
+    """One worker registered on fake clients; topics t (2 partitions, 10 records each) and u.
+
+    With ``fresh``, the worker may replace its producer: each new one writes to the same
+    destination and is appended to ``fresh``.
+    """
     cfg = config_module.from_dict({
         "pipeline": "unit",
         "zookeeper": {"connect": "127.0.0.1:1", "session_timeout_s": 600},
@@ -65,7 +69,17 @@ def make_rig() -> Rig:
         zk.nodes[paths.topic(topic)] = TopicRecord(topic, topic, 2).encode()
     consumer = FakeConsumer({("t", 0): values(10, 0), ("t", 1): values(10, 1), ("u", 0): values(3, 0)})
     producer = FakeProducer()
-    worker = MirrorWorker(cfg, "w1", clients=WorkerClients(consumer=consumer, producer=producer, zk=zk))
+
+    def new_producer() -> FakeProducer:
+        replacement = FakeProducer()
+        replacement.written = producer.written  # the same destination cluster
+        assert fresh is not None
+        fresh.append(replacement)
+        return replacement
+
+    clients = WorkerClients(consumer=consumer, producer=producer, zk=zk,
+                            new_producer=new_producer if fresh is not None else None)
+    worker = MirrorWorker(cfg, "w1", clients=clients)
     worker.register()
     return Rig(worker, consumer, producer, zk, paths)
 
@@ -314,3 +328,54 @@ def test_a_release_that_times_out_purges_so_nothing_lands_behind_the_next_owner(
     assert ("t", 1) not in rig.producer.written
     assert rig.producer.written[("t", 0)] == values(10, 0)
     assert rig.worker.metrics.rewinds._value.get() >= 1
+
+
+def test_a_purge_replaces_the_producer_and_the_rewind_resends_through_the_fresh_one():
+    # Given a worker whose records of t:0 are on the wire to a destination that does not
+    # answer, and whose librdkafka never reports them after a purge (they cannot be recalled)
+    fresh: list[FakeProducer] = []
+    rig = make_rig(fresh)
+    rig.assign(1, ("t", 0))
+    rig.producer.hold = True
+    rig.turns(1)
+    rig.producer.send()
+    rig.producer.purge_keeps_wire = True
+    # When ZooKeeper becomes unreachable and the loop turns fenced
+    rig.zk.connection(KazooState.SUSPENDED)
+    rig.turns(2)
+    # Then a fresh producer took the purged one's place
+    assert len(fresh) == 1 and rig.worker.producer is fresh[0]
+    assert rig.worker.metrics.producer_replacements._value.get() == 1
+    assert rig.worker.ledger.in_flight_bytes == 0  # the unreported records no longer count as in flight
+    # And when the session holds, t:0 is rewound and resent through the fresh producer,
+    # every record once and in order
+    rig.zk.connection(KazooState.CONNECTED)
+    rig.turns(3)
+    assert rig.producer.written[("t", 0)] == values(10, 0)
+    assert rig.consumer.group[("t", 0)] == 10
+    assert rig.worker.metrics.rewinds._value.get() == 1
+    # And should the old requests still land (they were on the wire), they only repeat records
+    rig.producer.hold = False
+    rig.producer.deliver_wire()
+    assert list(dict.fromkeys(rig.producer.written[("t", 0)])) == values(10, 0)
+    assert rig.consumer.group[("t", 0)] == 10
+
+
+def test_a_session_loss_replaces_the_producer_and_the_fresh_one_mirrors_the_next_assignment():
+    # Given a worker mirroring t:0 when its session expires
+    fresh: list[FakeProducer] = []
+    rig = make_rig(fresh)
+    rig.assign(1, ("t", 0))
+    rig.turns(2)
+    rig.zk.expire()
+    rig.turns(2)
+    # Then its purged producer was closed and replaced
+    assert fresh and rig.producer.closed
+    # And the partitions it gets back in its new session are mirrored through the newest producer
+    rig.zk.connection(KazooState.CONNECTED)
+    rig.turns(1)  # re-registers
+    rig.consumer.append(("t", 0), *values(5, 0, start=10))
+    rig.assign(2, ("t", 0))
+    rig.turns(3)
+    assert rig.worker.producer is fresh[-1]
+    assert list(dict.fromkeys(rig.producer.written[("t", 0)])) == values(15, 0)
