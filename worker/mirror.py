@@ -104,6 +104,9 @@ class MirrorWorker:
         self.handoff.after_purge = self._replace_producer
         self._last_commit = time.monotonic()
         self._fetch_wait_s = config.worker.fetch_wait_ms / 1000.0
+        # Producer liveness: the acknowledgement count, and when it last moved.
+        self._acks_seen = 0
+        self._acks_moved_at = time.monotonic()
 
     @property
     def owned(self) -> dict[TP, PartitionAcks]:
@@ -247,6 +250,7 @@ class MirrorWorker:
         if fenced:
             return
         now = time.monotonic()
+        self._watch_producer(now)
         interval = self.config.worker.commit_interval_s
         if now - self._last_commit >= interval:
             self.committer.commit()
@@ -257,6 +261,28 @@ class MirrorWorker:
     def stop(self) -> None:
         self._stop.set()
         self._wake.set()
+
+    def _watch_producer(self, now: float) -> None:
+        """Replace a producer that holds records yet acknowledged none for ``worker.shutdown_timeout_s``.
+
+        librdkafka can stay silent after a destination broker restart: records queued,
+        no delivery report, no error, while the broker serves other clients (seen in the
+        soak and in the destination-outage test). With ``message.timeout.ms=0`` nothing
+        would ever fail, so the partitions would never move again. The worker treats it
+        like a release that timed out: purge, a fresh producer, rewind to the acknowledged
+        positions (duplicates at worst, never a gap). While the destination is really
+        down this repeats every ``worker.shutdown_timeout_s`` and costs nothing.
+        """
+        acks = self.ledger.acks
+        if acks != self._acks_seen or self.ledger.in_flight_bytes <= 0:
+            self._acks_seen = acks
+            self._acks_moved_at = now
+            return
+        silent_s = now - self._acks_moved_at
+        if silent_s >= self.config.worker.shutdown_timeout_s:
+            self.log.warning("producer_stalled", silent_s=round(silent_s, 1), in_flight_bytes=self.ledger.in_flight_bytes)
+            self._purge("producer_stalled")
+            self._acks_moved_at = now
 
     def _lease_valid(self) -> bool:
         """Renew the ZooKeeper lease asynchronously; valid while younger than a third of the session."""

@@ -379,3 +379,38 @@ def test_a_session_loss_replaces_the_producer_and_the_fresh_one_mirrors_the_next
     rig.turns(3)
     assert rig.worker.producer is fresh[-1]
     assert list(dict.fromkeys(rig.producer.written[("t", 0)])) == values(15, 0)
+
+
+def test_a_producer_that_acknowledges_nothing_for_the_shutdown_timeout_is_replaced_and_nothing_is_lost():
+    # Given a worker whose producer took t:0's records but never reports on them (a wedged
+    # client: the destination is fine, librdkafka says nothing)
+    fresh: list[FakeProducer] = []
+    rig = make_rig(fresh)
+    rig.assign(1, ("t", 0))
+    rig.producer.hold = True
+    rig.turns(1)
+    assert rig.worker.ledger.in_flight_bytes > 0
+    # When no acknowledgement comes for longer than worker.shutdown_timeout_s (0.5 s here)
+    time.sleep(0.6)
+    with capture_logs() as logs:
+        rig.turns(2)
+    # Then the producer was purged and replaced, and t:0 rewound and resent through the new one
+    assert any(e["event"] == "producer_stalled" for e in logs)
+    assert len(fresh) == 1 and rig.worker.producer is fresh[0]
+    assert rig.producer.written[("t", 0)] == values(10, 0)
+    assert rig.consumer.group[("t", 0)] == 10
+
+
+def test_a_destination_that_acknowledges_slowly_is_not_a_stall(rig):
+    # Given a worker whose destination acknowledges a record now and then
+    rig.assign(1, ("t", 0))
+    rig.producer.hold = True
+    rig.turns(1)
+    # When acknowledgements keep trickling in for longer than the shutdown timeout
+    for _ in range(4):
+        time.sleep(0.2)
+        msg, callback = rig.producer.queue.pop(0)
+        rig.producer._deliver([(msg, callback)])
+        rig.turns(1)
+    # Then the producer is never purged
+    assert rig.producer.purges == 0
