@@ -280,7 +280,8 @@ class MirrorWorker:
             return
         silent_s = now - self._acks_moved_at
         if silent_s >= self.config.worker.shutdown_timeout_s:
-            self.log.warning("producer_stalled", silent_s=round(silent_s, 1), in_flight_bytes=self.ledger.in_flight_bytes)
+            self.log.warning("producer_stalled", silent_s=round(silent_s, 1),
+                             in_flight_bytes=self.ledger.in_flight_bytes)
             self._purge("producer_stalled")
             self._acks_moved_at = now
 
