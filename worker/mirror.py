@@ -274,7 +274,7 @@ class MirrorWorker:
         down this repeats every ``worker.shutdown_timeout_s`` and costs nothing.
         """
         acks = self.ledger.acks
-        if acks != self._acks_seen or self.ledger.in_flight_bytes <= 0:
+        if acks != self._acks_seen or self.ledger.in_flight_bytes <= 0 or not len(self.producer):
             self._acks_seen = acks
             self._acks_moved_at = now
             return
