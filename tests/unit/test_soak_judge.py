@@ -43,3 +43,19 @@ def test_a_destination_record_not_matching_the_source_record_it_names_is_corrupt
     destination = {0: LogRead(array("q", [0, 1, 2, 3, 4]), array("q", [10, 11, 99, 12, 12]),
                               array("q", [0, 1, 1, 5, -1]))}
     assert corrupted(source, destination) == {"records": 3, "samples": ["0:1", "0:5", "0:-1"]}
+
+
+def test_the_docs_section_shows_corruption_the_bound_and_the_worst_fault_of_each_kind():
+    from bench.soak import render
+
+    entry = {
+        "seed": 7, "date": "2026-11-23T19:00:00+00:00", "machine": {"cores": 2}, "load_at_start": [1.0, 2.0, 3.0],
+        "setup": {"minutes": 30, "rate": 1000}, "verdict": "OK",
+        "soak": soak(steps=[{"name": "kill -9 worker w1", "duplicates": 20},
+                            {"name": "kill -9 worker w3", "duplicates": 7}],
+                     verifier={"exit_status": 0, "verdict_line": "WARN: duplicates only"}),
+    }
+    text = render(entry)
+    assert "`make soak MINUTES=30 SEED=7`" in text
+    assert "| kill -9 worker | 2 | 20 |" in text
+    assert "corrupted **0**" in text and "bound per fault: 20" in text
