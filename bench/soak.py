@@ -47,6 +47,7 @@ from bench.harness import (
     BenchError,
     Flow,
     Load,
+    LogRead,
     Pipeline,
     Processes,
     bench_dir,
@@ -64,6 +65,11 @@ START = "<!-- soak:start -->"
 END = "<!-- soak:end -->"
 PARTITIONS = drill_module.PARTITIONS
 SESSION_S = 10.0  # the bench pipeline's zookeeper.session_timeout_s (the default)
+COMMIT_INTERVAL_S = 5.0  # the bench pipeline's worker.commit_interval_s (the default)
+# "Duplicates bounded by the commit interval", made checkable: one fault repeats at most the
+# records of the partitions it hit since their last commit (one commit interval of the load)
+# plus what was in flight when it struck, allowed as much again.
+DUPLICATES_BOUND_S = 2 * COMMIT_INTERVAL_S
 WORKERS = ("w1", "w2", "w3")
 TAG = drill_module.TAG  # the drill's acknowledged-records check decodes its tag
 
@@ -200,6 +206,8 @@ def run_soak(services: dict[str, str], root: Path, workdir: Path, stamp: str, ar
         source = read_log(services["source"], topic, PARTITIONS)
         destination = read_log(services["destination"], topic, PARTITIONS)
         out["comparison"] = compare(source, destination, by="urep").to_json()
+        out["corrupted"] = corrupted(source, destination)
+        out["duplicates_bound_per_fault"] = int(args.rate * DUPLICATES_BOUND_S)
         out["acknowledged"] = drill_module._acked_check(result, topic, source, destination)
         drill_module._dups_per_step(drill.steps, arrivals, topic)
         out["verifier"] = (drill_module.run_verifier(pipeline.config_path, workdir / "verification", 900)
@@ -213,13 +221,57 @@ def run_soak(services: dict[str, str], root: Path, workdir: Path, stamp: str, ar
     return out
 
 
+def corrupted(source: dict[int, LogRead], destination: dict[int, LogRead]) -> dict[str, Any]:
+    """Destination records that are not the source record their provenance header names.
+
+    A record counts when its header is missing or unreadable, names an offset the source
+    does not have, or carries another load key than the source record at that offset
+    (values are compared by the verifier).
+    """
+    total = 0
+    samples: list[str] = []
+    for p, dst in destination.items():
+        src = source.get(p, LogRead())
+        key_at = dict(zip(src.offsets, src.keys, strict=True))
+        for offset, key in zip(dst.urep, dst.keys, strict=True):
+            if offset < 0 or key_at.get(offset) != key:
+                total += 1
+                if len(samples) < 10:
+                    samples.append(f"{p}:{offset}")
+    return {"records": total, "samples": samples}
+
+
+def judge(soak: dict[str, Any]) -> tuple[int, str]:
+    """The issue's target: 0 lost, 0 reordered, 0 corrupted, duplicates per fault within the bound."""
+    c = soak["comparison"]
+    problems = []
+    lost = c["lost"] + soak["acknowledged"]["missing_on_destination"]
+    if lost:
+        problems.append(f"{lost:,} records lost")
+    if c["reordered"]:
+        problems.append(f"{c['reordered']:,} records reordered")
+    if soak.get("corrupted", {}).get("records"):
+        problems.append(f"{soak['corrupted']['records']:,} records corrupted")
+    bound = soak.get("duplicates_bound_per_fault")
+    over = [s["name"] for s in soak.get("steps", []) if bound is not None and s.get("duplicates", 0) > bound]
+    if over:
+        problems.append(f"duplicates above {bound:,} after {', '.join(over)}")
+    if problems:
+        return 1, "FAIL: " + "; ".join(problems)
+    return drill_module.verdict(soak)
+
+
 def render(entry: dict[str, Any]) -> str:
     s = entry["soak"]
     c = s["comparison"]
     counts: dict[str, int] = {}
+    worst: dict[str, int] = {}
     for step in s.get("steps", []):
         kind = " ".join(w for w in step["name"].split() if not re.fullmatch(r"[wc]\d+", w))
         counts[kind] = counts.get(kind, 0) + 1
+        worst[kind] = max(worst.get(kind, 0), step.get("duplicates", 0))
+    bound = s.get("duplicates_bound_per_fault")
+    corrupt = s.get("corrupted", {}).get("records")
     lines = [
         "## Soak",
         "",
@@ -228,17 +280,21 @@ def render(entry: dict[str, Any]) -> str:
         f"at the start): {entry['setup']['rate']:,} records/s into {PARTITIONS} partitions, 2 controllers, "
         f"{len(WORKERS)} workers, {len(s.get('steps', []))} faults.",
         "",
-        "| fault | times |",
-        "|---|---|",
-        *[f"| {k} | {v} |" for k, v in sorted(counts.items())],
+        "| fault | times | most duplicates after one |",
+        "|---|---|---|",
+        *[f"| {k} | {v} | {worst[k]:,} |" for k, v in sorted(counts.items())],
         "",
         f"Result: {c['records']:,} source records, lost **{c['lost']}**, reordered **{c['reordered']}**, "
-        f"duplicated {c['duplicated']:,}; verifier: "
+        + (f"corrupted **{corrupt}**, " if corrupt is not None else "")
+        + f"duplicated {c['duplicated']:,}"
+        + (f" (bound per fault: {bound:,} = {DUPLICATES_BOUND_S:g} s of the load)" if bound is not None else "")
+        + "; verifier: "
         f"{s['verifier'].get('verdict_line') or s['verifier'].get('skipped') or s['verifier'].get('error')}. "
         f"Verdict: **{entry['verdict']}**. Duplicates are the at-least-once cost of the faults that cut a "
-        "worker off without a final commit (kill -9, a freeze past the session, ZooKeeper restarts): each "
-        "repeats up to `worker.commit_interval_s` (5 s) of its partitions plus what was in flight; the "
-        "verifier reports them as WARN, never FAIL. Results: `bench/results/soak-<date>.json`.",
+        "worker off without a final commit (kill -9, a freeze past the session, ZooKeeper restarts) or make "
+        "it purge and rewind (a fence): each repeats up to `worker.commit_interval_s` (5 s) of its "
+        "partitions plus what was in flight; the verifier reports them as WARN, never FAIL. "
+        "Results: `bench/results/soak-<date>.json`.",
     ]
     return "\n".join(lines)
 
@@ -256,7 +312,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def print_summary(entry: dict[str, Any], seed: int) -> int:
     """Judge the run, drop the steps' raw timestamps, print the summary; returns the exit status."""
-    status, text = drill_module.verdict(entry["soak"])
+    status, text = judge(entry["soak"])
     entry["verdict"] = text
     for step in entry["soak"].get("steps", []):
         step.pop("t0", None)
@@ -265,7 +321,8 @@ def print_summary(entry: dict[str, Any], seed: int) -> int:
     for step in entry["soak"].get("steps", []):
         print(f"{step['name']:<36} flowing {step['flowing_after_ready_s']:5.1f}s after repair  "
               f"longest gap {step['max_gap_s']:5.1f}s  dups {step.get('duplicates', 0):>6,}")
-    print(f"source {c['records']:,}  lost {c['lost']}  reordered {c['reordered']}  duplicated {c['duplicated']:,}")
+    print(f"source {c['records']:,}  lost {c['lost']}  reordered {c['reordered']}  "
+          f"corrupted {entry['soak']['corrupted']['records']}  duplicated {c['duplicated']:,}")
     print(f"soak verdict (seed {seed}): {text}")
     return status
 

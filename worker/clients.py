@@ -77,6 +77,9 @@ class GuardedProducer:
         except KafkaException as exc:
             self._fatal(exc)
 
+    def close(self) -> None:
+        self._producer.close()
+
     def __len__(self) -> int:
         return len(self._producer)
 

@@ -12,6 +12,7 @@ offsets), so the leader can hand the released partitions on at once.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, KafkaError, KafkaException, TopicPartition
@@ -55,10 +56,12 @@ class Handoff:
         self._log = log
         self.routes: dict[TP, Route] = {}  # read by the hot loop: partitions it may produce
         self.generation = 0
+        # Called after this class purged the producer; the worker swaps in a fresh producer.
+        self.after_purge: Callable[[str], None] = lambda why: None
         ledger.on_failure = self.stop_partition
 
     def use_producer(self, producer: Any) -> None:
-        """The worker replaced its producer (the old one failed fatally)."""
+        """Send through ``producer`` from now on (the worker replaced a purged or failed one)."""
         self._producer = producer
 
     @property
@@ -105,6 +108,7 @@ class Handoff:
                                   outstanding=self._ledger.outstanding(partitions), purged=True)
                 self._producer.purge(in_queue=True, in_flight=True, blocking=False)
                 self._producer.poll(0)
+                self.after_purge("release_timed_out")
                 break
             self._producer.poll(0.05)
         if commit:

@@ -67,6 +67,7 @@ class WorkerMetrics:
         )
         self.producer_replacements = Counter(
             "ureplicator_worker_producer_replacements",
-            "Destination producers replaced after a fatal error (the worker then reports every record exactly)",
+            "Destination producers replaced by a fresh one: after a purge (fencing, session loss, release "
+            "timeout, stalled producer) or a fatal error (then every record is reported exactly for a while)",
             registry=r,
         )

@@ -103,8 +103,12 @@ class MirrorWorker:
         self.committer = Committer(self.consumer, self.ledger, self.metrics, self.log)
         self.handoff = Handoff(config, self.consumer, self.producer, self.zk, self.ledger, self.committer,
                                self.status, self.metrics, self.log)
+        self.handoff.after_purge = partial(self._replace_producer, purged=True)
         self._last_commit = time.monotonic()
         self._fetch_wait_s = config.worker.fetch_wait_ms / 1000.0
+        # Producer liveness: the acknowledgement count, and when it last moved.
+        self._acks_seen = 0
+        self._acks_moved_at = time.monotonic()
 
     @property
     def owned(self) -> dict[TP, PartitionAcks]:
@@ -251,6 +255,7 @@ class MirrorWorker:
         if fenced:
             return
         now = time.monotonic()
+        self._watch_producer(now)
         interval = self.config.worker.commit_interval_s
         if now - self._last_commit >= interval:
             self.committer.commit()
@@ -261,6 +266,29 @@ class MirrorWorker:
     def stop(self) -> None:
         self._stop.set()
         self._wake.set()
+
+    def _watch_producer(self, now: float) -> None:
+        """Replace a producer that holds records yet acknowledged none for ``worker.shutdown_timeout_s``.
+
+        librdkafka can stay silent after a destination broker restart: records queued,
+        no delivery report, no error, while the broker serves other clients (seen in the
+        soak and in the destination-outage test). With ``message.timeout.ms=0`` nothing
+        would ever fail, so the partitions would never move again. The worker treats it
+        like a release that timed out: purge, a fresh producer, rewind to the acknowledged
+        positions (duplicates at worst, never a gap). While the destination is really
+        down this repeats every ``worker.shutdown_timeout_s`` and costs nothing.
+        """
+        acks = self.ledger.acks
+        if acks != self._acks_seen or self.ledger.in_flight_bytes <= 0 or not len(self.producer):
+            self._acks_seen = acks
+            self._acks_moved_at = now
+            return
+        silent_s = now - self._acks_moved_at
+        if silent_s >= self.config.worker.shutdown_timeout_s:
+            self.log.warning("producer_stalled", silent_s=round(silent_s, 1),
+                             in_flight_bytes=self.ledger.in_flight_bytes)
+            self._purge("producer_stalled")
+            self._acks_moved_at = now
 
     def _lease_valid(self) -> bool:
         """Renew the ZooKeeper lease asynchronously; valid while younger than a third of the session."""
@@ -461,33 +489,48 @@ class MirrorWorker:
             self.log.warning("purge_failed", error=str(exc.args[0]))
         self.producer.poll(0)  # run the purged records' reports now
         self.log.warning("producer_purged", reason=why, partitions=len(self.ledger.partitions))
+        if why != "stopping_while_fenced":
+            self._replace_producer(why, purged=True)
 
-    def _replace_producer(self, reason: str) -> None:
-        """A fatal producer error (e.g. the gapless guarantee could not hold): start a new producer.
+    def _replace_producer(self, reason: str, purged: bool = False) -> None:
+        """Swap the producer for a fresh one (a new idempotent producer id) after a purge or a fatal error.
 
-        Whatever the old producer still holds is purged and its reports are no longer
-        awaited; every partition that is not stopped restarts from its acknowledged
-        position (duplicates at worst, never a gap), in exact mode, so a record the
+        Purging in-flight records leaves a gap in the idempotent producer's sequence
+        numbers; librdkafka then drains and bumps its epoch, a state machine that was seen
+        to stay silent after a destination restart (the soak stall, docs/operations.md).
+        A fatal error (the gap-less guarantee fired) leaves a producer that accepts
+        nothing. A producer built afresh carries none of it. Reports the old one never
+        delivered cannot come any more: their partitions are rewound from their
+        acknowledged position (duplicates at worst, never a gap). After a fatal error every
+        partition that is not stopped is rewound, in exact mode, so a record the
         destination refuses is named and its partition stopped in front of it.
         """
+        fatal = bool(self._producer_failed or self.ledger.producer_failed or self._producer_errors.failed)
         old = self.producer
-        try:
-            old.purge(in_queue=True, in_flight=True, blocking=True)
-        except KafkaException:
-            pass
+        if not purged:
+            old.purge(in_queue=True, in_flight=True, blocking=True)  # GuardedProducer: fatal errors become state
+        deadline = time.monotonic() + 1.0
         old.poll(0)
+        while len(old) and time.monotonic() < deadline:
+            old.poll(0.05)  # the purged records' reports, so their partitions are marked for a rewind
+        partitions = self.ledger.partitions
+        unreported = sum(acks.outstanding for acks in partitions.values())
+        rewind = {tp for tp, acks in partitions.items() if acks.error is None and (fatal or acks.outstanding)}
         self.producer = self._make_producer()
         self.handoff.use_producer(self.producer)
+        if not len(old):
+            old.close()  # nothing left to flush; otherwise dropping it destroys it without a flush
         # The last reference: librdkafka's handle is destroyed here, so none of its reports can
         # arrive after the counts below are reset (they would drive them negative).
         del old
         self._producer_failed = self.ledger.producer_failed = self._producer_errors.failed = None
         self.ledger.forget_outstanding()
-        self.ledger.exact_until = time.monotonic() + EXACT_FOR_S
-        resend = [tp for tp, acks in self.ledger.partitions.items() if acks.error is None]
-        self.ledger.needs_rewind.update(resend)
+        self.ledger.needs_rewind.update(rewind)
+        if fatal:
+            self.ledger.exact_until = time.monotonic() + EXACT_FOR_S
         self.metrics.producer_replacements.inc()
-        self.log.error("producer_replaced", reason=reason, partitions_rewound=len(resend))
+        log = self.log.error if fatal else self.log.warning
+        log("producer_replaced", reason=reason, unreported=unreported, partitions_rewound=len(rewind), exact=fatal)
 
     def _recover_session(self) -> None:
         """After a LOST session: purge, forget all partitions uncommitted, then re-register."""

@@ -191,3 +191,40 @@ def test_leader_frozen_past_its_session_writes_nothing_after_waking(pipeline, se
         assert writes == [], writes
         assert owners(standby, topic) == {"w1", "w2"}
     exact(services, topic, 4, load.sent, "leader frozen")
+
+
+def test_destination_restart_after_a_worker_and_destination_freeze_keeps_mirroring(pipeline, services):
+    # Given two workers mirroring under continuous load, one of which (w1) was frozen past its
+    # session together with the destination broker: woken first, it purged its producer
+    # (queued and in-flight records) and re-registered; then the destination woke too
+    topic = f"{pipeline.name}-purgerestart"
+    kafka_io.create_topic(services["source"], topic, 4)
+    pipeline.start_controller()
+    debug = os.environ.get("UREP_TEST_PRODUCER_DEBUG")  # e.g. eos,msg,protocol when diagnosing
+    extra = {"destination": {"properties": {"debug": debug}}} if debug else {}
+    zombie = pipeline.start_worker("w1", **extra)
+    pipeline.start_worker("w2", **extra)
+    assert pipeline.api("POST", "/topics", {"topic": topic})[0] == 201
+    with ContinuousProducer(services["source"], topic, 4, rate_per_s=1000) as load:
+        wait_for(lambda: owners(pipeline, topic) == {"w1", "w2"}, 60, "both workers mirror")
+        wait_for(lambda: mirrored(services, topic) > 500, 60, "mirroring")
+        destination = service_pid(services, "destination")
+        with frozen(destination):
+            with frozen(zombie.popen.pid):
+                wait_for(lambda: owners(pipeline, topic) == {"w2"}, 90, "w2 owns every partition")
+            wait_for(lambda: any(e["event"] == "producer_purged" for e in events(zombie)), 60, "w1 purged")
+            time.sleep(3)
+        wait_for(lambda: owners(pipeline, topic) == {"w1", "w2"}, 120, "w1 mirrors again")
+        # When the destination broker restarts under load
+        stack.stop_service(services["dir"], "destination")
+        try:
+            time.sleep(3)
+        finally:
+            stack.start_service(services["dir"], "destination", timeout_s=180)  # log recovery is slow under load
+        # Then every partition, the ones w1 mirrors included, keeps arriving at the destination
+        before = kafka_io.end_offsets(services["destination"], topic, 4)
+        wait_for(lambda: all(n > before[p] + 100 for p, n in kafka_io.end_offsets(
+            services["destination"], topic, 4).items()), 120, "every partition flowing after the restart")
+        assert owners(pipeline, topic) == {"w1", "w2"}
+    # And nothing is lost or reordered
+    exact(services, topic, 4, load.sent, "destination restart after a purge")

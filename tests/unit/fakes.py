@@ -164,9 +164,11 @@ class FakeProducer:
         self.produced_total = 0
         self.callbacks = 0  # records produced with a delivery callback
         self.replacements: list[FakeProducer] = []
+        self.purge_keeps_wire = False  # requests on the wire whose purge reports never come
+        self.closed = False
 
     def fresh(self) -> FakeProducer:
-        """A new producer instance writing to the same destination (the worker replaces a fatal one)."""
+        """A new producer instance writing to the same destination (the worker replaces a purged or fatal one)."""
         new = FakeProducer(self.partitions, self.written, self.refuse)
         self.replacements.append(new)
         return new
@@ -229,11 +231,17 @@ class FakeProducer:
             for msg, callback in purged:
                 if callback is not None:
                     callback(KafkaError(KafkaError._PURGE_QUEUE), msg)
-        if in_flight:
+        if in_flight and not self.purge_keeps_wire:
             purged, self.wire = self.wire, []
             for msg, callback in purged:
                 if callback is not None:
                     callback(KafkaError(KafkaError._PURGE_INFLIGHT), msg)
+
+    def __len__(self) -> int:
+        return len(self.queue) + len(self.wire)
+
+    def close(self) -> None:
+        self.closed = True
 
     def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any:
         meta = SimpleNamespace(error=None, partitions={p: None for p in range(self.partitions)})

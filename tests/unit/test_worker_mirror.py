@@ -51,8 +51,12 @@ def rig() -> Rig:
     return make_rig()
 
 
-def make_rig() -> Rig:
-    """One worker registered on fake clients; topics t (2 partitions, 10 records each) and u."""
+def make_rig(fresh: list[FakeProducer] | None = None) -> Rig:
+    """One worker registered on fake clients; topics t (2 partitions, 10 records each) and u.
+
+    With ``fresh``, the worker may replace its producer: each new one writes to the same
+    destination and is appended to ``fresh``.
+    """
     cfg = config_module.from_dict({
         "pipeline": "unit",
         "zookeeper": {"connect": "127.0.0.1:1", "session_timeout_s": 600},
@@ -66,8 +70,15 @@ def make_rig() -> Rig:
         zk.nodes[paths.topic(topic)] = TopicRecord(topic, topic, 2).encode()
     consumer = FakeConsumer({("t", 0): values(10, 0), ("t", 1): values(10, 1), ("u", 0): values(3, 0)})
     producer = FakeProducer()
-    worker = MirrorWorker(cfg, "w1", clients=WorkerClients(consumer=consumer, producer=producer, zk=zk,
-                                                           make_producer=producer.fresh))
+    replacements = fresh if fresh is not None else []
+
+    def new_producer() -> FakeProducer:
+        replacement = producer.fresh()  # the same destination cluster
+        replacements.append(replacement)
+        return replacement
+
+    clients = WorkerClients(consumer=consumer, producer=producer, zk=zk, make_producer=new_producer)
+    worker = MirrorWorker(cfg, "w1", clients=clients)
     worker.register()
     return Rig(worker, consumer, producer, zk, paths)
 
@@ -144,6 +155,9 @@ def test_a_report_from_before_a_session_loss_never_acknowledges_a_later_acquisit
     rig.turns(1)  # re-registers
     assert rig.worker.owned == {}
     assert ("t", 0) not in rig.consumer.group
+    current = rig.worker.producer  # a fresh producer replaced the purged one
+    assert current is not rig.producer
+    current.hold = True
 
     # When t:0 is assigned again, and only then the old records' reports arrive
     rig.assign(2, ("t", 0))
@@ -153,7 +167,7 @@ def test_a_report_from_before_a_session_loss_never_acknowledges_a_later_acquisit
     # Then the new acquisition's watermark did not move: those reports acknowledge nothing now
     assert acquisition.position == -1 and acquisition.outstanding == 10
     # And once its own records are acknowledged it commits exactly the end
-    rig.producer.hold = False
+    current.hold = False
     rig.turns(2)
     assert rig.consumer.group[("t", 0)] == 10
 
@@ -364,3 +378,91 @@ def test_a_fatal_producer_is_replaced_and_the_culprit_is_named_in_exact_mode(rig
     # And every record of t:0 arrived, in order (duplicates allowed after a rewind, no gaps)
     t0 = rig.producer.written[("t", 0)]
     assert sorted(set(t0)) == sorted(values(10, 0)) and t0[-10:] == values(10, 0)
+
+
+def test_a_purge_replaces_the_producer_and_the_rewind_resends_through_the_fresh_one():
+    # Given a worker whose records of t:0 are on the wire to a destination that does not
+    # answer, and whose librdkafka never reports them after a purge (they cannot be recalled)
+    fresh: list[FakeProducer] = []
+    rig = make_rig(fresh)
+    rig.assign(1, ("t", 0))
+    rig.producer.hold = True
+    rig.turns(1)
+    rig.producer.send()
+    rig.producer.purge_keeps_wire = True
+    # When ZooKeeper becomes unreachable and the loop turns fenced
+    rig.zk.connection(KazooState.SUSPENDED)
+    rig.turns(2)
+    # Then a fresh producer took the purged one's place
+    assert len(fresh) == 1 and rig.worker.producer is fresh[0]
+    assert rig.worker.metrics.producer_replacements._value.get() == 1
+    assert rig.worker.ledger.in_flight_bytes == 0  # the unreported records no longer count as in flight
+    # And when the session holds, t:0 is rewound and resent through the fresh producer,
+    # every record once and in order
+    rig.zk.connection(KazooState.CONNECTED)
+    rig.turns(3)
+    assert rig.producer.written[("t", 0)] == values(10, 0)
+    assert rig.consumer.group[("t", 0)] == 10
+    assert rig.worker.metrics.rewinds._value.get() == 1
+    # And should the old requests still land (they were on the wire), they only repeat records
+    rig.producer.hold = False
+    rig.producer.deliver_wire()
+    assert list(dict.fromkeys(rig.producer.written[("t", 0)])) == values(10, 0)
+    assert rig.consumer.group[("t", 0)] == 10
+
+
+def test_a_session_loss_replaces_the_producer_and_the_fresh_one_mirrors_the_next_assignment():
+    # Given a worker mirroring t:0 when its session expires
+    fresh: list[FakeProducer] = []
+    rig = make_rig(fresh)
+    rig.assign(1, ("t", 0))
+    rig.turns(2)
+    rig.zk.expire()
+    rig.turns(2)
+    # Then its purged producer was closed and replaced
+    assert fresh and rig.producer.closed
+    # And the partitions it gets back in its new session are mirrored through the newest producer
+    rig.zk.connection(KazooState.CONNECTED)
+    rig.turns(1)  # re-registers
+    rig.consumer.append(("t", 0), *values(5, 0, start=10))
+    rig.assign(2, ("t", 0))
+    rig.turns(3)
+    assert rig.worker.producer is fresh[-1]
+    assert list(dict.fromkeys(rig.producer.written[("t", 0)])) == values(15, 0)
+
+
+def test_a_producer_that_acknowledges_nothing_for_the_shutdown_timeout_is_replaced_and_nothing_is_lost():
+    # Given a worker whose producer took t:0's records but never reports on them (a wedged
+    # client: the destination is fine, librdkafka says nothing)
+    fresh: list[FakeProducer] = []
+    rig = make_rig(fresh)
+    rig.assign(1, ("t", 0))
+    rig.producer.hold = True
+    rig.turns(1)
+    assert rig.worker.ledger.in_flight_bytes > 0
+    # When no acknowledgement comes for longer than worker.shutdown_timeout_s (0.5 s here)
+    time.sleep(0.6)
+    with capture_logs() as logs:
+        rig.turns(2)
+    # Then the producer was purged and replaced, and t:0 rewound and resent through the new one
+    assert any(e["event"] == "producer_stalled" for e in logs)
+    assert len(fresh) == 1 and rig.worker.producer is fresh[0]
+    assert rig.producer.written[("t", 0)] == values(10, 0)
+    assert rig.consumer.group[("t", 0)] == 10
+
+
+def test_a_destination_that_acknowledges_slowly_is_not_a_stall(rig):
+    # Given a worker whose destination acknowledges a record now and then (exact mode: each
+    # record carries its own report, so each acknowledgement is seen)
+    rig.worker.ledger.exact_until = float("inf")
+    rig.assign(1, ("t", 0))
+    rig.producer.hold = True
+    rig.turns(1)
+    # When acknowledgements keep trickling in for longer than the shutdown timeout
+    for _ in range(4):
+        time.sleep(0.2)
+        msg, callback = rig.producer.queue.pop(0)
+        rig.producer._deliver([(msg, callback)])
+        rig.turns(1)
+    # Then the producer is never purged
+    assert rig.producer.purges == 0

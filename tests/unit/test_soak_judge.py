@@ -1,0 +1,61 @@
+"""The soak's verdict: lost, reordered, corrupted and duplicates per fault against the bound."""
+
+from __future__ import annotations
+
+from array import array
+from typing import Any
+
+from bench.harness import LogRead
+from bench.soak import corrupted, judge
+
+
+def soak(**overrides: Any) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "comparison": {"records": 100, "lost": 0, "reordered": 0, "duplicated": 30},
+        "acknowledged": {"missing_on_destination": 0},
+        "corrupted": {"records": 0, "samples": []},
+        "duplicates_bound_per_fault": 20,
+        "steps": [{"name": "kill -9 worker w1", "duplicates": 20}, {"name": "zookeeper restart", "duplicates": 10}],
+        "verifier": {"exit_status": 0},
+    }
+    doc.update(overrides)
+    return doc
+
+
+def test_a_clean_run_within_the_duplicates_bound_passes():
+    assert judge(soak()) == (0, "OK")
+
+
+def test_every_broken_promise_is_named():
+    status, text = judge(soak(
+        comparison={"records": 100, "lost": 2, "reordered": 3, "duplicated": 30},
+        corrupted={"records": 4, "samples": ["0:1"]},
+        steps=[{"name": "worker w2 frozen", "duplicates": 21}],
+    ))
+    assert status == 1
+    assert "2 records lost" in text and "3 records reordered" in text and "4 records corrupted" in text
+    assert "duplicates above 20 after worker w2 frozen" in text
+
+
+def test_a_destination_record_not_matching_the_source_record_it_names_is_corrupted():
+    source = {0: LogRead(array("q", [0, 1, 2]), array("q", [10, 11, 12]), array("q", [-1, -1, -1]))}
+    # offsets named by the provenance header: 0 ok, 1 ok, 1 with another key, 5 absent, -1 no header
+    destination = {0: LogRead(array("q", [0, 1, 2, 3, 4]), array("q", [10, 11, 99, 12, 12]),
+                              array("q", [0, 1, 1, 5, -1]))}
+    assert corrupted(source, destination) == {"records": 3, "samples": ["0:1", "0:5", "0:-1"]}
+
+
+def test_the_docs_section_shows_corruption_the_bound_and_the_worst_fault_of_each_kind():
+    from bench.soak import render
+
+    entry = {
+        "seed": 7, "date": "2026-11-23T19:00:00+00:00", "machine": {"cores": 2}, "load_at_start": [1.0, 2.0, 3.0],
+        "setup": {"minutes": 30, "rate": 1000}, "verdict": "OK",
+        "soak": soak(steps=[{"name": "kill -9 worker w1", "duplicates": 20},
+                            {"name": "kill -9 worker w3", "duplicates": 7}],
+                     verifier={"exit_status": 0, "verdict_line": "WARN: duplicates only"}),
+    }
+    text = render(entry)
+    assert "`make soak MINUTES=30 SEED=7`" in text
+    assert "| kill -9 worker | 2 | 20 |" in text
+    assert "corrupted **0**" in text and "bound per fault: 20" in text
