@@ -5,9 +5,13 @@ from __future__ import annotations
 import threading
 import time
 
-from confluent_kafka import Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 
 from tests.support import kafka_io
+
+# Answers a broker gives while it is restarting or leadership moves: not yet, not an error.
+_TRANSIENT = frozenset({KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
+                        KafkaError._TRANSPORT, KafkaError._TIMED_OUT})
 
 
 class ContinuousProducer:
@@ -56,7 +60,12 @@ def wait_mirrored(services: dict, topic: str, partitions: int, timeout_s: float 
     source = kafka_io.end_offsets(services["source"], topic, partitions)
 
     def caught_up() -> bool:
-        dest = kafka_io.end_offsets(services["destination"], topic, partitions)
+        try:
+            dest = kafka_io.end_offsets(services["destination"], topic, partitions)
+        except KafkaException as exc:
+            if exc.args[0].retriable() or exc.args[0].code() in _TRANSIENT:
+                return False  # a broker just restarted: leadership is still moving
+            raise
         return all(dest.get(p, 0) >= n for p, n in source.items())
 
     kafka_io.wait_for(caught_up, timeout_s, f"{topic} mirrored")
