@@ -1,7 +1,7 @@
 """Measure steady-state mirroring throughput and CPU per record: ureplicator vs MirrorMaker 2 vs a raw client pair.
 
     .venv/bin/python -m bench.throughput           # 100 B + 1 KB, 3 variants, scaling 1/2/4; 40 s warm-up, 60 s window
-    .venv/bin/python -m bench.throughput --quick     # smoke run: small topics, 5 s warm-up, 10 s window, scaling 1/2
+    .venv/bin/python -m bench.throughput --quick   # smoke run: small backlogs, 2 s warm-up, 4 s window, scaling 1/2
     .venv/bin/python -m bench.throughput --render bench/results/throughput-<date>.json   # only the docs section
 
 One invocation starts its own local stack (``devtools.stack``; always stopped
@@ -304,11 +304,12 @@ def observe(bench: Bench, run: Run, name: str, topic: str, ds: Dataset, pids: li
                                  "preload more records")
             opened = edge(now, n)
         if opened is not None and closed is None:
+            if complete:  # the window would include idle time: its rate would be too low
+                raise BenchError(f"{name}: the {ds.records:,}-record backlog was drained "
+                                 f"{now - opened.point.t:.1f}s into the {plan.steady_s:.0f}s window; "
+                                 "preload more records")
             series.append((round(now - opened.point.t, 3), n))
-            if first_at is not None and now >= plan.closes_at(first_at):
-                if complete:
-                    raise BenchError(f"{name}: the backlog was drained before the window closed "
-                                     f"({now - opened.point.t:.1f}s of {plan.steady_s:.0f}s); preload more records")
+            if now >= plan.closes_at(opened.point.t):
                 closed = edge(now, n)
                 run.load_window = load_average()
                 rate = (closed.point.records - opened.point.records) / (closed.point.t - opened.point.t)
@@ -918,6 +919,9 @@ def render_section(entry: dict[str, Any]) -> str:
             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
         ]
         for variant, v in block["variants"].items():
+            if not v["runs"]:
+                lines.append(f"| {label(variant, 1)} | failed: {_short(v['errors'])} |" + " |" * 10)
+                continue
             lines.append(
                 f"| {label(variant, 1)} | {v['records_per_s']:,} | {v['mb_per_s']:.1f} | {v['cpu_s_per_m']:.2f} | "
                 f"{v['cpu_s_per_m_without_compiler']:.2f} | {v['compiler_share_pct']:.0f} % | {v['cores_busy']:.2f} | "
@@ -1019,6 +1023,11 @@ def render_section(entry: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _short(errors: list[str | None], limit: int = 140) -> str:
+    text = "; ".join((e or "unknown error").splitlines()[0] for e in errors)
+    return (text[: limit - 1] + "…" if len(text) > limit else text).replace("|", "/")
+
+
 def _each(runs: list[dict[str, Any]], dataset: str, variant: str, scale: int) -> str:
     out = []
     for r in runs:
@@ -1042,7 +1051,8 @@ def _analysis(entry: dict[str, Any]) -> list[str]:
                   + "; ".join(f"{name}: " + ", ".join(f"{k} {v:.2f}" for k, v in split.items())
                               for name, split in threads.items())
                   + ". `main` is the Python thread running the mirror loop; `rdk:*` are librdkafka's threads; "
-                  "`JIT` the JVM's compiler threads, `GC` its garbage collector threads.", ""]
+                  "`JIT` the JVM's compiler threads, `GC` its garbage collector threads, `Connect task` MM2's task "
+                  "thread (poll → convert → send), `Kafka client I/O` the Java clients' network threads.", ""]
     profile = entry.get("profile")
     if profile and profile.get("rows"):
         lines += [f"Where the worker's mirror thread spends its time: py-spy `--native` on one extra, untimed "
@@ -1069,6 +1079,10 @@ def _fold(name: str) -> str:
         return "JIT"
     if name.startswith(("GC Thread", "G1 ")):
         return "GC"
+    if name.startswith("task-thread"):
+        return "Connect task"
+    if name.startswith("kafka-"):
+        return "Kafka client I/O"
     return "other"
 
 
@@ -1118,7 +1132,7 @@ def _ints(text: str) -> list[int]:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.throughput", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true",
-                        help="smoke run: 6M x 100 B + 1.5M x 1 KB, warm-up 5 s, window 10 s, scaling 1,2")
+                        help="smoke run: 4M x 100 B + 1.5M x 1 KB, warm-up 2 s, window 4 s, scaling 1,2")
     parser.add_argument("--records-100b", type=int, default=None, help="100 B backlog (default 60,000,000)")
     parser.add_argument("--records-1kb", type=int, default=None, help="1 KB backlog (default 20,000,000)")
     parser.add_argument("--warmup", type=float, default=None,
@@ -1142,10 +1156,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--render", type=Path, default=None, metavar="RESULTS_JSON",
                         help="only re-write the docs section from the last full run in RESULTS_JSON")
     args = parser.parse_args(argv)
-    args.records_100b = args.records_100b or (6_000_000 if args.quick else 60_000_000)
+    args.records_100b = args.records_100b or (4_000_000 if args.quick else 60_000_000)
     args.records_1kb = args.records_1kb or (1_500_000 if args.quick else 20_000_000)
-    args.warmup = args.warmup if args.warmup is not None else (5.0 if args.quick else 40.0)
-    args.steady = args.steady if args.steady is not None else (10.0 if args.quick else 60.0)
+    args.warmup = args.warmup if args.warmup is not None else (2.0 if args.quick else 40.0)
+    args.steady = args.steady if args.steady is not None else (4.0 if args.quick else 60.0)
     args.scale = _ints(args.scale or ("1,2" if args.quick else "1,2,4"))
     if not args.scale or args.scale[0] < 1:
         parser.error("--scale takes positive integers, e.g. 1,2,4")
@@ -1267,7 +1281,6 @@ def main(argv: list[str] | None = None) -> int:
                     run = RUNNERS[variant](bench, ds, rnd, scale)
                 except (BenchError, UReplicatorError, TimeoutError, ValueError) as exc:
                     run = Run(variant, scale, ds.label, rnd, bench.counter, ds.records, error=str(exc))
-                    say(f"  FAILED: {exc}")
                 bench.runs.append(run)
                 if run.ok:
                     say(f"  {label(variant, scale)} {ds.label}: {run.records_per_s:,.0f} rec/s "
@@ -1275,8 +1288,8 @@ def main(argv: list[str] | None = None) -> int:
                         f"CPU {run.cpu_s_per_m:.2f} s/M ({run.cpu_s_per_m_without_compiler:.2f} without JIT); "
                         f"first record after {run.first_record_s:.1f}s, drained after {run.drained_s:.0f}s; "
                         f"count exact; machine busy {run.extra.get('machine_busy_pct')}%")
-                elif run.error:
-                    say(f"  not valid: {run.error}")
+                else:
+                    say(f"  FAILED: {run.error}")
                 rounds_done = rnd
             if args.profile and "ureplicator" in args.variants:
                 ds = datasets[0]

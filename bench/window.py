@@ -70,7 +70,7 @@ def compiler_cpu(groups: dict[str, float]) -> float:
 
 @dataclass(frozen=True)
 class Plan:
-    """When the window opens and closes, relative to the first destination record."""
+    """When the window opens (after the first destination record) and closes (after it opened)."""
 
     warmup_s: float
     steady_s: float
@@ -82,8 +82,9 @@ class Plan:
     def opens_at(self, first_record_at: float) -> float:
         return first_record_at + self.warmup_s
 
-    def closes_at(self, first_record_at: float) -> float:
-        return first_record_at + self.warmup_s + self.steady_s
+    def closes_at(self, opened_at: float) -> float:
+        """``steady_s`` after the sample that opened the window (polls land late, never early)."""
+        return opened_at + self.steady_s
 
 
 @dataclass(frozen=True)

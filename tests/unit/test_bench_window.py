@@ -20,10 +20,10 @@ from bench.window import (
 )
 
 
-def test_plan_opens_after_warmup_and_closes_after_steady() -> None:
+def test_plan_opens_after_warmup_and_closes_steady_seconds_after_opening() -> None:
     plan = Plan(warmup_s=40, steady_s=60)
     assert plan.opens_at(100.0) == 140.0
-    assert plan.closes_at(100.0) == 200.0
+    assert plan.closes_at(141.3) == 201.3  # measured from the sample that opened it
 
 
 @pytest.mark.parametrize(("warmup", "steady"), [(-1, 60), (40, 0), (0, -5)])
@@ -159,7 +159,7 @@ def test_render_produces_every_table_from_the_entry() -> None:
     runs = [_run("ureplicator", "100B", 300_000, 4.0, 4.0), _run("mirrormaker2", "100B", 400_000, 3.0, 2.5),
             _run("ureplicator", "1KB", 200_000, 6.0, 6.0), _run("mirrormaker2", "1KB", 100_000, 12.0, 8.0),
             _run("ureplicator", "100B", 350_000, 5.0, 5.0, scale=2),
-            _run("mirrormaker2", "100B", 420_000, 3.5, 3.0, scale=2)]
+            _run("mirrormaker2", "100B", 420_000, 3.5, 3.0, scale=2), _run("raw", "1KB", 0, 0, 0, ok=False)]
     entry = {
         "date": "2026-11-23T19:00:00+00:00", "command": "python -m bench.throughput", "duration_s": 600.0,
         "load_at_start": (1.0, 1.0, 1.0), "rounds_done": 1, "results_file": "bench/results/x.json",
@@ -178,3 +178,4 @@ def test_render_produces_every_table_from_the_entry() -> None:
     assert "| ureplicator (1 worker) | 300,000 |" in text
     assert "| 2 | 350,000 |" in text
     assert "2 cores" in text
+    assert "| raw client pair | failed: count check failed |" in text  # never a row of zeros
