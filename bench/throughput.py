@@ -1005,8 +1005,8 @@ def render_section(entry: dict[str, Any]) -> str:
         "- **raw client pair** (`bench/rawcopy.py`): one Python process, `consume(1000)` → `produce()` per record "
         "(same partition, key, value, timestamp), `poll(0)` per batch. It skips everything a replicator must do: "
         "no provenance header, no delivery callbacks or per-partition acknowledgement bookkeeping, no offset "
-        "commits, no ZooKeeper session, assignment or hand-off, no metrics, no rate limits. It is the client "
-        "libraries' floor, not a competitor.",
+        "commits, no ZooKeeper session, assignment or hand-off, no metrics, no rate limits. It shows the client "
+        "libraries' limit (the least work a copy can do), not a competitor.",
         "- Every variant produces with the worker's producer settings: "
         + ", ".join(f"`{k}={v}`" for k, v in s["producer"].items()) + f"; brokers: two single-broker KRaft "
         f"clusters on this machine (`devtools.stack`, heap {s['broker_heap']}).",
