@@ -125,7 +125,15 @@ class BenchError(Exception):
     """A run could not be completed or measured fairly (process died, timed out, backlog too short)."""
 
 
-@dataclass(frozen=True)
+class BacklogTooShort(BenchError):
+    """The variant drained the backlog before its window closed; ``rate`` is what it reached (records/s)."""
+
+    def __init__(self, message: str, rate: float) -> None:
+        super().__init__(message)
+        self.rate = rate
+
+
+@dataclass
 class Dataset:
     label: str
     value_bytes: int
@@ -133,7 +141,7 @@ class Dataset:
 
     @property
     def topic(self) -> str:
-        return f"bench.v{self.value_bytes}.p{PARTITIONS}.n{self.records}"
+        return f"bench.v{self.value_bytes}.p{PARTITIONS}"
 
     @property
     def record_bytes(self) -> int:
@@ -300,14 +308,14 @@ def observe(bench: Bench, run: Run, name: str, topic: str, ds: Dataset, pids: li
             last_threads = now
         if first_at is not None and opened is None and now >= plan.opens_at(first_at):
             if complete:
-                raise BenchError(f"{name}: the {ds.records:,}-record backlog was drained during the warm-up; "
-                                 "preload more records")
+                raise BacklogTooShort(f"{name}: the {ds.records:,}-record backlog was drained during the warm-up",
+                                      n / max(now - first_at, 1e-3))
             opened = edge(now, n)
         if opened is not None and closed is None:
             if complete:  # the window would include idle time: its rate would be too low
-                raise BenchError(f"{name}: the {ds.records:,}-record backlog was drained "
-                                 f"{now - opened.point.t:.1f}s into the {plan.steady_s:.0f}s window; "
-                                 "preload more records")
+                raise BacklogTooShort(f"{name}: the {ds.records:,}-record backlog was drained "
+                                      f"{now - opened.point.t:.1f}s into the {plan.steady_s:.0f}s window",
+                                      (n - opened.point.records) / max(now - opened.point.t, 1e-3))
             series.append((round(now - opened.point.t, 3), n))
             if now >= plan.closes_at(opened.point.t):
                 closed = edge(now, n)
@@ -319,8 +327,9 @@ def observe(bench: Bench, run: Run, name: str, topic: str, ds: Dataset, pids: li
             break
         if problem := alive():
             raise BenchError(f"{name}: {problem} after {now - started:.1f}s at {n:,}/{ds.records:,} records")
-        if now - started > bench.drain_timeout_s:
-            raise BenchError(f"{name}: timed out after {bench.drain_timeout_s:.0f}s at {n:,}/{ds.records:,} records")
+        timeout = max(bench.drain_timeout_s, ds.records / 10_000)  # a topped-up backlog gets more time
+        if now - started > timeout:
+            raise BenchError(f"{name}: timed out after {timeout:.0f}s at {n:,}/{ds.records:,} records")
         if now - last_print >= PROGRESS_S:
             rate = (n - last_n) / (now - last_print)
             phase = "warm-up" if opened is None else ("window" if closed is None else "drain")
@@ -684,13 +693,13 @@ def warm_group_coordinator(bootstrap: str, topic: str, timeout_s: float = 90) ->
         consumer.close()
 
 
-def _preload_part(bootstrap: str, ds: Dataset, part: int, parts: int) -> None:
-    """Produce records ``i`` with ``i % parts == part`` (partition ``i % PARTITIONS``) of the preload."""
+def _preload_part(bootstrap: str, ds: Dataset, part: int, parts: int, start: int) -> None:
+    """Produce records ``i >= start`` with ``i % parts == part`` (partition ``i % PARTITIONS``) of the preload."""
     producer = Producer({**PRODUCER_SETTINGS, "bootstrap.servers": bootstrap, "linger.ms": 50})
     pool = _values(ds.value_bytes, 4096, seed=ds.value_bytes)
     produce = producer.produce
     step = max(ds.records // 5, 1)
-    for i in range(part, ds.records, parts):
+    for i in range(start + (part - start) % parts, ds.records, parts):
         while True:
             try:
                 produce(ds.topic, pool[i & 4095], b"%08d" % (i % 100_000_000), i % PARTITIONS)
@@ -705,21 +714,27 @@ def _preload_part(bootstrap: str, ds: Dataset, part: int, parts: int) -> None:
         raise SystemExit(f"preload part {part} of {ds.topic} did not finish")
 
 
-def preload(services: dict[str, str], ds: Dataset) -> None:
-    """Fill ``ds.topic`` with its backlog (reused when an earlier run left exactly that)."""
+def preload(services: dict[str, str], ds: Dataset, start: int = 0) -> None:
+    """Fill ``ds.topic`` with its backlog (reused when an earlier run left exactly that), or append
+    records ``start`` .. ``ds.records - 1`` to it (a top-up)."""
     have = end_offsets(services["source"], ds.topic, PARTITIONS)
-    if have == ds.targets():
-        say(f"source topic {ds.topic} already holds {ds.records:,} records; reusing it")
-        return
-    if have is not None:
-        delete_topics(services["source"], [ds.topic])
-    create_topic(services["source"], ds.topic, PARTITIONS, {"retention.ms": "-1", "retention.bytes": "-1"})
-    say(f"preloading {ds.records:,} records of {ds.value_bytes} B into {ds.topic} "
-        f"({ds.records * ds.record_bytes / 1e9:.1f} GB) with {PRELOAD_PROCESSES} producer processes")
+    if start == 0:
+        if have == ds.targets():
+            say(f"source topic {ds.topic} already holds {ds.records:,} records; reusing it")
+            return
+        if have is not None:
+            delete_topics(services["source"], [ds.topic])
+        create_topic(services["source"], ds.topic, PARTITIONS, {"retention.ms": "-1", "retention.bytes": "-1"})
+    elif have is None or sum(have) != start:
+        raise BenchError(f"cannot top up {ds.topic}: it holds {sum(have or [])} records, expected {start:,}")
+    count = ds.records - start
+    say(f"preloading {count:,} records of {ds.value_bytes} B into {ds.topic} "
+        f"({count * ds.record_bytes / 1e9:.1f} GB) with {PRELOAD_PROCESSES} producer processes")
     started = time.monotonic()
     # PARTITIONS is a multiple of PRELOAD_PROCESSES, so each process owns whole partitions.
     ctx = mp.get_context("fork")
-    procs = [ctx.Process(target=_preload_part, args=(services["source"], ds, k, PRELOAD_PROCESSES), daemon=True)
+    procs = [ctx.Process(target=_preload_part, args=(services["source"], ds, k, PRELOAD_PROCESSES, start),
+                         daemon=True)
              for k in range(PRELOAD_PROCESSES)]
     for proc in procs:
         proc.start()
@@ -736,7 +751,21 @@ def preload(services: dict[str, str], ds: Dataset) -> None:
     if got != ds.targets():
         raise BenchError(f"preload of {ds.topic}: end offsets {got}, expected {ds.targets()}")
     took = time.monotonic() - started
-    say(f"preloaded {ds.topic} in {took:.1f}s ({ds.records / took / 1000:.0f}k rec/s)")
+    say(f"preloaded {ds.topic} in {took:.1f}s ({count / took / 1000:.0f}k rec/s); it holds {ds.records:,} records")
+
+
+def top_up_size(records: int, rate: float, plan: Plan) -> int:
+    """The backlog after a run drained ``records`` early at ``rate``: enough for 1.5x its warm-up + window."""
+    return max(int(rate * (plan.warmup_s + plan.steady_s + 10) * 1.5), int(records * 1.5))
+
+
+def check_disk(path: Path, ds: Dataset, new_records: int) -> None:
+    """Refuse a top-up that could fill the disk: the new source records plus one destination copy + 5 GB."""
+    free = shutil.disk_usage(path).free
+    need = (new_records - ds.records) * ds.record_bytes + new_records * ds.record_bytes + 5e9
+    if need > free:
+        raise BenchError(f"a {new_records:,}-record {ds.label} backlog needs up to {need / 1e9:.0f} GB of disk "
+                         f"(uncompressed), {free / 1e9:.0f} GB are free")
 
 
 # ----------------------------------------------------------------------------- summary
@@ -975,7 +1004,8 @@ def render_section(entry: dict[str, Any]) -> str:
         "producer process that itself takes most of one of the two cores while it runs, and it would cap the "
         "rate at the feed's; a backlog measures capacity and leaves the cores to the mirror and the brokers. "
         "The backlog is sized so that the fastest variant is still busy when the window closes; a run that "
-        "drains it earlier is rejected, not reported.",
+        "drains it earlier is rejected, never reported with a shorter window: the benchmark then appends records "
+        "to the backlog (1.5× what that run needed) and repeats the run (listed in the notes below).",
         "- **Same window for every variant.** Every variant is started before it gets work: ureplicator's "
         "controller and workers are running and registered (idle) before `POST /topics`; MirrorMaker 2 and the "
         "raw pair get their topic in their start-up config. For all of them the window opens "
@@ -1146,8 +1176,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="comma-separated subset of " + ",".join(VARIANTS))
     parser.add_argument("--datasets", default="100B,1KB", help="comma-separated subset of 100B,1KB")
     parser.add_argument("--profile", action="store_true", help="py-spy the worker in one extra untimed run")
+    parser.add_argument("--no-top-up", dest="top_up", action="store_false",
+                        help="do not grow the backlog and repeat a run that drained it before its window closed")
     parser.add_argument("--drain-timeout", type=float, default=None,
-                        help="seconds per run before it counts as failed (default: backlog / 20k rec/s, >= 300)")
+                        help="seconds per run before it counts as failed (default: backlog / 10k rec/s, >= 600)")
     parser.add_argument("--broker-heap", default="1g", help="heap of each local broker (default 1g)")
     parser.add_argument("--worker-repo", type=Path, default=REPO,
                         help="run controller and worker from this checkout (its .venv/bin/python if present)")
@@ -1245,7 +1277,7 @@ def main(argv: list[str] | None = None) -> int:
     stamp = now.strftime("%H%M%S")
     everything = {"100B": Dataset("100B", 100, args.records_100b), "1KB": Dataset("1KB", 1024, args.records_1kb)}
     datasets = [everything[d] for d in args.datasets]
-    drain_timeout = args.drain_timeout or max(300.0, max(d.records for d in datasets) / 20_000)
+    drain_timeout = args.drain_timeout or max(600.0, max(d.records for d in datasets) / 10_000)
     workdir = RESULTS_DIR / "tmp" / f"throughput-{now.strftime('%Y%m%d-%H%M%S')}"
     workdir.mkdir(parents=True, exist_ok=True)
     repo = args.worker_repo.resolve()
@@ -1277,10 +1309,32 @@ def main(argv: list[str] | None = None) -> int:
             for rnd, ds, variant, scale in order:
                 say(f"round {rnd}/{args.rounds}: {label(variant, scale)} {ds.label} ({ds.records:,} records) "
                     f"[{(time.monotonic() - wall) / 60:.1f} min in, load {load_average()[0]}]")
-                try:
-                    run = RUNNERS[variant](bench, ds, rnd, scale)
-                except (BenchError, UReplicatorError, TimeoutError, ValueError) as exc:
-                    run = Run(variant, scale, ds.label, rnd, bench.counter, ds.records, error=str(exc))
+                run = None
+                for attempt in (1, 2):
+                    try:
+                        run = RUNNERS[variant](bench, ds, rnd, scale)
+                        break
+                    except BacklogTooShort as exc:
+                        run = Run(variant, scale, ds.label, rnd, bench.counter, ds.records, error=str(exc))
+                        if attempt == 2 or not args.top_up:
+                            break
+                        bigger = top_up_size(ds.records, exc.rate, bench.plan)
+                        say(f"  {exc}; topping the backlog up to {bigger:,} records and running it again")
+                        notes.append(f"{label(variant, scale)} {ds.label} drained the {ds.records:,}-record backlog "
+                                     f"before its window closed (at ~{exc.rate / 1000:.0f}k records/s); the backlog "
+                                     f"was topped up to {bigger:,} records and the run repeated.")
+                        try:
+                            check_disk(workdir, ds, bigger)
+                            old = ds.records
+                            ds.records = bigger
+                            preload(services, ds, start=old)
+                        except (BenchError, KafkaException) as grow_error:
+                            run.error = f"{exc}; top-up failed: {grow_error}"
+                            break
+                    except (BenchError, UReplicatorError, TimeoutError, ValueError) as exc:
+                        run = Run(variant, scale, ds.label, rnd, bench.counter, ds.records, error=str(exc))
+                        break
+                assert run is not None
                 bench.runs.append(run)
                 if run.ok:
                     say(f"  {label(variant, scale)} {ds.label}: {run.records_per_s:,.0f} rec/s "

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from bench import throughput
@@ -179,3 +181,16 @@ def test_render_produces_every_table_from_the_entry() -> None:
     assert "| 2 | 350,000 |" in text
     assert "2 cores" in text
     assert "| raw client pair | failed: count check failed |" in text  # never a row of zeros
+
+
+def test_top_up_covers_the_variant_that_drained_the_backlog_with_margin() -> None:
+    plan = Plan(30, 60)
+    assert throughput.top_up_size(1_000_000, 500_000.0, plan) == int(500_000 * 100 * 1.5)
+    assert throughput.top_up_size(80_000_000, 1_000.0, plan) == 120_000_000  # never less than 1.5x
+
+
+def test_check_disk_refuses_a_backlog_the_disk_cannot_hold(tmp_path: Path) -> None:
+    ds = Dataset("1KB", 1024, 1_000)
+    throughput.check_disk(tmp_path, ds, 2_000)
+    with pytest.raises(throughput.BenchError, match="GB of disk"):
+        throughput.check_disk(tmp_path, ds, 10**12)
