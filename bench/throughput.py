@@ -1253,14 +1253,21 @@ def render_file(path: Path) -> int:
 
 def plan_runs(datasets: list[Dataset], variants: list[str], scales: list[int],
               rounds: int) -> list[tuple[int, Dataset, str, int]]:
-    """(round, dataset, variant, scale) in run order: per round every dataset's variants, then the curve."""
+    """(round, dataset, variant, scale) in run order.
+
+    Per round and dataset the variants at scale 1; the scaling curve runs on the first
+    dataset before its raw run. The raw pair, the fastest, comes last for each dataset:
+    if it drains the backlog early, the top-up lengthens no other run's drain.
+    """
     order = []
     for rnd in range(1, rounds + 1):
-        for ds in datasets:
-            order += [(rnd, ds, variant, 1) for variant in variants]
-        for scale in scales:
-            if scale != 1 and datasets:
-                order += [(rnd, datasets[0], variant, scale) for variant in SCALED if variant in variants]
+        for i, ds in enumerate(datasets):
+            order += [(rnd, ds, variant, 1) for variant in variants if variant != "raw"]
+            if i == 0:
+                order += [(rnd, ds, variant, scale) for scale in scales if scale != 1
+                          for variant in SCALED if variant in variants]
+            if "raw" in variants:
+                order.append((rnd, ds, "raw", 1))
     return order
 
 

@@ -110,14 +110,14 @@ def test_dataset_targets_spread_the_backlog_round_robin() -> None:
     assert max(targets) - min(targets) <= 1
 
 
-def test_plan_runs_puts_the_scaling_curve_after_the_datasets() -> None:
+def test_plan_runs_puts_the_raw_pair_last_for_each_dataset() -> None:
     a, b = Dataset("100B", 100, 10), Dataset("1KB", 1024, 10)
     order = throughput.plan_runs([a, b], ["ureplicator", "mirrormaker2", "raw"], [1, 2, 4], 1)
     assert [(ds.label, v, n) for _, ds, v, n in order] == [
-        ("100B", "ureplicator", 1), ("100B", "mirrormaker2", 1), ("100B", "raw", 1),
-        ("1KB", "ureplicator", 1), ("1KB", "mirrormaker2", 1), ("1KB", "raw", 1),
+        ("100B", "ureplicator", 1), ("100B", "mirrormaker2", 1),
         ("100B", "ureplicator", 2), ("100B", "mirrormaker2", 2),
-        ("100B", "ureplicator", 4), ("100B", "mirrormaker2", 4),
+        ("100B", "ureplicator", 4), ("100B", "mirrormaker2", 4), ("100B", "raw", 1),
+        ("1KB", "ureplicator", 1), ("1KB", "mirrormaker2", 1), ("1KB", "raw", 1),
     ]
 
 
