@@ -917,8 +917,8 @@ def render_section(entry: dict[str, Any]) -> str:
             "",
         ]
     lines += [
-        f"Measured {entry['date']} with `{entry['command']}`; worker and controller from `{s['worker_repo']}` at "
-        f"commit `{entry['code']['commit']}`"
+        f"Measured {entry['date']} with `{entry['command']}`; worker and controller from `{s['worker_repo']}` "
+        f"({s.get('worker_ran_from', 'the checkout in place')}) at commit `{entry['code']['commit']}`"
         f"{' (worker/common modified)' if entry['code']['worker_common_modified'] else ''}; "
         f"{entry['rounds_done']} round{'s' if entry['rounds_done'] != 1 else ''}, medians; "
         f"warm-up {s['warmup_s']:.0f} s after the first destination record, then a {s['steady_s']:.0f} s window; "
@@ -1183,6 +1183,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--broker-heap", default="1g", help="heap of each local broker (default 1g)")
     parser.add_argument("--worker-repo", type=Path, default=REPO,
                         help="run controller and worker from this checkout (its .venv/bin/python if present)")
+    parser.add_argument("--no-snapshot", dest="snapshot", action="store_false",
+                        help="run --worker-repo's files in place instead of a copy taken at the start")
     parser.add_argument("--stack", type=Path, default=None, help="use a running `ureplicator stack up --dir D`")
     parser.add_argument("--no-write", action="store_true", help="print only; no JSON, no docs section")
     parser.add_argument("--render", type=Path, default=None, metavar="RESULTS_JSON",
@@ -1227,6 +1229,22 @@ def code_version(repo: Path) -> dict[str, Any]:
     except OSError:
         commit, dirty = "", ""
     return {"commit": commit or "unknown", "worker_common_modified": bool(dirty), "sources_sha256": digest.hexdigest()}
+
+
+SNAPSHOT_SKIP = {".venv", ".cache", ".git", "bench", "tests", "docs", "helm", "jvm", "__pycache__", ".pytest_cache",
+                 ".ruff_cache", ".hypothesis"}
+
+
+def snapshot(repo: Path, into: Path) -> Path:
+    """Copy ``repo``'s code (not its venv, caches, tests or docs) so every run uses the version of the start.
+
+    A checkout that is being edited while the benchmark runs would otherwise give each run
+    whatever its files held when that run's processes started.
+    """
+    target = into / "worker-snapshot"
+    shutil.copytree(repo, target, ignore=lambda _dir, names: [n for n in names if n in SNAPSHOT_SKIP],
+                    symlinks=True)
+    return target
 
 
 def worker_python(repo: Path) -> str:
@@ -1288,10 +1306,12 @@ def main(argv: list[str] | None = None) -> int:
     workdir = RESULTS_DIR / "tmp" / f"throughput-{now.strftime('%Y%m%d-%H%M%S')}"
     workdir.mkdir(parents=True, exist_ok=True)
     repo = args.worker_repo.resolve()
+    code_before = code_version(repo)
+    run_from = snapshot(repo, workdir) if args.snapshot and repo != REPO else repo
     order = plan_runs(datasets, args.variants, args.scale, args.rounds)
     say("backlogs: " + ", ".join(f"{d.records:,} x {d.value_bytes} B" for d in datasets)
         + f"; {len(order)} runs; warm-up {args.warmup:.0f}s, window {args.steady:.0f}s; "
-        f"worker from {repo} ({worker_python(repo)}); logs in {workdir}")
+        f"worker from {repo} (running {run_from} with {worker_python(repo)}); logs in {workdir}")
     load_at_start = load_average()
     say(f"load average now: {load_at_start}")
     try:
@@ -1301,12 +1321,11 @@ def main(argv: list[str] | None = None) -> int:
         say(str(exc))
         return 2
     machine = machine_info()
-    code_before = code_version(repo)
     notes: list[str] = []
     profile: dict[str, Any] | None = None
     rounds_done = 0
     with local_stack(args.stack, args.broker_heap) as services:
-        bench = Bench(services, workdir, stamp, Plan(args.warmup, args.steady), drain_timeout, repo=repo,
+        bench = Bench(services, workdir, stamp, Plan(args.warmup, args.steady), drain_timeout, repo=run_from,
                       python=worker_python(repo))
         bench.destination = Offsets(services["destination"])
         try:
@@ -1368,7 +1387,7 @@ def main(argv: list[str] | None = None) -> int:
                     say(f"  profiling run failed: {exc!r}")
         finally:
             bench.destination.close()
-    code = code_version(repo)
+    code = code_version(run_from)
     if code["sources_sha256"] != code_before["sources_sha256"]:
         notes.append("The worker/common sources changed while this benchmark ran (commit "
                      f"{code_before['commit']} -> {code['commit']}); runs may mix both versions.")
@@ -1401,6 +1420,7 @@ def main(argv: list[str] | None = None) -> int:
             "mirrormaker2_jvm": [*mm2.HEAP, "G1 (kafka-run-class.sh flags)"],
             "drain_timeout_s": drain_timeout,
             "worker_repo": str(repo),
+            "worker_ran_from": "a copy taken at the start" if run_from != repo else "the checkout in place",
             "worker_python": worker_python(repo),
         },
         "summary": summary,
