@@ -193,6 +193,7 @@ class Bench:
     drain_timeout_s: float
     repo: Path = REPO  # checkout the controller and worker run from (--worker-repo)
     python: str = sys.executable  # the interpreter they run with
+    end_mode: str = "stop"  # "stop": stop at the window's end and verify by identity; "drain": mirror everything
     runs: list[Run] = field(default_factory=list)
     counter: int = 0
     destination: Offsets | None = None
@@ -271,11 +272,15 @@ class Edge:
 
 
 def observe(bench: Bench, run: Run, name: str, topic: str, ds: Dataset, pids: list[int], started: float,
-            alive: Callable[[], str | None]) -> None:
-    """Poll the destination until the window has closed and the backlog is drained; fill ``run``.
+            alive: Callable[[], str | None], rss_pids: list[int], stop: Callable[[], None]) -> None:
+    """Measure the window, then end the run and check the destination exactly; fill ``run``.
 
-    ``pids`` are the processes whose CPU counts; ``started`` is when the variant was
-    handed its work (for the first-record time only).
+    ``pids`` are the processes whose CPU counts, ``rss_pids`` those whose peak RSS does;
+    ``started`` is when the variant was handed its work (for the first-record time only).
+    End (``bench.end_mode``): "stop" stops the variant with ``stop`` (SIGTERM, graceful)
+    when the window closes and verifies every destination record by identity
+    (:func:`verify_prefix`); "drain" lets it mirror the whole backlog and compares the
+    per-partition end offsets with the source's.
     """
     assert bench.destination is not None
     plan = bench.plan
@@ -320,8 +325,12 @@ def observe(bench: Bench, run: Run, name: str, topic: str, ds: Dataset, pids: li
             if now >= plan.closes_at(opened.point.t):
                 closed = edge(now, n)
                 run.load_window = load_average()
+                run.peak_rss_bytes = _peak_rss(rss_pids)
                 rate = (closed.point.records - opened.point.records) / (closed.point.t - opened.point.t)
-                say(f"  {name}: window closed: {rate / 1000:.1f}k rec/s; draining the rest")
+                say(f"  {name}: window closed: {rate / 1000:.1f}k rec/s; "
+                    + ("stopping it" if bench.end_mode == "stop" else "draining the rest"))
+                if bench.end_mode == "stop":
+                    break
         if closed is not None and complete:
             run.drained_s = round(now - (first_at or now), 3)
             break
@@ -336,13 +345,28 @@ def observe(bench: Bench, run: Run, name: str, topic: str, ds: Dataset, pids: li
             say(f"  {name}: {n:>11,}/{ds.records:,} ({100 * n / ds.records:5.1f}%) {rate / 1000:7.1f}k rec/s [{phase}]")
             last_print, last_n = now, n
         time.sleep(POLL_S)
-    # The exact count check, identical for every variant: settle, then per partition equality.
-    time.sleep(SETTLE_S)
-    final = bench.destination.end(topic, PARTITIONS)
-    if final is None:
-        raise BenchError(f"{name}: could not read the destination's end offsets for the count check")
-    run.count_diff = count_check(final, targets)
     assert opened is not None and closed is not None
+    if bench.end_mode == "stop":
+        # Stop gracefully, wait until nothing more arrives, then check every record by identity.
+        stopping = time.monotonic()
+        stop()
+        final = _settled_ends(bench, topic)
+        run.extra["stop_s"] = round(time.monotonic() - stopping, 1)
+        checked = time.monotonic()
+        bad = verify_prefix(bench.services["destination"], topic, final)
+        run.count_diff = {str(p): -n for p, n in bad.items()}
+        run.extra["end"] = {"mode": "stop", "records_checked": sum(final), "ends": final,
+                            "check_s": round(time.monotonic() - checked, 1)}
+        say(f"  {name}: stopped in {run.extra['stop_s']}s; {sum(final):,} destination records checked by identity "
+            f"in {run.extra['end']['check_s']}s: " + ("exact" if not bad else f"MISMATCHES {bad}"))
+    else:
+        # The exact count check: settle, then per partition equality with the source's end offsets.
+        time.sleep(SETTLE_S)
+        final = bench.destination.end(topic, PARTITIONS)
+        if final is None:
+            raise BenchError(f"{name}: could not read the destination's end offsets for the count check")
+        run.count_diff = count_check(final, targets)
+        run.extra["end"] = {"mode": "drain", "records_checked": sum(final), "ends": final}
     groups = thread_cpu_between(opened.threads, closed.threads)
     result: Measured = measure(opened.point, closed.point, compiler_cpu(groups))
     run.window_s = round(result.seconds, 3)
@@ -405,6 +429,69 @@ def _spawn(cmd: list[str], log: Path, cwd: Path) -> subprocess.Popen[bytes]:
         return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=str(cwd))
 
 
+def preload_key(index: int) -> bytes:
+    """The key of the preload's record number ``index`` (8 ASCII digits)."""
+    return b"%08d" % (index % 100_000_000)
+
+
+def source_index(offset: int, partition: int) -> int:
+    """Which preload record sits at ``offset`` of ``partition`` (round robin, in order per partition)."""
+    return offset * PARTITIONS + partition
+
+
+def _settled_ends(bench: Bench, topic: str, quiet_s: float = SETTLE_S, timeout_s: float = 120) -> list[int]:
+    """The destination's end offsets once they stopped moving for ``quiet_s``."""
+    assert bench.destination is not None
+    deadline = time.monotonic() + timeout_s
+    last = bench.destination.end(topic, PARTITIONS)
+    since = time.monotonic()
+    while time.monotonic() < deadline:
+        time.sleep(0.5)
+        now = bench.destination.end(topic, PARTITIONS)
+        if now != last or now is None:
+            last, since = now, time.monotonic()
+        elif time.monotonic() - since >= quiet_s:
+            return now
+    raise BenchError(f"the destination's end offsets of {topic} did not settle within {timeout_s:.0f}s")
+
+
+def verify_prefix(bootstrap: str, topic: str, ends: list[int], timeout_s: float = 900) -> dict[int, int]:
+    """Read every destination record below ``ends``; per partition, how many are not the source's record at
+    their offset (by key). Empty: each partition holds exactly its source's first ``ends[p]`` records, in
+    order — nothing lost, duplicated or reordered."""
+    consumer = Consumer({**CONSUMER_SETTINGS, "bootstrap.servers": bootstrap, "group.id": "bench-verify",
+                         "enable.auto.commit": False, "log_level": 2})
+    wanted = [p for p in range(PARTITIONS) if ends[p] > 0]
+    consumer.assign([TopicPartition(topic, p, 0) for p in wanted])
+    expected_next = [0] * PARTITIONS
+    bad: dict[int, int] = {}
+    left = sum(ends)
+    deadline = time.monotonic() + timeout_s
+    try:
+        while left > 0:
+            if time.monotonic() > deadline:
+                raise BenchError(f"reading {topic} back took longer than {timeout_s:.0f}s ({left:,} records left)")
+            for msg in consumer.consume(10_000, 1.0):
+                if msg.error() is not None:
+                    continue
+                p, o = msg.partition(), msg.offset()
+                if o >= ends[p]:
+                    continue
+                if o != expected_next[p] or msg.key() != preload_key(source_index(o, p)):
+                    bad[p] = bad.get(p, 0) + 1
+                expected_next[p] = o + 1
+                left -= 1
+    finally:
+        consumer.close()
+    return bad
+
+
+def _stop_all(procs: list[subprocess.Popen[bytes]]) -> None:
+    """SIGTERM in reverse start order (workers before their controller), each given 30 s to finish."""
+    for proc in reversed(procs):
+        stop_process(proc, 30)
+
+
 def _peak_rss(pids: list[int]) -> int:
     total = 0
     for pid in pids:
@@ -460,10 +547,10 @@ def run_ureplicator(bench: Bench, ds: Dataset, rnd: int, scale: int = 1, profile
             spy = _start_py_spy(workers[0].pid, profile_to)
         checks = [_exited(p, folder / ("controller.log" if p is controller else f"worker{procs.index(p) - 1}.log"))
                   for p in procs]
-        observe(bench, run, f"ureplicator x{scale} {ds.label}", destination, ds, [p.pid for p in procs], started,
-                lambda: next((problem for check in checks if (problem := check())), None))
-        run.peak_rss_bytes = _peak_rss([w.pid for w in workers])
         controller_rss = proc_sample(controller.pid)
+        observe(bench, run, f"ureplicator x{scale} {ds.label}", destination, ds, [p.pid for p in procs], started,
+                lambda: next((problem for check in checks if (problem := check())), None),
+                [w.pid for w in workers], lambda: _stop_all(procs))
         run.extra.update({
             "controller_peak_rss_bytes": controller_rss.hwm_bytes if controller_rss else 0,
             "destination_topic": destination,
@@ -493,9 +580,9 @@ def run_mirrormaker2(bench: Bench, ds: Dataset, rnd: int, scale: int = 1) -> Run
         run.load_before = load_average()
         started = time.monotonic()
         popen = _spawn(cmd, folder / "stdout.log", folder)
+        mm2_process = popen
         observe(bench, run, f"mirrormaker2 x{scale} {ds.label}", destination, ds, [popen.pid], started,
-                _mm2_alive(popen, folder / "mm2.log"))
-        run.peak_rss_bytes = _peak_rss([popen.pid])
+                _mm2_alive(popen, folder / "mm2.log"), [popen.pid], lambda: _stop_all([mm2_process]))
         run.extra.update({"destination_topic": destination, "source_alias": alias})
     finally:
         if popen is not None:
@@ -522,9 +609,9 @@ def run_raw(bench: Bench, ds: Dataset, rnd: int, scale: int = 1) -> Run:
         run.load_before = load_average()
         started = time.monotonic()
         popen = _spawn(cmd, folder / "rawcopy.log", REPO)
+        raw_process = popen
         observe(bench, run, f"raw {ds.label}", destination, ds, [popen.pid], started,
-                _exited(popen, folder / "rawcopy.log"))
-        run.peak_rss_bytes = _peak_rss([popen.pid])
+                _exited(popen, folder / "rawcopy.log"), [popen.pid], lambda: _stop_all([raw_process]))
         run.extra["destination_topic"] = destination
     finally:
         if popen is not None:
@@ -793,6 +880,7 @@ def _block(runs: list[Run]) -> dict[str, Any]:
         "cores_busy": round(_median([r.cpu_s / r.window_s if r.window_s else 0.0 for r in ok]), 2),
         "first_record_s": round(_median([r.first_record_s for r in ok]), 2),
         "drained_s": round(_median([r.drained_s for r in ok]), 1),
+        "records_checked": round(_median([r.extra.get("end", {}).get("records_checked", 0) for r in ok])),
         "peak_rss_mb": round(_median([r.peak_rss_bytes / 2**20 for r in ok]), 1),
         "records_per_s_each": [round(r.records_per_s) for r in ok],
     }
@@ -943,7 +1031,7 @@ def render_section(entry: dict[str, Any]) -> str:
             f"({block['key_bytes']} + {block['value_bytes']}) B, {s['partitions']} partitions",
             "",
             "| variant | records/s | MB/s | CPU-s per M records | … without JIT compiler threads | "
-            "compiler threads' share | cores busy | peak RSS | first record after | backlog drained after | "
+            "compiler threads' share | cores busy | peak RSS | first record after | records checked exactly | "
             "each run: records/s (window thirds; machine busy) |",
             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
         ]
@@ -954,7 +1042,7 @@ def render_section(entry: dict[str, Any]) -> str:
             lines.append(
                 f"| {label(variant, 1)} | {v['records_per_s']:,} | {v['mb_per_s']:.1f} | {v['cpu_s_per_m']:.2f} | "
                 f"{v['cpu_s_per_m_without_compiler']:.2f} | {v['compiler_share_pct']:.0f} % | {v['cores_busy']:.2f} | "
-                f"{v['peak_rss_mb']:.0f} MB | {v['first_record_s']:.1f} s | {v['drained_s']:.0f} s | "
+                f"{v['peak_rss_mb']:.0f} MB | {v['first_record_s']:.1f} s | {v.get('records_checked', 0):,} | "
                 f"{_each(runs, key, variant, 1)} |"
             )
         r = block["ratios"]
@@ -1020,11 +1108,20 @@ def render_section(entry: dict[str, Any]) -> str:
         "their share); Python processes have none, so their two numbers are equal. *Cores busy* = CPU seconds "
         "/ window seconds; *machine busy* = all cores' non-idle share in the window (`/proc/stat`), brokers "
         "included. The brokers' CPU is not counted for any variant.",
-        "- **End and exact count.** After the window every run drains the rest of the backlog; when every "
-        f"destination partition's end offset has reached the source's, the benchmark waits {SETTLE_S:.0f} s and "
-        "requires per-partition equality of end offsets (destination = source for each of the "
-        f"{s['partitions']} partitions: nothing lost, nothing duplicated by count); a run that fails the check is "
-        "reported as failed.",
+        (f"- **End and exact check.** When the window closes the variant is stopped gracefully (SIGTERM; "
+         "ureplicator's workers before the controller), the benchmark waits until the destination's end offsets "
+         f"have not moved for {SETTLE_S:.0f} s, then reads every destination record back and checks it by "
+         "identity: in each partition, the record at offset *o* must carry the key of the source's record at "
+         "offset *o* (the preload's keys are unique). So each partition holds exactly a prefix of its source "
+         "partition, nothing lost, duplicated or reordered; any mismatch fails the run. The check is the same "
+         "for every variant; the backlog after the stop point is not mirrored (that would only add minutes of "
+         "draining to the slower variants)."
+         if s.get("end", "drain") == "stop" else
+         "- **End and exact count.** After the window every run drains the rest of the backlog; when every "
+         f"destination partition's end offset has reached the source's, the benchmark waits {SETTLE_S:.0f} s and "
+         "requires per-partition equality of end offsets (destination = source for each of the "
+         f"{s['partitions']} partitions: nothing lost, nothing duplicated by count); a run that fails the check is "
+         "reported as failed."),
         "- **ureplicator**: a fresh pipeline (new consumer group), every config key at its default, workers from "
         "the worker checkout named above.",
         "- **MirrorMaker 2**: `org.apache.kafka.connect.mirror.MirrorMaker` (dedicated mode), "
@@ -1176,6 +1273,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="comma-separated subset of " + ",".join(VARIANTS))
     parser.add_argument("--datasets", default="100B,1KB", help="comma-separated subset of 100B,1KB")
     parser.add_argument("--profile", action="store_true", help="py-spy the worker in one extra untimed run")
+    parser.add_argument("--end", choices=("stop", "drain"), default="stop",
+                        help="after the window: stop the variant and verify every destination record by identity "
+                             "(default), or let it mirror the whole backlog and compare end offsets")
     parser.add_argument("--no-top-up", dest="top_up", action="store_false",
                         help="do not grow the backlog and repeat a run that drained it before its window closed")
     parser.add_argument("--drain-timeout", type=float, default=None,
@@ -1326,7 +1426,7 @@ def main(argv: list[str] | None = None) -> int:
     rounds_done = 0
     with local_stack(args.stack, args.broker_heap) as services:
         bench = Bench(services, workdir, stamp, Plan(args.warmup, args.steady), drain_timeout, repo=run_from,
-                      python=worker_python(repo))
+                      python=worker_python(repo), end_mode=args.end)
         bench.destination = Offsets(services["destination"])
         try:
             for ds in datasets:
@@ -1366,8 +1466,9 @@ def main(argv: list[str] | None = None) -> int:
                     say(f"  {label(variant, scale)} {ds.label}: {run.records_per_s:,.0f} rec/s "
                         f"({run.mb_per_s:.1f} MB/s) over {run.window_s:.1f}s, thirds {run.extra['rate_thirds']}; "
                         f"CPU {run.cpu_s_per_m:.2f} s/M ({run.cpu_s_per_m_without_compiler:.2f} without JIT); "
-                        f"first record after {run.first_record_s:.1f}s, drained after {run.drained_s:.0f}s; "
-                        f"count exact; machine busy {run.extra.get('machine_busy_pct')}%")
+                        f"first record after {run.first_record_s:.1f}s; "
+                        f"{run.extra.get('end', {}).get('records_checked', 0):,} records checked exactly; "
+                        f"machine busy {run.extra.get('machine_busy_pct')}%")
                 else:
                     say(f"  FAILED: {run.error}")
                 rounds_done = rnd
@@ -1413,6 +1514,7 @@ def main(argv: list[str] | None = None) -> int:
             "warmup_s": args.warmup,
             "steady_s": args.steady,
             "settle_s": SETTLE_S,
+            "end": args.end,
             "broker_heap": args.broker_heap,
             "producer": {k: v for k, v in PRODUCER_SETTINGS.items() if not k.startswith("queue.")},
             "consumer": CONSUMER_SETTINGS,

@@ -194,3 +194,12 @@ def test_check_disk_refuses_a_backlog_the_disk_cannot_hold(tmp_path: Path) -> No
     throughput.check_disk(tmp_path, ds, 2_000)
     with pytest.raises(throughput.BenchError, match="GB of disk"):
         throughput.check_disk(tmp_path, ds, 10**12)
+
+
+def test_source_index_inverts_the_round_robin_preload() -> None:
+    """Record i goes to partition i % P as that partition's (i // P)-th record: the identity check relies on it."""
+    parts = throughput.PARTITIONS
+    for i in (0, 1, parts - 1, parts, 12_345, 99_999_999 + parts):
+        assert throughput.source_index(i // parts, i % parts) == i
+    assert throughput.preload_key(7) == b"00000007"
+    assert throughput.preload_key(100_000_007) == b"00000007"
