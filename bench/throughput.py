@@ -1276,6 +1276,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--end", choices=("stop", "drain"), default="stop",
                         help="after the window: stop the variant and verify every destination record by identity "
                              "(default), or let it mirror the whole backlog and compare end offsets")
+    parser.add_argument("--stop-by", default=None, metavar="HH:MM",
+                        help="start no run that could end after this local time; the runs done are written")
     parser.add_argument("--no-top-up", dest="top_up", action="store_false",
                         help="do not grow the backlog and repeat a run that drained it before its window closed")
     parser.add_argument("--drain-timeout", type=float, default=None,
@@ -1304,6 +1306,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if unknown:
         parser.error(f"unknown variant(s) {', '.join(sorted(unknown))}")
     args.datasets = [d.strip() for d in args.datasets.split(",") if d.strip()]
+    if args.stop_by is not None:
+        try:
+            hour, minute = (int(x) for x in args.stop_by.split(":"))
+            today = datetime.now().replace(hour=hour, minute=minute, second=0, microsecond=0)
+        except ValueError:
+            parser.error(f"--stop-by takes a local time HH:MM, got {args.stop_by!r}")
+        args.stop_by = today.timestamp()
     if set(args.datasets) - {"100B", "1KB"}:
         parser.error("--datasets takes 100B and/or 1KB")
     if PARTITIONS % PRELOAD_PROCESSES:
@@ -1424,6 +1433,7 @@ def main(argv: list[str] | None = None) -> int:
     notes: list[str] = []
     profile: dict[str, Any] | None = None
     rounds_done = 0
+    interrupted = False
     with local_stack(args.stack, args.broker_heap) as services:
         bench = Bench(services, workdir, stamp, Plan(args.warmup, args.steady), drain_timeout, repo=run_from,
                       python=worker_python(repo), end_mode=args.end)
@@ -1432,47 +1442,59 @@ def main(argv: list[str] | None = None) -> int:
             for ds in datasets:
                 preload(services, ds)
             warm_group_coordinator(services["source"], datasets[0].topic)
-            for rnd, ds, variant, scale in order:
-                say(f"round {rnd}/{args.rounds}: {label(variant, scale)} {ds.label} ({ds.records:,} records) "
-                    f"[{(time.monotonic() - wall) / 60:.1f} min in, load {load_average()[0]}]")
-                run = None
-                for attempt in (1, 2):
-                    try:
-                        run = RUNNERS[variant](bench, ds, rnd, scale)
+            try:
+                for rnd, ds, variant, scale in order:
+                    if args.stop_by is not None and time.time() + args.warmup + args.steady + 120 > args.stop_by:
+                        left = len(order) - len(bench.runs)
+                        notes.append(f"Stopped before the {left} remaining run(s): they would have ended after "
+                                     f"--stop-by {time.strftime('%H:%M', time.localtime(args.stop_by))}.")
+                        say(notes[-1])
                         break
-                    except BacklogTooShort as exc:
-                        run = Run(variant, scale, ds.label, rnd, bench.counter, ds.records, error=str(exc))
-                        if attempt == 2 or not args.top_up:
-                            break
-                        bigger = top_up_size(ds.records, exc.rate, bench.plan)
-                        say(f"  {exc}; topping the backlog up to {bigger:,} records and running it again")
-                        notes.append(f"{label(variant, scale)} {ds.label} drained the {ds.records:,}-record backlog "
-                                     f"before its window closed (at ~{exc.rate / 1000:.0f}k records/s); the backlog "
-                                     f"was topped up to {bigger:,} records and the run repeated.")
+                    say(f"round {rnd}/{args.rounds}: {label(variant, scale)} {ds.label} ({ds.records:,} records) "
+                        f"[{(time.monotonic() - wall) / 60:.1f} min in, load {load_average()[0]}]")
+                    run = None
+                    for attempt in (1, 2):
                         try:
-                            check_disk(workdir, ds, bigger)
-                            old = ds.records
-                            ds.records = bigger
-                            preload(services, ds, start=old)
-                        except (BenchError, KafkaException) as grow_error:
-                            run.error = f"{exc}; top-up failed: {grow_error}"
+                            run = RUNNERS[variant](bench, ds, rnd, scale)
                             break
-                    except (BenchError, UReplicatorError, TimeoutError, ValueError) as exc:
-                        run = Run(variant, scale, ds.label, rnd, bench.counter, ds.records, error=str(exc))
-                        break
-                assert run is not None
-                bench.runs.append(run)
-                if run.ok:
-                    say(f"  {label(variant, scale)} {ds.label}: {run.records_per_s:,.0f} rec/s "
-                        f"({run.mb_per_s:.1f} MB/s) over {run.window_s:.1f}s, thirds {run.extra['rate_thirds']}; "
-                        f"CPU {run.cpu_s_per_m:.2f} s/M ({run.cpu_s_per_m_without_compiler:.2f} without JIT); "
-                        f"first record after {run.first_record_s:.1f}s; "
-                        f"{run.extra.get('end', {}).get('records_checked', 0):,} records checked exactly; "
-                        f"machine busy {run.extra.get('machine_busy_pct')}%")
-                else:
-                    say(f"  FAILED: {run.error}")
-                rounds_done = rnd
-            if args.profile and "ureplicator" in args.variants:
+                        except BacklogTooShort as exc:
+                            run = Run(variant, scale, ds.label, rnd, bench.counter, ds.records, error=str(exc))
+                            if attempt == 2 or not args.top_up:
+                                break
+                            bigger = top_up_size(ds.records, exc.rate, bench.plan)
+                            say(f"  {exc}; topping the backlog up to {bigger:,} records and running it again")
+                            notes.append(f"{label(variant, scale)} {ds.label} drained the {ds.records:,}-record "
+                                         f"backlog before its window closed (at ~{exc.rate / 1000:.0f}k records/s); "
+                                         f"the backlog was topped up to {bigger:,} records and the run repeated.")
+                            try:
+                                check_disk(workdir, ds, bigger)
+                                old = ds.records
+                                ds.records = bigger
+                                preload(services, ds, start=old)
+                            except (BenchError, KafkaException) as grow_error:
+                                run.error = f"{exc}; top-up failed: {grow_error}"
+                                break
+                        except (BenchError, UReplicatorError, TimeoutError, ValueError) as exc:
+                            run = Run(variant, scale, ds.label, rnd, bench.counter, ds.records, error=str(exc))
+                            break
+                    assert run is not None
+                    bench.runs.append(run)
+                    if run.ok:
+                        say(f"  {label(variant, scale)} {ds.label}: {run.records_per_s:,.0f} rec/s "
+                            f"({run.mb_per_s:.1f} MB/s) over {run.window_s:.1f}s, thirds {run.extra['rate_thirds']}; "
+                            f"CPU {run.cpu_s_per_m:.2f} s/M ({run.cpu_s_per_m_without_compiler:.2f} without JIT); "
+                            f"first record after {run.first_record_s:.1f}s; "
+                            f"{run.extra.get('end', {}).get('records_checked', 0):,} records checked exactly; "
+                            f"machine busy {run.extra.get('machine_busy_pct')}%")
+                    else:
+                        say(f"  FAILED: {run.error}")
+                    rounds_done = rnd
+            except KeyboardInterrupt:
+                # Keep what was measured: the completed runs are summarized and written below.
+                notes.append(f"Interrupted after {len(bench.runs)} of {len(order)} runs.")
+                say(notes[-1] + " Writing the completed runs.")
+                interrupted = True
+            if args.profile and "ureplicator" in args.variants and not interrupted:
                 ds = datasets[0]
                 out = workdir / f"profile-{ds.label}.txt"
                 say(f"profiling run: ureplicator {ds.label} (not counted in the results)")
@@ -1546,6 +1568,8 @@ def main(argv: list[str] | None = None) -> int:
         replace_section(DOC, START, END, render_section(entry))
         say(f"results appended to {results.relative_to(REPO)}; section updated in {DOC.relative_to(REPO)}")
     say(f"done in {(time.monotonic() - wall) / 60:.1f} min")
+    if interrupted:
+        return 130
     return 0 if bench.runs and all(r.ok for r in bench.runs) else 1
 
 
