@@ -1025,6 +1025,15 @@ def render_section(entry: dict[str, Any]) -> str:
         f"{max(loads, default=0):.2f} (before the benchmark: {entry['load_at_start'][0]:.2f}) |",
         "",
     ]
+    if max(loads, default=0) > 1.5 * (m["cores"] or 1):
+        lines += [
+            f"**The machine was oversubscribed during these runs** (1-minute load average up to "
+            f"{max(loads, default=0):.0f} on {m['cores']} cores: other jobs shared it). Every variant met the same "
+            "kind of contention, so the ratios compare like with like, but the absolute rates are far below what "
+            "these variants reach on a quiet machine, and a JVM whose JIT competes for cores is hit harder than a "
+            "Python process; see *machine busy* per run.",
+            "",
+        ]
     for key, block in summary["datasets"].items():
         lines += [
             f"### {_dataset_name(block)} values: backlog of {block['records']:,} records × "
