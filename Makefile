@@ -91,8 +91,10 @@ bench: bench-throughput bench-controller-scale bench-verifier bench-latency benc
 # Benchmarks share the machine's cores: never run them in parallel (make -j).
 .NOTPARALLEL: bench
 
+# Throughput: steady-state window, CPU with/without JIT compiler threads, scaling curve 1/2/4 (`--scale 1`
+# skips it); BENCH_ARGS='--worker-repo DIR' measures another checkout's worker. Long (~40 min): runs niced.
 bench-throughput: install
-	$(BIN)/python -m bench.throughput $(BENCH_ARGS)
+	nice $(BIN)/python -m bench.throughput $(BENCH_ARGS)
 
 bench-controller-scale: venv
 	$(BIN)/python -m bench.controller_scale $(BENCH_ARGS)

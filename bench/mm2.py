@@ -1,6 +1,6 @@
 """Write MirrorMaker 2's dedicated-mode config for one benchmark run and build its java command line.
 
-One flow ``<alias> -> destination`` for one topic, one task, identity topic
+One flow ``<alias> -> destination`` for one topic, ``tasks.max`` tasks (default 1), identity topic
 naming, the worker's producer settings, and only the data path switched on:
 
 * ``emit.heartbeats``, ``emit.checkpoints`` and ``emit.offset-syncs`` are off —
@@ -54,7 +54,7 @@ def producer_overrides() -> dict[str, str]:
     }
 
 
-def properties(alias: str, source: str, destination: str, topic: str) -> dict[str, Any]:
+def properties(alias: str, source: str, destination: str, topic: str, tasks_max: int = 1) -> dict[str, Any]:
     flow = f"{alias}->{DESTINATION}"
     props: dict[str, Any] = {
         "clusters": f"{alias}, {DESTINATION}",
@@ -63,7 +63,7 @@ def properties(alias: str, source: str, destination: str, topic: str) -> dict[st
         f"{flow}.enabled": "true",
         f"{DESTINATION}->{alias}.enabled": "false",
         f"{flow}.topics": topic,
-        "tasks.max": 1,
+        "tasks.max": tasks_max,
         "replication.policy.class": "org.apache.kafka.connect.mirror.IdentityReplicationPolicy",
         "emit.heartbeats.enabled": "false",
         "emit.checkpoints.enabled": "false",
@@ -101,10 +101,10 @@ def write_props(path: Path, props: dict[str, Any]) -> Path:
     return path
 
 
-def command(workdir: Path, alias: str, source: str, destination: str, topic: str) -> list[str]:
+def command(workdir: Path, alias: str, source: str, destination: str, topic: str, tasks_max: int = 1) -> list[str]:
     """Write ``mm2.properties`` and ``log4j.properties`` into ``workdir``; return the java command."""
     workdir.mkdir(parents=True, exist_ok=True)
-    config = write_props(workdir / "mm2.properties", properties(alias, source, destination, topic))
+    config = write_props(workdir / "mm2.properties", properties(alias, source, destination, topic, tasks_max))
     log4j = write_props(workdir / "log4j.properties", log4j_properties(workdir / "mm2.log"))
     return [
         jvm.java_executable(),

@@ -1,10 +1,12 @@
 """Copy one topic between clusters with the simplest fast confluent-kafka loop: the raw client limit.
 
-Variant (c) of ``bench/throughput.py``: one process, a plain consumer with
+The ``raw`` variant of ``bench/throughput.py``: one process, a plain consumer with
 ``assign()`` from the beginning and a plain producer with the worker's producer
-settings, partition for partition, key, value and timestamp kept. No
-provenance header, no offset tracking, no delivery callback, no commits. When
-it has handed every record to the producer it flushes, prints ``done`` and
+settings, partition for partition, key, value and timestamp kept. It skips what a
+replicator must do, so it shows the client libraries' limit, not a competitor:
+no provenance header, no delivery callbacks or acknowledgement bookkeeping, no
+offset commits, no ZooKeeper session, assignment or hand-off, no rate limits, no
+metrics. When it has handed every record to the producer it flushes, prints ``done`` and
 waits for SIGTERM, so the benchmark can still read its ``/proc`` figures.
 
     python -m bench.rawcopy --source HOST:PORT --destination HOST:PORT \

@@ -1,0 +1,161 @@
+"""The steady-state measuring window of the throughput benchmark: when it opens and closes, and its CPU arithmetic.
+
+Pure logic, no I/O: ``bench/throughput.py`` feeds it samples it read from the
+destination cluster and from procfs. One rule for every variant:
+
+* the window opens ``warmup_s`` after the first record was seen on the destination
+  (so JVM/Connect start-up, group joins and JIT warm-up are before it) and closes
+  ``steady_s`` later;
+* throughput = destination records that arrived between the two samples taken at
+  the opening and the closing, divided by the time between those samples;
+* CPU = user + system seconds of the variant's processes between the same two
+  samples (process totals from ``/proc/<pid>/stat``, which keep the time of threads
+  that exited), and the part of it spent by JVM JIT compiler threads
+  (``C1 CompilerThre``/``C2 CompilerThre``, from ``/proc/<pid>/task/<tid>/stat``).
+  HotSpot starts and stops compiler threads on demand, so per-thread CPU is kept
+  from the last sample in which each thread was seen (``ThreadLedger``);
+* a run whose destination was complete before the window closed measured a
+  shorter window and is not valid.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+# Linux truncates thread names to 15 characters: "C2 CompilerThread0" -> "C2 CompilerThre".
+COMPILER_THREAD = re.compile(r"^C[\d#] CompilerThre")  # raw or digit-folded (thread_group)
+
+
+def is_compiler_thread(name: str) -> bool:
+    return bool(COMPILER_THREAD.match(name))
+
+
+def thread_group(name: str, main: bool) -> str:
+    """Fold per-instance digits away ("rdk:broker3" -> "rdk:broker#"); the process's first thread is "main"."""
+    return "main" if main else re.sub(r"\d+", "#", name)
+
+
+@dataclass
+class ThreadLedger:
+    """CPU seconds per thread as last seen, so threads that exit mid-window keep their share.
+
+    Keys are ``(pid, tid)``; values ``(group name, cpu seconds)``.
+    """
+
+    seen: dict[tuple[int, int], tuple[str, float]] = field(default_factory=dict)
+
+    def update(self, threads: dict[tuple[int, int], tuple[str, float]]) -> None:
+        for key, (name, cpu) in threads.items():
+            self.seen[key] = (name, cpu)
+
+    def snapshot(self) -> dict[tuple[int, int], tuple[str, float]]:
+        return dict(self.seen)
+
+
+def thread_cpu_between(start: dict[tuple[int, int], tuple[str, float]],
+                       end: dict[tuple[int, int], tuple[str, float]]) -> dict[str, float]:
+    """CPU seconds per thread group between two ledger snapshots (threads born in between count from 0)."""
+    out: dict[str, float] = {}
+    for key, (name, cpu) in end.items():
+        before = start.get(key, (name, 0.0))[1]
+        delta = max(cpu - before, 0.0)
+        out[name] = out.get(name, 0.0) + delta
+    return out
+
+
+def compiler_cpu(groups: dict[str, float]) -> float:
+    return sum(cpu for name, cpu in groups.items() if is_compiler_thread(name))
+
+
+@dataclass(frozen=True)
+class Plan:
+    """When the window opens (after the first destination record) and closes (after it opened)."""
+
+    warmup_s: float
+    steady_s: float
+
+    def __post_init__(self) -> None:
+        if self.warmup_s < 0 or self.steady_s <= 0:
+            raise ValueError(f"warm-up must be >= 0 and steady > 0 seconds, got {self.warmup_s}, {self.steady_s}")
+
+    def opens_at(self, first_record_at: float) -> float:
+        return first_record_at + self.warmup_s
+
+    def closes_at(self, opened_at: float) -> float:
+        """``steady_s`` after the sample that opened the window (polls land late, never early)."""
+        return opened_at + self.steady_s
+
+
+@dataclass(frozen=True)
+class Point:
+    """One sample at a window edge: time, destination records, CPU of the variant's processes."""
+
+    t: float
+    records: int
+    cpu_s: float
+
+
+@dataclass(frozen=True)
+class Measured:
+    """What one window measured."""
+
+    seconds: float
+    records: int
+    records_per_s: float
+    cpu_s: float
+    compiler_cpu_s: float
+    cpu_s_per_m: float
+    cpu_s_per_m_without_compiler: float
+
+    @property
+    def compiler_share(self) -> float:
+        return self.compiler_cpu_s / self.cpu_s if self.cpu_s > 0 else 0.0
+
+
+def measure(opened: Point, closed: Point, compiler_s: float) -> Measured:
+    """Rate and CPU per million records between the two edge samples."""
+    seconds = closed.t - opened.t
+    records = closed.records - opened.records
+    if seconds <= 0:
+        raise ValueError(f"the window closed {seconds:.3f}s after it opened")
+    if records <= 0:
+        raise ValueError(f"no records arrived in the {seconds:.1f}s window")
+    cpu = max(closed.cpu_s - opened.cpu_s, 0.0)
+    compiler_s = min(max(compiler_s, 0.0), cpu)
+    per_m = records / 1e6
+    return Measured(seconds, records, records / seconds, cpu, compiler_s, cpu / per_m, (cpu - compiler_s) / per_m)
+
+
+def rate_spread(series: list[tuple[float, int]], parts: int = 3) -> list[float]:
+    """Records/s in ``parts`` equal slices of the window (from (time, records) samples): is it steady?"""
+    if len(series) < 2 or parts < 1:
+        return []
+    t0, t1 = series[0][0], series[-1][0]
+    if t1 <= t0:
+        return []
+    out = []
+    for i in range(parts):
+        lo, hi = t0 + (t1 - t0) * i / parts, t0 + (t1 - t0) * (i + 1) / parts
+        a = _at(series, lo)
+        b = _at(series, hi)
+        out.append((b[1] - a[1]) / (b[0] - a[0]) if b[0] > a[0] else 0.0)
+    return out
+
+
+def _at(series: list[tuple[float, int]], t: float) -> tuple[float, int]:
+    """The last sample at or before ``t`` (the first sample if none is)."""
+    best = series[0]
+    for sample in series:
+        if sample[0] <= t:
+            best = sample
+        else:
+            break
+    return best
+
+
+def count_check(ends: list[int], targets: list[int]) -> dict[str, int]:
+    """Per partition destination minus source records; empty when every partition matches exactly."""
+    if len(ends) != len(targets):
+        raise ValueError(f"{len(ends)} destination partitions against {len(targets)} source partitions")
+    return {str(p): e - t for p, (e, t) in enumerate(zip(ends, targets, strict=True)) if e != t}
