@@ -441,14 +441,23 @@ def start_mirrormaker2(variant: Variant, services: dict[str, str], workdir: Path
                     "log": str(folder / "mm2.log"), "jvm": [*mm2.HEAP, "G1 (kafka-run-class.sh flags)"]})
 
 
-def mm2_effective(log: Path) -> dict[str, list[str]]:
-    """The client settings MirrorMaker 2's clients logged (every client: task, Connect internals)."""
-    found: dict[str, set[str]] = {"fetch.max.wait.ms": set(), "linger.ms": set()}
-    if log.exists():
-        text = log.read_text(errors="replace")
-        for key, values in found.items():
-            values.update(re.findall(rf"^\s*{re.escape(key)} = (\S+)$", text, re.M))
-    return {k: sorted(v) for k, v in found.items()}
+def mm2_effective(log: Path, keys: Sequence[str] = ("linger.ms", "batch.size", "acks", "fetch.max.wait.ms",
+                                                     "fetch.min.bytes", "max.poll.records")) -> dict[str, Any]:
+    """The settings MirrorMaker 2's data-path clients logged: its task's producer and replication consumer.
+
+    Read from the ``ProducerConfig values:`` / ``ConsumerConfig values:`` blocks, so the results
+    show what the JVM really used, not only what the properties file asked for.
+    """
+    found: dict[str, Any] = {}
+    if not log.exists():
+        return found
+    for block in re.split(r"^\[[^\]]*\] INFO (?=(?:Producer|Consumer)Config values:)", log.read_text(errors="replace"),
+                          flags=re.M)[1:]:
+        values = dict(re.findall(r"^\t([\w.]+) = (.*)$", block.split("\n[", 1)[0], re.M))
+        client = values.get("client.id", "")
+        if client.startswith("connector-producer-") or client.endswith("replication-consumer"):
+            found[client] = {k: values[k] for k in keys if k in values}
+    return found
 
 
 # ----------------------------------------------------------------------------- measuring

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from pathlib import Path
 
 import pytest
 
@@ -110,3 +111,24 @@ def test_nearest_rank_is_exact_at_whole_ranks() -> None:
     assert [latency.nearest_rank(ordered, q) for q in (0, 50, 99, 99.9, 100)] == [1.0, 500.0, 990.0, 999.0, 1000.0]
     assert latency.nearest_rank([7.0], 99) == 7.0
     assert latency.nearest_rank([], 50) == 0.0
+
+
+def test_mm2_effective_settings_come_from_the_task_clients_config_blocks(tmp_path: Path) -> None:
+    log = tmp_path / "mm2.log"
+    log.write_text(
+        "[2026-11-23 18:11:22,195] INFO ProducerConfig values: \n"
+        "\tacks = -1\n\tclient.id = src1-mm2-src1->destination-offsets\n\tlinger.ms = 5\n"
+        "[2026-11-23 18:11:22,300] INFO some other line (org.apache.kafka)\n"
+        "[2026-11-23 18:11:44,376] INFO ProducerConfig values: \n"
+        "\tacks = -1\n\tbatch.size = 1000000\n\tclient.id = connector-producer-MirrorSourceConnector-0\n"
+        "\tlinger.ms = 0\n"
+        "[2026-11-23 18:11:45,329] INFO ConsumerConfig values: \n"
+        "\tclient.id = src1->destination|MirrorSourceConnector-0|replication-consumer\n"
+        "\tfetch.max.wait.ms = 10\n\tfetch.min.bytes = 1\n\tmax.poll.records = 500\n"
+        "[2026-11-23 18:11:45,400] INFO started (org.apache.kafka)\n")
+    assert latency.mm2_effective(log) == {
+        "connector-producer-MirrorSourceConnector-0": {"linger.ms": "0", "batch.size": "1000000", "acks": "-1"},
+        "src1->destination|MirrorSourceConnector-0|replication-consumer": {
+            "fetch.max.wait.ms": "10", "fetch.min.bytes": "1", "max.poll.records": "500"},
+    }
+    assert latency.mm2_effective(tmp_path / "missing.log") == {}
