@@ -5,8 +5,9 @@
     .venv/bin/python -m bench.latency --render bench/results/latency-2026-11-23.json
 
 One local stack (``.cache/bench-latency/stack``, always stopped again). The
-*variants* run one after another on it, each on its own fresh 16-partition
-source topic with the same rates and the same measuring consumers:
+*variants* all run on it at once, each on its own fresh 16-partition source
+topic, measured one at a time with the same rates and the same kind of
+measuring consumers:
 
 * ``ureplicator-default``: one controller and one worker, every setting at its default;
 * ``ureplicator-low-latency``: the same with :data:`LOW_LATENCY` (``--set`` overrides a key);
@@ -15,12 +16,14 @@ source topic with the same rates and the same measuring consumers:
 * ``mirrormaker2-default`` (only with ``--variants``): ``bench/mm2.py`` as the throughput
   benchmark runs it (producer ``linger.ms=20``).
 
-Per variant: start it; wait until its destination topic exists; start the
+Per variant: start it; wait until its destination topic exists; start its
 measuring consumers; send a priming burst and wait until it arrived (the data
-path is live); run a warm-up load (JIT, connections, caches) that is not
-counted; let it idle (its idle CPU is recorded); then per rate a load producer
-process writes 100-byte records round-robin over the partitions with
-``timestamp = now`` for warm-up + duration seconds.
+path is live). Then each variant gets a warm-up load (JIT, connections,
+caches) that is not counted; all idle together (their idle CPU is recorded);
+then rate by rate, variant by variant (the order rotating per rate), a load
+producer process writes 100-byte records round-robin over the variant's
+partitions with ``timestamp = now`` for warm-up + duration seconds while the
+other variants idle.
 
 Latency of a record = the wall-clock time at which the *destination probe*
 received it − its CreateTime (same host, same clock). The probe is a consumer
@@ -562,8 +565,29 @@ def measure_rate(services: dict[str, str], topic: str, probes: tuple[Probe, Prob
     return entry
 
 
-def run_variant(variant: Variant, services: dict[str, str], workdir: Path, stamp: str, index: int,
-                args: argparse.Namespace) -> dict[str, Any]:
+@dataclass
+class Contestant:
+    """A started variant with its topic, its two probes and what it measured so far."""
+
+    variant: Variant
+    topic: str
+    running: Running
+    destination: Probe
+    source: Probe | None
+    out: dict[str, Any]
+
+    def stop(self) -> None:
+        for probe in (self.destination, self.source):
+            if probe is not None:
+                probe.stop()
+        self.running.stop()
+        if self.variant.system == "mirrormaker2":
+            self.out["mm2_logged"] = mm2_effective(Path(self.running.notes["log"]))
+
+
+def start_contestant(variant: Variant, services: dict[str, str], workdir: Path, stamp: str, index: int,
+                     args: argparse.Namespace) -> Contestant:
+    """Start ``variant`` on a fresh topic, start its probes, and wait until a priming burst went through."""
     topic = f"lat-{stamp}-{index}"
     create_topic(services["source"], topic, PARTITIONS)
     say(f"{variant.name}: starting on topic {topic}")
@@ -572,8 +596,6 @@ def run_variant(variant: Variant, services: dict[str, str], workdir: Path, stamp
         running = start_ureplicator(variant, services, workdir / variant.name, args.code, topic, args.workers)
     else:
         running = start_mirrormaker2(variant, services, workdir, topic)
-    out: dict[str, Any] = {"variant": variant.name, "system": variant.system, "settings": variant.settings,
-                           "topic": topic, "rates": []}
     probes: list[Probe] = []
     try:
         wait_for(lambda: running.cpu_s() >= 0 and end_offsets(services["destination"], topic, PARTITIONS) is not None,
@@ -584,26 +606,53 @@ def run_variant(variant: Variant, services: dict[str, str], workdir: Path, stamp
         if source is not None:
             probes.append(source)
         primed = produce_and_wait(services, topic, destination, running, 500, 2, WARMUP_TAG, args.value_bytes, 180)
-        out["ready_after_s"] = round(time.monotonic() - started, 1)
-        say(f"{variant.name}: data path live after {out['ready_after_s']:.0f}s; warm-up {args.variant_warmup:.0f}s "
-            f"at {max(args.rates):,}/s (not counted)")
-        produce_and_wait(services, topic, destination, running, max(args.rates), args.variant_warmup, WARMUP_TAG,
-                         args.value_bytes, 120, already=primed)
-        cpu0, t0 = running.cpu_s(), time.monotonic()
-        time.sleep(args.idle)
-        out["idle_cpu_percent"] = round(100 * (running.cpu_s() - cpu0) / (time.monotonic() - t0), 1)
-        say(f"{variant.name}: idle {args.idle:.0f}s at {out['idle_cpu_percent']} % CPU; load {load_line()}")
-        for tag, rate in enumerate(args.rates, start=1):
-            out["rates"].append(measure_rate(services, topic, (destination, source), running, rate, tag, args))
-            time.sleep(2)
-        out.update(running.notes)
-    finally:
+    except BaseException:
         for probe in probes:
             probe.stop()
         running.stop()
-    if variant.system == "mirrormaker2":
-        out["mm2_logged"] = mm2_effective(Path(running.notes["log"]))
-    return out
+        raise
+    out: dict[str, Any] = {"variant": variant.name, "system": variant.system, "settings": variant.settings,
+                           "topic": topic, "ready_after_s": round(time.monotonic() - started, 1), "primed": primed,
+                           **running.notes, "rates": []}
+    say(f"{variant.name}: data path live after {out['ready_after_s']:.0f}s")
+    return Contestant(variant, topic, running, destination, source, out)
+
+
+def run_contest(services: dict[str, str], workdir: Path, stamp: str, chosen: list[Variant],
+                args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Start every variant, warm each up, let all idle, then measure rate by rate, variant by variant.
+
+    All variants stay up for the whole contest, so each rate of each variant is measured with the same
+    neighbours; the order of the variants rotates from one rate to the next, so drift in the machine's
+    background load does not always hit the same variant first.
+    """
+    contestants: list[Contestant] = []
+    try:
+        for index, variant in enumerate(chosen, start=1):
+            contestants.append(start_contestant(variant, services, workdir, stamp, index, args))
+        for c in contestants:
+            say(f"{c.variant.name}: warm-up {args.variant_warmup:.0f}s at {max(args.rates):,}/s (not counted)")
+            produce_and_wait(services, c.topic, c.destination, c.running, max(args.rates), args.variant_warmup,
+                             WARMUP_TAG, args.value_bytes, 120, already=c.out["primed"])
+        before = [(c.running.cpu_s(), time.monotonic()) for c in contestants]
+        time.sleep(args.idle)
+        for c, (cpu0, t0) in zip(contestants, before, strict=True):
+            c.out["idle_cpu_percent"] = round(100 * (c.running.cpu_s() - cpu0) / (time.monotonic() - t0), 1)
+        say("idle " + ", ".join(f"{c.variant.name} {c.out['idle_cpu_percent']} % CPU" for c in contestants)
+            + f"; load {load_line()}")
+        for tag, rate in enumerate(args.rates, start=1):
+            turn = (tag - 1) % len(contestants)
+            for c in contestants[turn:] + contestants[:turn]:
+                say(f"{c.variant.name}:")
+                c.out["rates"].append(measure_rate(services, c.topic, (c.destination, c.source), c.running, rate,
+                                                   tag, args))
+                time.sleep(2)
+    finally:
+        for c in reversed(contestants):
+            c.stop()
+    for c in contestants:
+        c.out["rates"].sort(key=lambda r: r["rate"])
+    return [c.out for c in contestants]
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -636,8 +685,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     with own_stack("latency", heap=args.broker_heap) as (services, _root):
         workdir = bench_dir("latency") / f"run-{now.strftime('%Y%m%dT%H%M%SZ')}"
         workdir.mkdir(parents=True, exist_ok=True)
-        for index, variant in enumerate(chosen, start=1):
-            entry["variants"].append(run_variant(variant, services, workdir, stamp, index, args))
+        entry["variants"] = run_contest(services, workdir, stamp, chosen, args)
     entry["elapsed_s"] = round(time.monotonic() - wall, 1)
     entry["load_at_end"] = load_average()
     return entry
@@ -660,12 +708,13 @@ def render(entry: dict[str, Any]) -> str:
         f"{entry['date'][:10]}; {entry['elapsed_s'] / 60:.0f} min in all. Load average at start "
         f"{_fmt_load(entry['load_at_start'])}, at end {_fmt_load(entry['load_at_end'])}.",
         "",
-        f"Each variant in turn on one local stack, on its own {s['partitions']}-partition topic, "
+        f"All variants run at once on one local stack, each on its own {s['partitions']}-partition topic and "
+        "measured one at a time (the others idle; the order rotates from rate to rate), "
         f"{s['value_bytes']}-byte values: ureplicator = one controller and {s['ureplicator_workers']} worker "
         f"process{'es' if s['ureplicator_workers'] > 1 else ''}; MirrorMaker 2 = dedicated mode, one task "
-        "(`bench/mm2.py`). Every variant was started, primed (a burst waited for at the destination), "
-        f"warmed up ({s['variant_warmup_s']:.0f} s at the top rate, not counted) and idle for "
-        f"{s['idle_s']:.0f} s before its first measured rate. **Latency** = the time a destination consumer "
+        "(`bench/mm2.py`). Every variant was started, primed (a burst waited for at the destination) and "
+        f"warmed up ({s['variant_warmup_s']:.0f} s at the top rate, not counted), then all idled for "
+        f"{s['idle_s']:.0f} s before the first measured rate. **Latency** = the time a destination consumer "
         "received the record − its CreateTime (set to *now* by the load producer; same host, same clock). That "
         "consumer runs in a process of its own (`fetch.wait.max.ms=5`, blocking `poll()` for the first record, "
         "then draining with `consume(n, 0)`), as does the load producer and a second consumer on the source that "
