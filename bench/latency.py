@@ -55,6 +55,7 @@ import queue
 import re
 import signal
 import statistics
+import subprocess
 import sys
 import time
 from array import array
@@ -655,6 +656,18 @@ def run_contest(services: dict[str, str], workdir: Path, stamp: str, chosen: lis
     return [c.out for c in contestants]
 
 
+def code_commit(code: Path) -> str:
+    """HEAD of the checkout whose controller and worker ran, with ``+dirty`` when its worker/ or common/ differ."""
+    try:
+        head = subprocess.run(["git", "-C", str(code), "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(code), "status", "--porcelain", "--", "worker", "common"],
+                               capture_output=True, text=True, timeout=10, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return f"{head}+dirty" if dirty else head
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     now = datetime.now(timezone.utc)
     stamp = now.strftime("%H%M%S")
@@ -669,7 +682,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "mm2_tasks": 1, "value_bytes": args.value_bytes, "key_bytes": KEY.size,
             "warmup_s": args.warmup, "duration_s": args.duration, "variant_warmup_s": args.variant_warmup,
             "idle_s": args.idle, "rates": args.rates, "source_leg": args.source_leg,
-            "code": str(args.code),
+            "code": str(args.code), "code_commit": code_commit(args.code),
             "probe": "own process; fetch.wait.max.ms=5; poll() for the first record, then consume(n, 0); "
                      "assigned from offset 0 before producing",
             "load_producer": "own process; idempotent, acks=all, linger.ms=2, timestamp=now",
@@ -705,7 +718,8 @@ def render(entry: dict[str, Any]) -> str:
         f"{s['warmup_s']:.0f} s warm-up + {s['duration_s']:.0f} s measured per rate and variant) on "
         f"{m['cpu_model']}, {m['cores']} cores, {m['ram_bytes'] / 2**30:.0f} GiB RAM, Python {m['python']}, "
         f"{m['java']}, Kafka {m['kafka_brokers']}, MirrorMaker 2 {m['mirrormaker2']}, librdkafka {m['librdkafka']}, "
-        f"{entry['date'][:10]}; {entry['elapsed_s'] / 60:.0f} min in all. Load average at start "
+        f"{entry['date'][:10]}; ureplicator at commit `{s.get('code_commit', 'unknown')}`; "
+        f"{entry['elapsed_s'] / 60:.0f} min in all. Load average at start "
         f"{_fmt_load(entry['load_at_start'])}, at end {_fmt_load(entry['load_at_end'])}.",
         "",
         f"All variants run at once on one local stack, each on its own {s['partitions']}-partition topic and "
