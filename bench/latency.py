@@ -5,9 +5,9 @@
     .venv/bin/python -m bench.latency --render bench/results/latency-2026-11-23.json
 
 One local stack (``.cache/bench-latency/stack``, always stopped again). The
-*variants* all run on it at once, each on its own fresh 16-partition source
-topic, measured one at a time with the same rates and the same kind of
-measuring consumers:
+*variants* run on it one after another, each alone (an idle neighbour is not
+free on 2 cores) on its own fresh 16-partition source topic, with the same
+rates and the same kind of measuring consumers:
 
 * ``ureplicator-default``: one controller and one worker, every setting at its default;
 * ``ureplicator-low-latency``: the same with :data:`LOW_LATENCY` (``--set`` overrides a key);
@@ -18,12 +18,11 @@ measuring consumers:
 
 Per variant: start it; wait until its destination topic exists; start its
 measuring consumers; send a priming burst and wait until it arrived (the data
-path is live). Then each variant gets a warm-up load (JIT, connections,
-caches) that is not counted; all idle together (their idle CPU is recorded);
-then rate by rate, variant by variant (the order rotating per rate), a load
-producer process writes 100-byte records round-robin over the variant's
-partitions with ``timestamp = now`` for warm-up + duration seconds while the
-other variants idle.
+path is live); run a warm-up load (JIT, connections, caches) that is not
+counted; let it idle (its idle CPU is recorded); then per rate a load producer
+process writes 100-byte records round-robin over the partitions with
+``timestamp = now`` for warm-up + duration seconds. The variant is stopped
+before the next one starts.
 
 Latency of a record = the wall-clock time at which the *destination probe*
 received it − its CreateTime (same host, same clock). The probe is a consumer
@@ -621,39 +620,30 @@ def start_contestant(variant: Variant, services: dict[str, str], workdir: Path, 
 
 def run_contest(services: dict[str, str], workdir: Path, stamp: str, chosen: list[Variant],
                 args: argparse.Namespace) -> list[dict[str, Any]]:
-    """Start every variant, warm each up, let all idle, then measure rate by rate, variant by variant.
+    """Each variant alone on the stack: start, prime, warm up, idle, then its rates; stopped before the next.
 
-    All variants stay up for the whole contest, so each rate of each variant is measured with the same
-    neighbours; the order of the variants rotates from one rate to the next, so drift in the machine's
-    background load does not always hit the same variant first.
+    Alone, because on 2 cores an idle neighbour is not free: an idle MirrorMaker 2 (JIT, GC, Connect
+    threads) and short fetch waits on idle partitions cost tens of percent of a core, brokers included.
     """
-    contestants: list[Contestant] = []
-    try:
-        for index, variant in enumerate(chosen, start=1):
-            contestants.append(start_contestant(variant, services, workdir, stamp, index, args))
-        for c in contestants:
-            say(f"{c.variant.name}: warm-up {args.variant_warmup:.0f}s at {max(args.rates):,}/s (not counted)")
+    results = []
+    for index, variant in enumerate(chosen, start=1):
+        c = start_contestant(variant, services, workdir, stamp, index, args)
+        try:
+            say(f"{variant.name}: warm-up {args.variant_warmup:.0f}s at {max(args.rates):,}/s (not counted)")
             produce_and_wait(services, c.topic, c.destination, c.running, max(args.rates), args.variant_warmup,
                              WARMUP_TAG, args.value_bytes, 120, already=c.out["primed"])
-        before = [(c.running.cpu_s(), time.monotonic()) for c in contestants]
-        time.sleep(args.idle)
-        for c, (cpu0, t0) in zip(contestants, before, strict=True):
+            cpu0, t0 = c.running.cpu_s(), time.monotonic()
+            time.sleep(args.idle)
             c.out["idle_cpu_percent"] = round(100 * (c.running.cpu_s() - cpu0) / (time.monotonic() - t0), 1)
-        say("idle " + ", ".join(f"{c.variant.name} {c.out['idle_cpu_percent']} % CPU" for c in contestants)
-            + f"; load {load_line()}")
-        for tag, rate in enumerate(args.rates, start=1):
-            turn = (tag - 1) % len(contestants)
-            for c in contestants[turn:] + contestants[:turn]:
-                say(f"{c.variant.name}:")
+            say(f"{variant.name}: idle {args.idle:.0f}s at {c.out['idle_cpu_percent']} % CPU; load {load_line()}")
+            for tag, rate in enumerate(args.rates, start=1):
                 c.out["rates"].append(measure_rate(services, c.topic, (c.destination, c.source), c.running, rate,
                                                    tag, args))
                 time.sleep(2)
-    finally:
-        for c in reversed(contestants):
+        finally:
             c.stop()
-    for c in contestants:
-        c.out["rates"].sort(key=lambda r: r["rate"])
-    return [c.out for c in contestants]
+        results.append(c.out)
+    return results
 
 
 def code_commit(code: Path) -> str:
@@ -681,7 +671,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "partitions": PARTITIONS, "ureplicator_workers": args.workers, "ureplicator_controllers": 1,
             "mm2_tasks": 1, "value_bytes": args.value_bytes, "key_bytes": KEY.size,
             "warmup_s": args.warmup, "duration_s": args.duration, "variant_warmup_s": args.variant_warmup,
-            "idle_s": args.idle, "rates": args.rates, "source_leg": args.source_leg,
+            "idle_s": args.idle, "rates": args.rates, "source_leg": args.source_leg, "schedule": "alone",
             "code": str(args.code), "code_commit": code_commit(args.code),
             "probe": "own process; fetch.wait.max.ms=5; poll() for the first record, then consume(n, 0); "
                      "assigned from offset 0 before producing",
@@ -711,6 +701,10 @@ def render(entry: dict[str, Any]) -> str:
     m = entry["machine"]
     s = entry["setup"]
     quick = entry["mode"] == "quick"
+    layout = (f"The variants ran one after another on one local stack, each alone and on its own "
+              f"{s['partitions']}-partition topic, " if s.get("schedule") == "alone" else
+              f"All variants ran at once on one local stack, each on its own {s['partitions']}-partition topic and "
+              "measured one at a time (the others idle; the order rotating from rate to rate), ")
     lines = [
         "## End-to-end latency",
         "",
@@ -722,13 +716,11 @@ def render(entry: dict[str, Any]) -> str:
         f"{entry['elapsed_s'] / 60:.0f} min in all. Load average at start "
         f"{_fmt_load(entry['load_at_start'])}, at end {_fmt_load(entry['load_at_end'])}.",
         "",
-        f"All variants run at once on one local stack, each on its own {s['partitions']}-partition topic and "
-        "measured one at a time (the others idle; the order rotates from rate to rate), "
-        f"{s['value_bytes']}-byte values: ureplicator = one controller and {s['ureplicator_workers']} worker "
+        layout + f"{s['value_bytes']}-byte values: ureplicator = one controller and {s['ureplicator_workers']} worker "
         f"process{'es' if s['ureplicator_workers'] > 1 else ''}; MirrorMaker 2 = dedicated mode, one task "
-        "(`bench/mm2.py`). Every variant was started, primed (a burst waited for at the destination) and "
-        f"warmed up ({s['variant_warmup_s']:.0f} s at the top rate, not counted), then all idled for "
-        f"{s['idle_s']:.0f} s before the first measured rate. **Latency** = the time a destination consumer "
+        "(`bench/mm2.py`). Every variant was started, primed (a burst waited for at the destination), "
+        f"warmed up ({s['variant_warmup_s']:.0f} s at the top rate, not counted) and idle for "
+        f"{s['idle_s']:.0f} s before its first measured rate. **Latency** = the time a destination consumer "
         "received the record − its CreateTime (set to *now* by the load producer; same host, same clock). That "
         "consumer runs in a process of its own (`fetch.wait.max.ms=5`, blocking `poll()` for the first record, "
         "then draining with `consume(n, 0)`), as does the load producer and a second consumer on the source that "
@@ -740,7 +732,8 @@ def render(entry: dict[str, Any]) -> str:
         "|---|---|",
     ]
     for v in entry["variants"]:
-        settings = ", ".join(f"`{k}={val}`" for k, val in v["settings"].items()) or "defaults"
+        settings = ", ".join(f"`{k.replace('{source}', '<source alias>')}={val}`"
+                             for k, val in v["settings"].items()) or "defaults"
         lines.append(f"| {v['variant']} | {settings} |")
     lines += [
         "",
@@ -797,18 +790,33 @@ def _at(entry: dict[str, Any], variant: str, rate: int) -> dict[str, Any] | None
     return None
 
 
+def peak_load(entry: dict[str, Any]) -> float:
+    """The highest 1-minute load average recorded during the run."""
+    values = [entry["load_at_start"][0], entry["load_at_end"][0]]
+    values += [r[k][0] for v in entry["variants"] for r in v["rates"] for k in ("load_before", "load_after")]
+    return max(values)
+
+
 def analysis(entry: dict[str, Any]) -> list[str]:
     out = []
+    cores = entry["machine"].get("cores") or 1
+    peak = peak_load(entry)
+    if peak > 2 * cores:
+        out.append(f"**The machine was saturated**: the 1-minute load average reached {peak:.0f} on {cores} cores "
+                   "(other work shared the machine; this benchmark's processes ran under `nice`). The percentiles "
+                   "below measure CPU starvation as much as the replicators; only a run on a quiet machine can "
+                   "judge the goal.")
     goal = f"p99 < {GOAL_P99_MS:.0f} ms at {GOAL_RATE:,} records/s"
     for v in entry["variants"]:
         r = _at(entry, v["variant"], GOAL_RATE)
         if r is None:
             continue
         met = r["p99_ms"] < GOAL_P99_MS and r["sustained"]
-        out.append(f"{v['variant']}: p99 {r['p99_ms']:.1f} ms at {GOAL_RATE:,}/s — goal ({goal}) "
+        out.append(f"{v['variant']}: p99 {r['p99_ms']:,.1f} ms at {GOAL_RATE:,}/s"
+                   f"{'' if r['sustained'] else ' (not sustained)'} — goal ({goal}) "
                    f"{'**met**' if met else '**missed**'}.")
     default, low = _at(entry, "ureplicator-default", GOAL_RATE), _at(entry, "ureplicator-low-latency", GOAL_RATE)
-    if default and low and "cpu_us_per_record" in default and "cpu_us_per_record" in low:
+    if default and low and default["sustained"] and low["sustained"]:
         idle = {v["variant"]: v.get("idle_cpu_percent", 0.0) for v in entry["variants"]}
         out.append(f"The price of the low-latency setting at {GOAL_RATE:,}/s: {low['cpu_us_per_record']:.0f} µs of "
                    f"CPU per record against {default['cpu_us_per_record']:.0f} µs with the defaults "
@@ -818,18 +826,18 @@ def analysis(entry: dict[str, Any]) -> list[str]:
                    "more delivery-report rounds per record, so one worker's ceiling drops; the defaults stay "
                    "tuned for throughput.")
     mm2_low = _at(entry, "mirrormaker2-low-latency", GOAL_RATE)
-    if low and mm2_low:
+    if low and mm2_low and low["sustained"] and mm2_low["sustained"]:
         faster = "ureplicator" if low["p99_ms"] < mm2_low["p99_ms"] else "MirrorMaker 2"
         out.append(f"Side by side at {GOAL_RATE:,}/s, both tuned for latency: ureplicator p50 {low['p50_ms']:.1f} / "
                    f"p99 {low['p99_ms']:.1f} ms, MirrorMaker 2 p50 {mm2_low['p50_ms']:.1f} / p99 "
                    f"{mm2_low['p99_ms']:.1f} ms; the lower p99 is {faster}'s. CPU per record: "
-                   f"{low.get('cpu_us_per_record', 0):.0f} µs vs {mm2_low.get('cpu_us_per_record', 0):.0f} µs.")
-    for v in entry["variants"]:
-        for r in v["rates"]:
-            if not r["sustained"]:
-                out.append(f"{v['variant']} at {r['rate']:,}/s was not sustained ({', '.join(_why_not(r))}): its "
-                           "percentiles measure queueing on a saturated machine.")
-    if any("source_leg_p99_ms" in r for v in entry["variants"] for r in v["rates"]):
+                   f"{low['cpu_us_per_record']:.0f} µs vs {mm2_low['cpu_us_per_record']:.0f} µs.")
+    unsustained = [f"{v['variant']} at {r['rate']:,}/s ({', '.join(_why_not(r))})"
+                   for v in entry["variants"] for r in v["rates"] if not r["sustained"]]
+    if unsustained:
+        out.append("Not sustained, so their percentiles measure queueing rather than the mirror's latency: "
+                   + "; ".join(unsustained) + ".")
+    if any("source_leg_p50_ms" in r for v in entry["variants"] for r in v["rates"]):
         floor = min(r["source_leg_p50_ms"] for v in entry["variants"] for r in v["rates"] if "source_leg_p50_ms" in r)
         out.append(f"The source leg (load producer with `linger.ms=2`, source broker, a consumer) is the floor that "
                    f"no replicator setting moves: median {floor:.1f} ms at best here; its p99 follows the load "

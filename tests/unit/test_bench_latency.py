@@ -169,7 +169,17 @@ def test_the_section_has_one_row_per_variant_and_rate_and_judges_the_goal_from_t
     assert "ureplicator-low-latency: p99 30.0 ms at 20,000/s — goal (p99 < 50 ms at 20,000 records/s) **met**" in text
     assert "ureplicator-default: p99 95.0 ms at 20,000/s — goal (p99 < 50 ms at 20,000 records/s) **missed**" in text
     # Not sustained misses the goal whatever its p99 says, and the row says why.
-    assert ("mirrormaker2-low-latency: p99 60.0 ms at 20,000/s — goal (p99 < 50 ms at 20,000 records/s) **missed**"
-            in text)
+    assert ("mirrormaker2-low-latency: p99 60.0 ms at 20,000/s (not sustained) — goal (p99 < 50 ms at 20,000 "
+            "records/s) **missed**" in text)
     assert "no (producer fell behind) |" in text
+    assert "Not sustained, so their percentiles measure queueing" in text
+    assert "Side by side" not in text  # no comparison against a run that did not keep up
+    assert "saturated" not in text  # load average 2 on 2 cores
     assert "6 µs of CPU per record against 4 µs with the defaults" in text
+
+
+def test_a_saturated_machine_is_called_out_above_the_verdicts() -> None:
+    entry = _entry()
+    entry["variants"][0]["rates"][1]["load_after"] = [23.0, 20.0, 15.0]  # type: ignore[index]
+    lines = latency.analysis(entry)
+    assert lines[0].startswith("**The machine was saturated**: the 1-minute load average reached 23 on 2 cores")
