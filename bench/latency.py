@@ -821,10 +821,8 @@ def analysis(entry: dict[str, Any]) -> list[str]:
         out.append(f"The price of the low-latency setting at {GOAL_RATE:,}/s: {low['cpu_us_per_record']:.0f} µs of "
                    f"CPU per record against {default['cpu_us_per_record']:.0f} µs with the defaults "
                    f"({low['cpu_percent']:.0f} % vs {default['cpu_percent']:.0f} % of a core), idle "
-                   f"{idle.get('ureplicator-low-latency', 0):.1f} % vs {idle.get('ureplicator-default', 0):.1f} %. "
-                   "Smaller consume batches and producer requests mean more loop turns, more produce requests and "
-                   "more delivery-report rounds per record, so one worker's ceiling drops; the defaults stay "
-                   "tuned for throughput.")
+                   f"{idle.get('ureplicator-low-latency', 0):.1f} % vs {idle.get('ureplicator-default', 0):.1f} % "
+                   "(smaller consume batches and produce requests: more loop turns and requests per record).")
     mm2_low = _at(entry, "mirrormaker2-low-latency", GOAL_RATE)
     if low and mm2_low and low["sustained"] and mm2_low["sustained"]:
         faster = "ureplicator" if low["p99_ms"] < mm2_low["p99_ms"] else "MirrorMaker 2"
