@@ -102,6 +102,8 @@ bench-controller-scale: venv
 bench-verifier: install
 	$(BIN)/python -m bench.verifier_bench $(if $(findstring --quick,$(BENCH_ARGS)),--records 200000 --rounds 1 --no-write,)
 
+# Latency: ureplicator with default and low-latency settings, and MirrorMaker 2, side by side at the
+# same rates; `python -m bench.latency --render FILE` re-renders the section from a results file.
 bench-latency: install
 	$(BIN)/python -m bench.latency $(BENCH_ARGS)
 

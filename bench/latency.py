@@ -1,18 +1,40 @@
-"""Measure end-to-end mirroring latency (source CreateTime to destination arrival) at fixed produce rates.
+"""Measure end-to-end mirroring latency (source CreateTime to destination receipt) of ureplicator and MirrorMaker 2.
 
-    .venv/bin/python -m bench.latency            # 5k, 20k, 50k records/s, 10 s warm-up + 45 s each (~4-5 min)
-    .venv/bin/python -m bench.latency --quick    # the same rates, 4 s + 12 s each (~1.5-2 min)
+    .venv/bin/python -m bench.latency            # 3 variants x 5k, 20k, 50k records/s, 5 s + 30 s each (~10 min)
+    .venv/bin/python -m bench.latency --quick    # 3 variants x 5k, 20k records/s, 3 s + 10 s each (~4 min)
+    .venv/bin/python -m bench.latency --render bench/results/latency-2026-11-23.json
 
-Set-up: its own local stack (``.cache/bench-latency/stack``, always stopped
-again), one controller and two workers of a fresh pipeline (every setting at
-its default: the worker's producer lingers 20 ms, its consumer waits up to
-100 ms for data), one source topic of 16 partitions added with ``POST /topics``.
-A consumer on the destination (``fetch.wait.max.ms=5``) is assigned to every
-partition *before* anything is produced. Per rate, a producer process writes
-100-byte records round-robin over the partitions with ``timestamp = now``;
-the latency of a record is the wall-clock time at which the destination
-consumer received it minus that CreateTime (same host, same clock). Records of
-the first ``--warmup`` seconds are not counted.
+One local stack (``.cache/bench-latency/stack``, always stopped again). The
+*variants* run on it one after another, each alone (an idle neighbour is not
+free on 2 cores) on its own fresh 16-partition source topic, with the same
+rates and the same kind of measuring consumers:
+
+* ``ureplicator-default``: one controller and one worker, every setting at its default;
+* ``ureplicator-low-latency``: the same with :data:`LOW_LATENCY` (``--set`` overrides a key);
+* ``mirrormaker2-low-latency``: MirrorMaker 2 in dedicated mode, one task (``bench/mm2.py``),
+  with :data:`MM2_LOW_LATENCY` on top;
+* ``mirrormaker2-default`` (only with ``--variants``): ``bench/mm2.py`` as the throughput
+  benchmark runs it (producer ``linger.ms=20``).
+
+Per variant: start it; wait until its destination topic exists; start its
+measuring consumers; send a priming burst and wait until it arrived (the data
+path is live); run a warm-up load (JIT, connections, caches) that is not
+counted; let it idle (its idle CPU is recorded); then per rate a load producer
+process writes 100-byte records round-robin over the partitions with
+``timestamp = now`` for warm-up + duration seconds. The variant is stopped
+before the next one starts.
+
+Latency of a record = the wall-clock time at which the *destination probe*
+received it − its CreateTime (same host, same clock). The probe is a consumer
+in a process of its own (not the replicator's, not the load producer's, not
+this script's: no shared GIL), assigned from offset 0 before anything is
+produced, ``fetch.wait.max.ms=5``; it blocks in ``poll()`` for the first record
+and then drains what librdkafka already holds with ``consume(n, 0)``, so a
+record is stamped when it is handed to the application, not when a batch
+filled up. A second probe on the source splits the time into the *source leg*
+(CreateTime → source consumer: load producer + source broker) and the
+*replicator leg* (source consumer → destination consumer). Records created in
+the first ``--warmup`` seconds of a rate are not counted.
 
 A rate counts as *sustained* when the producer kept its schedule (finished
 within 5 % of the planned time), every acknowledged record reached the
@@ -25,95 +47,486 @@ latency-bench section of ``docs/benchmarks.md``.
 from __future__ import annotations
 
 import argparse
+import json
+import math
+import multiprocessing as mp
+import queue
+import re
+import signal
 import statistics
+import subprocess
 import sys
 import time
+from array import array
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
-from bench.common import create_topic, load_average, machine_info, say
+import yaml
+
+from bench import mm2
+from bench.common import REPO, create_topic, end_offsets, load_average, machine_info, proc_sample, say
 from bench.harness import (
-    Arrivals,
+    KEY,
     BenchError,
     Flow,
     Load,
     Pipeline,
+    Proc,
     Processes,
     bench_dir,
     load_line,
     own_stack,
-    percentile,
     wait_for,
 )
 from bench.recording import run_and_record
+from devtools import jvm
 
 START = "<!-- latency-bench:start -->"
 END = "<!-- latency-bench:end -->"
 PARTITIONS = 16
-WORKERS = ("w1", "w2")
+WARMUP_TAG = 0  # priming and warm-up records: received, never counted
+MAX_TAGS = 64
+GOAL_RATE = 20_000
+GOAL_P99_MS = 50.0
+
+# The documented low-latency setting (docs/configuration.md, "Low-latency settings").
+LOW_LATENCY: dict[str, Any] = {
+    "worker.fetch_wait_ms": 5,
+    "worker.batch_size": 1000,
+    "destination.properties.linger.ms": 1,
+    "source.properties.fetch.wait.max.ms": 10,
+}
+# MirrorMaker 2's best low-latency settings; "{source}" is the run's source alias.
+MM2_LOW_LATENCY: dict[str, Any] = {
+    f"{mm2.DESTINATION}.producer.linger.ms": 0,
+    "{source}.consumer.fetch.max.wait.ms": 10,
+}
+VARIANTS = ("ureplicator-default", "ureplicator-low-latency", "mirrormaker2-low-latency")
+ALL_VARIANTS = (*VARIANTS, "mirrormaker2-default")
 
 
-def measure_rate(arrivals: Arrivals, at_source: Arrivals, services: dict[str, str], topic: str, rate: int, tag: int,
-                 warmup_s: float, duration_s: float, value_bytes: int) -> dict[str, Any]:
+# ----------------------------------------------------------------------------- pure arithmetic
+
+
+def nested_overrides(settings: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Dotted pipeline keys (``worker.fetch_wait_ms``, ``destination.properties.linger.ms``) as YAML sections.
+
+    ``<section>.properties.<librdkafka key>`` keeps the librdkafka key whole (it has dots of its own).
+    """
+    out: dict[str, dict[str, Any]] = {}
+    for key, value in settings.items():
+        section, _, rest = key.partition(".")
+        if not rest:
+            raise ValueError(f"{key!r} is not <section>.<key>")
+        if rest.startswith("properties."):
+            out.setdefault(section, {}).setdefault("properties", {})[rest[len("properties."):]] = value
+        else:
+            out.setdefault(section, {})[rest] = value
+    return out
+
+
+def parse_setting(text: str) -> tuple[str, Any]:
+    """``key=value`` from the command line; the value is read as YAML (``5`` is an int, ``lz4`` a string)."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key.strip(), yaml.safe_load(value)
+
+
+def nearest_rank(ordered: Sequence[float], q: float) -> float:
+    """The smallest value with at least ``q`` % of the values at or below it (0 when empty).
+
+    (``bench.harness.percentile`` rounds half ranks to even, so its p99.9 of 1,000 values is the maximum.)
+    """
+    if not ordered:
+        return 0.0
+    rank = math.ceil(round(q * len(ordered) / 100, 9))
+    return ordered[min(len(ordered), max(1, rank)) - 1]
+
+
+def latency_stats(latencies_ms: Sequence[float]) -> dict[str, float]:
+    """p50 / p95 / p99 / p99.9 / max / mean (ms, nearest rank) of unsorted latencies; zeros when empty."""
+    ordered = sorted(latencies_ms)
+    if not ordered:
+        return {"p50_ms": 0.0, "p95_ms": 0.0, "p99_ms": 0.0, "p999_ms": 0.0, "max_ms": 0.0, "mean_ms": 0.0}
+    return {
+        "p50_ms": round(nearest_rank(ordered, 50), 1),
+        "p95_ms": round(nearest_rank(ordered, 95), 1),
+        "p99_ms": round(nearest_rank(ordered, 99), 1),
+        "p999_ms": round(nearest_rank(ordered, 99.9), 1),
+        "max_ms": round(ordered[-1], 1),
+        "mean_ms": round(statistics.fmean(ordered), 1),
+    }
+
+
+def measured_window(created_ms: Sequence[float], warmup_s: float) -> float:
+    """CreateTime (ms) from which records count: the first record's plus the warm-up."""
+    return (min(created_ms) if created_ms else 0.0) + warmup_s * 1000.0
+
+
+def latency_growth_s(created_ms: Sequence[float], latency_ms: Sequence[float], start_ms: float, end_ms: float,
+                     span_s: float = 10.0) -> float:
+    """Median latency of the last ``span_s`` of the window minus that of its first ``span_s`` (seconds).
+
+    A mirror that keeps up stays near 0; a growing backlog shows as the whole backlog's age.
+    """
+    span_ms = span_s * 1000.0
+    head = [lat for ct, lat in zip(created_ms, latency_ms, strict=True) if start_ms <= ct < start_ms + span_ms]
+    tail = [lat for ct, lat in zip(created_ms, latency_ms, strict=True) if end_ms - span_ms <= ct <= end_ms]
+    if not head or not tail:
+        return 0.0
+    return (statistics.median(tail) - statistics.median(head)) / 1000.0
+
+
+def cpu_figures(cpu_s: float, seconds: float, records: int) -> dict[str, float]:
+    """CPU of the replicator's processes over a window: percent of one core and microseconds per record."""
+    return {
+        "cpu_percent": round(100.0 * cpu_s / seconds, 1) if seconds > 0 else 0.0,
+        "cpu_us_per_record": round(1e6 * cpu_s / records, 1) if records > 0 else 0.0,
+    }
+
+
+def is_sustained(planned_s: float, elapsed_s: float, failed: int, acked: int, received: int, drain_s: float,
+                 growth_s: float) -> dict[str, bool]:
+    """The four conditions of a sustained rate and their conjunction."""
+    producer_ok = elapsed_s <= planned_s * 1.05 and failed == 0
+    complete = received >= acked
+    return {
+        "producer_kept_schedule": producer_ok,
+        "all_arrived": complete,
+        "sustained": producer_ok and complete and drain_s <= 5.0 and growth_s <= 1.0,
+    }
+
+
+def replicator_legs(dst_seq: Sequence[int], dst_received_ms: Sequence[float], src_seq: Sequence[int],
+                    src_received_ms: Sequence[float]) -> list[float]:
+    """Per destination record, destination receipt − source receipt of the same record (NaN when unseen).
+
+    Sequence numbers of one load are dense from 0, so the source side is an array indexed by them.
+    """
+    at_source = array("d", [math.nan]) * (max(src_seq) + 1 if len(src_seq) else 0)
+    for seq, received in zip(src_seq, src_received_ms, strict=True):
+        at_source[seq] = received
+    size = len(at_source)
+    return [received - at_source[seq] if 0 <= seq < size else math.nan
+            for seq, received in zip(dst_seq, dst_received_ms, strict=True)]
+
+
+# ----------------------------------------------------------------------------- probe process
+
+
+@dataclass
+class Received:
+    """What a probe saw of one tag: per record its sequence, CreateTime and receive time (epoch ms)."""
+
+    seq: array = field(default_factory=lambda: array("q"))
+    created_ms: array = field(default_factory=lambda: array("d"))
+    received_ms: array = field(default_factory=lambda: array("d"))
+
+
+def _probe_main(bootstrap: str, topic: str, partitions: int, counts: Any, ready: Any, stop: Any,
+                requests: Any, replies: Any) -> None:
+    """Child process body of :class:`Probe` (spawned: its own interpreter, GIL and librdkafka)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    try:
+        consumer = Consumer({
+            "bootstrap.servers": bootstrap,
+            "group.id": f"bench-latency-probe-{time.time_ns()}",
+            "enable.auto.commit": False,
+            "enable.partition.eof": False,
+            "fetch.wait.max.ms": 5,
+            "fetch.min.bytes": 1,
+            "fetch.error.backoff.ms": 50,
+            "reconnect.backoff.max.ms": 500,
+        })
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+        logs: dict[int, Received] = {}
+        unpack = KEY.unpack
+        key_size = KEY.size
+        last_request_check = 0.0
+        ready.set()
+        while not stop.is_set():
+            first = consumer.poll(0.05)  # returns as soon as one record is there
+            if first is not None:
+                batch = [first, *consumer.consume(100_000, 0)]  # and what librdkafka already holds
+                received = time.time() * 1000.0
+                per_tag: dict[int, int] = {}
+                for msg in batch:
+                    key = msg.key()
+                    if msg.error() is not None or key is None or len(key) != key_size:
+                        continue
+                    tag, seq = unpack(key)
+                    log = logs.get(tag)
+                    if log is None:
+                        log = logs[tag] = Received()
+                    log.seq.append(seq)
+                    log.created_ms.append(msg.timestamp()[1])
+                    log.received_ms.append(received)
+                    per_tag[tag] = per_tag.get(tag, 0) + 1
+                for tag, n in per_tag.items():
+                    if tag < MAX_TAGS:
+                        counts[tag] += n
+            now = time.monotonic()
+            if now - last_request_check >= 0.1:
+                last_request_check = now
+                while True:
+                    try:
+                        tag = requests.get_nowait()
+                    except queue.Empty:
+                        break
+                    replies.put((tag, logs.pop(tag, Received())))
+        consumer.close()
+    except Exception as exc:  # reported to the parent, which raises BenchError
+        replies.put((-1, f"{type(exc).__name__}: {exc}"))
+
+
+class Probe:
+    """A measuring consumer in its own process: per tag, every record's CreateTime and receive time."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int) -> None:
+        ctx = mp.get_context("spawn")
+        self.counts = ctx.Array("q", MAX_TAGS, lock=False)
+        self._ready = ctx.Event()
+        self._stop = ctx.Event()
+        self._requests = ctx.Queue()
+        self._replies = ctx.Queue()
+        self._proc = ctx.Process(target=_probe_main, name="bench-latency-probe", daemon=True,
+                                 args=(bootstrap, topic, partitions, self.counts, self._ready, self._stop,
+                                       self._requests, self._replies))
+
+    def start(self, timeout_s: float = 60) -> Probe:
+        self._proc.start()
+        if not self._ready.wait(timeout_s):
+            raise BenchError(f"the latency probe did not start within {timeout_s:.0f}s")
+        return self
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid
+
+    def count(self, tag: int) -> int:
+        if not self._proc.is_alive():
+            raise BenchError(f"the latency probe exited: {self._error()}")
+        return int(self.counts[tag])
+
+    def take(self, tag: int, timeout_s: float = 120) -> Received:
+        """Hand over (and forget) everything received of ``tag``."""
+        self._requests.put(tag)
+        try:
+            got, payload = self._replies.get(timeout=timeout_s)
+        except queue.Empty:
+            raise BenchError(f"the latency probe did not answer within {timeout_s:.0f}s") from None
+        if got != tag:
+            raise BenchError(f"the latency probe failed: {payload}")
+        return payload
+
+    def _error(self) -> str:
+        try:
+            return str(self._replies.get(timeout=1)[1])
+        except queue.Empty:
+            return f"exit code {self._proc.exitcode}"
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._proc.join(15)
+        if self._proc.is_alive():
+            self._proc.kill()
+            self._proc.join(10)
+
+
+# ----------------------------------------------------------------------------- variants
+
+
+class CheckoutProcesses(Processes):
+    """Processes that run ``python -m cli`` from another checkout (``--code``): its worker, our harness."""
+
+    def __init__(self, workdir: Path, code: Path) -> None:
+        super().__init__(workdir)
+        self.code = code
+
+    def spawn(self, name: str, cmd: list[str], cwd: Path = REPO) -> Proc:
+        return super().spawn(name, cmd, self.code if cwd == REPO else cwd)
+
+
+@dataclass
+class Variant:
+    """One replicator set-up under test."""
+
+    name: str
+    system: str  # "ureplicator" | "mirrormaker2"
+    settings: dict[str, Any]
+
+
+def variants(names: Sequence[str], low_latency: dict[str, Any]) -> list[Variant]:
+    table = {
+        "ureplicator-default": Variant("ureplicator-default", "ureplicator", {}),
+        "ureplicator-low-latency": Variant("ureplicator-low-latency", "ureplicator", dict(low_latency)),
+        "mirrormaker2-low-latency": Variant("mirrormaker2-low-latency", "mirrormaker2", dict(MM2_LOW_LATENCY)),
+        "mirrormaker2-default": Variant("mirrormaker2-default", "mirrormaker2", {}),
+    }
+    unknown = [n for n in names if n not in table]
+    if unknown:
+        raise BenchError(f"unknown variant(s) {', '.join(unknown)}; known: {', '.join(table)}")
+    return [table[n] for n in names]
+
+
+class Running:
+    """A started variant: its processes, for liveness and CPU."""
+
+    def __init__(self, variant: Variant, procs: list[Proc], stop: Any, notes: dict[str, Any]) -> None:
+        self.variant = variant
+        self.procs = procs
+        self._stop = stop
+        self.notes = notes
+
+    def cpu_s(self) -> float:
+        total = 0.0
+        for proc in self.procs:
+            sample = proc_sample(proc.pid)
+            if sample is None or not proc.alive():
+                raise BenchError(f"{proc.name} exited:\n{proc.tail()}")
+            total += sample.cpu_s
+        return total
+
+    def stop(self) -> None:
+        self._stop()
+
+
+def start_ureplicator(variant: Variant, services: dict[str, str], workdir: Path, code: Path, topic: str,
+                      workers: int) -> Running:
+    workdir.mkdir(parents=True, exist_ok=True)
+    processes = CheckoutProcesses(workdir, code)
+    pipeline = Pipeline(services, processes, f"lat{topic[-12:].replace('-', '')}", nested_overrides(variant.settings))
+
+    def stop() -> None:
+        pipeline.stop_all()
+        processes.stop_all()
+
+    try:
+        pipeline.start_controller("c1")
+        ids = [f"w{i}" for i in range(1, workers + 1)]
+        for worker in ids:
+            pipeline.start_worker(worker)
+        pipeline.add_topic(topic, PARTITIONS)
+        wait_for(lambda: pipeline.settled({topic: PARTITIONS}) and set(pipeline.owners(topic).values()) == set(ids),
+                 90, f"{variant.name}: every partition mirrored")
+    except BaseException:
+        stop()
+        raise
+    return Running(variant, [*pipeline.controllers.values(), *pipeline.workers.values()], stop,
+                   {"code": str(code), "workers": workers, "overrides": nested_overrides(variant.settings)})
+
+
+def mm2_properties(variant: Variant, alias: str, services: dict[str, str], topic: str) -> dict[str, Any]:
+    props = mm2.properties(alias, services["source"], services["destination"], topic)
+    props.update({key.replace("{source}", alias): value for key, value in variant.settings.items()})
+    return props
+
+
+def start_mirrormaker2(variant: Variant, services: dict[str, str], workdir: Path, topic: str) -> Running:
+    folder = workdir / variant.name
+    folder.mkdir(parents=True, exist_ok=True)
+    alias = f"src{topic[-6:].replace('-', '')}"
+    props = mm2_properties(variant, alias, services, topic)
+    config = mm2.write_props(folder / "mm2.properties", props)
+    log4j = mm2.write_props(folder / "log4j.properties", mm2.log4j_properties(folder / "mm2.log"))
+    cmd = [jvm.java_executable(), *mm2.HEAP, *mm2.JVM_FLAGS, f"-Dlog4j.configuration=file:{log4j}",
+           "-cp", jvm.classpath("mirrormaker"), mm2.MAIN_CLASS, str(config)]
+    processes = Processes(folder)
+    proc = processes.spawn("mirrormaker2", cmd, cwd=folder)
+    return Running(variant, [proc], processes.stop_all,
+                   {"properties": {k: str(v) for k, v in props.items() if "bootstrap" not in k},
+                    "log": str(folder / "mm2.log"), "jvm": [*mm2.HEAP, "G1 (kafka-run-class.sh flags)"]})
+
+
+def mm2_effective(log: Path, keys: Sequence[str] = ("linger.ms", "batch.size", "acks", "fetch.max.wait.ms",
+                                                     "fetch.min.bytes", "max.poll.records")) -> dict[str, Any]:
+    """The settings MirrorMaker 2's data-path clients logged: its task's producer and replication consumer.
+
+    Read from the ``ProducerConfig values:`` / ``ConsumerConfig values:`` blocks, so the results
+    show what the JVM really used, not only what the properties file asked for.
+    """
+    found: dict[str, Any] = {}
+    if not log.exists():
+        return found
+    for block in re.split(r"^\[[^\]]*\] INFO (?=(?:Producer|Consumer)Config values:)", log.read_text(errors="replace"),
+                          flags=re.M)[1:]:
+        values = dict(re.findall(r"^\t([\w.]+) = (.*)$", block.split("\n[", 1)[0], re.M))
+        client = values.get("client.id", "")
+        if client.startswith("connector-producer-") or client.endswith("replication-consumer"):
+            found[client] = {k: values[k] for k in keys if k in values}
+    return found
+
+
+# ----------------------------------------------------------------------------- measuring
+
+
+def produce_and_wait(services: dict[str, str], topic: str, probe: Probe, running: Running, rate: int, seconds: float,
+                     tag: int, value_bytes: int, timeout_s: float, already: int = 0) -> int:
+    """Unmeasured load (priming, warm-up): produce, then wait until all of it arrived; returns the acked count."""
+    load = Load(services["source"], [Flow(topic, PARTITIONS, rate)], tag=tag, duration_s=seconds,
+                value_bytes=value_bytes).start()
+    result = load.wait(seconds + 120)
+    target = already + result.acked
+
+    def arrived() -> bool:
+        running.cpu_s()  # raises when a process died
+        return probe.count(tag) >= target
+
+    wait_for(arrived, timeout_s, f"{running.variant.name}: {result.acked:,} records of tag {tag} at the destination")
+    return target
+
+
+def measure_rate(services: dict[str, str], topic: str, probes: tuple[Probe, Probe | None], running: Running,
+                 rate: int, tag: int, args: argparse.Namespace) -> dict[str, Any]:
     """Produce ``rate`` records/s for warm-up + duration, wait for the destination, compute the numbers."""
-    planned = warmup_s + duration_s
+    destination, source = probes
+    planned = args.warmup + args.duration
     load_before = load_average()
     load = Load(services["source"], [Flow(topic, PARTITIONS, rate)], tag=tag, duration_s=planned,
-                value_bytes=value_bytes).start()
-    say(f"rate {rate:,}/s: producing for {planned:.0f}s (first {warmup_s:.0f}s not counted)")
+                value_bytes=args.value_bytes).start()
+    say(f"  {rate:,}/s: producing for {planned:.0f}s (first {args.warmup:.0f}s not counted)")
+    cpu_start = cpu_end = None
+    measured_from = time.monotonic() + args.warmup
     try:
         last = time.monotonic()
         while load.alive() and load.result is None:
-            time.sleep(0.5)
-            if time.monotonic() - last >= 5:
+            time.sleep(0.2)
+            if cpu_start is None and time.monotonic() >= measured_from:
+                cpu_start = (time.monotonic(), running.cpu_s())
+            if time.monotonic() - last >= 10:
                 last = time.monotonic()
-                say(f"  sent {load.sent:,}, acked {load.acked:,}, received {_received(arrivals, tag):,}, "
-                    f"load {load_line()}")
+                say(f"    sent {load.sent:,}, received {destination.count(tag):,}, load {load_line()}")
         result = load.wait(120)
+        cpu_end = (time.monotonic(), running.cpu_s())
     except BaseException:
         load.kill()
         raise
     produced_at = time.monotonic()
     load_after = load_average()
-    # Drain: everything the source acknowledged must arrive.
     deadline = produced_at + 60
-    while _received(arrivals, tag) < result.acked and time.monotonic() < deadline:
-        if arrivals.error:
-            raise BenchError(f"destination consumer failed: {arrivals.error}")
-        time.sleep(0.1)
-    received = _received(arrivals, tag)
+    while destination.count(tag) < result.acked and time.monotonic() < deadline:
+        running.cpu_s()
+        time.sleep(0.05)
+    received = destination.count(tag)
     drain_s = time.monotonic() - produced_at
-    say(f"  producer done in {result.elapsed_s:.1f}s ({result.sent:,} sent, {result.acked:,} acked); "
-        f"received {received:,} ({drain_s:.1f}s after the producer finished)")
 
-    created, latencies, legs = [], [], []
-    for (t_name, p), log in arrivals.logs.items():
-        source_arrivals = at_source.logs[(t_name, p)].arrivals
-        for t, ident, arrival, lat in zip(log.tags, log.idents, log.arrivals, log.latency_ms, strict=True):
-            if t == tag:
-                created.append(arrival - lat / 1000.0)
-                latencies.append(lat)
-                # The source consumer read the partition from offset 0 in order: index == offset.
-                legs.append((arrival - source_arrivals[ident]) * 1000.0 if 0 <= ident < len(source_arrivals)
-                            else float("nan"))
-    first_ct = min(created) if created else 0.0
-    window = [(ct, lat, leg) for ct, lat, leg in zip(created, latencies, legs, strict=True)
-              if ct >= first_ct + warmup_s]
-    measured = sorted(lat for _, lat, _ in window)
-    replicator = sorted(leg for _, _, leg in window if leg == leg)
-    source_leg = sorted(lat - leg for _, lat, leg in window if leg == leg)
-    window_end = first_ct + planned
-    head = [lat for ct, lat, _ in window if ct < first_ct + warmup_s + 10]
-    tail = [lat for ct, lat, _ in window if ct >= window_end - 10]
-    growth_s = (statistics.median(tail) - statistics.median(head)) / 1000 if head and tail else 0.0
-    producer_ok = result.elapsed_s <= planned * 1.05 and result.failed == 0
-    complete = received >= result.acked
-    sustained = producer_ok and complete and drain_s <= 5.0 and growth_s <= 1.0
-    measured_sent = sum(1 for ct in created if ct >= first_ct + warmup_s)
-    entry = {
+    got = destination.take(tag)
+    start_ms = measured_window(got.created_ms, args.warmup)
+    end_ms = start_ms + args.duration * 1000.0
+    latencies = [r - c for c, r in zip(got.created_ms, got.received_ms, strict=True)]
+    in_window = [i for i, c in enumerate(got.created_ms) if c >= start_ms]
+    measured = [latencies[i] for i in in_window]
+    growth = latency_growth_s(got.created_ms, latencies, start_ms, end_ms)
+    entry: dict[str, Any] = {
         "rate": rate,
         "planned_s": planned,
-        "warmup_s": warmup_s,
+        "warmup_s": args.warmup,
         "sent": result.sent,
         "acked": result.acked,
         "failed": result.failed,
@@ -121,96 +534,161 @@ def measure_rate(arrivals: Arrivals, at_source: Arrivals, services: dict[str, st
         "producer_elapsed_s": round(result.elapsed_s, 2),
         "producer_rate": round(result.sent / result.elapsed_s) if result.elapsed_s else 0,
         "measured_records": len(measured),
-        "measured_sent": measured_sent,
-        "p50_ms": round(percentile(measured, 50), 1),
-        "p90_ms": round(percentile(measured, 90), 1),
-        "p99_ms": round(percentile(measured, 99), 1),
-        "p999_ms": round(percentile(measured, 99.9), 1),
-        "max_ms": round(measured[-1], 1) if measured else 0.0,
-        "mean_ms": round(statistics.fmean(measured), 1) if measured else 0.0,
-        # Split per record: CreateTime -> source consumer (the source leg), source consumer -> destination
-        # consumer (what the replicator adds, plus one destination fetch).
-        "source_leg_p50_ms": round(percentile(source_leg, 50), 1),
-        "source_leg_p99_ms": round(percentile(source_leg, 99), 1),
-        "replicator_p50_ms": round(percentile(replicator, 50), 1),
-        "replicator_p99_ms": round(percentile(replicator, 99), 1),
-        "replicator_max_ms": round(replicator[-1], 1) if replicator else 0.0,
-        "joined_records": len(replicator),
-        "latency_growth_s": round(growth_s, 3),
-        "drain_s": round(drain_s, 2),
-        "producer_kept_schedule": producer_ok,
-        "all_arrived": complete,
-        "sustained": sustained,
-        "load_before": load_before,
-        "load_after": load_after,
+        **latency_stats(measured),
     }
-    say(f"  rate {rate:,}/s: p50 {entry['p50_ms']} ms, p99 {entry['p99_ms']} ms, max {entry['max_ms']} ms over "
-        f"{len(measured):,} records (replicator leg p50 {entry['replicator_p50_ms']} ms, p99 "
-        f"{entry['replicator_p99_ms']} ms); {'sustained' if sustained else 'NOT sustained'}")
+    if source is not None:
+        src = source.take(tag)
+        legs = replicator_legs([got.seq[i] for i in in_window], [got.received_ms[i] for i in in_window],
+                               src.seq, src.received_ms)
+        joined = [(lat, leg) for lat, leg in zip(measured, legs, strict=True) if not math.isnan(leg)]
+        replicator = latency_stats([leg for _, leg in joined])
+        source_leg = latency_stats([lat - leg for lat, leg in joined])
+        entry.update({
+            "joined_records": len(joined),
+            "source_leg_p50_ms": source_leg["p50_ms"], "source_leg_p99_ms": source_leg["p99_ms"],
+            "replicator_p50_ms": replicator["p50_ms"], "replicator_p99_ms": replicator["p99_ms"],
+            "replicator_max_ms": replicator["max_ms"],
+        })
+    if cpu_start is not None and cpu_end is not None:
+        seconds = cpu_end[0] - cpu_start[0]
+        entry.update(cpu_figures(cpu_end[1] - cpu_start[1], seconds, round(rate * seconds)))
+        entry["cpu_window_s"] = round(seconds, 1)
+    entry.update({"latency_growth_s": round(growth, 3), "drain_s": round(drain_s, 2),
+                  **is_sustained(planned, result.elapsed_s, result.failed, result.acked, received, drain_s, growth),
+                  "load_before": load_before, "load_after": load_after})
+    say(f"  {rate:,}/s: p50 {entry['p50_ms']} ms, p95 {entry['p95_ms']} ms, p99 {entry['p99_ms']} ms, max "
+        f"{entry['max_ms']} ms over {len(measured):,} records"
+        + (f" (replicator leg p50 {entry['replicator_p50_ms']} / p99 {entry['replicator_p99_ms']} ms)"
+           if source is not None else "")
+        + f"; CPU {entry.get('cpu_percent', 0)} % ({entry.get('cpu_us_per_record', 0)} us/record); "
+        f"{'sustained' if entry['sustained'] else 'NOT sustained'}")
     return entry
 
 
-def _received(arrivals: Arrivals, tag: int) -> int:
-    return sum(log.tags.count(tag) for log in list(arrivals.logs.values()))
+@dataclass
+class Contestant:
+    """A started variant with its topic, its two probes and what it measured so far."""
+
+    variant: Variant
+    topic: str
+    running: Running
+    destination: Probe
+    source: Probe | None
+    out: dict[str, Any]
+
+    def stop(self) -> None:
+        for probe in (self.destination, self.source):
+            if probe is not None:
+                probe.stop()
+        self.running.stop()
+        if self.variant.system == "mirrormaker2":
+            self.out["mm2_logged"] = mm2_effective(Path(self.running.notes["log"]))
+
+
+def start_contestant(variant: Variant, services: dict[str, str], workdir: Path, stamp: str, index: int,
+                     args: argparse.Namespace) -> Contestant:
+    """Start ``variant`` on a fresh topic, start its probes, and wait until a priming burst went through."""
+    topic = f"lat-{stamp}-{index}"
+    create_topic(services["source"], topic, PARTITIONS)
+    say(f"{variant.name}: starting on topic {topic}")
+    started = time.monotonic()
+    if variant.system == "ureplicator":
+        running = start_ureplicator(variant, services, workdir / variant.name, args.code, topic, args.workers)
+    else:
+        running = start_mirrormaker2(variant, services, workdir, topic)
+    probes: list[Probe] = []
+    try:
+        wait_for(lambda: running.cpu_s() >= 0 and end_offsets(services["destination"], topic, PARTITIONS) is not None,
+                 180, f"{variant.name}: destination topic {topic}")
+        destination = Probe(services["destination"], topic, PARTITIONS).start()
+        probes.append(destination)
+        source = Probe(services["source"], topic, PARTITIONS).start() if args.source_leg else None
+        if source is not None:
+            probes.append(source)
+        primed = produce_and_wait(services, topic, destination, running, 500, 2, WARMUP_TAG, args.value_bytes, 180)
+    except BaseException:
+        for probe in probes:
+            probe.stop()
+        running.stop()
+        raise
+    out: dict[str, Any] = {"variant": variant.name, "system": variant.system, "settings": variant.settings,
+                           "topic": topic, "ready_after_s": round(time.monotonic() - started, 1), "primed": primed,
+                           **running.notes, "rates": []}
+    say(f"{variant.name}: data path live after {out['ready_after_s']:.0f}s")
+    return Contestant(variant, topic, running, destination, source, out)
+
+
+def run_contest(services: dict[str, str], workdir: Path, stamp: str, chosen: list[Variant],
+                args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Each variant alone on the stack: start, prime, warm up, idle, then its rates; stopped before the next.
+
+    Alone, because on 2 cores an idle neighbour is not free: an idle MirrorMaker 2 (JIT, GC, Connect
+    threads) and short fetch waits on idle partitions cost tens of percent of a core, brokers included.
+    """
+    results = []
+    for index, variant in enumerate(chosen, start=1):
+        c = start_contestant(variant, services, workdir, stamp, index, args)
+        try:
+            say(f"{variant.name}: warm-up {args.variant_warmup:.0f}s at {max(args.rates):,}/s (not counted)")
+            produce_and_wait(services, c.topic, c.destination, c.running, max(args.rates), args.variant_warmup,
+                             WARMUP_TAG, args.value_bytes, 120, already=c.out["primed"])
+            cpu0, t0 = c.running.cpu_s(), time.monotonic()
+            time.sleep(args.idle)
+            c.out["idle_cpu_percent"] = round(100 * (c.running.cpu_s() - cpu0) / (time.monotonic() - t0), 1)
+            say(f"{variant.name}: idle {args.idle:.0f}s at {c.out['idle_cpu_percent']} % CPU; load {load_line()}")
+            for tag, rate in enumerate(args.rates, start=1):
+                c.out["rates"].append(measure_rate(services, c.topic, (c.destination, c.source), c.running, rate,
+                                                   tag, args))
+                time.sleep(2)
+        finally:
+            c.stop()
+        results.append(c.out)
+    return results
+
+
+def code_commit(code: Path) -> str:
+    """HEAD of the checkout whose controller and worker ran, with ``+dirty`` when its worker/ or common/ differ."""
+    try:
+        head = subprocess.run(["git", "-C", str(code), "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(code), "status", "--porcelain", "--", "worker", "common"],
+                               capture_output=True, text=True, timeout=10, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return f"{head}+dirty" if dirty else head
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     now = datetime.now(timezone.utc)
-    stamp = now.strftime("%Y%m%dT%H%M%SZ")
+    stamp = now.strftime("%H%M%S")
+    chosen = variants(args.variants, args.low_latency)
     entry: dict[str, Any] = {
         "benchmark": "latency",
         "date": now.isoformat(timespec="seconds"),
         "mode": "quick" if args.quick else "full",
         "machine": machine_info(),
         "setup": {
-            "partitions": PARTITIONS, "workers": len(WORKERS), "controllers": 1, "value_bytes": args.value_bytes,
-            "key_bytes": 10, "warmup_s": args.warmup, "duration_s": args.duration,
-            "pipeline_config": "defaults (worker producer linger.ms=20, consumer fetch.wait.max.ms=100, "
-                               "commit_interval_s=5)",
-            "destination_consumer": "fetch.wait.max.ms=5, assigned before producing",
-            "load_producer": "idempotent, acks=all, linger.ms=2, timestamp=now",
+            "partitions": PARTITIONS, "ureplicator_workers": args.workers, "ureplicator_controllers": 1,
+            "mm2_tasks": 1, "value_bytes": args.value_bytes, "key_bytes": KEY.size,
+            "warmup_s": args.warmup, "duration_s": args.duration, "variant_warmup_s": args.variant_warmup,
+            "idle_s": args.idle, "rates": args.rates, "source_leg": args.source_leg, "schedule": "alone",
+            "code": str(args.code), "code_commit": code_commit(args.code),
+            "probe": "own process; fetch.wait.max.ms=5; poll() for the first record, then consume(n, 0); "
+                     "assigned from offset 0 before producing",
+            "load_producer": "own process; idempotent, acks=all, linger.ms=2, timestamp=now",
             "broker_heap": args.broker_heap,
-            "worker_linger_ms": args.linger_ms if args.linger_ms is not None else 20,
         },
         "load_at_start": load_average(),
-        "rates": [],
+        "variants": [],
     }
-    say(f"latency benchmark ({entry['mode']}): rates {', '.join(f'{r:,}' for r in args.rates)}/s, "
-        f"{args.warmup:.0f}s warm-up + {args.duration:.0f}s each; load {load_line()}")
+    say(f"latency benchmark ({entry['mode']}): {', '.join(v.name for v in chosen)}; rates "
+        f"{', '.join(f'{r:,}' for r in args.rates)}/s, {args.warmup:.0f}s + {args.duration:.0f}s each; "
+        f"code {args.code}; load {load_line()}")
     wall = time.monotonic()
     with own_stack("latency", heap=args.broker_heap) as (services, _root):
-        workdir = bench_dir("latency") / f"run-{stamp}"
+        workdir = bench_dir("latency") / f"run-{now.strftime('%Y%m%dT%H%M%SZ')}"
         workdir.mkdir(parents=True, exist_ok=True)
-        processes = Processes(workdir)
-        overrides = {"destination": {"properties": {"linger.ms": args.linger_ms}}} if args.linger_ms is not None else {}
-        pipeline = Pipeline(services, processes, f"lat{now.strftime('%H%M%S')}", overrides)
-        arrivals: Arrivals | None = None
-        at_source: Arrivals | None = None
-        try:
-            pipeline.start_controller("c1")
-            for worker in WORKERS:
-                pipeline.start_worker(worker)
-            topic = f"lat-{stamp}"
-            create_topic(services["source"], topic, PARTITIONS)
-            at_source = Arrivals(services["source"], ident="key").start()
-            at_source.add(topic, PARTITIONS)
-            arrivals = Arrivals(services["destination"], ident="urep").start()
-            pipeline.add_topic(topic, PARTITIONS)
-            arrivals.add(topic, PARTITIONS)
-            wait_for(lambda: pipeline.settled({topic: PARTITIONS})
-                     and set(pipeline.owners(topic).values()) == set(WORKERS), 90, "both workers mirroring")
-            say(f"pipeline ready: controller + {len(WORKERS)} workers, topic {topic} x {PARTITIONS}; logs in {workdir}")
-            for i, rate in enumerate(args.rates, start=1):
-                entry["rates"].append(measure_rate(arrivals, at_source, services, topic, rate, i, args.warmup,
-                                                   args.duration, args.value_bytes))
-                time.sleep(2)
-            entry["bad_headers"] = arrivals.bad_headers
-        finally:
-            for consumer in (arrivals, at_source):
-                if consumer is not None:
-                    consumer.stop()
-            pipeline.stop_all()
-            processes.stop_all()
+        entry["variants"] = run_contest(services, workdir, stamp, chosen, args)
     entry["elapsed_s"] = round(time.monotonic() - wall, 1)
     entry["load_at_end"] = load_average()
     return entry
@@ -221,86 +699,148 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def render(entry: dict[str, Any]) -> str:
     m = entry["machine"]
+    s = entry["setup"]
+    quick = entry["mode"] == "quick"
+    layout = (f"The variants ran one after another on one local stack, each alone and on its own "
+              f"{s['partitions']}-partition topic, " if s.get("schedule") == "alone" else
+              f"All variants ran at once on one local stack, each on its own {s['partitions']}-partition topic and "
+              "measured one at a time (the others idle; the order rotating from rate to rate), ")
     lines = [
         "## End-to-end latency",
         "",
-        f"`python -m bench.latency{' --quick' if entry['mode'] == 'quick' else ''}` "
-        f"({'**quick mode**: ' if entry['mode'] == 'quick' else ''}{entry['setup']['warmup_s']:.0f} s warm-up + "
-        f"{entry['setup']['duration_s']:.0f} s per rate) on {m['cpu_model']}, {m['cores']} cores, "
-        f"{m['ram_bytes'] / 2**30:.0f} GiB RAM, Python {m['python']}, {m['java']}, Kafka {m['kafka_brokers']}, "
-        f"{entry['date'][:10]}. Load average at start {_fmt_load(entry['load_at_start'])}, at end "
-        f"{_fmt_load(entry['load_at_end'])} (other benchmarks shared the machine).",
+        f"`python -m bench.latency{' --quick' if quick else ''}` ({'**quick mode**: ' if quick else ''}"
+        f"{s['warmup_s']:.0f} s warm-up + {s['duration_s']:.0f} s measured per rate and variant) on "
+        f"{m['cpu_model']}, {m['cores']} cores, {m['ram_bytes'] / 2**30:.0f} GiB RAM, Python {m['python']}, "
+        f"{m['java']}, Kafka {m['kafka_brokers']}, MirrorMaker 2 {m['mirrormaker2']}, librdkafka {m['librdkafka']}, "
+        f"{entry['date'][:10]}; ureplicator at commit `{s.get('code_commit', 'unknown')}`; "
+        f"{entry['elapsed_s'] / 60:.0f} min in all. Load average at start "
+        f"{_fmt_load(entry['load_at_start'])}, at end {_fmt_load(entry['load_at_end'])}.",
         "",
-        f"One controller, two workers, one topic of {entry['setup']['partitions']} partitions, "
-        f"{entry['setup']['value_bytes']}-byte values; pipeline settings at their defaults (worker producer "
-        "`linger.ms=20`, worker consumer `fetch.wait.max.ms=100`). Latency = arrival at a destination consumer "
-        "(`fetch.wait.max.ms=5`, assigned before producing) − the record's CreateTime, set to *now* by the "
-        "producer; same host, same clock. Everything on 2 cores: the load producer, both brokers, ZooKeeper, "
-        "the workers and the measuring consumer.",
+        layout + f"{s['value_bytes']}-byte values: ureplicator = one controller and {s['ureplicator_workers']} worker "
+        f"process{'es' if s['ureplicator_workers'] > 1 else ''}; MirrorMaker 2 = dedicated mode, one task "
+        "(`bench/mm2.py`). Every variant was started, primed (a burst waited for at the destination), "
+        f"warmed up ({s['variant_warmup_s']:.0f} s at the top rate, not counted) and idle for "
+        f"{s['idle_s']:.0f} s before its first measured rate. **Latency** = the time a destination consumer "
+        "received the record − its CreateTime (set to *now* by the load producer; same host, same clock). That "
+        "consumer runs in a process of its own (`fetch.wait.max.ms=5`, blocking `poll()` for the first record, "
+        "then draining with `consume(n, 0)`), as does the load producer and a second consumer on the source that "
+        "splits each record's time into the *source leg* (load producer + source broker) and the *replicator "
+        "leg* (source consumer → destination consumer). Everything shares 2 cores: both brokers, ZooKeeper, "
+        "the replicator, the load producer and both probes.",
         "",
-        "| target rate | sent | received | producer rate | p50 | p99 | max | replicator leg p50 / p99 | sustained |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| variant | settings |",
+        "|---|---|",
     ]
-    for r in entry["rates"]:
-        why = []
-        if not r["producer_kept_schedule"]:
-            why.append("producer fell behind")
-        if not r["all_arrived"]:
-            why.append("records missing")
-        elif r["drain_s"] > 5:
-            why.append(f"backlog drained {r['drain_s']:.0f} s after the end")
-        if r["latency_growth_s"] > 1:
-            why.append(f"latency grew {r['latency_growth_s']:.1f} s")
-        lines.append(
-            f"| {r['rate']:,}/s | {r['sent']:,} | {r['received']:,} | {r['producer_rate']:,}/s | "
-            f"{r['p50_ms']:,.0f} ms | {r['p99_ms']:,.0f} ms | {r['max_ms']:,.0f} ms | "
-            f"{r['replicator_p50_ms']:,.0f} / {r['replicator_p99_ms']:,.0f} ms | "
-            f"{'yes' if r['sustained'] else 'no (' + ', '.join(why) + ')'} |")
-    lines += ["", "*sent/received* cover the whole run of that rate (warm-up included); the percentiles only the "
-              "records created after the warm-up. Load average per rate (before → after): "
-              + "; ".join(f"{r['rate']:,}/s {_fmt_load(r['load_before'])} → {_fmt_load(r['load_after'])}"
-                          for r in entry["rates"]) + ".", ""]
-    lines += ["**Analysis.**", ""] + [f"- {line}" for line in analysis(entry)]
+    for v in entry["variants"]:
+        settings = ", ".join(f"`{k.replace('{source}', '<source alias>')}={val}`"
+                             for k, val in v["settings"].items()) or "defaults"
+        lines.append(f"| {v['variant']} | {settings} |")
+    lines += [
+        "",
+        "| variant | rate | p50 | p95 | p99 | max | source leg p50 / p99 | replicator leg p50 / p99 | "
+        "replicator CPU | CPU per record | sustained |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for v in entry["variants"]:
+        for r in v["rates"]:
+            legs = (f"{r['source_leg_p50_ms']:,.0f} / {r['source_leg_p99_ms']:,.0f} ms",
+                    f"{r['replicator_p50_ms']:,.0f} / {r['replicator_p99_ms']:,.0f} ms") \
+                if "replicator_p50_ms" in r else ("–", "–")
+            lines.append(
+                f"| {v['variant']} | {r['rate']:,}/s | {r['p50_ms']:,.1f} ms | {r['p95_ms']:,.1f} ms | "
+                f"**{r['p99_ms']:,.1f} ms** | {r['max_ms']:,.0f} ms | {legs[0]} | {legs[1]} | "
+                f"{r.get('cpu_percent', 0):.0f} % | {r.get('cpu_us_per_record', 0):.0f} µs | "
+                f"{'yes' if r['sustained'] else 'no (' + ', '.join(_why_not(r)) + ')'} |")
+    lines += [
+        "",
+        "*Replicator CPU* is user + system time of the variant's processes (ureplicator: controller + workers; "
+        "MirrorMaker 2: its JVM, compiler and GC threads included) over the measured window, in % of one core; "
+        "*CPU per record* divides it by the records due in that window. Idle CPU (no records, before the first "
+        "rate): " + "; ".join(f"{v['variant']} {v.get('idle_cpu_percent', 0):.1f} %" for v in entry["variants"])
+        + ". Load average per rate (before → after): "
+        + "; ".join(f"{v['variant']} {r['rate']:,}/s {_fmt_load(r['load_before'])} → {_fmt_load(r['load_after'])}"
+                    for v in entry["variants"] for r in v["rates"]) + ".",
+        "",
+        "**Analysis.**",
+        "",
+    ]
+    lines += [f"- {line}" for line in analysis(entry)]
     return "\n".join(lines)
 
 
+def _why_not(r: dict[str, Any]) -> list[str]:
+    why = []
+    if not r["producer_kept_schedule"]:
+        why.append("producer fell behind")
+    if not r["all_arrived"]:
+        why.append("records missing")
+    elif r["drain_s"] > 5:
+        why.append(f"backlog drained {r['drain_s']:.0f} s after the end")
+    if r["latency_growth_s"] > 1:
+        why.append(f"latency grew {r['latency_growth_s']:.1f} s")
+    return why
+
+
+def _at(entry: dict[str, Any], variant: str, rate: int) -> dict[str, Any] | None:
+    for v in entry["variants"]:
+        if v["variant"] == variant:
+            for r in v["rates"]:
+                if r["rate"] == rate:
+                    return r
+    return None
+
+
+def peak_load(entry: dict[str, Any]) -> float:
+    """The highest 1-minute load average recorded during the run."""
+    values = [entry["load_at_start"][0], entry["load_at_end"][0]]
+    values += [r[k][0] for v in entry["variants"] for r in v["rates"] for k in ("load_before", "load_after")]
+    return max(values)
+
+
 def analysis(entry: dict[str, Any]) -> list[str]:
-    rates = entry["rates"]
     out = []
-    sustained = [r for r in rates if r["sustained"]]
-    if len(sustained) == len(rates) and rates:
-        out.append(f"Every rate up to {rates[-1]['rate']:,} records/s was sustained: the producer kept its schedule, "
-                   "the destination had every acknowledged record within "
-                   f"{max(r['drain_s'] for r in rates):.1f} s of the producer's end and latency did not grow "
-                   "during a run. Higher rates were not tried (the throughput benchmark measures the ceiling).")
-    elif sustained:
-        best = max(sustained, key=lambda r: r["rate"])
-        out.append(f"The highest rate sustained was {best['rate']:,} records/s.")
-    for r in rates:
-        if not r["sustained"]:
-            out.append(f"{r['rate']:,} records/s was not sustained: the producer managed {r['producer_rate']:,}/s "
-                       f"and the backlog drained {r['drain_s']:.1f} s after it stopped, so its percentiles measure "
-                       "queueing on a saturated box.")
-    if rates:
-        low = rates[0]
-        out.append(f"Where the time goes at {low['rate']:,}/s (per record, medians): the *source leg* (CreateTime → "
-                   f"a consumer on the source) took {low['source_leg_p50_ms']:.0f} ms, the *replicator leg* (source "
-                   f"consumer → destination consumer) {low['replicator_p50_ms']:.0f} ms. The replicator leg is "
-                   "batching by design: the worker asks for up to 1,000 records with a 50 ms wait "
-                   "(`consume(1000, 0.05)`), which at these rates usually runs out, then its producer lingers "
-                   "`linger.ms=20`: about 45 ms before any CPU contention. There is no per-record coordination with "
-                   "the controller or ZooKeeper. A latency-sensitive pipeline can lower "
-                   "`destination.properties.linger.ms`; the 50 ms consume wait is not configurable today.")
-    for r in rates:
-        if r["p99_ms"] > 5 * max(r["p50_ms"], 1):
-            out.append(f"The p99 at {r['rate']:,}/s ({r['p99_ms']:,.0f} ms, source leg p99 "
-                       f"{r['source_leg_p99_ms']:,.0f} ms) comes with a load average of "
-                       f"{max(r['load_before'][0], r['load_after'][0]):.0f} on 2 cores: brokers, workers, the load "
-                       "producer, the measuring consumers and other benchmarks compete for CPU, so the tail measures "
-                       "starvation more than the replicator. The mirror still kept up (no backlog at the end, no "
-                       "latency growth).")
-    out.append("No anchor applies directly (the MirrorMaker anchors are about stalls); MirrorMaker 2's latency is "
-               "not measured here.")
+    cores = entry["machine"].get("cores") or 1
+    peak = peak_load(entry)
+    if peak > 2 * cores:
+        out.append(f"**The machine was saturated**: the 1-minute load average reached {peak:.0f} on {cores} cores "
+                   "(other work shared the machine; this benchmark's processes ran under `nice`). The percentiles "
+                   "below measure CPU starvation as much as the replicators; only a run on a quiet machine can "
+                   "judge the goal.")
+    goal = f"p99 < {GOAL_P99_MS:.0f} ms at {GOAL_RATE:,} records/s"
+    for v in entry["variants"]:
+        r = _at(entry, v["variant"], GOAL_RATE)
+        if r is None:
+            continue
+        met = r["p99_ms"] < GOAL_P99_MS and r["sustained"]
+        out.append(f"{v['variant']}: p99 {r['p99_ms']:,.1f} ms at {GOAL_RATE:,}/s"
+                   f"{'' if r['sustained'] else ' (not sustained)'} — goal ({goal}) "
+                   f"{'**met**' if met else '**missed**'}.")
+    default, low = _at(entry, "ureplicator-default", GOAL_RATE), _at(entry, "ureplicator-low-latency", GOAL_RATE)
+    if default and low and default["sustained"] and low["sustained"]:
+        idle = {v["variant"]: v.get("idle_cpu_percent", 0.0) for v in entry["variants"]}
+        out.append(f"The price of the low-latency setting at {GOAL_RATE:,}/s: {low['cpu_us_per_record']:.0f} µs of "
+                   f"CPU per record against {default['cpu_us_per_record']:.0f} µs with the defaults "
+                   f"({low['cpu_percent']:.0f} % vs {default['cpu_percent']:.0f} % of a core), idle "
+                   f"{idle.get('ureplicator-low-latency', 0):.1f} % vs {idle.get('ureplicator-default', 0):.1f} % "
+                   "(smaller consume batches and produce requests: more loop turns and requests per record).")
+    mm2_low = _at(entry, "mirrormaker2-low-latency", GOAL_RATE)
+    if low and mm2_low and low["sustained"] and mm2_low["sustained"]:
+        faster = "ureplicator" if low["p99_ms"] < mm2_low["p99_ms"] else "MirrorMaker 2"
+        out.append(f"Side by side at {GOAL_RATE:,}/s, both tuned for latency: ureplicator p50 {low['p50_ms']:.1f} / "
+                   f"p99 {low['p99_ms']:.1f} ms, MirrorMaker 2 p50 {mm2_low['p50_ms']:.1f} / p99 "
+                   f"{mm2_low['p99_ms']:.1f} ms; the lower p99 is {faster}'s. CPU per record: "
+                   f"{low['cpu_us_per_record']:.0f} µs vs {mm2_low['cpu_us_per_record']:.0f} µs.")
+    unsustained = [f"{v['variant']} at {r['rate']:,}/s ({', '.join(_why_not(r))})"
+                   for v in entry["variants"] for r in v["rates"] if not r["sustained"]]
+    if unsustained:
+        out.append("Not sustained, so their percentiles measure queueing rather than the mirror's latency: "
+                   + "; ".join(unsustained) + ".")
+    if any("source_leg_p50_ms" in r for v in entry["variants"] for r in v["rates"]):
+        floor = min(r["source_leg_p50_ms"] for v in entry["variants"] for r in v["rates"] if "source_leg_p50_ms" in r)
+        out.append(f"The source leg (load producer with `linger.ms=2`, source broker, a consumer) is the floor that "
+                   f"no replicator setting moves: median {floor:.1f} ms at best here; its p99 follows the load "
+                   "average (two cores shared by two brokers, ZooKeeper, the replicator, the load producer and both "
+                   "probes).")
     return out
 
 
@@ -308,32 +848,66 @@ def _fmt_load(values: Any) -> str:
     return "/".join(f"{v:.1f}" for v in values)
 
 
+def print_summary(entry: dict[str, Any]) -> None:
+    for v in entry["variants"]:
+        for r in v["rates"]:
+            print(f"{v['variant']:<26} {r['rate']:>7,}/s  p50 {r['p50_ms']:>7.1f}  p95 {r['p95_ms']:>7.1f}  "
+                  f"p99 {r['p99_ms']:>7.1f}  max {r['max_ms']:>7.1f} ms  CPU {r.get('cpu_percent', 0):>5.1f} % "
+                  f"{r.get('cpu_us_per_record', 0):>5.1f} us/rec  {'sustained' if r['sustained'] else 'NOT'}")
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.latency", description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="smoke run: 4 s warm-up + 12 s per rate")
-    parser.add_argument("--rates", default="5000,20000,50000", help="records/s, comma-separated")
-    parser.add_argument("--warmup", type=float, default=None, help="seconds not counted per rate (10; quick 4)")
-    parser.add_argument("--duration", type=float, default=None, help="measured seconds per rate (45; quick 12)")
+    parser.add_argument("--quick", action="store_true", help="smoke run: rates 5k and 20k, 3 s + 10 s per rate")
+    parser.add_argument("--rates", default=None, help="records/s, comma-separated (5000,20000,50000; quick "
+                                                       "5000,20000)")
+    parser.add_argument("--variants", default=",".join(VARIANTS),
+                        help=f"comma-separated, run in this order (known: {', '.join(ALL_VARIANTS)})")
+    parser.add_argument("--set", dest="sets", action="append", default=[], type=parse_setting, metavar="KEY=VALUE",
+                        help="override a key of ureplicator-low-latency, e.g. worker.fetch_wait_ms=2 "
+                             "(repeatable; dotted pipeline keys as in docs/configuration.md)")
+    parser.add_argument("--warmup", type=float, default=None, help="seconds not counted per rate (5; quick 3)")
+    parser.add_argument("--duration", type=float, default=None, help="measured seconds per rate (30; quick 10)")
+    parser.add_argument("--variant-warmup", type=float, default=None,
+                        help="seconds of unmeasured load per variant before it idles (15; quick 5)")
+    parser.add_argument("--idle", type=float, default=5.0, help="idle seconds before the first rate")
+    parser.add_argument("--workers", type=int, default=1, help="ureplicator worker processes")
+    parser.add_argument("--no-source-leg", dest="source_leg", action="store_false",
+                        help="no probe on the source (no source/replicator leg split)")
+    parser.add_argument("--code", type=Path, default=REPO,
+                        help="checkout whose controller and worker run (default: this one), e.g. /work/main")
     parser.add_argument("--value-bytes", type=int, default=100)
     parser.add_argument("--broker-heap", default="512m")
-    parser.add_argument("--linger-ms", type=int, default=None,
-                        help="override the workers' producer linger.ms (default: the pipeline default, 20)")
     parser.add_argument("--no-write", action="store_true", help="print only; no JSON, no docs section")
+    parser.add_argument("--render", type=Path, metavar="FILE",
+                        help="only re-render the docs section from the last entry of this results file")
     args = parser.parse_args(argv)
-    args.rates = [int(r) for r in args.rates.split(",") if r.strip()]
-    args.warmup = args.warmup if args.warmup is not None else (4.0 if args.quick else 10.0)
-    args.duration = args.duration if args.duration is not None else (12.0 if args.quick else 45.0)
+    args.rates = [int(r) for r in (args.rates or ("5000,20000" if args.quick else "5000,20000,50000")).split(",")
+                  if r.strip()]
+    args.variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    args.warmup = args.warmup if args.warmup is not None else (3.0 if args.quick else 5.0)
+    args.duration = args.duration if args.duration is not None else (10.0 if args.quick else 30.0)
+    args.variant_warmup = args.variant_warmup if args.variant_warmup is not None else (5.0 if args.quick else 15.0)
+    args.low_latency = {**LOW_LATENCY, **dict(args.sets)}
+    args.code = args.code.resolve()
+    if not (args.code / "cli").is_dir():
+        parser.error(f"--code {args.code}: not a ureplicator checkout (no cli/)")
     return args
-
-
-def print_summary(entry: dict[str, Any]) -> None:
-    for r in entry["rates"]:
-        print(f"{r['rate']:>7,}/s  sent {r['sent']:>9,}  received {r['received']:>9,}  p50 {r['p50_ms']:>8.1f} ms  "
-              f"p99 {r['p99_ms']:>8.1f} ms  max {r['max_ms']:>8.1f} ms  {'sustained' if r['sustained'] else 'NOT'}")
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.render is not None:
+        from bench.common import DOC, replace_section
+
+        runs = json.loads(args.render.read_text())
+        last = runs[-1] if isinstance(runs, list) else runs
+        if "variants" not in last:
+            say(f"{args.render}: its last entry has no variants (written by an older bench/latency.py)")
+            return 2
+        replace_section(DOC, START, END, render(last))
+        say(f"{DOC} latency section rendered from {args.render}")
+        return 0
     return run_and_record(lambda: run(args), prefix="latency", start=START, end=END, render=render,
                           summary=print_summary, no_write=args.no_write)
 

@@ -1,0 +1,185 @@
+"""bench/latency.py: the arithmetic behind the latency table (windows, percentiles, legs, CPU, verdicts)."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+
+import pytest
+
+from bench import latency
+
+
+def test_dotted_settings_become_yaml_sections_and_librdkafka_keys_stay_whole() -> None:
+    settings = {
+        "worker.fetch_wait_ms": 5,
+        "worker.batch_size": 200,
+        "destination.properties.linger.ms": 1,
+        "source.properties.fetch.wait.max.ms": 10,
+    }
+    assert latency.nested_overrides(settings) == {
+        "worker": {"fetch_wait_ms": 5, "batch_size": 200},
+        "destination": {"properties": {"linger.ms": 1}},
+        "source": {"properties": {"fetch.wait.max.ms": 10}},
+    }
+
+
+def test_a_key_without_a_section_is_refused() -> None:
+    with pytest.raises(ValueError, match="'linger' is not <section>.<key>"):
+        latency.nested_overrides({"linger": 1})
+
+
+def test_command_line_settings_are_read_as_yaml_values() -> None:
+    assert latency.parse_setting("worker.fetch_wait_ms=2") == ("worker.fetch_wait_ms", 2)
+    assert latency.parse_setting("destination.properties.compression.type=lz4") == (
+        "destination.properties.compression.type", "lz4")
+    with pytest.raises(argparse.ArgumentTypeError, match="expected KEY=VALUE"):
+        latency.parse_setting("worker.fetch_wait_ms")
+
+
+def test_percentiles_are_nearest_rank_over_unsorted_latencies() -> None:
+    # 1..1000 ms, shuffled by a fixed stride: p50 is the 500th value, p99 the 990th.
+    values = [float((i * 7919) % 1000 + 1) for i in range(1000)]
+    stats = latency.latency_stats(values)
+    assert stats == {"p50_ms": 500.0, "p95_ms": 950.0, "p99_ms": 990.0, "p999_ms": 999.0, "max_ms": 1000.0,
+                     "mean_ms": 500.5}
+
+
+def test_no_records_give_zeros_not_an_error() -> None:
+    assert latency.latency_stats([]) == {"p50_ms": 0.0, "p95_ms": 0.0, "p99_ms": 0.0, "p999_ms": 0.0,
+                                         "max_ms": 0.0, "mean_ms": 0.0}
+
+
+def test_the_window_opens_warmup_seconds_after_the_first_create_time() -> None:
+    assert latency.measured_window([5_000.0, 1_000.0, 3_000.0], 2.5) == 3_500.0
+
+
+def test_growth_is_zero_for_a_mirror_that_keeps_up_and_the_backlog_age_when_it_falls_behind() -> None:
+    created = [float(t) for t in range(0, 30_000, 100)]  # one record per 100 ms for 30 s
+    steady = [20.0 for _ in created]
+    assert latency.latency_growth_s(created, steady, 0.0, 30_000.0) == 0.0
+    # Falling behind by 0.1 s per second: the last 10 s are 2 s later than the first 10 s.
+    behind = [20.0 + ct / 10 for ct in created]
+    assert latency.latency_growth_s(created, behind, 0.0, 30_000.0) == pytest.approx(2.0, abs=0.01)
+
+
+def test_cpu_is_reported_per_core_and_per_record() -> None:
+    assert latency.cpu_figures(cpu_s=3.0, seconds=30.0, records=600_000) == {"cpu_percent": 10.0,
+                                                                              "cpu_us_per_record": 5.0}
+    assert latency.cpu_figures(cpu_s=1.0, seconds=0.0, records=0) == {"cpu_percent": 0.0, "cpu_us_per_record": 0.0}
+
+
+@pytest.mark.parametrize(("elapsed", "failed", "received", "drain", "growth", "expected"), [
+    (30.5, 0, 1000, 0.1, 0.0, (True, True, True)),
+    (32.0, 0, 1000, 0.1, 0.0, (False, True, False)),  # producer more than 5 % late
+    (30.0, 1, 1000, 0.1, 0.0, (False, True, False)),  # a record the source refused
+    (30.0, 0, 999, 0.1, 0.0, (True, False, False)),  # a record missing at the destination
+    (30.0, 0, 1000, 6.0, 0.0, (True, True, False)),  # backlog drained after the end
+    (30.0, 0, 1000, 0.1, 1.5, (True, True, False)),  # latency grew during the run
+])
+def test_a_rate_is_sustained_only_when_all_four_conditions_hold(elapsed: float, failed: int, received: int,
+                                                                  drain: float, growth: float,
+                                                                  expected: tuple[bool, bool, bool]) -> None:
+    verdict = latency.is_sustained(30.0, elapsed, failed, 1000, received, drain, growth)
+    assert (verdict["producer_kept_schedule"], verdict["all_arrived"], verdict["sustained"]) == expected
+
+
+def test_the_replicator_leg_joins_both_probes_by_sequence_number() -> None:
+    legs = latency.replicator_legs(dst_seq=[2, 0, 1, 7], dst_received_ms=[130.0, 150.0, 160.0, 170.0],
+                                   src_seq=[0, 1, 2], src_received_ms=[100.0, 110.0, 120.0])
+    assert legs[:3] == [10.0, 50.0, 50.0]
+    assert math.isnan(legs[3])  # never seen on the source (the source probe missed it)
+    assert math.isnan(latency.replicator_legs([0], [1.0], [], [])[0])
+
+
+def test_unknown_variants_are_named_in_the_error() -> None:
+    with pytest.raises(latency.BenchError, match="unknown variant.*mm3"):
+        latency.variants(["ureplicator-default", "mm3"], latency.LOW_LATENCY)
+
+
+def test_mm2_low_latency_settings_name_the_run_source_alias() -> None:
+    variant = latency.variants(["mirrormaker2-low-latency"], latency.LOW_LATENCY)[0]
+    props = latency.mm2_properties(variant, "src42", {"source": "s:1", "destination": "d:2"}, "t")
+    assert props["src42.consumer.fetch.max.wait.ms"] == latency.MM2_LOW_LATENCY["{source}.consumer.fetch.max.wait.ms"]
+    assert props["destination.producer.linger.ms"] == 0
+    assert not any("{source}" in key for key in props)
+
+
+def test_nearest_rank_is_exact_at_whole_ranks() -> None:
+    ordered = [float(v) for v in range(1, 1001)]
+    assert [latency.nearest_rank(ordered, q) for q in (0, 50, 99, 99.9, 100)] == [1.0, 500.0, 990.0, 999.0, 1000.0]
+    assert latency.nearest_rank([7.0], 99) == 7.0
+    assert latency.nearest_rank([], 50) == 0.0
+
+
+def test_mm2_effective_settings_come_from_the_task_clients_config_blocks(tmp_path: Path) -> None:
+    log = tmp_path / "mm2.log"
+    log.write_text(
+        "[2026-11-23 18:11:22,195] INFO ProducerConfig values: \n"
+        "\tacks = -1\n\tclient.id = src1-mm2-src1->destination-offsets\n\tlinger.ms = 5\n"
+        "[2026-11-23 18:11:22,300] INFO some other line (org.apache.kafka)\n"
+        "[2026-11-23 18:11:44,376] INFO ProducerConfig values: \n"
+        "\tacks = -1\n\tbatch.size = 1000000\n\tclient.id = connector-producer-MirrorSourceConnector-0\n"
+        "\tlinger.ms = 0\n"
+        "[2026-11-23 18:11:45,329] INFO ConsumerConfig values: \n"
+        "\tclient.id = src1->destination|MirrorSourceConnector-0|replication-consumer\n"
+        "\tfetch.max.wait.ms = 10\n\tfetch.min.bytes = 1\n\tmax.poll.records = 500\n"
+        "[2026-11-23 18:11:45,400] INFO started (org.apache.kafka)\n")
+    assert latency.mm2_effective(log) == {
+        "connector-producer-MirrorSourceConnector-0": {"linger.ms": "0", "batch.size": "1000000", "acks": "-1"},
+        "src1->destination|MirrorSourceConnector-0|replication-consumer": {
+            "fetch.max.wait.ms": "10", "fetch.min.bytes": "1", "max.poll.records": "500"},
+    }
+    assert latency.mm2_effective(tmp_path / "missing.log") == {}
+
+
+def _rate(rate: int, p99: float, sustained: bool = True, cpu_us: float = 5.0) -> dict[str, object]:
+    return {"rate": rate, "p50_ms": p99 / 3, "p95_ms": p99 / 2, "p99_ms": p99, "max_ms": p99 * 2,
+            "source_leg_p50_ms": 2.0, "source_leg_p99_ms": 9.0, "replicator_p50_ms": p99 / 4,
+            "replicator_p99_ms": p99 - 5, "cpu_percent": rate * cpu_us / 1e4, "cpu_us_per_record": cpu_us,
+            "sustained": sustained, "producer_kept_schedule": sustained, "all_arrived": True, "drain_s": 0.1,
+            "latency_growth_s": 0.0, "load_before": [1.0, 1.0, 1.0], "load_after": [2.0, 1.0, 1.0]}
+
+
+def _entry() -> dict[str, object]:
+    return {
+        "date": "2026-11-23T18:30:00+00:00", "mode": "full", "elapsed_s": 600.0,
+        "machine": {"cpu_model": "AMD EPYC", "cores": 2, "ram_bytes": 2**34, "python": "3.11.7", "java": "17",
+                    "kafka_brokers": "3.9.1", "mirrormaker2": "3.9.1", "librdkafka": "2.12.1"},
+        "setup": {"warmup_s": 5.0, "duration_s": 30.0, "partitions": 16, "value_bytes": 100,
+                  "ureplicator_workers": 1, "variant_warmup_s": 15.0, "idle_s": 5.0},
+        "load_at_start": [1.0, 1.0, 1.0], "load_at_end": [2.0, 2.0, 2.0],
+        "variants": [
+            {"variant": "ureplicator-default", "settings": {}, "idle_cpu_percent": 0.5,
+             "rates": [_rate(5000, 90.0), _rate(20000, 95.0, cpu_us=4.0)]},
+            {"variant": "ureplicator-low-latency", "settings": {"worker.fetch_wait_ms": 5},
+             "idle_cpu_percent": 2.0, "rates": [_rate(5000, 20.0), _rate(20000, 30.0, cpu_us=6.0)]},
+            {"variant": "mirrormaker2-low-latency", "settings": {"destination.producer.linger.ms": 0},
+             "idle_cpu_percent": 1.0, "rates": [_rate(5000, 25.0), _rate(20000, 60.0, sustained=False)]},
+        ],
+    }
+
+
+def test_the_section_has_one_row_per_variant_and_rate_and_judges_the_goal_from_the_numbers() -> None:
+    text = latency.render(_entry())
+    rows = [line for line in text.splitlines() if line.startswith(("| ureplicator-", "| mirrormaker2-"))]
+    assert len(rows) == 3 + 6  # the settings table, then the numbers
+    assert "| ureplicator-low-latency | `worker.fetch_wait_ms=5` |" in rows
+    assert "ureplicator-low-latency: p99 30.0 ms at 20,000/s — goal (p99 < 50 ms at 20,000 records/s) **met**" in text
+    assert "ureplicator-default: p99 95.0 ms at 20,000/s — goal (p99 < 50 ms at 20,000 records/s) **missed**" in text
+    # Not sustained misses the goal whatever its p99 says, and the row says why.
+    assert ("mirrormaker2-low-latency: p99 60.0 ms at 20,000/s (not sustained) — goal (p99 < 50 ms at 20,000 "
+            "records/s) **missed**" in text)
+    assert "no (producer fell behind) |" in text
+    assert "Not sustained, so their percentiles measure queueing" in text
+    assert "Side by side" not in text  # no comparison against a run that did not keep up
+    assert "saturated" not in text  # load average 2 on 2 cores
+    assert "6 µs of CPU per record against 4 µs with the defaults" in text
+
+
+def test_a_saturated_machine_is_called_out_above_the_verdicts() -> None:
+    entry = _entry()
+    entry["variants"][0]["rates"][1]["load_after"] = [23.0, 20.0, 15.0]  # type: ignore[index]
+    lines = latency.analysis(entry)
+    assert lines[0].startswith("**The machine was saturated**: the 1-minute load average reached 23 on 2 cores")
