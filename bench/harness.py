@@ -374,6 +374,7 @@ def _load_main(bootstrap: str, flows: list[Flow], tag: int, duration_s: float | 
         "queue.buffering.max.kbytes": 1_048_576,
         "message.timeout.ms": 600_000,  # ride out a restarting source broker
         "reconnect.backoff.max.ms": 500,  # back soon after a restart: measure the mirror, not our backoff
+        "topic.metadata.refresh.interval.ms": 5000,  # not leaderless for minutes after a restart (common.kafka)
         "on_delivery": on_delivery,
         **extra,
     }
@@ -520,6 +521,9 @@ class Arrivals:
             "fetch.min.bytes": 1,
             "fetch.error.backoff.ms": 50,
             "reconnect.backoff.max.ms": 500,
+            # The measuring consumer must not be the one left leaderless for minutes after a
+            # destination restart (librdkafka waits for the next metadata refresh; see common.kafka).
+            "topic.metadata.refresh.interval.ms": 5000,
         })
         self.logs: dict[TP, PartitionLog] = {}
         self.received = 0

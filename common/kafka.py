@@ -40,8 +40,14 @@ _CLUSTER_SPECIFIC = {
     "remote.storage.enable",
 }
 
+# After a broker's controlled shutdown librdkafka 2.16 can log "new leader-N not found in cache"
+# and leave the partitions leaderless until the next periodic metadata refresh (5 minutes by
+# default): minutes of silence after a restart (the soak). A refresh every 10 s bounds that.
+_METADATA_REFRESH_MS = 10_000
+
 _CONSUMER_DEFAULTS: dict[str, Any] = {
     "reconnect.backoff.max.ms": 1000,  # librdkafka's 10 s default delays recovery after a broker restart
+    "topic.metadata.refresh.interval.ms": _METADATA_REFRESH_MS,
     "enable.auto.commit": False,
     "enable.auto.offset.store": False,
     "enable.partition.eof": False,
@@ -57,6 +63,7 @@ _CONSUMER_DEFAULTS: dict[str, Any] = {
 
 _PRODUCER_DEFAULTS: dict[str, Any] = {
     "reconnect.backoff.max.ms": 1000,
+    "topic.metadata.refresh.interval.ms": _METADATA_REFRESH_MS,
     "enable.idempotence": True,  # acks=all and ordered retries: no loss, no reorder
     "acks": "all",
     "linger.ms": 20,
