@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
 from common import provenance
@@ -81,12 +81,25 @@ def produce(bootstrap: Cluster, topic: str, count: int, partitions: int, start: 
     assert producer.flush(60) == 0
 
 
-def end_offsets(bootstrap: Cluster, topic: str, partitions: int) -> dict[int, int]:
-    consumer = Consumer(client_config(bootstrap, **{"group.id": "test-reader", "enable.auto.commit": False}))
-    try:
-        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(partitions)}
-    finally:
-        consumer.close()
+# Answers of a broker that just restarted while leadership settles: ask again, not a failure.
+TRANSIENT = frozenset({KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
+                       KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._WAIT_COORD})
+
+
+def end_offsets(bootstrap: Cluster, topic: str, partitions: int, settle_s: float = 60.0) -> dict[int, int]:
+    """Per partition end offset; transient answers of a restarting broker are retried for ``settle_s``."""
+    deadline = time.monotonic() + settle_s
+    while True:
+        consumer = Consumer(client_config(bootstrap, **{"group.id": "test-reader", "enable.auto.commit": False}))
+        try:
+            return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                    for p in range(partitions)}
+        except KafkaException as exc:
+            if exc.args[0].code() not in TRANSIENT or time.monotonic() > deadline:
+                raise
+        finally:
+            consumer.close()
+        time.sleep(0.5)
 
 
 def read_partition(bootstrap: Cluster, topic: str, partition: int, timeout_s: float = 60) -> list[Record]:

@@ -5,13 +5,9 @@ from __future__ import annotations
 import threading
 import time
 
-from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka import KafkaException, Producer
 
 from tests.support import kafka_io
-
-# Answers a broker gives while it is restarting or leadership moves: not yet, not an error.
-_TRANSIENT = frozenset({KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
-                        KafkaError._TRANSPORT, KafkaError._TIMED_OUT})
 
 
 class ContinuousProducer:
@@ -63,7 +59,7 @@ def wait_mirrored(services: dict, topic: str, partitions: int, timeout_s: float 
         try:
             dest = kafka_io.end_offsets(services["destination"], topic, partitions)
         except KafkaException as exc:
-            if exc.args[0].retriable() or exc.args[0].code() in _TRANSIENT:
+            if exc.args[0].retriable() or exc.args[0].code() in kafka_io.TRANSIENT:
                 return False  # a broker just restarted: leadership is still moving
             raise
         return all(dest.get(p, 0) >= n for p, n in source.items())
