@@ -84,6 +84,9 @@ class GuardedProducer:
         return len(self._producer)
 
 
+COMMIT_CLIENT_SESSION_TIMEOUT_MS = 10_000
+
+
 @dataclass(frozen=True)
 class WorkerClients:
     """What :class:`worker.mirror.MirrorWorker` talks to; unit tests pass pure-Python fakes."""
@@ -92,7 +95,9 @@ class WorkerClients:
     producer: Any  # confluent_kafka.Producer; delivery reports come per run or per record (worker.acks)
     zk: Any  # kazoo.client.KazooClient
     make_producer: Callable[[], Any]  # a fresh producer, to replace one that failed fatally
+    make_commit_client: Callable[[], Any]  # a consumer of the group, never assigned: commits and committed()
     producer_errors: FatalErrors = field(default_factory=FatalErrors)  # the producers' error_cb
+    commit_thread: bool = True  # False: commit calls run in the caller's thread (unit tests)
 
 
 def connect(config: Config, worker_id: str) -> WorkerClients:
@@ -109,8 +114,14 @@ def connect(config: Config, worker_id: str) -> WorkerClients:
         return GuardedProducer(kafka.producer(config.destination, client_id, error_cb=errors, **PRODUCER_GUARANTEES),
                                errors)
 
+    def make_commit_client() -> Any:
+        # session.timeout.ms bounds how long librdkafka defers a commit that finds no coordinator
+        # (45 s by default); this client never joins the group, so nothing else reads it.
+        return kafka.consumer(config.source, config.consumer_group, f"{client_id}-commits",
+                              **{"session.timeout.ms": COMMIT_CLIENT_SESSION_TIMEOUT_MS})
+
     return WorkerClients(consumer=consumer, producer=make_producer(), zk=client, make_producer=make_producer,
-                         producer_errors=errors)
+                         make_commit_client=make_commit_client, producer_errors=errors)
 
 
 def check_producer_properties(properties: dict[str, Any]) -> None:

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, KafkaException, TopicPartition
 
 from common import zk
 from common.config import Config
@@ -112,7 +112,7 @@ class Handoff:
                 break
             self._producer.poll(0.05)
         if commit:
-            self._committer.commit_for_release(partitions)
+            self._committer.commit_for_release(partitions, self._config.worker.shutdown_timeout_s)
         for tp in partitions:
             self._ledger.release(tp)
             self._status.forget(tp)
@@ -158,7 +158,7 @@ class Handoff:
         wanted = [TopicPartition(t, p) for t, p in partitions if t in routes]
         if not wanted:
             return []
-        committed = self._committed(wanted)
+        committed = self._committer.committed(wanted, timeout_s=30.0)
         self._report_expired(committed)
         reset = OFFSET_BEGINNING if self._config.worker.auto_offset_reset == "earliest" else OFFSET_END
         assign = []
@@ -210,23 +210,6 @@ class Handoff:
                 return True
             self._producer.poll(0.5)
         return False
-
-    def _committed(self, wanted: list[TopicPartition]) -> list[TopicPartition]:
-        """The group's committed offsets; a coordinator still loading (fresh cluster) is retried."""
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                return self._consumer.committed(wanted, timeout=10)
-            except KafkaException as exc:
-                error = exc.args[0]
-                transient = error.retriable() or error.code() in (
-                    KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
-                    KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError._TIMED_OUT,
-                )
-                if time.monotonic() > deadline or not transient:
-                    raise
-                self._log.warning("committed_offsets_retry", error=error.str())
-                time.sleep(0.5)
 
     def _report_expired(self, committed: list[TopicPartition]) -> None:
         for tp in committed:

@@ -49,6 +49,8 @@ from worker.metrics import WorkerMetrics
 from worker.ratelimit import RateLimiter
 from worker.status import StatusReporter
 
+_FENCING = frozenset({"fenced", "session_lost", "stopping_while_fenced"})  # purges that mean "not ours any more"
+
 VERSION = "0.1.0"
 
 
@@ -100,7 +102,8 @@ class MirrorWorker:
         self.ledger = AckLedger(on_latency=self._observe_latency)
         self.status = StatusReporter(self.zk, self.paths.worker_status(worker_id), self.consumer, self.ledger,
                                      self.metrics, self.log)
-        self.committer = Committer(self.consumer, self.ledger, self.metrics, self.log)
+        self.committer = Committer(clients.make_commit_client, self.ledger, self.metrics, self.log,
+                                   background=clients.commit_thread)
         self.handoff = Handoff(config, self.consumer, self.producer, self.zk, self.ledger, self.committer,
                                self.status, self.metrics, self.log)
         self.handoff.after_purge = partial(self._replace_producer, purged=True)
@@ -258,7 +261,7 @@ class MirrorWorker:
         self._watch_producer(now)
         interval = self.config.worker.commit_interval_s
         if now - self._last_commit >= interval:
-            self.committer.commit()
+            self.committer.commit_soon()  # never waits: the commit thread talks to the coordinator
             self._last_commit = now
         if self.status.due(now, interval):
             self.status.write(self.handoff.generation)
@@ -483,6 +486,8 @@ class MirrorWorker:
         partitions for a rewind (duplicates at worst, never a gap).
         """
         self._purged = True
+        if why in _FENCING:
+            self.committer.cancel_queued()  # a fenced worker sends no commit it has not sent already
         try:
             self.producer.purge(in_queue=True, in_flight=True, blocking=False)
         except KafkaException as exc:
@@ -570,8 +575,9 @@ class MirrorWorker:
             if remaining:
                 log.warning("shutdown_unacknowledged", records=remaining)
             if not fenced:
-                self.committer.commit()
+                self.committer.commit_now(None, timeout_s=self.config.worker.shutdown_timeout_s)
         finally:
+            self.committer.close()
             for path in (self.paths.worker_status(self.worker_id), self.paths.worker(self.worker_id)):
                 try:
                     self.zk.delete(path)

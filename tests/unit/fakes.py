@@ -129,6 +129,28 @@ class FakeConsumer:
         self.closed = True
 
 
+class FakeCommitClient:
+    """The worker's commit client: a consumer of the same group as ``consumer``, never assigned."""
+
+    def __init__(self, consumer: FakeConsumer) -> None:
+        self.consumer = consumer
+        self.closed = False
+
+    def commit(self, offsets: list[TopicPartition], asynchronous: bool = True) -> list[TopicPartition]:
+        assert not self.closed, "commit on a closed commit client"
+        return self.consumer.commit(offsets, asynchronous)
+
+    def committed(self, partitions: list[TopicPartition], timeout: float | None = None) -> list[TopicPartition]:
+        assert not self.closed, "committed() on a closed commit client"
+        return self.consumer.committed(partitions, timeout)
+
+    def poll(self, timeout: float = 0) -> None:
+        return None
+
+    def close(self) -> None:
+        self.closed = True
+
+
 def source_offset(msg: FakeMessage) -> int | None:
     """The source offset a produced record names in its ``urep`` header."""
     for name, value in msg.headers() or []:

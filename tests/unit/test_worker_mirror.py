@@ -12,7 +12,7 @@ from structlog.testing import capture_logs
 from common import config as config_module
 from common import provenance
 from common.zkschema import Assignment, Paths, TopicRecord, WorkerStatus
-from tests.unit.fakes import FakeConsumer, FakeProducer, FakeZooKeeper
+from tests.unit.fakes import FakeCommitClient, FakeConsumer, FakeProducer, FakeZooKeeper
 from worker.clients import WorkerClients
 from worker.mirror import MirrorWorker
 
@@ -24,6 +24,7 @@ class Rig:
     producer: FakeProducer
     zk: FakeZooKeeper
     paths: Paths
+    commit_clients: list[FakeCommitClient]
 
     def assign(self, generation: int, *partitions: tuple[str, int]) -> None:
         """The leader writes this worker's assignment."""
@@ -77,10 +78,17 @@ def make_rig(fresh: list[FakeProducer] | None = None) -> Rig:
         replacements.append(replacement)
         return replacement
 
-    clients = WorkerClients(consumer=consumer, producer=producer, zk=zk, make_producer=new_producer)
+    commit_clients: list[FakeCommitClient] = []
+
+    def new_commit_client() -> FakeCommitClient:
+        commit_clients.append(FakeCommitClient(consumer))  # the same group on the same source cluster
+        return commit_clients[-1]
+
+    clients = WorkerClients(consumer=consumer, producer=producer, zk=zk, make_producer=new_producer,
+                            make_commit_client=new_commit_client, commit_thread=False)
     worker = MirrorWorker(cfg, "w1", clients=clients)
     worker.register()
-    return Rig(worker, consumer, producer, zk, paths)
+    return Rig(worker, consumer, producer, zk, paths, commit_clients)
 
 
 def test_an_assignment_is_mirrored_in_order_and_committed_after_the_acks(rig):
