@@ -571,11 +571,15 @@ class MirrorWorker:
             fenced = self._fenced or self._session_lost
             if fenced:
                 self._purge("stopping_while_fenced")
-            remaining = self.producer.flush(self.config.worker.shutdown_timeout_s)
+            budget_s = self.config.worker.shutdown_timeout_s
+            deadline = time.monotonic() + budget_s
+            remaining = self.producer.flush(budget_s)
             if remaining:
                 log.warning("shutdown_unacknowledged", records=remaining)
             if not fenced:
-                self.committer.commit_now(None, timeout_s=self.config.worker.shutdown_timeout_s)
+                # One budget for the whole stop, so an orchestrator's grace period can cover it;
+                # the commit always gets a few seconds, even after a flush that used it all.
+                self.committer.commit_now(None, timeout_s=max(5.0, deadline - time.monotonic()))
         finally:
             self.committer.close()
             for path in (self.paths.worker_status(self.worker_id), self.paths.worker(self.worker_id)):
