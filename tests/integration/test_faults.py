@@ -135,6 +135,11 @@ def test_source_broker_restart_under_load(pipeline, services):
         wait_for(lambda: mirrored(services, topic) > before + 500,
                  120, "mirroring after the restart")
     exact(services, topic, 4, load.sent, "source broker restart")
+    # And the group's commits caught up with the coordinator back: the worker commits its
+    # acknowledged end, so a hand-off now would repeat nothing
+    source_end = kafka_io.end_offsets(services["source"], topic, 4)
+    wait_for(lambda: kafka_io.committed(services["source"], pipeline.group, topic, 4) == source_end, 60,
+             "commits after the restart")
 
 
 def test_zookeeper_restart_under_load(pipeline, services):
