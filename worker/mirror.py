@@ -264,7 +264,7 @@ class MirrorWorker:
             self.committer.commit_soon()  # never waits: the commit thread talks to the coordinator
             self._last_commit = now
         if self.status.due(now, interval):
-            self.status.write(self.handoff.generation)
+            self.status.publish(self.handoff.generation)  # never waits for ZooKeeper
 
     def stop(self) -> None:
         self._stop.set()

@@ -271,14 +271,15 @@ class FakeProducer:
 
 
 class _Async:
-    def __init__(self, value: Any) -> None:
+    def __init__(self, value: Any, exception: BaseException | None = None) -> None:
         self._value = value
+        self.exception = exception
 
     def rawlink(self, callback: Callable[[Any], None]) -> None:
         callback(self)
 
     def successful(self) -> bool:
-        return True
+        return self.exception is None
 
     def get(self) -> Any:
         return self._value
@@ -295,6 +296,7 @@ class FakeZooKeeper:
     watches: dict[str, list[Callable[..., bool]]] = field(default_factory=dict)
     answering: bool = True  # False: lease renewals go unanswered (a frozen ensemble)
     broken: bool = False  # True: every read raises ConnectionLoss (ZooKeeper unreachable)
+    deferred: list[tuple[str, bytes]] | None = None  # a list: set_async calls wait here until answer_deferred()
 
     def add_listener(self, listener: Callable[[str], None]) -> None:
         self.listeners.append(listener)
@@ -354,6 +356,28 @@ class FakeZooKeeper:
     def _check(self) -> None:
         if self.broken:
             raise ConnectionLoss()
+
+    def answer_deferred(self) -> None:
+        """ZooKeeper answers the asynchronous writes it held back, in order."""
+        held, self.deferred = self.deferred or [], None
+        for path, value in held:
+            self.set(path, value)
+
+    def set_async(self, path: str, value: bytes) -> _Async:
+        if self.deferred is not None:
+            self.deferred.append((path, value))
+            return SimpleNamespace(rawlink=lambda callback: None)  # type: ignore[return-value]
+        try:
+            self.set(path, value)
+        except NoNodeError as exc:
+            return _Async(None, exc)
+        return _Async(None)
+
+    def create_async(self, path: str, value: bytes = b"", ephemeral: bool = False) -> _Async:
+        try:
+            return _Async(self.create(path, value, ephemeral=ephemeral))
+        except NodeExistsError as exc:
+            return _Async(None, exc)
 
     def exists_async(self, path: str) -> _Async:
         if not self.answering:

@@ -474,3 +474,28 @@ def test_a_destination_that_acknowledges_slowly_is_not_a_stall(rig):
         rig.turns(1)
     # Then the producer is never purged
     assert rig.producer.purges == 0
+
+
+def test_the_periodic_status_write_never_waits_for_zookeeper(rig):
+    # Given a worker mirroring t:0 and a ZooKeeper that holds back its answers to writes
+    rig.assign(1, ("t", 0))
+    rig.turns(2)
+    rig.zk.deferred = []
+    published = rig.zk.nodes[rig.paths.worker_status("w1")]
+    # When more records arrive and the loop turns (each turn is past the status interval)
+    rig.consumer.append(("t", 0), *values(5, 0, start=10))
+    rig.turns(3)
+    # Then the loop mirrored them while its status writes were still unanswered
+    assert rig.producer.written[("t", 0)] == values(15, 0)
+    assert rig.zk.deferred and rig.zk.nodes[rig.paths.worker_status("w1")] == published
+    # And once ZooKeeper answers, the status shows the new progress
+    rig.zk.answer_deferred()
+    assert rig.status().partitions[("t", 0)].committed == 15
+
+
+def test_a_periodic_status_write_recreates_a_missing_status_node(rig):
+    rig.assign(1, ("t", 0))
+    rig.turns(2)
+    del rig.zk.nodes[rig.paths.worker_status("w1")]
+    rig.turns(1)
+    assert rig.status().owned == {("t", 0)}
