@@ -182,7 +182,8 @@ def test_a_saturated_machine_is_called_out_above_the_verdicts() -> None:
     entry = _entry()
     entry["variants"][0]["rates"][1]["load_after"] = [23.0, 20.0, 15.0]  # type: ignore[index]
     lines = latency.analysis(entry)
-    assert lines[0].startswith("**The machine was saturated**: the 1-minute load average reached 23 on 2 cores")
+    assert lines[0].startswith("**Headline: goal met**")
+    assert lines[1].startswith("**The machine was saturated**: the 1-minute load average reached 23 on 2 cores")
 
 
 def test_schedstat_gives_cpu_and_run_queue_nanoseconds() -> None:
@@ -225,3 +226,19 @@ def test_a_starved_loop_thread_is_named_as_where_the_time_went() -> None:
             "(ureplicator-low-latency, 8.3 s waiting vs 1.4 s running) at 20,000/s.") in text
     low["loop_runq_wait_percent"] = 2.0
     assert "Where the time went" not in latency.render(entry)
+
+
+def test_the_headline_reads_the_goal_least_favourably() -> None:
+    entry = _entry()
+    # Met by the low-latency variant; MirrorMaker 2 did not sustain the rate, so it is not compared.
+    assert latency.headline(entry) == ("**Headline: goal met** — ureplicator's best p99 at 20,000 records/s was "
+                                       "30.0 ms (ureplicator-low-latency; goal < 50 ms).")
+    low = entry["variants"][1]["rates"][1]  # type: ignore[index]
+    low["sustained"] = False  # the best p99 does not count when the rate was not kept
+    entry["variants"][2]["rates"][1]["sustained"] = True  # type: ignore[index]
+    assert latency.headline(entry) == ("**Headline: goal missed** — ureplicator's best p99 at 20,000 records/s "
+                                       "was 95.0 ms (ureplicator-default; goal < 50 ms); MirrorMaker 2's best: "
+                                       "p99 60.0 ms (mirrormaker2-low-latency).")
+    entry["variants"][0]["rates"][1]["sustained"] = False  # type: ignore[index]
+    assert latency.headline(entry) == ("**Headline: goal missed** — no ureplicator variant sustained 20,000 "
+                                       "records/s; MirrorMaker 2's best: p99 60.0 ms (mirrormaker2-low-latency).")
