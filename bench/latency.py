@@ -954,9 +954,10 @@ def analysis(entry: dict[str, Any]) -> list[str]:
                    + ", ".join(f"{r['loop_runq_wait_percent']:.0f} % of the window ({name}, "
                                f"{r['loop_runq_wait_s']:.1f} s waiting vs {r['loop_cpu_s']:.1f} s running)"
                                for name, r in starved)
-                   + f" at {GOAL_RATE:,}/s. Records queue in front of a thread that gets no core, whatever the "
-                   "settings: this measures the machine's contention, and the goal can only be judged on a "
-                   "machine where the replicator's loop thread is not waiting for a CPU.")
+                   + f" at {GOAL_RATE:,}/s. Every such wait holds the records the loop has fetched or is about to "
+                   "fetch (a loop that turns more often, as with short fetch waits, also waits more often); with "
+                   "this much of it the percentiles include the machine's contention, and the goal can only be "
+                   "judged on a machine where the loop thread does not wait for a CPU.")
     unsustained = [f"{v['variant']} at {r['rate']:,}/s ({', '.join(_why_not(r))})"
                    for v in entry["variants"] for r in v["rates"] if not r["sustained"]]
     if unsustained:
