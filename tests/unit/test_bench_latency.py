@@ -182,4 +182,63 @@ def test_a_saturated_machine_is_called_out_above_the_verdicts() -> None:
     entry = _entry()
     entry["variants"][0]["rates"][1]["load_after"] = [23.0, 20.0, 15.0]  # type: ignore[index]
     lines = latency.analysis(entry)
-    assert lines[0].startswith("**The machine was saturated**: the 1-minute load average reached 23 on 2 cores")
+    assert lines[0].startswith("**Headline: goal met**")
+    assert lines[1].startswith("**The machine was saturated**: the 1-minute load average reached 23 on 2 cores")
+
+
+def test_schedstat_gives_cpu_and_run_queue_nanoseconds() -> None:
+    assert latency.parse_schedstat("1353000000 8261000000 7137\n") == (1_353_000_000, 8_261_000_000)
+
+
+def test_run_queue_figures_split_the_loop_thread_from_the_rest() -> None:
+    # Worker pid 100: its main thread (tid 100) runs the loop; 101 is a librdkafka thread;
+    # 102 started inside the window and counts from zero.
+    before = {100: ("python", 1_000_000_000, 2_000_000_000), 101: ("rdk:broker1", 0, 500_000_000)}
+    after = {100: ("python", 2_000_000_000, 8_000_000_000), 101: ("rdk:broker1", 500_000_000, 1_500_000_000),
+             102: ("rdk:main", 100_000_000, 200_000_000)}
+    figures = latency.run_queue_figures(before, after, [100], "ureplicator", 10.0)
+    assert figures == {"threads_cpu_s": 1.6, "threads_runq_wait_s": 7.2, "loop_cpu_s": 1.0,
+                       "loop_runq_wait_s": 6.0, "loop_runq_wait_percent": 60.0}
+
+
+def test_mirrormaker2s_loop_thread_is_its_task_thread() -> None:
+    assert latency.loop_thread(7, 9, "task-thread-MirrorSourceConnector-0", "mirrormaker2")
+    assert not latency.loop_thread(7, 7, "java", "mirrormaker2")
+    assert latency.loop_thread(7, 7, "python", "ureplicator")
+    assert not latency.loop_thread(7, 8, "rdk:broker1", "ureplicator")
+
+
+def test_this_process_has_a_schedstat_for_its_main_thread() -> None:
+    import os
+
+    stats = latency.thread_schedstats([os.getpid(), 2**22 + 1])  # the second pid does not exist
+    name, cpu, wait = stats[os.getpid()]
+    assert cpu > 0 and wait >= 0 and name
+
+
+def test_a_starved_loop_thread_is_named_as_where_the_time_went() -> None:
+    entry = _entry()
+    low = entry["variants"][1]["rates"][1]  # type: ignore[index]
+    low.update({"loop_cpu_s": 1.4, "loop_runq_wait_s": 8.3, "loop_runq_wait_percent": 59.0})
+    text = latency.render(entry)
+    assert "| 1.4 s / 8.3 s (59 %) |" in text
+    assert ("Where the time went: the loop thread was ready to work but waited for a CPU for 59 % of the window "
+            "(ureplicator-low-latency, 8.3 s waiting vs 1.4 s running) at 20,000/s.") in text
+    low["loop_runq_wait_percent"] = 2.0
+    assert "Where the time went" not in latency.render(entry)
+
+
+def test_the_headline_reads_the_goal_least_favourably() -> None:
+    entry = _entry()
+    # Met by the low-latency variant; MirrorMaker 2 did not sustain the rate, so it is not compared.
+    assert latency.headline(entry) == ("**Headline: goal met** — ureplicator's best p99 at 20,000 records/s was "
+                                       "30.0 ms (ureplicator-low-latency; goal < 50 ms).")
+    low = entry["variants"][1]["rates"][1]  # type: ignore[index]
+    low["sustained"] = False  # the best p99 does not count when the rate was not kept
+    entry["variants"][2]["rates"][1]["sustained"] = True  # type: ignore[index]
+    assert latency.headline(entry) == ("**Headline: goal missed** — ureplicator's best p99 at 20,000 records/s "
+                                       "was 95.0 ms (ureplicator-default; goal < 50 ms); MirrorMaker 2's best: "
+                                       "p99 60.0 ms (mirrormaker2-low-latency).")
+    entry["variants"][0]["rates"][1]["sustained"] = False  # type: ignore[index]
+    assert latency.headline(entry) == ("**Headline: goal missed** — no ureplicator variant sustained 20,000 "
+                                       "records/s; MirrorMaker 2's best: p99 60.0 ms (mirrormaker2-low-latency).")
