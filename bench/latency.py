@@ -56,6 +56,7 @@ import argparse
 import json
 import math
 import multiprocessing as mp
+import os
 import queue
 import re
 import signal
@@ -746,7 +747,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "benchmark": "latency",
         "date": now.isoformat(timespec="seconds"),
         "mode": "quick" if args.quick else "full",
-        "machine": machine_info(),
+        "machine": {**machine_info(), "nice": os.getpriority(os.PRIO_PROCESS, 0)},
         "setup": {
             "partitions": PARTITIONS, "ureplicator_workers": args.workers, "ureplicator_controllers": 1,
             "mm2_tasks": 1, "value_bytes": args.value_bytes, "key_bytes": KEY.size,
@@ -918,11 +919,13 @@ def analysis(entry: dict[str, Any]) -> list[str]:
         out.append(top)
     cores = entry["machine"].get("cores") or 1
     peak = peak_load(entry)
+    nice = entry["machine"].get("nice")
+    niced = f"; this benchmark ran at nice {nice}" if nice else ""
     if peak > 2 * cores:
         out.append(f"**The machine was saturated**: the 1-minute load average reached {peak:.0f} on {cores} cores "
-                   "(other work shared the machine; this benchmark's processes ran under `nice`). The percentiles "
-                   "below measure CPU starvation as much as the replicators; only a run on a quiet machine can "
-                   "judge the goal.")
+                   f"(the benchmark's own processes — both brokers, ZooKeeper, the probes, the load producer and "
+                   f"the replicator — and whatever else ran{niced}). The percentiles below measure CPU starvation "
+                   "as much as the replicators; only a machine with cores to spare can judge the goal.")
     goal = f"p99 < {GOAL_P99_MS:.0f} ms at {GOAL_RATE:,} records/s"
     for v in entry["variants"]:
         r = _at(entry, v["variant"], GOAL_RATE)
