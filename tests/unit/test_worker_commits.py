@@ -81,6 +81,16 @@ def make(coordinator: Coordinator, background: bool = True) -> tuple[Committer, 
     return committer, ledger, metrics
 
 
+def hanging_commit(coordinator: Coordinator) -> tuple[Committer, AckLedger, WorkerMetrics]:
+    """A committer whose periodic commit of t:0 at 10 hangs in the client (no coordinator answers)."""
+    committer, ledger, metrics = make(coordinator)
+    coordinator.hang.set()
+    acknowledged(ledger, ("t", 0), 10)
+    committer.commit_soon()
+    assert coordinator.inside.wait(10), "the commit thread never sent the commit"
+    return committer, ledger, metrics
+
+
 def acknowledged(ledger: AckLedger, tp: tuple[str, int], position: int) -> None:
     acks = ledger.get(tp) or ledger.acquire(tp, tp[0], -1)
     acks.position = position
@@ -128,11 +138,7 @@ def test_a_client_that_keeps_failing_is_replaced_and_the_next_one_commits(coordi
 
 
 def test_a_release_commit_stuck_behind_a_hanging_call_is_surfaced_and_never_sent_later(coordinator):
-    committer, ledger, metrics = make(coordinator)
-    coordinator.hang.set()
-    acknowledged(ledger, ("t", 0), 10)
-    committer.commit_soon()
-    assert coordinator.inside.wait(10)
+    committer, ledger, metrics = hanging_commit(coordinator)
     acknowledged(ledger, ("t", 0), 12)
     # When t:0 is released while the periodic commit still hangs
     with capture_logs() as logs_seen:
@@ -148,11 +154,7 @@ def test_a_release_commit_stuck_behind_a_hanging_call_is_surfaced_and_never_sent
 
 
 def test_fencing_drops_queued_commits(coordinator):
-    committer, ledger, _ = make(coordinator)
-    coordinator.hang.set()
-    acknowledged(ledger, ("t", 0), 10)
-    committer.commit_soon()
-    assert coordinator.inside.wait(10)
+    committer, ledger, _ = hanging_commit(coordinator)
     acknowledged(ledger, ("t", 1), 7)
     released = threading.Thread(target=committer.commit_now, args=([("t", 1)], 30.0))
     released.start()
@@ -169,11 +171,7 @@ def test_fencing_drops_queued_commits(coordinator):
 
 
 def test_an_answer_for_an_earlier_acquisition_does_not_mark_the_new_one_committed(coordinator):
-    committer, ledger, _ = make(coordinator)
-    coordinator.hang.set()
-    acknowledged(ledger, ("t", 0), 10)
-    committer.commit_soon()
-    assert coordinator.inside.wait(10)
+    committer, ledger, _ = hanging_commit(coordinator)
     # Given t:0 was rewound (a new acquisition at 10) while its commit of 10 was under way
     new = ledger.acquire(("t", 0), "t", 10)
     new.position = 10
