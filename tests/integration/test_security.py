@@ -39,6 +39,17 @@ def _anonymous(services) -> KazooClient:
     return client
 
 
+def _start_with_zookeeper_auth(pipeline, services, suffix: str, partitions: int, records: int) -> str:
+    """A source topic holding ``records``, and a controller and worker w1 that share the ZooKeeper credential."""
+    pipeline.overrides["zookeeper"] = {"auth": ZK_AUTH}
+    topic = f"{pipeline.name}-{suffix}"
+    kafka_io.create_topic(services["source"], topic, partitions)
+    kafka_io.produce(services["source"], topic, records, partitions)
+    pipeline.start_controller()
+    pipeline.start_worker("w1")
+    return topic
+
+
 def _assert_read_only_for(client: KazooClient, paths: Paths, topic: str) -> None:
     """``client`` reads the pipeline's nodes but every change is refused with NoAuthError."""
     data, _ = client.get(paths.topic(topic))
@@ -56,12 +67,7 @@ def _assert_read_only_for(client: KazooClient, paths: Paths, topic: str) -> None
 
 def test_zookeeper_auth_pipeline_mirrors_and_others_can_read_but_not_write(pipeline, services):
     # Given a controller and a worker that share the digest credential
-    pipeline.overrides["zookeeper"] = {"auth": ZK_AUTH}
-    topic = f"{pipeline.name}-acl"
-    kafka_io.create_topic(services["source"], topic, 2)
-    kafka_io.produce(services["source"], topic, 500, 2)
-    pipeline.start_controller()
-    pipeline.start_worker("w1")
+    topic = _start_with_zookeeper_auth(pipeline, services, "acl", partitions=2, records=500)
 
     # When a topic is added, the pipeline still mirrors every record
     status, body = pipeline.api("POST", "/topics", {"topic": topic})
@@ -145,12 +151,7 @@ def test_secrets_never_reach_the_logs_of_real_processes(pipeline, services, monk
     token = "admin-Token-90210"
     monkeypatch.setenv("UREPLICATOR_LOG_LEVEL", "debug")
     monkeypatch.setenv("UREPLICATOR_CONTROLLER_ADMIN_TOKEN", token)
-    pipeline.overrides["zookeeper"] = {"auth": ZK_AUTH}
-    topic = f"{pipeline.name}-quiet"
-    kafka_io.create_topic(services["source"], topic, 1)
-    kafka_io.produce(services["source"], topic, 50, 1)
-    pipeline.start_controller()
-    pipeline.start_worker("w1")
+    topic = _start_with_zookeeper_auth(pipeline, services, "quiet", partitions=1, records=50)
     # When mutating calls come with a wrong token and then the right one, and records are mirrored
     assert pipeline.api("POST", "/topics", {"topic": topic}, token="wrong-token-1")[0] == 403
     assert pipeline.api("POST", "/topics", {"topic": topic}, token=token)[0] == 201

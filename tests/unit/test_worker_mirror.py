@@ -91,6 +91,17 @@ def make_rig(fresh: list[FakeProducer] | None = None) -> Rig:
     return Rig(worker, consumer, producer, zk, paths, commit_clients)
 
 
+def held_rig() -> tuple[Rig, list[FakeProducer]]:
+    """A worker that sent t:0's records to a destination that holds them unacknowledged; ``fresh``
+    collects the producers that replace the first one."""
+    fresh: list[FakeProducer] = []
+    rig = make_rig(fresh)
+    rig.assign(1, ("t", 0))
+    rig.producer.hold = True
+    rig.turns(1)
+    return rig, fresh
+
+
 def test_an_assignment_is_mirrored_in_order_and_committed_after_the_acks(rig):
     # Given an assignment of two partitions
     rig.assign(1, ("t", 0), ("t", 1))
@@ -391,11 +402,7 @@ def test_a_fatal_producer_is_replaced_and_the_culprit_is_named_in_exact_mode(rig
 def test_a_purge_replaces_the_producer_and_the_rewind_resends_through_the_fresh_one():
     # Given a worker whose records of t:0 are on the wire to a destination that does not
     # answer, and whose librdkafka never reports them after a purge (they cannot be recalled)
-    fresh: list[FakeProducer] = []
-    rig = make_rig(fresh)
-    rig.assign(1, ("t", 0))
-    rig.producer.hold = True
-    rig.turns(1)
+    rig, fresh = held_rig()
     rig.producer.send()
     rig.producer.purge_keeps_wire = True
     # When ZooKeeper becomes unreachable and the loop turns fenced
@@ -442,11 +449,7 @@ def test_a_session_loss_replaces_the_producer_and_the_fresh_one_mirrors_the_next
 def test_a_producer_that_acknowledges_nothing_for_the_shutdown_timeout_is_replaced_and_nothing_is_lost():
     # Given a worker whose producer took t:0's records but never reports on them (a wedged
     # client: the destination is fine, librdkafka says nothing)
-    fresh: list[FakeProducer] = []
-    rig = make_rig(fresh)
-    rig.assign(1, ("t", 0))
-    rig.producer.hold = True
-    rig.turns(1)
+    rig, fresh = held_rig()
     assert rig.worker.ledger.in_flight_bytes > 0
     # When no acknowledgement comes for longer than worker.shutdown_timeout_s (0.5 s here)
     time.sleep(0.6)
