@@ -44,7 +44,8 @@ def rounds(leadership: Leadership, count: int) -> None:
     for _ in range(count):
         before = leadership.state.last_reconcile
         leadership.request_reconcile()
-        wait_for(lambda: leadership.state.last_reconcile > before, 15, "a reconcile round", interval_s=0.05)
+        wait_for(lambda before=before: leadership.state.last_reconcile > before, 15, "a reconcile round",
+                 interval_s=0.05)
 
 
 def test_a_partition_is_never_granted_while_its_old_owner_may_still_be_acquiring_it(pipeline, services):
