@@ -1,6 +1,6 @@
 """Compute which worker owns which source partition: a pure, sticky, balanced assignment.
 
-Two pure functions the leader calls on every reconcile:
+The pure functions the leader calls on every reconcile:
 
 * :func:`assign` decides the desired owner of every active partition. It is
   sticky (a partition keeps its owner unless that owner is gone or holds more
