@@ -1,6 +1,6 @@
 """Compute which worker owns which source partition: a pure, sticky, balanced assignment.
 
-Two pure functions the leader calls on every reconcile:
+The pure functions the leader calls on every reconcile:
 
 * :func:`assign` decides the desired owner of every active partition. It is
   sticky (a partition keeps its owner unless that owner is gone or holds more
@@ -13,6 +13,9 @@ Two pure functions the leader calls on every reconcile:
   is withheld from its new owner until the old owner has released it (stopped
   fetching, waited for the destination's acks and committed). That is the
   planned hand-off that loses and duplicates nothing.
+* :func:`writable` is what the leader writes: :func:`gate_handoff` over
+  :func:`in_hand`, with at most one unconfirmed generation per worker (a
+  worker's assignment is not rewritten until its status reports applying it).
 
 Example::
 
@@ -228,7 +231,9 @@ def in_hand(
     to (generation, partitions) of its assignment node. A worker whose status lags its
     written assignment may still apply it, so the written partitions count as its own
     until it reports that generation — otherwise a partition moved twice in quick
-    succession could be mirrored by two workers at once.
+    succession could be mirrored by two workers at once. Only the *newest* written
+    assignment is known here, so this is exact only while a worker has at most one
+    unconfirmed generation: :func:`writable` keeps it that way.
     """
     held: dict[str, frozenset[TopicPartition]] = {}
     for worker, (generation, owned) in statuses.items():
@@ -238,6 +243,31 @@ def in_hand(
             mine |= frozenset(target[1])
         held[worker] = mine
     return held
+
+
+def writable(
+    desired: Mapping[str, frozenset[TopicPartition]],
+    statuses: Mapping[str, tuple[int, Iterable[TopicPartition]]],
+    written: Mapping[str, tuple[int, Iterable[TopicPartition]]],
+) -> Plan:
+    """What the leader may write now: the gated plan, one unconfirmed generation per worker.
+
+    ``statuses`` and ``written`` are as for :func:`in_hand`. A worker applies the newest
+    assignment it has *read*, and applying takes a while (acquiring means committed
+    offsets and metadata) during which its status still shows the generation before.
+    :func:`in_hand` can count only the newest written assignment as what a lagging
+    worker may still take; were the leader to write it another generation meanwhile, the
+    partitions of the one it is still applying would count as nobody's and could be
+    handed to another worker that then mirrors them alongside it. So a live worker whose
+    status lags its written generation keeps that assignment, unchanged, until it reports
+    having applied it; what it was meant to lose or gain waits for that one round trip.
+    """
+    plan = gate_handoff(desired, in_hand(statuses, written))
+    for worker, (generation, _) in statuses.items():
+        target = written.get(worker)
+        if target is not None and generation < target[0]:
+            plan[worker] = frozenset(target[1])
+    return plan
 
 
 def moves(before: Mapping[str, Iterable[TopicPartition]], after: Mapping[str, Iterable[TopicPartition]]) -> int:

@@ -26,7 +26,7 @@ from common.config import Config
 from common.errors import UReplicatorError
 from common.zkschema import Assignment, Paths, TopicPartition, TopicRecord, WorkerStatus
 from controller import topics
-from controller.assignment import assign, gate_handoff, in_hand
+from controller.assignment import assign, writable
 from controller.metrics import ControllerMetrics
 
 
@@ -327,11 +327,11 @@ class Leadership:
         )
         self._force_rebalance = False
         self._last_desired = desired
-        held = in_hand(
+        gated = writable(
+            desired,
             {w: (s.generation, s.owned) for w, s in snap.statuses.items()},
             {w: (a.generation, a.partitions) for w, a in written.items()},
         )
-        gated = gate_handoff(desired, held)
         live = set(snap.registered)
         changed = [w for w in snap.registered if gated.get(w, frozenset()) != _partitions(written.get(w))]
         departed = [w for w in written if w not in live and w not in in_grace]

@@ -129,6 +129,38 @@ def test_a_status_still_listing_a_partition_keeps_it_withheld():
     assert "w2" not in second.changed or second.changed["w2"].partitions == frozenset()
 
 
+def test_a_worker_still_acquiring_its_first_assignment_is_not_rewritten_so_nothing_is_granted_twice():
+    # Given w1 was written everything (generation 1) and is still acquiring it, and w2 joined:
+    # both statuses show generation 0 for several rounds (acquisitions read committed offsets)
+    leader = leadership()
+    written = {"w1": Assignment(1, ALL)}
+    granted_w2: list[frozenset] = []
+
+    def round_(statuses: dict[str, WorkerStatus], now: float) -> None:
+        nonlocal written
+        plan = leader._plan(snapshot(["w1", "w2"], written, statuses=statuses), now=now)
+        written = {**written, **plan.changed}
+        if "w2" in plan.changed:
+            granted_w2.append(plan.changed["w2"].partitions)
+
+    for now in (1000.0, 1000.02, 1000.04):
+        round_({"w1": WorkerStatus(0, {}), "w2": WorkerStatus(0, {})}, now)
+        # Then w2 gets none of it
+        assert granted_w2 == []
+    # (because w1 keeps generation 1 unchanged: any of it may still be acquired)
+    assert written["w1"] == Assignment(1, ALL)
+    # When w1 reports generation 1 applied (it owns everything now)
+    round_({"w1": WorkerStatus(1, {tp: PartitionStatus() for tp in ALL}), "w2": WorkerStatus(0, {})}, 1000.06)
+    # Then it is shrunk, and w2 still waits for the release
+    kept = written["w1"].partitions
+    assert len(kept) == 2 and granted_w2 == []
+    # When w1 reports the shrunk generation
+    round_({"w1": WorkerStatus(written["w1"].generation, {tp: PartitionStatus() for tp in kept}),
+            "w2": WorkerStatus(0, {})}, 1000.08)
+    # Then w2 is granted the rest once, never withheld and re-granted
+    assert granted_w2 == [ALL - kept]
+
+
 def test_a_crashed_workers_partitions_move_at_once():
     # Given w2 crashed: not registered, no status, its assignment node still written
     leader = leadership()
