@@ -26,7 +26,7 @@ RUN python -m venv /opt/ureplicator/venv \
  && /opt/ureplicator/venv/bin/pip install --upgrade pip
 WORKDIR /src
 # setup.cfg reads README.md as the long description.
-COPY setup.cfg pyproject.toml README.md ./
+COPY setup.cfg setup.py pyproject.toml README.md ./
 COPY cli/ cli/
 COPY common/ common/
 COPY controller/ controller/
