@@ -22,11 +22,18 @@ FROM ${PYTHON_IMAGE} AS build
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_NO_CACHE_DIR=1 \
     PYTHONDONTWRITEBYTECODE=1
-RUN python -m venv /opt/ureplicator/venv \
+# A C compiler (and Python's headers, which Debian's python3 lacks) for the worker's C copy loop,
+# worker/_native.c; in this stage only: the runtime images copy the virtualenv, not the compiler.
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends gcc libc6-dev \
+ && { python -c "import os, sysconfig; raise SystemExit(not os.path.exists(sysconfig.get_paths()['include'] + '/Python.h'))" \
+      || apt-get install -y --no-install-recommends python3-dev; } \
+ && rm -rf /var/lib/apt/lists/* \
+ && python -m venv /opt/ureplicator/venv \
  && /opt/ureplicator/venv/bin/pip install --upgrade pip
 WORKDIR /src
 # setup.cfg reads README.md as the long description.
-COPY setup.cfg pyproject.toml README.md ./
+COPY setup.cfg setup.py pyproject.toml README.md ./
 COPY cli/ cli/
 COPY common/ common/
 COPY controller/ controller/

@@ -25,12 +25,14 @@ help:
 # What `make demo` needs: Python and Java/Maven, no Go (helm and promtool are for `make test`).
 install: venv jars
 
-# Reinstall only when the package metadata changed; say what was reused. editable_mode=compat puts
-# the checkout on sys.path, so the console script also finds devtools/ (which the wheel leaves out).
+# Reinstall only when the package metadata or the C loop changed; say what was reused.
+# editable_mode=compat puts the checkout on sys.path, so the console script also finds devtools/
+# (which the wheel leaves out), and builds worker/_native.c in place (optional: without a C
+# compiler the worker runs its Python loop; `ureplicator worker` logs which one).
 venv:
-	@set -e; sum=$$(cat setup.cfg pyproject.toml | sha256sum | cut -c1-16); \
+	@set -e; sum=$$(cat setup.cfg setup.py pyproject.toml worker/_native.c | sha256sum | cut -c1-16); \
 	if [ -x $(BIN)/python ] && [ "$$(cat $(VENV)/.installed 2>/dev/null)" = "$$sum" ]; then \
-	  echo "venv: reused $(VENV) (setup.cfg unchanged)"; \
+	  echo "venv: reused $(VENV) (setup.cfg, setup.py and worker/_native.c unchanged)"; \
 	else \
 	  echo "venv: creating $(VENV) and installing ureplicator-py[dev,verifier] (pyspark is large; this takes a minute)"; \
 	  [ -x $(BIN)/python ] || $(PYTHON) -m venv $(VENV); \

@@ -908,8 +908,17 @@ def headline(entry: dict[str, Any]) -> str | None:
         return (f"**Headline: goal missed** — no ureplicator variant sustained {GOAL_RATE:,} records/s{versus}.")
     name, best = min(sustained, key=lambda item: item[1]["p99_ms"])
     met = best["p99_ms"] < GOAL_P99_MS
+    # The least favourable reading names what the best figure leaves out: the defaults' p99 when a tuned
+    # variant set it, and MirrorMaker 2's median when it is lower than ours.
+    defaults = next((r for n, r in ours if n == "ureplicator-default"), None)
+    with_defaults = (f"; with the defaults: p99 {defaults['p99_ms']:,.1f} ms"
+                     if defaults is not None and name != "ureplicator-default" else "")
+    if theirs:
+        _, r = min(theirs, key=lambda item: item[1]["p99_ms"])
+        if r["p50_ms"] < best["p50_ms"]:
+            versus += f", whose p50 is lower than ours ({r['p50_ms']:,.1f} vs {best['p50_ms']:,.1f} ms)"
     return (f"**Headline: goal {'met' if met else 'missed'}** — ureplicator's best p99 at {GOAL_RATE:,} records/s "
-            f"was {best['p99_ms']:,.1f} ms ({name}; goal < {GOAL_P99_MS:.0f} ms){versus}.")
+            f"was {best['p99_ms']:,.1f} ms ({name}; goal < {GOAL_P99_MS:.0f} ms){with_defaults}{versus}.")
 
 
 def analysis(entry: dict[str, Any]) -> list[str]:

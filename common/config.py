@@ -109,6 +109,9 @@ class WorkerConfig:
     shutdown_timeout_s: float = 30.0
     max_records_per_s: int = 0
     max_bytes_per_s: int = 0
+    # The C copy loop (worker/_native.c): auto uses it when it is built and matches the installed
+    # confluent-kafka, on refuses to start without it, off keeps the Python loop.
+    native_loop: str = "auto"
 
 
 @dataclass(frozen=True)
@@ -385,6 +388,8 @@ def _check(config: Config) -> None:
         raise ConfigError("worker.batch_size", "must be at least 1")
     if not 0 <= config.worker.fetch_wait_ms <= 10_000:
         raise ConfigError("worker.fetch_wait_ms", f"must be between 0 and 10000, got {config.worker.fetch_wait_ms}")
+    if config.worker.native_loop not in ("auto", "on", "off"):
+        raise ConfigError("worker.native_loop", f"must be 'auto', 'on' or 'off', got {config.worker.native_loop!r}")
     if config.worker.auto_offset_reset not in ("earliest", "latest"):
         raise ConfigError("worker.auto_offset_reset", "must be 'earliest' or 'latest'")
     ctl = config.controller

@@ -28,6 +28,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from devtools.jvm import CACHE_DIR, REPO_ROOT, jvm_dir
 
 REGISTRY_BASE = "python:3.11-slim-bookworm"
@@ -268,6 +270,11 @@ def test(records: int = 10_000, partitions: int = 4, timeout_s: float = 300.0) -
 
     def launch(role: str, name: str, config: Path, log: Any) -> subprocess.Popen[bytes]:
         container = containers.create(image_name("runtime"), name)
+        if role == "worker":
+            # The image must carry the C copy loop: with `on` a worker without it refuses to start.
+            doc = yaml.safe_load(config.read_text())
+            doc.setdefault("worker", {})["native_loop"] = "on"
+            config.write_text(yaml.safe_dump(doc))
         config.chmod(0o644)
         return subprocess.Popen(containers.command(container, ["ureplicator", role, "--config", str(config)]),
                                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,

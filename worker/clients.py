@@ -47,6 +47,7 @@ class GuardedProducer:
 
     def __init__(self, producer: Any, errors: FatalErrors) -> None:
         self._producer = producer
+        self.client = producer  # the confluent_kafka.Producer itself: the C loop drives it (worker.native)
         self._errors = errors
         self.produce = producer.produce
         self.list_topics = producer.list_topics

@@ -39,9 +39,10 @@ from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
 
 from common import httpserve, logs, provenance
 from common.config import Config
+from common.errors import ConfigError
 from common.zkschema import Assignment, Paths, RateLimit, SchemaError, WorkerInfo
 from worker import clients as worker_clients
-from worker import probes
+from worker import native, probes
 from worker.acks import EXACT_FOR_S, TP, AckLedger, PartitionAcks
 from worker.commits import Committer
 from worker.handoff import Handoff, fmt
@@ -52,6 +53,18 @@ from worker.status import StatusReporter
 _FENCING = frozenset({"fenced", "session_lost", "stopping_while_fenced"})  # purges that mean "not ours any more"
 
 VERSION = "0.1.0"
+
+
+def _load_native(mode: str) -> tuple[Any, str]:
+    """The C loop for ``worker.native_loop`` = mode, or None; and why, for the start-up log."""
+    if mode == "off":
+        return None, "worker.native_loop is off"
+    try:
+        return native.load(), "built and checked against this confluent-kafka"
+    except native.Unavailable as exc:
+        if mode == "on":
+            raise ConfigError("worker.native_loop", f"is 'on' but the C loop cannot run here: {exc}") from None
+        return None, str(exc)
 
 
 class MirrorWorker:
@@ -71,6 +84,7 @@ class MirrorWorker:
         self.log = logs.get("worker", pipeline=config.pipeline, worker=worker_id)
         self._source_alias = config.source.alias
         self._stamp = provenance.encoder(config.source.alias)  # urep value for records that start here
+        self._alias_bytes = config.source.alias.encode()  # the same, for the C loop
         self._destination_alias = config.destination.alias
 
         self._stop = threading.Event()
@@ -107,11 +121,24 @@ class MirrorWorker:
         self.handoff = Handoff(config, self.consumer, self.producer, self.zk, self.ledger, self.committer,
                                self.status, self.metrics, self.log)
         self.handoff.after_purge = partial(self._replace_producer, purged=True)
+        self._native, native_reason = _load_native(config.worker.native_loop)
+        self._native_target: Any = None  # the confluent_kafka.Producer the C loop drives, if any
+        self._bind_producer()
+        self.log.info("mirror_loop", loop="native" if self._native_target is not None else "python",
+                      reason=native_reason)
         self._last_commit = time.monotonic()
         self._fetch_wait_s = config.worker.fetch_wait_ms / 1000.0
         # Producer liveness: the acknowledgement count, and when it last moved.
         self._acks_seen = 0
         self._acks_moved_at = time.monotonic()
+
+    def _bind_producer(self) -> None:
+        """Point the C loop at the current producer (None: the Python loop serves it)."""
+        client = getattr(self.producer, "client", None)
+        usable = self._native is not None and client is not None and self._native.is_producer(client)
+        if self._native is not None and not usable and self.config.worker.native_loop == "on":
+            raise ConfigError("worker.native_loop", "is 'on' but the producer is not a confluent_kafka.Producer")
+        self._native_target = client if usable else None
 
     @property
     def owned(self) -> dict[TP, PartitionAcks]:
@@ -317,12 +344,46 @@ class MirrorWorker:
         record of a run carries a delivery callback, which speaks for the whole run
         (:meth:`PartitionAcks.report_run`; the gapless idempotent producer makes that
         sound). A run ends where the next record belongs to another partition, carries
-        headers (it may be skipped by loop prevention), or the batch ends. In exact mode
-        (for a while after an error on a run) every record carries its own callback.
+        a ``urep`` header (it may be skipped by loop prevention), or the batch ends. In exact
+        mode (for a while after an error on a run) every record carries its own callback.
+
+        The C loop (:mod:`worker.native`) copies every record it can; it stops in front of
+        a record that needs a decision (a consume error, no route, a ``urep`` header, a
+        failed produce), with that record's run still open, and :meth:`_mirror_py` handles
+        that one record and closes the run. Exact mode is the Python loop's alone.
         """
         n = len(messages)
         if not n:
             return
+        target = self._native_target
+        if target is None or self.ledger.exact(time.monotonic()):
+            fetched = self._mirror_py(messages, 0, n)
+        else:
+            mirror = self._native.mirror
+            routes = self.handoff.routes
+            alias = self._alias_bytes
+            fetched = i = 0
+            while i < n:
+                i, err, produced, nbytes, run_first, run_count, run_bytes = mirror(target, messages, i, routes, alias)
+                self.produced += produced
+                fetched += nbytes
+                if i >= n:
+                    break
+                more = self._mirror_py(messages, i, i + 1, run_first, run_count, run_bytes)
+                if more is None:
+                    return  # the batch was abandoned (stop or fence while the queue was full)
+                fetched += more
+                i += 1
+        if fetched is not None and not self.limiter.unlimited:
+            self.limiter.spend(n, fetched, time.monotonic())
+
+    def _mirror_py(self, messages: list[Any], start: int, stop: int, run_first: int = 0, run_count: int = 0,
+                   run_bytes: int = 0) -> int | None:
+        """The Python loop over ``messages[start:stop]``; the run given is open in front of ``start``.
+
+        The run open at ``stop`` is closed on its last record. Returns the bytes of the runs
+        it closed, or None when it abandoned the rest of the batch.
+        """
         produce = self.producer.produce
         routes = self.handoff.routes
         origin_alias = self._source_alias
@@ -335,16 +396,16 @@ class MirrorWorker:
         exact = self.ledger.exact(time.monotonic())
         fetched_bytes = 0  # bytes of closed runs: what delivery reports will give back
         produced = 0
-        run_first = run_count = run_bytes = 0  # the open run: sent, not yet covered by a callback
+        # run_*: the open run, sent but not yet covered by a callback.
         # One record of look-ahead: whether the next record continues this record's run.
-        nxt = messages[0]
+        nxt = messages[start]
         nxt_route = routes.get((nxt.topic(), nxt.partition()))
         nxt_headers = nxt.headers()
-        for i in range(1, n + 1):
+        for i in range(start + 1, stop + 1):
             msg = nxt
             route = nxt_route
             headers = nxt_headers
-            if i < n:
+            if i < stop:
                 nxt = messages[i]
                 nxt_route = routes.get((nxt.topic(), nxt.partition()))
                 nxt_headers = nxt.headers()
@@ -401,7 +462,7 @@ class MirrorWorker:
                         self.ledger.in_flight_bytes += fetched_bytes
                         self.produced += produced
                         self._abandon(messages[i - 1:])
-                        return
+                        return None
                     continue
                 except KafkaException as exc:
                     kerr = exc.args[0]
@@ -415,7 +476,7 @@ class MirrorWorker:
                         self.produced += produced
                         self._producer_failed = kerr.str()
                         self._abandon(messages[i - 1:])
-                        return
+                        return None
                     self.handoff.stop_partition(acks, offset, kerr.str())
                     if nxt_route is route:
                         nxt_route = None  # the look-ahead saw the route before it was stopped
@@ -431,8 +492,7 @@ class MirrorWorker:
                 break
         self.produced += produced
         self.ledger.in_flight_bytes += fetched_bytes
-        if not self.limiter.unlimited:
-            self.limiter.spend(len(messages), fetched_bytes, time.monotonic())
+        return fetched_bytes
 
     def _abandon(self, messages: list[Any]) -> None:
         """Stop or fence while the local queue is full: leave the rest of the batch unsent.
@@ -523,6 +583,7 @@ class MirrorWorker:
         rewind = {tp for tp, acks in partitions.items() if acks.error is None and (fatal or acks.outstanding)}
         self.producer = self._make_producer()
         self.handoff.use_producer(self.producer)
+        self._bind_producer()
         if not len(old):
             old.close()  # nothing left to flush; otherwise dropping it destroys it without a flush
         # The last reference: librdkafka's handle is destroyed here, so none of its reports can

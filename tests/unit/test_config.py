@@ -75,6 +75,7 @@ def test_environment_alone_is_enough():
         (MINIMAL + "controller: {rest_port: true}\n", "controller.rest_port"),
         (MINIMAL + "worker: {commit_interval_s: 0}\n", "worker.commit_interval_s"),
         (MINIMAL + "worker: {comit_interval_s: 1}\n", "worker.comit_interval_s"),
+        (MINIMAL + "worker: {native_loop: fast}\n", "worker.native_loop"),
         (MINIMAL + "colour: blue\n", "colour"),
         (MINIMAL + "source2: {}\n", "source2"),
         (MINIMAL.replace("alias: dst", "alias: src"), "destination.alias"),

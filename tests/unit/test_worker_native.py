@@ -1,0 +1,72 @@
+"""Choosing the worker's copy loop: the C loop only where it is built and matches confluent-kafka."""
+
+from __future__ import annotations
+
+import pytest
+from confluent_kafka import Message, Producer
+from structlog.testing import capture_logs
+
+from common import config as config_module
+from common import provenance
+from common.errors import ConfigError
+from tests.unit.fakes import FakeCommitClient, FakeConsumer, FakeProducer, FakeZooKeeper
+from worker import mirror, native
+from worker.clients import WorkerClients
+from worker.mirror import MirrorWorker
+
+
+def worker_with(loop: str) -> MirrorWorker:
+    cfg = config_module.from_dict({
+        "pipeline": "unit",
+        "zookeeper": {"connect": "127.0.0.1:1"},
+        "source": {"alias": "src", "bootstrap_servers": "127.0.0.1:1"},
+        "destination": {"alias": "dst", "bootstrap_servers": "127.0.0.1:2"},
+        "worker": {"id": "w1", "native_loop": loop},
+    })
+    consumer = FakeConsumer({})
+    clients = WorkerClients(consumer=consumer, producer=FakeProducer(), zk=FakeZooKeeper(),
+                            make_producer=FakeProducer, make_commit_client=lambda: FakeCommitClient(consumer),
+                            commit_thread=False)
+    return MirrorWorker(cfg, "w1", clients=clients)
+
+
+def test_make_install_built_the_c_loop_and_it_matches_this_confluent_kafka():
+    # `make install` compiles worker/_native.c; the layout check passes against the real Message
+    module = native.load()
+    assert module.is_producer(Producer({"bootstrap.servers": "127.0.0.1:1"}))
+    assert not module.is_producer(object())
+
+
+def test_the_layout_check_refuses_a_message_that_does_not_read_back():
+    module = native.load()
+    # A Message whose fields differ from the agreed sample: what a changed struct layout would read
+    wrong = Message(**{**native._LAYOUT_SAMPLE, "partition": 8})
+    with pytest.raises(RuntimeError, match="not laid out"):
+        module.init(native.librdkafka_path(), Message, Producer, wrong, provenance.HEADER.encode())
+    # and the module stays unusable until a check passes (no half-initialised C loop)
+    with pytest.raises(RuntimeError, match="not initialised"):
+        module.mirror(Producer({"bootstrap.servers": "127.0.0.1:1"}), [], 0, {}, b"src")
+    native.load()  # a passing check makes it usable again
+
+
+def test_auto_falls_back_to_the_python_loop_for_a_producer_the_c_loop_cannot_drive():
+    with capture_logs() as logs:
+        worker = worker_with("auto")
+    assert worker._native_target is None
+    assert [e["loop"] for e in logs if e["event"] == "mirror_loop"] == ["python"]
+
+
+def test_on_refuses_to_start_without_a_c_loop(monkeypatch):
+    # A producer the C loop cannot drive
+    with pytest.raises(ConfigError, match="worker.native_loop"):
+        worker_with("on")
+
+    # and no C loop at all (not built here): the reason is in the message
+    def unavailable() -> None:
+        raise native.Unavailable("worker._native is not built")
+
+    monkeypatch.setattr(native, "load", unavailable)
+    with pytest.raises(ConfigError, match="not built"):
+        mirror._load_native("on")
+    assert mirror._load_native("auto") == (None, "worker._native is not built")
+    assert mirror._load_native("off") == (None, "worker.native_loop is off")
