@@ -1025,13 +1025,25 @@ def render_section(entry: dict[str, Any]) -> str:
         f"{max(loads, default=0):.2f} (before the benchmark: {entry['load_at_start'][0]:.2f}) |",
         "",
     ]
-    if max(loads, default=0) > 1.5 * (m["cores"] or 1):
+    cores = m["cores"] or 1
+    peak, before = max(loads, default=0), entry["load_at_start"][0]
+    if before > 0.5 * cores:
+        # Busy before the first run: that load is not ours, so other jobs shared the cores.
         lines += [
-            f"**The machine was oversubscribed during these runs** (1-minute load average up to "
-            f"{max(loads, default=0):.0f} on {m['cores']} cores: other jobs shared it). Every variant met the same "
-            "kind of contention, so the ratios compare like with like, but the absolute rates are far below what "
-            "these variants reach on a quiet machine, and a JVM whose JIT competes for cores is hit harder than a "
-            "Python process; see *machine busy* per run.",
+            f"**The machine was oversubscribed during these runs** (1-minute load average {before:.1f} before "
+            f"the benchmark and up to {peak:.0f} during it, on {cores} cores: other jobs shared it). Every "
+            "variant met the same kind of contention, so the ratios compare like with like, but the absolute "
+            "rates are below what these variants reach on a quiet machine, and a JVM whose JIT competes for "
+            "cores is hit harder than a Python process; see *machine busy* per run.",
+            "",
+        ]
+    elif peak > 1.5 * cores:
+        # Quiet before the first run: the load during it is mostly the benchmark's own runnable threads.
+        lines += [
+            f"The machine was quiet before the benchmark (1-minute load average {before:.2f}); the load during "
+            f"the runs (up to {peak:.0f} on {cores} cores) counts the benchmark's own runnable threads: both "
+            "brokers, ZooKeeper, the variant's processes and the exact-check reader all share the "
+            f"{cores} cores, so the absolute rates are bounded by them; see *machine busy* per run.",
             "",
         ]
     for key, block in summary["datasets"].items():
