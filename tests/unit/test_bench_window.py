@@ -181,6 +181,18 @@ def test_render_produces_every_table_from_the_entry() -> None:
     assert "| 2 | 350,000 |" in text
     assert "2 cores" in text
     assert "| raw client pair | failed: count check failed |" in text  # never a row of zeros
+    assert "oversubscribed" not in text and "quiet before" not in text  # no load figures, no load claim
+
+    # Busy before the first run: other jobs shared the cores. Quiet before, loaded during: our own load.
+    entry["runs"][0]["load_before"] = [2.2, 1.0, 1.0]
+    entry["runs"][0]["load_window"] = [7.6, 3.0, 1.0]
+    entry["load_at_start"] = (1.9, 1.0, 1.0)
+    busy = throughput.render_section(entry)
+    assert "**The machine was oversubscribed during these runs** (1-minute load average 1.9 before" in busy
+    entry["load_at_start"] = (0.0, 0.0, 0.0)
+    quiet = throughput.render_section(entry)
+    assert "oversubscribed" not in quiet
+    assert "quiet before the benchmark (1-minute load average 0.00); the load during the runs (up to 8" in quiet
 
 
 def test_top_up_covers_the_variant_that_drained_the_backlog_with_margin() -> None:
