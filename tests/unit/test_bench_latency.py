@@ -186,6 +186,18 @@ def test_a_saturated_machine_is_called_out_above_the_verdicts() -> None:
     assert lines[1].startswith("**The machine was saturated**: the 1-minute load average reached 23 on 2 cores")
 
 
+def test_side_by_side_names_a_winner_only_beyond_the_tie_margin() -> None:
+    entry = _entry()
+    mm2 = entry["variants"][2]["rates"][1]  # type: ignore[index]
+    mm2["sustained"] = True
+    mm2["p99_ms"] = 31.0  # ureplicator-low-latency: 30.0 ms
+    side = next(line for line in latency.analysis(entry) if line.startswith("Side by side"))
+    assert "the p99s are within 1.0 ms of each other, a tie at this resolution" in side
+    mm2["p99_ms"] = 40.0
+    side = next(line for line in latency.analysis(entry) if line.startswith("Side by side"))
+    assert "the lower p99 is ureplicator's" in side
+
+
 def test_schedstat_gives_cpu_and_run_queue_nanoseconds() -> None:
     assert latency.parse_schedstat("1353000000 8261000000 7137\n") == (1_353_000_000, 8_261_000_000)
 
