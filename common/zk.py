@@ -177,25 +177,63 @@ def read_topic(client: KazooClient, paths: Paths, name: str) -> TopicRecord | No
         return None
 
 
-def create_topic(client: KazooClient, paths: Paths, record: TopicRecord) -> bool:
-    """Register a topic; False when it is already registered."""
-    try:
-        client.create(paths.topic(record.topic), record.encode())
-    except NodeExistsError:
-        return False
-    return True
+class TopicBlacklisted(UReplicatorError):
+    """Auto-whitelisting met a topic an operator removed (it is blacklisted): it is not registered."""
+
+
+def create_topic(client: KazooClient, paths: Paths, record: TopicRecord, lift_blacklist: bool = True,
+                 attempts: int = 3) -> bool:
+    """Register a topic; False when it is already registered.
+
+    An explicit add (``lift_blacklist``) deletes an earlier removal's blacklist entry in the same
+    write. Auto-whitelisting passes ``lift_blacklist=False``: its write creates and deletes the
+    blacklist entry around the registration, so the whole write is refused when the entry exists
+    (ZooKeeper has no "check absent"), and :class:`TopicBlacklisted` is raised. Together with
+    :func:`remove_topic` this keeps a removed topic from coming back under any interleaving.
+    """
+    entry = paths.blacklisted_topic(record.topic)
+    for _ in range(attempts):
+        tx = client.transaction()
+        tx.create(paths.topic(record.topic), record.encode())
+        if not lift_blacklist:
+            tx.create(entry)
+            tx.delete(entry)
+        elif client.exists(entry):
+            tx.delete(entry)
+        results = tx.commit()
+        if not any(isinstance(r, Exception) for r in results):
+            return True
+        if isinstance(results[0], NodeExistsError):
+            return False
+        if not lift_blacklist and isinstance(results[1], NodeExistsError):
+            raise TopicBlacklisted(f"topic {record.topic!r} was removed through the API (it is blacklisted)")
+        # The blacklist entry vanished between exists() and commit(): decide again.
+    raise TransactionFailed(f"registering topic {record.topic!r}: its blacklist entry kept changing; try again")
 
 
 def update_topic(client: KazooClient, paths: Paths, record: TopicRecord) -> None:
     client.set(paths.topic(record.topic), record.encode())
 
 
-def delete_topic(client: KazooClient, paths: Paths, name: str) -> bool:
-    try:
-        client.delete(paths.topic(name))
-    except NoNodeError:
-        return False
-    return True
+def remove_topic(client: KazooClient, paths: Paths, name: str, attempts: int = 3) -> bool:
+    """Unregister a topic and blacklist it in one transaction; False when it is not registered.
+
+    One write, not two: the leader's auto-whitelist pass reads the registered topics and then
+    the blacklist, and between two separate writes it could find the topic in neither and
+    register again what an operator had just removed.
+    """
+    for _ in range(attempts):
+        tx = client.transaction()
+        tx.delete(paths.topic(name))
+        if not client.exists(paths.blacklisted_topic(name)):
+            tx.create(paths.blacklisted_topic(name))
+        results = tx.commit()
+        if not any(isinstance(r, Exception) for r in results):
+            return True
+        if isinstance(results[0], NoNodeError):
+            return False
+        # The blacklist entry appeared or vanished between exists() and commit(): decide again.
+    raise TransactionFailed(f"removing topic {name!r}: its blacklist entry kept changing; try again")
 
 
 # --- workers and their status ------------------------------------------------------------------

@@ -259,10 +259,13 @@ def show_topic(topic: str) -> Any:
 def remove_topic(topic: str) -> Any:
     """Stop mirroring; the destination topic and its data stay."""
     ctl = _ctl()
-    if not zk.delete_topic(ctl.zk, ctl.paths, _topic_name(topic)):
+    # Blacklisted in the same write, so that auto-whitelisting never re-adds what an operator removed.
+    try:
+        removed = zk.remove_topic(ctl.zk, ctl.paths, _topic_name(topic))
+    except zk.TransactionFailed as exc:
+        raise ApiError(409, str(exc)) from None
+    if not removed:
         raise ApiError(404, f"topic {topic!r} is not mirrored")
-    # Blacklisted so that auto-whitelisting never re-adds what an operator removed.
-    ctl.zk.ensure_path(ctl.paths.blacklisted_topic(topic))
     _wake()
     log.info("topic_removed", topic=topic)
     return jsonify({"topic": topic, "removed": True})

@@ -4,7 +4,8 @@
 ``POST /groups/<group>/sync`` (admin; body ``{"force": true}`` allows moving a
 destination group backwards). The work is :class:`failover.groups.GroupOffsets`;
 errors follow the API's JSON error body: 404 unknown group, 409 active on the
-destination, 503 a cluster did not answer.
+destination, 503 a cluster did not answer, 502 a cluster refused (see
+:func:`failover.groups.cluster_failure`).
 """
 
 from __future__ import annotations

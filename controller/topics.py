@@ -61,8 +61,12 @@ def register(
     topic: str,
     requested_partitions: int | None = None,
     destination: str | None = None,
+    automatic: bool = False,
 ) -> tuple[TopicRecord, str]:
-    """Check the source, create the destination topic, record the topic in ZooKeeper."""
+    """Check the source, create the destination topic, record the topic in ZooKeeper.
+
+    ``automatic`` is auto-whitelisting: it never registers a topic an operator removed.
+    """
     paths = Paths(config.root)
     if zk.read_topic(client, paths, topic) is not None:
         raise TopicError(409, f"topic {topic!r} is already mirrored")
@@ -87,12 +91,12 @@ def register(
         added_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         options={"initial_partitions": info.partitions},
     )
-    if not zk.create_topic(client, paths, record):
+    try:  # an explicit add lifts an earlier removal's blacklist entry; auto-whitelisting never does
+        created = zk.create_topic(client, paths, record, lift_blacklist=not automatic)
+    except zk.TopicBlacklisted as exc:
+        raise TopicError(409, str(exc)) from None
+    if not created:
         raise TopicError(409, f"topic {topic!r} is already mirrored")
-    try:  # an explicit add lifts an earlier removal's blacklist entry
-        client.delete(paths.blacklisted_topic(topic))
-    except Exception:  # noqa: BLE001 - NoNodeError: nothing to lift
-        pass
     log.info("topic_registered", topic=topic, destination=target, partitions=info.partitions, created=outcome)
     return record, outcome
 
@@ -162,6 +166,8 @@ def _auto_whitelist(config: Config, client: KazooClient, source_admin: Any, dest
                     include: str) -> list[str]:
     paths = Paths(config.root)
     exclude = config.controller.auto_whitelist_exclude
+    # Registered first, then the blacklist: remove_topic changes both in one write, so in this
+    # order a removed topic is always seen in one or the other (the reverse order can miss it).
     registered = set(client.get_children(paths.topics))
     blacklisted = set(client.get_children(paths.blacklist_topics))
     added = []
@@ -171,7 +177,7 @@ def _auto_whitelist(config: Config, client: KazooClient, source_admin: Any, dest
         if not re.fullmatch(include, topic) or (exclude and re.fullmatch(exclude, topic)):
             continue
         try:
-            register(config, client, source_admin, destination_admin, topic)
+            register(config, client, source_admin, destination_admin, topic, automatic=True)
             added.append(topic)
         except TopicError as exc:
             log.warning("auto_whitelist_skipped", topic=topic, error=str(exc))

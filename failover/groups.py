@@ -36,6 +36,28 @@ from failover.translation import (
 
 BATCH = 64  # records per read: one fetch either way, and short replays show up inside one read
 
+# Codes that mean "no answer (yet)" even where librdkafka does not flag them retriable.
+_NO_ANSWER = frozenset((
+    KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN, KafkaError._RESOLVE,
+    KafkaError._WAIT_COORD, KafkaError.REQUEST_TIMED_OUT, KafkaError.NETWORK_EXCEPTION,
+    KafkaError.BROKER_NOT_AVAILABLE, KafkaError.LEADER_NOT_AVAILABLE, KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+))
+
+
+def cluster_failure(what: str, error: object) -> UReplicatorError:
+    """The error to raise for a failed Kafka call: unavailable (REST 503) or refused (REST 502).
+
+    A cluster that did not answer, or answered "not now", may answer on a retry; one that answered
+    with a refusal (authorization, an invalid request) will not, and that is a bad gateway.
+    """
+    if isinstance(error, KafkaError):
+        message = error.str()
+        if error.retriable() or error.code() in _NO_ANSWER:
+            return ClusterUnavailable(f"{what} did not answer: {message}")
+        return UReplicatorError(f"{what} refused the request: {message}")
+    return ClusterUnavailable(f"{what} did not answer: {error}")
+
 
 class GroupNotFound(UReplicatorError):
     """The source cluster knows no such group, or it has no committed offset on a mirrored topic."""
@@ -206,11 +228,9 @@ class GroupOffsets:
             return fn()
         except (KafkaException, TimeoutError, concurrent.futures.TimeoutError) as exc:
             error = exc.args[0] if exc.args else f"no answer within {self._timeout_s:.0f}s"
-            message = error.str() if isinstance(error, KafkaError) else str(error)
             cluster = self._config.source if side == "source" else self._config.destination
-            raise ClusterUnavailable(
-                f"the {side} cluster {cluster.alias} ({cluster.bootstrap_servers}) did not answer: {message}"
-            ) from None
+            raise cluster_failure(f"the {side} cluster {cluster.alias} ({cluster.bootstrap_servers})",
+                                  error) from None
 
     def _committed(self, client: AdminClient, side: str, group: str) -> dict[tuple[str, int], int]:
         request = [ConsumerGroupTopicPartitions(group)]
@@ -258,7 +278,9 @@ class GroupOffsets:
                         if error.code() == KafkaError.OFFSET_OUT_OF_RANGE:
                             eof = True  # below the log start now (retention): the search restarts higher
                             continue
-                        raise ClusterUnavailable(f"cannot read {topic}:{partition}: {error.str()}")
+                        raise cluster_failure(
+                            f"the destination cluster {self._config.destination.alias} reading {topic}:{partition}",
+                            error)
                     origin = _source_offset(msg.headers(), source_partition)
                     if origin is not None:
                         seen.append(Seen(msg.offset(), origin))

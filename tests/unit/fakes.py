@@ -13,7 +13,7 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, KafkaError, KafkaException, TopicPartition
 from kazoo.client import KazooState
-from kazoo.exceptions import ConnectionLoss, NodeExistsError, NoNodeError
+from kazoo.exceptions import ConnectionLoss, NodeExistsError, NoNodeError, RolledBackError, RuntimeInconsistency
 
 from common import provenance
 
@@ -353,6 +353,9 @@ class FakeZooKeeper:
         self._check()
         return path in self.nodes
 
+    def transaction(self) -> FakeTransaction:
+        return FakeTransaction(self)
+
     def _check(self) -> None:
         if self.broken:
             raise ConnectionLoss()
@@ -443,3 +446,41 @@ class FakeAdmin:
                 self.topics[topic.topic] = topic.num_partitions
             futures[topic.topic] = _Future(self.refuse_create)
         return futures
+
+
+@dataclass
+class FakeTransaction:
+    """kazoo's transaction: all operations or none; a failed commit reports like ZooKeeper's multi.
+
+    The failed operation's result is its exception, the ones before it ``RolledBackError``,
+    the ones after it ``RuntimeInconsistency``.
+    """
+
+    zk: FakeZooKeeper
+    operations: list[tuple[str, str, bytes]] = field(default_factory=list)
+
+    def create(self, path: str, value: bytes = b"") -> None:
+        self.operations.append(("create", path, value))
+
+    def delete(self, path: str) -> None:
+        self.operations.append(("delete", path, b""))
+
+    def set_data(self, path: str, value: bytes) -> None:
+        self.operations.append(("set", path, value))
+
+    def commit(self) -> list[Any]:
+        self.zk._check()
+        nodes, writes = dict(self.zk.nodes), len(self.zk.writes)
+        for index, (op, path, value) in enumerate(self.operations):
+            try:
+                if op == "create":
+                    self.zk.create(path, value)
+                elif op == "delete":
+                    self.zk.delete(path)
+                else:
+                    self.zk.set(path, value)
+            except (NodeExistsError, NoNodeError) as exc:
+                self.zk.nodes, self.zk.writes[writes:] = nodes, []
+                rest = len(self.operations) - index - 1
+                return [RolledBackError()] * index + [exc] + [RuntimeInconsistency()] * rest
+        return [True] * len(self.operations)

@@ -248,3 +248,15 @@ def test_health_is_503_without_zookeeper_and_liveness_follows_the_election_threa
     assert api.call("GET", "/healthz")[0] == 200  # ZooKeeper away: no reason to restart
     api.controller.leadership.thread_alive = False
     assert api.call("GET", "/healthz")[0] == 503
+
+
+def test_removing_a_topic_unregisters_and_blacklists_it_and_an_explicit_add_lifts_the_entry(api):
+    assert api.call("POST", "/topics", {"topic": "src-only"})[0] == 201
+
+    assert api.call("DELETE", "/topics/src-only")[0] == 200
+
+    assert api.paths.topic("src-only") not in api.zk.nodes
+    assert api.call("GET", "/blacklist")[1]["topics"] == ["src-only"]
+    assert_error(api.call("DELETE", "/topics/src-only"), 404, "not mirrored")
+    assert api.call("POST", "/topics", {"topic": "src-only"})[0] == 201
+    assert api.call("GET", "/blacklist")[1]["topics"] == []
