@@ -327,11 +327,7 @@ class Leadership:
         )
         self._force_rebalance = False
         self._last_desired = desired
-        gated = writable(
-            desired,
-            {w: (s.generation, s.owned) for w, s in snap.statuses.items()},
-            {w: (a.generation, a.partitions) for w, a in written.items()},
-        )
+        gated = writable(desired, _reported(snap), {w: (a.generation, a.partitions) for w, a in written.items()})
         live = set(snap.registered)
         changed = [w for w in snap.registered if gated.get(w, frozenset()) != _partitions(written.get(w))]
         departed = [w for w in written if w not in live and w not in in_grace]
@@ -424,6 +420,20 @@ def autobalancing(client: KazooClient, paths: Paths) -> bool:
     except NoNodeError:
         return True
     return data != b"false"
+
+
+def _reported(snap: Snapshot) -> dict[str, tuple[int, frozenset[TopicPartition]]]:
+    """(applied generation, owned partitions) of every live worker, for the hand-off gate.
+
+    A registered worker whose status cannot be read (it does not decode, or a worker of an
+    older version wrote its registration first) counts as having applied nothing yet: its
+    written assignment stays pinned and counted as its own until it reports, because it may
+    be applying it right now. Treating it as crashed would hand those partitions on.
+    """
+    reported = {w: (s.generation, frozenset(s.owned)) for w, s in snap.statuses.items()}
+    for worker in snap.registered:
+        reported.setdefault(worker, (-1, frozenset()))
+    return reported
 
 
 def _partitions(assignment: Assignment | None) -> frozenset[TopicPartition]:

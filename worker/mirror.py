@@ -35,7 +35,7 @@ from typing import Any
 
 from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, KafkaError, KafkaException, TopicPartition
 from kazoo.client import KazooState
-from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
+from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError, RolledBackError
 
 from common import httpserve, logs, provenance
 from common.config import Config
@@ -196,15 +196,22 @@ class MirrorWorker:
         except NoNodeError:
             pass
         deadline = time.monotonic() + (wait_s if wait_s is not None else self.config.zookeeper.session_timeout_s + 5)
+        # The registration and the first status in one write: the leader pins a worker's written
+        # assignment only while it can read that worker's status, so a registered worker without
+        # one would let it hand the same partitions to another worker while this one applies them.
+        status = self.status.build(self.handoff.generation, time.monotonic()).encode()
         while True:
-            try:
-                self.zk.create(self.paths.worker(self.worker_id), info.encode(), ephemeral=True)
+            tx = self.zk.transaction()
+            tx.create(self.paths.worker(self.worker_id), info.encode(), ephemeral=True)
+            tx.create(self.paths.worker_status(self.worker_id), status, ephemeral=True)
+            results = tx.commit()
+            failures = [r for r in results if isinstance(r, Exception) and not isinstance(r, RolledBackError)]
+            if not failures:
                 break
-            except NodeExistsError:
-                if time.monotonic() > deadline or self._stop.is_set():
-                    raise
-                time.sleep(0.5)
-        self.status.write(self.handoff.generation)
+            # A previous session's nodes with our id are still there until it expires: wait it out.
+            if not isinstance(failures[0], NodeExistsError) or time.monotonic() > deadline or self._stop.is_set():
+                raise failures[0]
+            time.sleep(0.5)
         self.zk.DataWatch(self.paths.assignment(self.worker_id), self._on_assignment)
         self.zk.DataWatch(self.paths.rate_limit, self._on_rate_limit)
         self._lease_at = time.monotonic()

@@ -459,7 +459,7 @@ class FakeTransaction:
     zk: FakeZooKeeper
     operations: list[tuple[str, str, bytes]] = field(default_factory=list)
 
-    def create(self, path: str, value: bytes = b"") -> None:
+    def create(self, path: str, value: bytes = b"", ephemeral: bool = False) -> None:
         self.operations.append(("create", path, value))
 
     def delete(self, path: str) -> None:

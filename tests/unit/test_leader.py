@@ -171,6 +171,23 @@ def test_a_crashed_workers_partitions_move_at_once():
     assert plan.changed["w1"].partitions == ALL and plan.departed == ["w2"]
 
 
+def test_a_registered_worker_whose_status_cannot_be_read_keeps_its_assignment_and_nothing_of_it_moves():
+    # Given w1 is live (registered) and was written everything, but its status did not decode,
+    # and w2 is live with nothing
+    leader = leadership()
+    written = {"w1": Assignment(1, ALL)}
+    for now in (1000.0, 1000.02):
+        plan = leader._plan(snapshot(["w1", "w2"], written, statuses={"w2": WorkerStatus(0, {})}), now=now)
+        # Then w1 may be applying it right now: it is not rewritten, and w2 is granted none of it
+        assert "w1" not in plan.changed
+        assert plan.changed.get("w2", Assignment(0)).partitions == frozenset()
+        assert plan.withheld == ALL - leader._last_desired["w1"]
+    # When w1's status is readable again and shows generation 1 applied
+    plan = leader._plan(snapshot(["w1", "w2"], written), now=1000.04)
+    # Then the hand-off proceeds as usual: w1 is shrunk first
+    assert len(plan.changed["w1"].partitions) == 2
+
+
 def test_paused_topics_and_blacklisted_partitions_are_not_assigned():
     leader = leadership()
     snap = snapshot(["w1"], {}, topics={"t": 4, "p": 2}, blocked=frozenset({"t:3"}))
