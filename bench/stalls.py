@@ -3,6 +3,7 @@
     .venv/bin/python -m bench.stalls            # ureplicator events + MirrorMaker 2 (default 5-min rebalance delay)
     .venv/bin/python -m bench.stalls --quick    # shorter windows, MM2 with a 20 s rebalance delay (~3 min)
     .venv/bin/python -m bench.stalls --no-mm2   # ureplicator only (~3-4 min)
+    .venv/bin/python -m bench.stalls --render bench/results/stalls-2026-11-25.json   # re-render the section
 
 ureplicator phase: its own local stack (``.cache/bench-stalls/stack``, always
 stopped again), two controllers, two workers, one source topic of 16
@@ -55,11 +56,13 @@ from confluent_kafka.admin import AdminClient
 
 from bench import mm2
 from bench.common import (
+    DOC,
     RESULTS_DIR,
     create_topic,
     free_port,
     load_average,
     machine_info,
+    replace_section,
     say,
 )
 from bench.harness import (
@@ -641,8 +644,7 @@ def render(entry: dict[str, Any], history: list[dict[str, Any]] | None = None) -
         f"{' (**quick mode**)' if entry['mode'] == 'quick' else ''} on {m['cpu_model']}, {m['cores']} cores, "
         f"{m['ram_bytes'] / 2**30:.0f} GiB RAM, Python {m['python']}, {m['java']}, Kafka {m['kafka_brokers']}, "
         f"{entry['date'][:10]}; {entry['elapsed_s'] / 60:.1f} min. Load average at start "
-        f"{_fmt_load(entry['load_at_start'])}, at end {_fmt_load(entry['load_at_end'])} (other benchmarks shared "
-        "the machine).",
+        f"{_fmt_load(entry['load_at_start'])}, at end {_fmt_load(entry['load_at_end'])} ({load_note(entry)}).",
         "",
         f"Continuous load of {entry['setup']['rate']:,} records/s on a 16-partition topic (a second topic added "
         "by the first event gets the same rate plus a 10 s backlog). ureplicator: two controllers, two workers, "
@@ -847,6 +849,16 @@ def _fmt_s(value: float | None) -> str:
     return "–" if value is None else f"{value:.2f} s"
 
 
+def load_note(entry: dict[str, Any]) -> str:
+    """Whose load the load averages are: other jobs' when the machine was busy before the run, else the run's own."""
+    cores = entry["machine"].get("cores") or 1
+    before = entry["load_at_start"][0]
+    if before > 0.5 * cores:
+        return f"busy before the benchmark: other jobs shared the {cores} cores"
+    return (f"quiet before the benchmark; the load during it is the benchmark's own: both brokers, ZooKeeper, "
+            f"the load producer, the probe consumer and the mirroring processes on {cores} cores")
+
+
 def _fmt_load(values: Any) -> str:
     return "/".join(f"{v:.1f}" for v in values)
 
@@ -871,6 +883,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="seconds MM2 runs before its baseline (20; quick 10)")
     parser.add_argument("--broker-heap", default="512m")
     parser.add_argument("--no-write", action="store_true", help="print only; no JSON, no docs section")
+    parser.add_argument("--render", type=Path, metavar="FILE",
+                        help="only re-render the docs section from the last entry of this results file "
+                             "(the other runs in bench/results/stalls-*.json are listed under it)")
     args = parser.parse_args(argv)
     args.rate = args.rate or (2000 if args.quick else 3000)
     args.mm2_delay_s = args.mm2_delay_s if args.mm2_delay_s is not None else (20.0 if args.quick else 300.0)
@@ -926,8 +941,23 @@ def print_summary(entry: dict[str, Any]) -> None:
                   f"flowing after {e['moved_flowing_after_s']:7.2f}s  dups {e.get('duplicates', 0):>6}")
 
 
+def render_file(path: Path) -> int:
+    """Re-render the section from the last entry of ``path``; every other stored run is listed under it."""
+    try:
+        last = json.loads(path.read_text())[-1]
+    except (OSError, ValueError, IndexError, KeyError) as exc:
+        say(f"{path}: not a stalls results file ({exc})")
+        return 2
+    history = [run for run in _load_runs() if run.get("date") != last.get("date")]
+    replace_section(DOC, START, END, render(last, history))
+    say(f"{DOC} stalls section rendered from {path}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.render is not None:
+        return render_file(args.render)
     done: dict[str, Any] = {}
     history: list[dict[str, Any]] = []
 

@@ -627,6 +627,29 @@ class MirrorWorker:
             self._session_lost = True
             self.log.warning("reregister_failed", error=str(exc))
 
+    def _deregister(self) -> None:
+        """Delete the status and the registration in one write, as register() created them.
+
+        Between two separate deletes the leader would see a live worker without a status and
+        keep its partitions pinned for a round. When the transaction cannot run (a node is
+        already gone, ZooKeeper trouble) each node is deleted on its own; the session's end
+        removes whatever is left, as both are ephemeral.
+        """
+        paths = (self.paths.worker_status(self.worker_id), self.paths.worker(self.worker_id))
+        try:
+            tx = self.zk.transaction()
+            for path in paths:
+                tx.delete(path)
+            if not any(isinstance(r, Exception) for r in tx.commit()):
+                return
+        except KazooException:
+            pass
+        for path in paths:
+            try:
+                self.zk.delete(path)
+            except (NoNodeError, KazooException):
+                pass
+
     def _shutdown(self) -> None:
         """Graceful stop: no more fetches, wait for acks, commit, deregister, close."""
         log = self.log.bind(partitions=len(self.ledger.partitions))
@@ -650,11 +673,7 @@ class MirrorWorker:
                 self.committer.commit_now(None, timeout_s=max(5.0, deadline - time.monotonic()))
         finally:
             self.committer.close()
-            for path in (self.paths.worker_status(self.worker_id), self.paths.worker(self.worker_id)):
-                try:
-                    self.zk.delete(path)
-                except (NoNodeError, KazooException):
-                    pass
+            self._deregister()
             self.consumer.close()
             self.zk.stop()
             self.zk.close()

@@ -94,19 +94,23 @@ def test_a_partition_is_never_granted_while_its_old_owner_may_still_be_acquiring
             client.close()
 
 
-def test_a_worker_registers_and_writes_its_first_status_in_one_write(pipeline, services):
+def test_a_worker_registers_with_its_first_status_and_deregisters_in_one_write_each(pipeline, services):
     # The gate pins a worker's written assignment only while its status is readable, so a live
     # worker must never be registered without one; one write is observable as one zxid.
     cfg = config_module.from_dict(pipeline.config_doc())
     paths = Paths(cfg.root)
     client = zk.connect(cfg)
     try:
-        pipeline.start_worker("w1")
+        worker = pipeline.start_worker("w1")
         wait_for(lambda: client.exists(paths.worker("w1")) is not None, 60, "w1 registered")
         registration = client.exists(paths.worker("w1"))
         status = client.exists(paths.worker_status("w1"))
         assert status is not None and status.czxid == registration.czxid
         assert WorkerStatus.decode(client.get(paths.worker_status("w1"))[0]).generation == 0
+        # When it stops gracefully (SIGTERM), both nodes go in one write too
+        worker.terminate(30)
+        assert client.exists(paths.worker("w1")) is None and client.exists(paths.worker_status("w1")) is None
+        assert client.exists(paths.workers).pzxid == client.exists(paths.status).pzxid
     finally:
         client.stop()
         client.close()
