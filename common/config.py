@@ -124,6 +124,11 @@ class Config:
     destination: ClusterConfig
     controller: ControllerConfig = field(default_factory=ControllerConfig)
     worker: WorkerConfig = field(default_factory=WorkerConfig)
+    # The route's forwarding policy (docs/routes.md), which the worker applies per record:
+    # "origin" copies only records first produced on the source cluster; "transit" also relays
+    # records mirrored into the source from elsewhere, except those from the destination itself
+    # (today's single-pipeline behaviour, hence the default of the implicit route).
+    forward: str = "transit"
 
     @property
     def root(self) -> str:
