@@ -4,7 +4,14 @@ A config file is YAML; every key can be overridden by an environment variable
 named ``UREPLICATOR_`` + the dotted key upper-cased with dots as underscores
 (``worker.commit_interval_s`` -> ``UREPLICATOR_WORKER_COMMIT_INTERVAL_S``).
 Client properties are maps: ``UREPLICATOR_SOURCE_PROPERTIES_SASL_PASSWORD``
-sets ``source.properties["sasl.password"]`` (underscores become dots).
+sets ``source.properties["sasl.password"]`` (underscores become dots), and
+``UREPLICATOR_CLUSTERS_<ALIAS>_PROPERTIES_SASL_PASSWORD`` the same in
+``clusters.<alias>.properties`` (the alias upper-cased, ``-`` as ``_``).
+
+A deployment declares its ``clusters`` and ``routes`` (docs/routes.md); a config
+without ``routes`` is one implicit route from ``source`` to ``destination`` with
+today's ZooKeeper paths and consumer group. :func:`route_view` gives the
+single-route ``Config`` one worker serves.
 
 Any problem raises :class:`common.errors.ConfigError` naming the key, so the
 process can stop with one message and exit status 2. ``docs/configuration.md``
@@ -18,12 +25,13 @@ import os
 import re
 import socket
 from collections.abc import Mapping
-from dataclasses import MISSING, dataclass, field, fields, is_dataclass
+from dataclasses import MISSING, dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from common import topology
 from common.errors import ConfigError
 
 ENV_PREFIX = "UREPLICATOR_"
@@ -96,6 +104,8 @@ class ControllerConfig:
 @dataclass(frozen=True)
 class WorkerConfig:
     id: str = ""
+    # The route this worker serves (``routes[].id``); empty: the deployment's only route.
+    route: str = ""
     metrics_host: str = "0.0.0.0"
     metrics_port: int = 0
     health_stall_s: float = 120.0  # /healthz fails when the loop has not turned for this long
@@ -114,9 +124,45 @@ class WorkerConfig:
     native_loop: str = "auto"
 
 
+# The route a config without ``routes`` stands for; a declared route with this id keeps its state
+# where that one keeps it (the pipeline's root and group), which is how a deployment migrates.
+IMPLICIT_ROUTE = "default"
+
+
+@dataclass(frozen=True)
+class RouteWorkers:
+    """``routes[].workers``: bounds on the workers a route gets (``max`` 0: no upper bound)."""
+
+    min: int = 1
+    max: int = 0
+
+
+@dataclass(frozen=True)
+class RouteConfig:
+    """One route: a source and a destination cluster (aliases), the naming and the forwarding policy."""
+
+    id: str
+    source: str
+    destination: str
+    topic_naming: str = "identity"  # identity | prefix | mapping
+    topic_mapping: Mapping[str, str] = field(default_factory=dict)
+    forward: str = "origin"  # origin | transit (docs/routes.md)
+    workers: RouteWorkers = field(default_factory=RouteWorkers)
+    # Several routes may write one identity-named topic only when they all say so.
+    shared: bool = False
+
+    def definition(self) -> dict[str, Any]:
+        """The JSON document of this route (ZooKeeper ``routes/<id>``, REST ``GET /routes/<id>``)."""
+        return _asdict(self)
+
+
 @dataclass(frozen=True)
 class Config:
-    """Everything one process needs; the controller ignores ``worker`` and vice versa."""
+    """Everything one process needs; the controller ignores ``worker`` and vice versa.
+
+    ``source``, ``destination``, ``forward`` and the controller's topic naming are those of one
+    route: the implicit one, the first declared one, or, in a :func:`route_view`, the route viewed.
+    """
 
     pipeline: str
     zookeeper: ZooKeeperConfig
@@ -129,19 +175,85 @@ class Config:
     # records mirrored into the source from elsewhere, except those from the destination itself
     # (today's single-pipeline behaviour, hence the default of the implicit route).
     forward: str = "transit"
+    clusters: Mapping[str, ClusterConfig] = field(default_factory=dict)
+    routes: tuple[RouteConfig, ...] = ()
+    # Set by route_view: the route whose paths and group ``root`` and ``consumer_group`` name.
+    route_id: str = ""
 
     @property
-    def root(self) -> str:
-        """The ZooKeeper path that holds this pipeline's state."""
+    def pipeline_root(self) -> str:
+        """The ZooKeeper path of the deployment: election, the route registry, the implicit route's state."""
         return f"{self.zookeeper.root.rstrip('/')}/{self.pipeline}"
 
     @property
+    def root(self) -> str:
+        """The ZooKeeper path that holds this route's state (the pipeline's own for the implicit route)."""
+        return route_root(self.pipeline_root, self.route_id)
+
+    @property
     def consumer_group(self) -> str:
-        return f"ureplicator.{self.pipeline}"
+        return route_group(self.pipeline, self.route_id)
+
+    @property
+    def declared_routes(self) -> bool:
+        """Whether the config declares ``routes`` (False: the one implicit route)."""
+        return not (len(self.routes) == 1 and self.routes[0].id == IMPLICIT_ROUTE)
 
     def redacted(self) -> dict[str, Any]:
         """A dict of this config safe to log: secrets replaced by ``***``."""
         return _redact(_asdict(self))
+
+
+def route_root(pipeline_root: str, route_id: str) -> str:
+    """Where a route keeps its topics, workers, assignments and status."""
+    if not route_id or route_id == IMPLICIT_ROUTE:
+        return pipeline_root
+    return f"{pipeline_root}/routes/{route_id}"
+
+
+def route_group(pipeline: str, route_id: str) -> str:
+    """The consumer group a route commits its source offsets in (ids have no '.', so names never clash)."""
+    if not route_id or route_id == IMPLICIT_ROUTE:
+        return f"ureplicator.{pipeline}"
+    return f"ureplicator.{pipeline}.{route_id}"
+
+
+def route_view(config: Config, route_id: str | None = None, route: RouteConfig | None = None) -> Config:
+    """The single-route ``Config`` that serves ``route_id``: its clusters, naming, forwarding, paths and group.
+
+    ``route_id`` empty: the deployment's only route (a ConfigError when there are several).
+    ``route`` is a definition read elsewhere (ZooKeeper) for a route the file does not declare;
+    its clusters must still be declared in the file (their secrets never go to ZooKeeper).
+    """
+    if route is None:
+        route = find_route(config, route_id or "")
+    for side in ("source", "destination"):
+        alias = getattr(route, side)
+        if alias not in config.clusters:
+            raise ConfigError(f"clusters.{alias}", f"route {route.id!r} needs cluster {alias!r}, which this config "
+                                                   f"does not declare (clusters: {', '.join(sorted(config.clusters))})")
+    return replace(
+        config,
+        source=config.clusters[route.source],
+        destination=config.clusters[route.destination],
+        forward=route.forward,
+        route_id=route.id,
+        controller=replace(config.controller, topic_naming=route.topic_naming, topic_mapping=route.topic_mapping),
+    )
+
+
+def find_route(config: Config, route_id: str) -> RouteConfig:
+    """The declared route ``route_id``; empty: the only route. ConfigError (key ``worker.route``) otherwise."""
+    ids = ", ".join(r.id for r in config.routes)
+    if not route_id:
+        if len(config.routes) != 1:
+            raise ConfigError("worker.route", f"this deployment has {len(config.routes)} routes ({ids}): "
+                                              "name the one to serve")
+        return config.routes[0]
+    for route in config.routes:
+        if route.id == route_id:
+            return route
+    raise ConfigError("worker.route", f"unknown route {route_id!r} (routes: {ids})")
 
 
 def is_secret(name: str) -> bool:
@@ -179,13 +291,15 @@ def _asdict(obj: Any) -> Any:
         return {f.name: _asdict(getattr(obj, f.name)) for f in fields(obj)}
     if isinstance(obj, Mapping):
         return {k: _asdict(v) for k, v in obj.items()}
+    if isinstance(obj, tuple | list):
+        return [_asdict(v) for v in obj]
     return obj
 
 
 # --- loading -------------------------------------------------------------------------------
 
 # Sub-sections inside a section (``controller.group_sync.*``), by field name and by annotation.
-_NESTED: dict[str, type] = {"group_sync": GroupSyncConfig}
+_NESTED: dict[str, type] = {"group_sync": GroupSyncConfig, "workers": RouteWorkers}
 _NESTED_BY_TYPE: dict[str, type] = {cls.__name__: cls for cls in _NESTED.values()}
 
 _SECTIONS: dict[str, type] = {
@@ -211,7 +325,7 @@ def from_dict(raw: Mapping[str, Any]) -> Config:
     """Validate a parsed config document into a :class:`Config`."""
     if not isinstance(raw, Mapping):
         raise ConfigError("<root>", "the config must be a mapping of keys to values")
-    known = {"pipeline", *_SECTIONS}
+    known = {"pipeline", "clusters", "routes", "forward", *_SECTIONS}
     for key in raw:
         if key not in known:
             raise ConfigError(str(key), f"unknown key (known: {', '.join(sorted(known))})")
@@ -220,9 +334,22 @@ def from_dict(raw: Mapping[str, Any]) -> Config:
     pipeline = _coerce("pipeline", "str", raw["pipeline"])
     if not _PIPELINE_RE.match(pipeline):
         raise ConfigError("pipeline", "use 1-100 characters of letters, digits, '.', '_' or '-'")
+    declared = raw.get("routes") is not None
+    if declared:
+        for key, why in (("source", "declare the clusters under clusters and the pair as a route "
+                                    f"(id {IMPLICIT_ROUTE!r} keeps this pipeline's ZooKeeper paths and group)"),
+                         ("destination", "declare it under clusters"),
+                         ("forward", "set forward on each route")):
+            if raw.get(key) is not None:
+                raise ConfigError(key, f"not used when routes are declared: {why}")
+        for key in ("topic_naming", "topic_mapping"):
+            if isinstance(raw.get("controller"), Mapping) and key in raw["controller"]:
+                raise ConfigError(f"controller.{key}", "not used when routes are declared: set it on each route")
     sections: dict[str, Any] = {}
     for name, cls in _SECTIONS.items():
         value = raw.get(name)
+        if declared and name in ("source", "destination"):
+            continue
         if value is None:
             if name in ("zookeeper", "source", "destination"):
                 raise ConfigError(name, "missing required section")
@@ -230,9 +357,111 @@ def from_dict(raw: Mapping[str, Any]) -> Config:
         if not isinstance(value, Mapping):
             raise ConfigError(name, f"expected a mapping, got {_describe(value)}")
         sections[name] = _build(cls, name, value)
-    config = Config(pipeline=pipeline, **sections)
+    clusters = _clusters(raw.get("clusters"))
+    forward = "transit"
+    if declared:
+        routes = _routes(raw["routes"])
+        for i, route in enumerate(routes):
+            for side in ("source", "destination"):
+                if getattr(route, side) not in clusters:
+                    raise ConfigError(f"routes[{i}].{side}", f"route {route.id!r}: unknown cluster alias "
+                                      f"{getattr(route, side)!r} (clusters: {', '.join(sorted(clusters)) or 'none'})")
+        # The first route fills the single-route fields, so code that reads them sees one consistent route.
+        first = routes[0]
+        sections["source"], sections["destination"] = clusters[first.source], clusters[first.destination]
+        sections["controller"] = replace(sections["controller"], topic_naming=first.topic_naming,
+                                         topic_mapping=first.topic_mapping)
+        forward = first.forward
+    else:
+        if raw.get("forward") is not None:
+            forward = _coerce("forward", "str", raw["forward"])
+        if sections["source"].alias == sections["destination"].alias:
+            raise ConfigError("destination.alias", "must differ from source.alias (provenance uses it)")
+        for name in ("source", "destination"):
+            cluster = sections[name]
+            other = clusters.get(cluster.alias)
+            if other is not None and other.bootstrap_servers != cluster.bootstrap_servers:
+                raise ConfigError(f"clusters.{cluster.alias}", f"is also {name}.alias, with other bootstrap_servers")
+            clusters[cluster.alias] = cluster
+        routes = ()
+    config = Config(pipeline=pipeline, **sections, forward=forward, clusters=clusters, routes=routes)
+    if not declared:
+        config = replace(config, routes=(_implicit(config),))
     _check(config)
+    _check_routes(config)
     return config
+
+
+def _implicit(config: Config) -> RouteConfig:
+    """The one route of a config without ``routes``: today's pipeline."""
+    return RouteConfig(
+        id=IMPLICIT_ROUTE, source=config.source.alias, destination=config.destination.alias,
+        topic_naming=config.controller.topic_naming, topic_mapping=config.controller.topic_mapping,
+        forward=config.forward,
+    )
+
+
+def _clusters(value: Any) -> dict[str, ClusterConfig]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ConfigError("clusters", f"expected a mapping of alias to cluster, got {_describe(value)}")
+    clusters: dict[str, ClusterConfig] = {}
+    for alias, body in value.items():
+        key = f"clusters.{alias}"
+        if not isinstance(alias, str) or not _ALIAS_RE.match(alias):
+            raise ConfigError(key, "an alias is 1-64 letters, digits, '_' or '-'")
+        if not isinstance(body, Mapping):
+            raise ConfigError(key, f"expected a mapping with bootstrap_servers, got {_describe(body)}")
+        if "alias" in body:
+            raise ConfigError(f"{key}.alias", "the alias is the key of clusters")
+        clusters[alias] = _build(ClusterConfig, key, {**body, "alias": alias})
+    return clusters
+
+
+def _routes(value: Any) -> tuple[RouteConfig, ...]:
+    if not isinstance(value, list) or not value:
+        raise ConfigError("routes", f"expected a non-empty list of routes, got {_describe(value)}")
+    routes = []
+    for i, body in enumerate(value):
+        if not isinstance(body, Mapping):
+            raise ConfigError(f"routes[{i}]", f"expected a mapping, got {_describe(body)}")
+        routes.append(parse_route(body, f"routes[{i}]"))
+    return tuple(routes)
+
+
+def parse_route(body: Mapping[str, Any], key: str = "route") -> RouteConfig:
+    """A route definition from YAML, REST or ZooKeeper; ConfigError names the key at fault."""
+    route = _build(RouteConfig, key, body)
+    if not topology.ROUTE_ID_RE.match(route.id):
+        raise ConfigError(f"{key}.id", f"route id {route.id!r}: use 1-64 letters, digits, '_' or '-'")
+    if route.forward not in topology.FORWARD_POLICIES:
+        raise ConfigError(f"{key}.forward", f"must be 'origin' or 'transit', got {route.forward!r}")
+    if route.topic_naming not in topology.TOPIC_NAMINGS:
+        raise ConfigError(f"{key}.topic_naming",
+                          f"must be 'identity', 'prefix' or 'mapping', got {route.topic_naming!r}")
+    for src, dst in route.topic_mapping.items():
+        if not _TOPIC_RE.match(src) or not _TOPIC_RE.match(dst):
+            raise ConfigError(f"{key}.topic_mapping.{src}", "source and destination must be Kafka topic names")
+    if route.workers.min < 0 or route.workers.max < 0:
+        raise ConfigError(f"{key}.workers", "min and max must not be negative (max 0: no upper bound)")
+    if route.workers.max and route.workers.min > route.workers.max:
+        raise ConfigError(f"{key}.workers", f"min {route.workers.min} is above max {route.workers.max}")
+    return route
+
+
+def check_topology(clusters: Mapping[str, ClusterConfig], routes: tuple[RouteConfig, ...] | list[RouteConfig]) -> None:
+    """The topology check over ``routes``: ConfigError naming the problem (the REST API gives the same message)."""
+    try:
+        topology.check(routes, {alias: _servers(c.bootstrap_servers) for alias, c in clusters.items()})
+    except topology.TopologyError as exc:
+        raise ConfigError(exc.key, exc.message) from None
+
+
+def _check_routes(config: Config) -> None:
+    if config.worker.route:
+        find_route(config, config.worker.route)
+    check_topology(config.clusters, config.routes)
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
@@ -267,7 +496,12 @@ def _apply_env(raw: dict[str, Any], env: Mapping[str, str]) -> None:
         suffix = name[len(ENV_PREFIX):]
         if suffix in fixed:
             path = fixed[suffix]
-            parsed = value if path[-1] in ("id", "alias", "admin_token", "auth") else _scalar(value)
+            parsed = value if path[-1] in ("id", "route", "alias", "admin_token", "auth") else _scalar(value)
+        elif suffix.startswith("CLUSTERS_"):
+            found = _cluster_env(suffix[len("CLUSTERS_"):], raw.get("clusters"))
+            if found is None:
+                continue
+            path, parsed = found, value
         else:
             match = re.match(r"^(SOURCE|DESTINATION)_PROPERTIES_(.+)$", suffix)
             if not match:
@@ -282,6 +516,28 @@ def _apply_env(raw: dict[str, Any], env: Mapping[str, str]) -> None:
                 node[part] = child
             node = child
         node[path[-1]] = parsed
+
+
+def _cluster_env(rest: str, declared: Any) -> tuple[str, ...] | None:
+    """``<ALIAS>_BOOTSTRAP_SERVERS`` or ``<ALIAS>_PROPERTIES_<NAME>`` -> the key path in ``clusters``.
+
+    Aliases declared in the file are matched as written (upper-cased, '-' as '_'), longest first,
+    so an alias may hold '_'; an alias only the environment names is lower-cased and has no '_'.
+    """
+    aliases = sorted(declared, key=len, reverse=True) if isinstance(declared, Mapping) else []
+    candidates = [(alias, rest[len(alias) + 1:]) for alias in aliases
+                  if rest.startswith(str(alias).upper().replace("-", "_") + "_")]
+    if not candidates:
+        head, sep, tail = rest.partition("_")
+        if not sep:
+            return None
+        candidates = [(head.lower(), tail)]
+    for alias, tail in candidates:
+        if tail == "BOOTSTRAP_SERVERS":
+            return ("clusters", str(alias), "bootstrap_servers")
+        if tail.startswith("PROPERTIES_") and len(tail) > len("PROPERTIES_"):
+            return ("clusters", str(alias), "properties", tail[len("PROPERTIES_"):].lower().replace("_", "."))
+    return None
 
 
 def _scalar(text: str) -> Any:
@@ -357,12 +613,15 @@ def _describe(value: Any, key: str = "") -> str:
 
 def _check(config: Config) -> None:
     """Cross-field and range checks that a type alone cannot express."""
-    for name in ("source", "destination"):
-        cluster: ClusterConfig = getattr(config, name)
+    keyed = {"source": config.source, "destination": config.destination} if not config.declared_routes else {}
+    keyed.update({f"clusters.{alias}": c for alias, c in config.clusters.items() if c not in keyed.values()})
+    for name, cluster in keyed.items():
         if not _ALIAS_RE.match(cluster.alias):
             raise ConfigError(f"{name}.alias", "use 1-64 letters, digits, '_' or '-'")
         if "bootstrap.servers" in cluster.properties:
             raise ConfigError(f"{name}.properties.bootstrap.servers", f"set {name}.bootstrap_servers instead")
+    if config.forward not in topology.FORWARD_POLICIES:
+        raise ConfigError("forward", f"must be 'origin' or 'transit', got {config.forward!r}")
     if config.source.alias == config.destination.alias:
         raise ConfigError("destination.alias", "must differ from source.alias (provenance uses it)")
     if not config.zookeeper.root.startswith("/"):

@@ -301,7 +301,7 @@ def test_chart_config_keys_are_exactly_the_loaders() -> None:
     schema = json.loads((CHART / "values.schema.json").read_text())["properties"]
     chart_set = {
         "controller": {"rest_port", "admin_token", "verification_dir"},  # ports, Secret, reports mount
-        "worker": {"id", "metrics_port"},  # pod name, containerPorts.metrics
+        "worker": {"id", "metrics_port", "route"},  # pod name, containerPorts.metrics, the pool's route
     }
     loader = {"controller": config.ControllerConfig, "worker": config.WorkerConfig}
     for component, section in loader.items():
