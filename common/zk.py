@@ -19,7 +19,7 @@ from kazoo.security import ACL, Permissions, make_acl, make_digest_acl
 from common import logs
 from common.config import Config
 from common.errors import ClusterUnavailable, ConfigError, UReplicatorError
-from common.zkschema import Assignment, Paths, SchemaError, TopicRecord, WorkerStatus
+from common.zkschema import Assignment, Paths, RouteRecord, SchemaError, TopicRecord, WorkerStatus
 
 log = logs.get(__name__)
 T = TypeVar("T")
@@ -293,3 +293,62 @@ def write_assignments(
     for worker in sorted(removed):
         tx.delete(paths.assignment(worker))
     commit(tx, "writing assignments", fenced=fence is not None)
+
+
+# --- routes --------------------------------------------------------------------------------
+
+
+def read_routes(client: KazooClient, paths: Paths) -> dict[str, RouteRecord]:
+    """The route registry under the pipeline root ``paths``; records that do not decode are skipped."""
+    try:
+        return _read_children(client, paths.routes, RouteRecord.decode, "route_record_unreadable")
+    except NoNodeError:
+        return {}
+
+
+def route_state(data: bytes | None) -> str:
+    """``active`` or ``paused`` from a registry node's data (unreadable: active, the safe default)."""
+    try:
+        return RouteRecord.decode(data or b"").state
+    except SchemaError:
+        return "active"
+
+
+def create_route(client: KazooClient, paths: Paths, record: RouteRecord, state_root: str) -> bool:
+    """Register a route and create its state's parent nodes in one write; False when the id is taken.
+
+    ``state_root`` is where the route keeps its state: its registry node, or the pipeline root
+    for the route that keeps the pipeline's own state (its parents exist already).
+    """
+    client.ensure_path(paths.routes)
+    node = paths.route(record.id)
+    tx = client.transaction()
+    tx.create(node, record.encode())
+    if state_root == node:
+        created = {node}
+        for parent in Paths(state_root).all_parents():
+            for step in _steps(node, parent):
+                if step not in created:
+                    created.add(step)
+                    tx.create(step)
+    results = tx.commit()
+    if not any(isinstance(r, Exception) for r in results):
+        return True
+    if isinstance(results[0], NodeExistsError):
+        return False
+    raise TransactionFailed(f"registering route {record.id!r}: {', '.join(type(r).__name__ for r in results)}")
+
+
+def _steps(base: str, path: str) -> list[str]:
+    """The nodes from below ``base`` down to ``path``, parents first."""
+    parts = path[len(base):].strip("/").split("/")
+    return [f"{base}/{'/'.join(parts[: i + 1])}" for i in range(len(parts))]
+
+
+def update_route(client: KazooClient, paths: Paths, record: RouteRecord) -> None:
+    client.set(paths.route(record.id), record.encode())
+
+
+def delete_route(client: KazooClient, paths: Paths, route_id: str) -> None:
+    """Drop a route from the registry together with the state under its node (topics, assignments...)."""
+    client.delete(paths.route(route_id), recursive=True)

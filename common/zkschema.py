@@ -13,6 +13,9 @@ agree on one encoding. Layout (root ``<zookeeper.root>/<pipeline>``)::
     workers/<worker-id>         EPHEMERAL WorkerInfo
     assignments/<worker-id>     Assignment written by the leader
     status/<worker-id>          EPHEMERAL WorkerStatus written by the worker
+    routes/<id>                 RouteRecord (the deployment's route registry, at the pipeline root);
+                                a declared route's own state (the nodes above) lives under it,
+                                the implicit route's ("default") at the pipeline root itself
 """
 
 from __future__ import annotations
@@ -95,6 +98,14 @@ class Paths:
     def rebalance_request(self) -> str:
         return f"{self.admin}/rebalance"
 
+    @property
+    def routes(self) -> str:
+        """The route registry (meaningful under the pipeline root)."""
+        return f"{self.root}/routes"
+
+    def route(self, route_id: str) -> str:
+        return f"{self.routes}/{route_id}"
+
     def blacklisted_worker(self, worker_id: str) -> str:
         return f"{self.blacklist_workers}/{worker_id}"
 
@@ -153,6 +164,39 @@ class TopicRecord:
             raise SchemaError(f"topic record lacks or mistypes {exc}") from None
         if record.state not in ("active", "paused"):
             raise SchemaError(f"topic record has unknown state {record.state!r}")
+        return record
+
+
+@dataclass(frozen=True)
+class RouteRecord:
+    """A route in the registry: its definition (``common.config.RouteConfig.definition``) and run state."""
+
+    definition: dict[str, Any]
+    state: str = "active"  # active | paused
+    declared_in: str = "api"  # config | api: where it was declared first
+    created_at: str = ""
+
+    @property
+    def id(self) -> str:
+        return str(self.definition.get("id", ""))
+
+    def encode(self) -> bytes:
+        return _dump(asdict(self))
+
+    @classmethod
+    def decode(cls, data: bytes) -> RouteRecord:
+        doc = _load(data, "route record")
+        try:
+            record = cls(
+                definition=dict(doc["definition"]),
+                state=str(doc.get("state", "active")),
+                declared_in=str(doc.get("declared_in", "api")),
+                created_at=str(doc.get("created_at", "")),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise SchemaError(f"route record lacks or mistypes {exc}") from None
+        if record.state not in ("active", "paused"):
+            raise SchemaError(f"route record has unknown state {record.state!r}")
         return record
 
 

@@ -14,21 +14,21 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from confluent_kafka import KafkaException, TopicPartition
-from flask import Blueprint, Flask, Response, current_app, jsonify, request
+from flask import Blueprint, Flask, Response, current_app, g, jsonify, request
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from werkzeug.exceptions import HTTPException
 
 from common import httpserve, logs, zk
-from common.config import Config
-from common.errors import ClusterUnavailable, UReplicatorError
+from common.config import Config, RouteConfig, route_view
+from common.errors import ClusterUnavailable, ConfigError, UReplicatorError
 from common.zkschema import Paths, RateLimit, SchemaError, TopicRecord, valid_topic_name, valid_worker_id
 from controller import topics
-from controller.leader import Leadership, autobalancing
+from controller.leader import LeaderState, autobalancing
 from controller.openapi import document
 
 log = logs.get(__name__)
@@ -41,22 +41,111 @@ class ApiError(Exception):
         self.message = message
 
 
+class _Reconciler(Protocol):
+    state: LeaderState
+
+    def request_reconcile(self) -> None: ...
+
+
 @dataclass
-class Controller:
-    """What the API needs from the running controller process."""
+class _Idle:
+    """A route's loop on a replica that does not lead: nothing to wake, nothing withheld."""
+
+    state: LeaderState = field(default_factory=LeaderState)
+
+    def request_reconcile(self) -> None:
+        pass
+
+
+@dataclass
+class RouteContext:
+    """What a route-scoped endpoint works with: one route's config view, clients and loop."""
 
     config: Config
     zk: KazooClient
-    leadership: Leadership
+    leadership: _Reconciler
+    source_admin: Any
+    destination_admin: Any
+    source_consumer: Any = None
+    consumer_lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def paths(self) -> Paths:
+        return Paths(self.config.root)
+
+
+@dataclass
+class Controller:
+    """What the API needs from the running controller process.
+
+    ``config`` is normalised to a view of the deployment's first route (for today's
+    configs: the implicit route, identical to the file); ``source_admin``,
+    ``destination_admin`` and ``source_consumer`` are that route's. Other routes get a
+    :class:`RouteContext` from :meth:`route_context`, with clients from ``admins_for``
+    (cluster alias -> AdminClient) and ``consumer_for`` (route config -> Consumer).
+    """
+
+    config: Config
+    zk: KazooClient
+    leadership: Any  # Leadership, or a controller.routeset.RouteSet
     source_admin: Any
     destination_admin: Any
     source_consumer: Any = None  # group ureplicator.<pipeline>: reads committed offsets, never commits
     consumer_lock: threading.Lock = field(default_factory=threading.Lock)
     extra_blueprints: list[Blueprint] = field(default_factory=list)
+    admins_for: Callable[[str], Any] | None = None
+    consumer_for: Callable[[Config], Any] | None = None
+    _consumers: dict[str, tuple[Any, threading.Lock]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.config is not None and not self.config.route_id:
+            self.config = route_view(self.config, route=self.config.routes[0])
 
     @property
     def paths(self) -> Paths:
         return Paths(self.config.root)
+
+    @property
+    def pipeline_paths(self) -> Paths:
+        return Paths(self.config.pipeline_root)
+
+    def routes(self) -> dict[str, tuple[RouteConfig, Any]]:
+        from controller.routeset import registry
+
+        return registry(self.config, self.zk)
+
+    def route_context(self, route_id: str | None) -> Any:
+        """The route an endpoint works on: named, or the only one (a 400 listing them when there are several)."""
+        routes = self.routes()
+        if route_id is None:
+            if len(routes) != 1:
+                raise ApiError(400, f"this deployment has {len(routes)} routes ({', '.join(sorted(routes))}): name "
+                                    "one with /routes/<id>/..., ?route=<id> or ?src=<alias>&dst=<alias>")
+            route_id = next(iter(routes))
+        if route_id not in routes:
+            raise ApiError(404, f"unknown route {route_id!r} (routes: {', '.join(sorted(routes))})")
+        route_loop = getattr(self.leadership, "route", None)
+        if route_id == self.config.route_id:
+            if route_loop is None:
+                return self  # a single Leadership: today's objects
+            return RouteContext(self.config, self.zk, route_loop(route_id) or _Idle(), self.source_admin,
+                                self.destination_admin, self.source_consumer, self.consumer_lock)
+        try:
+            view = route_view(self.config, route=routes[route_id][0])
+        except ConfigError as exc:
+            raise ApiError(409, f"route {route_id!r} cannot be served by this controller: {exc.reason}") from None
+        if self.admins_for is None:
+            raise ApiError(503, f"this controller has no Kafka clients for route {route_id!r}")
+        consumer, lock = self._consumer(view)
+        loop = (route_loop(route_id) if route_loop else None) or _Idle()
+        return RouteContext(view, self.zk, loop, self.admins_for(view.source.alias),
+                            self.admins_for(view.destination.alias), consumer, lock)
+
+    def _consumer(self, view: Config) -> tuple[Any, threading.Lock]:
+        if view.route_id not in self._consumers:
+            consumer = self.consumer_for(view) if self.consumer_for else None
+            self._consumers[view.route_id] = (consumer, threading.Lock())
+        return self._consumers[view.route_id]
 
 
 def create_app(controller: Controller) -> Flask:
@@ -64,8 +153,14 @@ def create_app(controller: Controller) -> Flask:
     app.config["controller"] = controller
     app.json.sort_keys = False  # type: ignore[attr-defined]
     app.url_map.strict_slashes = False
-    for blueprint in (_topics, _instances, _offsets, _admin, _meta, *controller.extra_blueprints):
+    from controller import routes_api  # it builds on this module's errors and guards
+
+    for blueprint in (_topics, _instances, _offsets, _admin, _meta, routes_api.blueprint,
+                      *controller.extra_blueprints):
         app.register_blueprint(blueprint)
+    for blueprint in _ROUTE_SCOPED:  # every route's endpoints, also under /routes/<id>/
+        app.register_blueprint(blueprint, url_prefix="/routes/<route_id>", name=f"route_{blueprint.name}")
+    app.url_value_preprocessor(_pop_route)
     app.register_error_handler(ApiError, _api_error)
     app.register_error_handler(topics.TopicError, lambda exc: _error(exc.status, str(exc)))
     app.register_error_handler(HTTPException, _http_error)
@@ -82,6 +177,28 @@ def serve(app: Flask, host: str, port: int, timeout_s: int = 30) -> httpserve.Se
 
 def _ctl() -> Controller:
     return current_app.config["controller"]
+
+
+def _pop_route(endpoint: str | None, values: dict[str, Any] | None) -> None:
+    if values and "route_id" in values and endpoint and endpoint.startswith("route_"):
+        g.route_id = values.pop("route_id")
+
+
+def _rt() -> Any:
+    """The route this request works on: ``/routes/<id>/...``, ``?route=<id>``, ``?src=&dst=``, or the only one."""
+    if "route" not in g:
+        ctl = _ctl()
+        route_id = g.get("route_id") or request.args.get("route")
+        src, dst = request.args.get("src"), request.args.get("dst")
+        if route_id is None and (src or dst):
+            if not (src and dst):
+                raise ApiError(400, "name a route by both src and dst (cluster aliases)")
+            matches = [r.id for r, _ in ctl.routes().values() if (r.source, r.destination) == (src, dst)]
+            if not matches:
+                raise ApiError(404, f"no route from {src!r} to {dst!r}")
+            route_id = matches[0]
+        g.route = ctl.route_context(route_id)
+    return g.route
 
 
 def _error(status: int, message: str) -> tuple[Any, int]:
@@ -167,7 +284,7 @@ def _worker_name(value: object) -> str:
 
 
 def _record(topic: str) -> TopicRecord:
-    ctl = _ctl()
+    ctl = _rt()
     record = zk.read_topic(ctl.zk, ctl.paths, _topic_name(topic))
     if record is None:
         raise ApiError(404, f"topic {topic!r} is not mirrored")
@@ -175,7 +292,7 @@ def _record(topic: str) -> TopicRecord:
 
 
 def _wake() -> None:
-    _ctl().leadership.request_reconcile()
+    _rt().leadership.request_reconcile()
 
 
 # --- topics --------------------------------------------------------------------------------
@@ -185,13 +302,13 @@ _topics = Blueprint("topics", __name__)
 
 @_topics.get("/topics")
 def list_topics() -> Any:
-    ctl = _ctl()
+    ctl = _rt()
     records = zk.read_topics(ctl.zk, ctl.paths)
     return jsonify({"topics": [asdict(r) for _, r in sorted(records.items())]})
 
 
 def _add(topic: str, body: dict[str, Any]) -> Any:
-    ctl = _ctl()
+    ctl = _rt()
     destination = body.get("destination")
     if destination is not None:
         destination = _topic_name(destination, "destination")
@@ -221,7 +338,7 @@ def add_named_topic(topic: str) -> Any:
 @requires_admin
 def expand_topic() -> Any:
     """Grow a mirrored topic after its source grew: ``{"topic": "t", "numPartitions": 16}``."""
-    ctl = _ctl()
+    ctl = _rt()
     body = _json_body()
     topic = _topic_name(body.get("topic"))
     record = topics.expand(ctl.config, ctl.zk, ctl.source_admin, ctl.destination_admin, topic,
@@ -232,7 +349,7 @@ def expand_topic() -> Any:
 
 @_topics.get("/topics/<topic>")
 def show_topic(topic: str) -> Any:
-    ctl = _ctl()
+    ctl = _rt()
     record = _record(topic)
     owners = {
         tp: worker
@@ -258,7 +375,7 @@ def show_topic(topic: str) -> Any:
 @requires_admin
 def remove_topic(topic: str) -> Any:
     """Stop mirroring; the destination topic and its data stay."""
-    ctl = _ctl()
+    ctl = _rt()
     # Blacklisted in the same write, so that auto-whitelisting never re-adds what an operator removed.
     try:
         removed = zk.remove_topic(ctl.zk, ctl.paths, _topic_name(topic))
@@ -277,7 +394,7 @@ def pause_or_resume(topic: str, action: str) -> Any:
     if action not in ("pause", "resume"):
         raise ApiError(404, f"unknown topic action {action!r} (use pause or resume)")
     _record(topic)
-    record = topics.set_state(_ctl().config, _ctl().zk, topic, "paused" if action == "pause" else "active")
+    record = topics.set_state(_rt().config, _rt().zk, topic, "paused" if action == "pause" else "active")
     _wake()
     return jsonify(asdict(record))
 
@@ -289,7 +406,7 @@ _instances = Blueprint("instances", __name__)
 
 @_instances.get("/instances")
 def list_instances() -> Any:
-    ctl = _ctl()
+    ctl = _rt()
     workers = zk.live_workers(ctl.zk, ctl.paths)
     blacklisted = sorted(ctl.zk.get_children(ctl.paths.blacklist_workers))
     assignments = zk.read_assignments(ctl.zk, ctl.paths)
@@ -315,7 +432,7 @@ def list_instances() -> Any:
 @requires_admin
 def rebalance_now() -> Any:
     """Ask the leader to rebalance now (also when auto-balancing is off)."""
-    ctl = _ctl()
+    ctl = _rt()
     _put(ctl, ctl.paths.rebalance_request, str(time.time()).encode())
     _wake()
     return jsonify({"rebalance": "requested"}), 202
@@ -324,7 +441,7 @@ def rebalance_now() -> Any:
 @_instances.post("/instances/<worker>")
 @requires_admin
 def whitelist_worker(worker: str) -> Any:
-    ctl = _ctl()
+    ctl = _rt()
     try:
         ctl.zk.delete(ctl.paths.blacklisted_worker(_worker_name(worker)))
     except NoNodeError:
@@ -337,7 +454,7 @@ def whitelist_worker(worker: str) -> Any:
 @requires_admin
 def blacklist_worker(worker: str) -> Any:
     """Drain a worker: its partitions are handed off gracefully and it gets no new ones."""
-    ctl = _ctl()
+    ctl = _rt()
     name = _worker_name(worker)
     if name not in zk.live_workers(ctl.zk, ctl.paths):
         raise ApiError(404, f"worker {worker!r} is not registered")
@@ -352,7 +469,7 @@ def blacklist_worker(worker: str) -> Any:
 @_instances.get("/validation")
 def validation() -> Any:
     """Desired (written) vs applied (status) assignment per worker."""
-    ctl = _ctl()
+    ctl = _rt()
     assignments = zk.read_assignments(ctl.zk, ctl.paths)
     statuses = zk.read_statuses(ctl.zk, ctl.paths)
     rows, mismatched = [], 0
@@ -387,7 +504,7 @@ _offsets = Blueprint("offsets", __name__)
 
 
 def _offset_rows(pairs: list[tuple[str, int]]) -> list[dict[str, Any]]:
-    ctl = _ctl()
+    ctl = _rt()
     if ctl.source_consumer is None:
         raise ApiError(503, "no source consumer configured")
     rows = []
@@ -413,7 +530,7 @@ def _offset_rows(pairs: list[tuple[str, int]]) -> list[dict[str, Any]]:
 
 @_offsets.get("/offset")
 def all_offsets() -> Any:
-    ctl = _ctl()
+    ctl = _rt()
     pairs = [(name, p) for name, r in sorted(zk.read_topics(ctl.zk, ctl.paths).items()) for p in range(r.partitions)]
     rows = _offset_rows(pairs) if pairs else []
     return jsonify({"group": ctl.config.consumer_group, "offsets": rows, "total_lag": sum(r["lag"] for r in rows)})
@@ -424,14 +541,14 @@ def one_offset(topic: str, partition: str) -> Any:
     record = _record(topic)
     if not partition.isdigit() or int(partition) >= record.partitions:
         raise ApiError(404, f"topic {topic!r} has no partition {partition!r}")
-    return jsonify({"group": _ctl().config.consumer_group, **_offset_rows([(topic, int(partition))])[0]})
+    return jsonify({"group": _rt().config.consumer_group, **_offset_rows([(topic, int(partition))])[0]})
 
 
 @_offsets.get("/noprogress")
 def no_progress() -> Any:
     """Partitions with lag whose position has not moved for ``controller.noprogress_threshold_s``,
     and active partitions no worker reports owning."""
-    ctl = _ctl()
+    ctl = _rt()
     threshold = ctl.config.controller.noprogress_threshold_s
     now = time.time()
     statuses = zk.read_statuses(ctl.zk, ctl.paths)
@@ -462,7 +579,7 @@ _admin = Blueprint("admin", __name__)
 
 @_admin.get("/blacklist")
 def get_blacklist() -> Any:
-    ctl = _ctl()
+    ctl = _rt()
     parts = []
     for entry in sorted(ctl.zk.get_children(ctl.paths.blacklist_partitions)):
         topic, _, partition = entry.rpartition(":")
@@ -478,7 +595,7 @@ def get_blacklist() -> Any:
 @requires_admin
 def change_blacklist() -> Any:
     """``{"topic": t, "partition": p?, "op": "blacklist"|"whitelist"}`` (query parameters work too)."""
-    ctl = _ctl()
+    ctl = _rt()
     body = _json_body(optional=True) or dict(request.args)
     op = body.get("op")
     if op not in ("blacklist", "whitelist"):
@@ -507,7 +624,7 @@ _ADMIN_POST = ("enable_autobalancing", "disable_autobalancing", "rate_limit")
 
 @_admin.get("/admin/<op>")
 def admin_get(op: str) -> Any:
-    ctl = _ctl()
+    ctl = _rt()
     if op not in _ADMIN_GET:
         raise ApiError(404, f"unknown admin operation {op!r} (GET: {', '.join(_ADMIN_GET)})")
     if op == "autobalancing_status":
@@ -531,7 +648,7 @@ def admin_get(op: str) -> Any:
 @_admin.post("/admin/<op>")
 @requires_admin
 def admin_post(op: str) -> Any:
-    ctl = _ctl()
+    ctl = _rt()
     if op not in _ADMIN_POST:
         raise ApiError(404, f"unknown admin operation {op!r} (POST: {', '.join(_ADMIN_POST)})")
     if op == "rate_limit":
@@ -548,18 +665,21 @@ def admin_post(op: str) -> Any:
     return jsonify({"autobalancing": enabled})
 
 
-def _put(ctl: Controller, path: str, data: bytes) -> None:
+def _put(ctl: Any, path: str, data: bytes) -> None:
     try:
         ctl.zk.set(path, data)
     except NoNodeError:
         ctl.zk.create(path, data, makepath=True)
 
 
-def _rate_limit(ctl: Controller) -> RateLimit:
+def _rate_limit(ctl: Any) -> RateLimit:
     try:
         return RateLimit.decode(ctl.zk.get(ctl.paths.rate_limit)[0])
     except (NoNodeError, SchemaError):
         return RateLimit(ctl.config.worker.max_records_per_s, ctl.config.worker.max_bytes_per_s)
+
+
+_ROUTE_SCOPED = (_topics, _instances, _offsets, _admin)
 
 
 # --- health, metrics, OpenAPI --------------------------------------------------------------

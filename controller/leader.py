@@ -55,9 +55,12 @@ class Snapshot:
     statuses: dict[str, WorkerStatus]
     written: dict[str, Assignment]
     autobalancing: bool = True
+    paused: bool = False  # the whole route is paused (POST /routes/<id>/pause): nothing is assigned
 
     def partitions(self) -> set[TopicPartition]:
         """Active partitions to assign: of active topics, minus blacklisted partitions."""
+        if self.paused:
+            return set()
         return {
             (name, p)
             for name, record in self.topics.items()
@@ -78,7 +81,13 @@ class Plan:
 
 
 class Leadership:
-    """Contend for leadership in a background thread; reconcile while leader."""
+    """Contend for leadership in a background thread; reconcile while leader.
+
+    With ``elect=False`` it only reconciles one route when told to: a
+    :class:`controller.routeset.RouteSet` holds the election and calls :meth:`run_term`
+    for each route on a thread of its own. ``route_node`` is the route's registry node,
+    read each round for its state (a paused route assigns nothing).
+    """
 
     def __init__(
         self,
@@ -87,12 +96,16 @@ class Leadership:
         identifier: str,
         admins: tuple[Any, Any] | None = None,
         metrics: ControllerMetrics | None = None,
+        elect: bool = True,
+        route_node: str | None = None,
     ) -> None:
         self._config = config
         self._client = client
         self._paths = Paths(config.root)
         self._identifier = identifier
-        self._election = client.Election(self._paths.election, identifier)
+        self._route_node = route_node
+        self._election = client.Election(self._paths.election, identifier) if elect else None
+        self.fenced = False  # the last term ended because the fence check failed
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._connected = threading.Event()
@@ -112,9 +125,14 @@ class Leadership:
         self._withheld_since: dict[TopicPartition, float] = {}
         self._rebalance_seen: bytes | None = None
         self._force_rebalance = False
-        self._log = logs.get(__name__, pipeline=config.pipeline, controller=identifier)
+        self._log = logs.get(__name__, pipeline=config.pipeline, controller=identifier,
+                             **({"route": config.route_id} if config.route_id else {}))
         self._thread = threading.Thread(target=self._contend, name="leader-election", daemon=True)
         client.add_listener(self._on_connection)
+
+    def close(self) -> None:
+        """Stop listening to the session (a route removed while this replica leads)."""
+        self._client.remove_listener(self._on_connection)
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -124,13 +142,16 @@ class Leadership:
     def stop(self, timeout_s: float = 10.0) -> None:
         self._stop.set()
         self._wake.set()
-        self._election.cancel()
-        self._thread.join(timeout_s)
+        if self._election is not None:
+            self._election.cancel()
+            self._thread.join(timeout_s)
 
     def request_reconcile(self) -> None:
         self._wake.set()
 
     def leader_id(self) -> str | None:
+        if self._election is None:
+            return None
         try:
             contenders = self._election.contenders()
         except KazooException:
@@ -170,27 +191,31 @@ class Leadership:
                 time.sleep(0.2)
 
     def _lead(self) -> None:
+        self.run_term(f"{self._election.lock.path}/{self._election.lock.node}", threading.Event())
+
+    def run_term(self, fence: str, term_over: threading.Event) -> None:
+        """Reconcile until ``term_over``, stop, a lost session or a failed fence (then ``fenced``)."""
         self._session_lost.clear()
+        self.fenced = False
         self._last_desired = {}  # a new term starts from what ZooKeeper holds
         self._last_balance = time.time()
-        fence = f"{self._election.lock.path}/{self._election.lock.node}"
         self.state.is_leader = True
         self.metrics.leader.set(1)
         self._log.info("leadership_acquired", fence=fence)
         self._watch()
-        term_over = threading.Event()
         syncer = None
         if self._admins is not None:
             syncer = threading.Thread(target=self._sync_topics, args=(term_over,), name="topic-sync", daemon=True)
             syncer.start()
         try:
-            while not self._stop.is_set() and not self._session_lost.is_set():
+            while not self._stop.is_set() and not self._session_lost.is_set() and not term_over.is_set():
                 if self._connected.is_set():
                     try:
                         self._reconcile(fence)
                     except zk.Fenced as exc:
                         # Our election node is gone: someone else may lead now.
                         self._log.warning("leadership_fenced", error=str(exc))
+                        self.fenced = True
                         return
                     except zk.TransactionFailed as exc:
                         # A worker came or went between our read and our write: plan again.
@@ -235,6 +260,8 @@ class Leadership:
             self._client.ChildrenWatch(path, self._signal_children)
         self._client.ChildrenWatch(self._paths.status, self._signal_status)
         self._client.DataWatch(self._paths.rebalance_request, self._on_rebalance_request)
+        if self._route_node is not None:  # pause/resume of the route
+            self._client.DataWatch(self._route_node, lambda data, stat: self._signal_children([]))
 
     def _on_rebalance_request(self, data: bytes | None, stat: object) -> bool:
         if data is not None and data != self._rebalance_seen:
@@ -283,7 +310,17 @@ class Leadership:
             statuses=zk.read_statuses(client, paths),
             written=zk.read_assignments(client, paths),
             autobalancing=self._autobalancing(),
+            paused=self._route_paused(),
         )
+
+    def _route_paused(self) -> bool:
+        if self._route_node is None:
+            return False
+        try:
+            data, _ = self._client.get(self._route_node)
+        except NoNodeError:
+            return False
+        return zk.route_state(data) == "paused"
 
     def _plan(self, snap: Snapshot, now: float) -> Plan:
         """Desired and gated assignment from a snapshot; updates the leader's memory, no I/O."""

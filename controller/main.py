@@ -1,4 +1,8 @@
-"""Run one controller replica: ZooKeeper session, leader election, the REST API, until a signal."""
+"""Run one controller replica: ZooKeeper session, leader election, the REST API, until a signal.
+
+The replica registers the config's routes, contends in the deployment's election and, while it
+leads, reconciles every route on its own thread (:class:`controller.routeset.RouteSet`).
+"""
 
 from __future__ import annotations
 
@@ -8,10 +12,10 @@ import threading
 from pathlib import Path
 
 from common import kafka, logs, signals, zk
-from common.config import Config, check_rest_exposure
+from common.config import Config, check_rest_exposure, route_view
 from controller import groups_api
 from controller.api import Controller, create_app, serve
-from controller.leader import Leadership
+from controller.routeset import RouteSet, register_declared
 from controller.verification_api import make_blueprint, register_metrics
 
 
@@ -20,10 +24,25 @@ def run(config: Config) -> int:
     check_rest_exposure(config)  # before any connection: a refused start leaves nothing behind
     log = logs.get("controller", pipeline=config.pipeline, controller=identifier)
     log.info("controller_starting", config=config.redacted())
+    config = route_view(config, route=config.routes[0])  # the bare paths' route when it is the only one
     client = zk.connect(config)
-    source_admin = kafka.admin(config.source)
-    destination_admin = kafka.admin(config.destination)
-    leadership = Leadership(config, client, identifier, admins=(source_admin, destination_admin))
+    try:
+        register_declared(config, client)
+    except BaseException:
+        client.stop()
+        client.close()
+        raise
+    admins: dict[str, object] = {}
+
+    def admin_for(alias: str) -> object:
+        # One AdminClient per cluster, shared by the routes that touch it.
+        if alias not in admins:
+            admins[alias] = kafka.admin(config.clusters[alias])
+        return admins[alias]
+
+    source_admin = admin_for(config.source.alias)
+    destination_admin = admin_for(config.destination.alias)
+    leadership = RouteSet(config, client, identifier, admins=admin_for)
     reports_dir = Path(config.controller.verification_dir) if config.controller.verification_dir else None
     register_metrics(leadership.metrics.registry, reports_dir)
     controller = Controller(
@@ -34,6 +53,9 @@ def run(config: Config) -> int:
         destination_admin=destination_admin,
         source_consumer=kafka.consumer(config.source, config.consumer_group, f"ureplicator-controller-{identifier}"),
         extra_blueprints=[make_blueprint(reports_dir)],
+        admins_for=admin_for,
+        consumer_for=lambda view: kafka.consumer(view.source, view.consumer_group,
+                                                 f"ureplicator-controller-{identifier}"),
     )
     groups = groups_api.start(config, client, leadership, controller.extra_blueprints)
     try:
