@@ -30,7 +30,8 @@ class Api:
             view = config_module.route_view(cfg, route.id)
             for parent in Paths(view.root).all_parents():
                 self.zk.ensure_path(parent)
-            self.zk.nodes[self.pipeline.route(route.id)] = RouteRecord(route.definition(), declared_in="config").encode()
+            record = RouteRecord(route.definition(), declared_in="config")
+            self.zk.nodes[self.pipeline.route(route.id)] = record.encode()
         self.leadership = FakeLeadership(LeaderState())
         admins = {"a": FakeAdmin({"t": 2}), "b": FakeAdmin({"t": 2}), "c": FakeAdmin({})}
         self.controller = Controller(config=cfg, zk=self.zk, leadership=self.leadership,  # type: ignore[arg-type]
