@@ -1,0 +1,184 @@
+"""Routes on real ZooKeeper and Kafka: today's state is taken over untouched; routes never disturb each other.
+
+"Today's code" is the commit before routes (``BEFORE_ROUTES``), unpacked with ``git archive``
+and run from its own directory, so the state it writes is exactly what an upgrade meets.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from kazoo.client import KazooClient
+
+from tests.support import kafka_io
+from tests.support.kafka_io import wait_for
+from tests.support.pipeline import Pipeline, Process
+
+pytestmark = pytest.mark.integration
+
+BEFORE_ROUTES = "24f4f04"  # main before routes: a single pipeline, no route registry
+CHECKOUT = Path(__file__).resolve().parents[2]
+
+
+def todays_code(directory: Path) -> Path:
+    """The tree of ``BEFORE_ROUTES`` (only what the processes import) in ``directory``."""
+    archive = subprocess.run(["git", "-C", str(CHECKOUT), "archive", BEFORE_ROUTES, "cli", "common", "controller",
+                              "worker", "failover", "reports", "verifier"], check=True, capture_output=True).stdout
+    directory.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["tar", "-x", "-C", str(directory)], input=archive, check=True)
+    return directory
+
+
+def spawn_in(pipeline: Pipeline, code: Path, label: str, role: str, config: Path) -> Process:
+    """A ``ureplicator <role>`` process that imports its packages from ``code`` (it is first on sys.path)."""
+    log = pipeline.workdir / f"{pipeline.name}-{label}.log"
+    popen = subprocess.Popen([sys.executable, "-m", "cli", role, "--config", str(config)], cwd=code,
+                             stdout=log.open("ab"), stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    proc = Process(label, popen, log)
+    pipeline.processes.append(proc)
+    return proc
+
+
+def wait_healthy(pipeline: Pipeline, proc: Process) -> None:
+    def healthy() -> bool:
+        assert proc.alive(), f"{proc.name} exited:\n{proc.tail()}"
+        try:
+            return pipeline.api("GET", "/health")[0] == 200
+        except Exception:  # noqa: BLE001 - not listening yet
+            return False
+
+    wait_for(healthy, 30, f"{proc.name} healthy")
+
+
+def assignment_versions(client: KazooClient, root: str) -> dict[str, tuple[int, int]]:
+    """Per worker: (creation zxid, version) of its assignment node; any write changes one of them."""
+    found = {}
+    for worker in client.get_children(f"{root}/assignments"):
+        _, stat = client.get(f"{root}/assignments/{worker}")
+        found[worker] = (stat.czxid, stat.version)
+    return found
+
+
+def settled(pipeline: Pipeline, route: str = "") -> bool:
+    prefix = f"/routes/{route}" if route else ""
+    status, body = pipeline.api("GET", f"{prefix}/validation")
+    return status == 200 and body["ok"] and not body["withheld"] and body["workers"]
+
+
+def mirrored_exactly(services: dict, source: str, destination: str, topic: str, dest_topic: str,
+                     partitions: int) -> bool:
+    return kafka_io.end_offsets(services[source], topic, partitions) == \
+        kafka_io.end_offsets(services[destination], dest_topic, partitions)
+
+
+def test_todays_single_pipeline_state_is_taken_over_without_a_move_or_a_copy(pipeline, services, tmp_path):
+    # Given today's controller and two of today's workers mirroring a topic
+    old = todays_code(tmp_path / "before-routes")
+    topic, partitions = f"{pipeline.name}-upgrade", 4
+    kafka_io.create_topic(services["source"], topic, partitions)
+    kafka_io.produce(services["source"], topic, 400, partitions)
+    old_controller = spawn_in(pipeline, old, "old-controller", "controller", pipeline.write_config("old-controller"))
+    wait_healthy(pipeline, old_controller)
+    for worker in ("w1", "w2"):
+        spawn_in(pipeline, old, worker, "worker", pipeline.write_config(worker, worker={"id": worker}))
+    assert pipeline.api("POST", "/topics", {"topic": topic})[0] == 201
+    wait_for(lambda: settled(pipeline), 60, "today's assignment applied")
+    wait_for(lambda: mirrored_exactly(services, "source", "destination", topic, topic, partitions), 60, "mirrored")
+    root = f"/ureplicator/{pipeline.name}"
+    client = KazooClient(hosts=services["zookeeper"])
+    client.start(15)
+    try:
+        before = assignment_versions(client, root)
+        assert set(before) == {"w1", "w2"}
+
+        # When the new controller, with the same config file, takes over from it
+        old_controller.terminate()
+        new_controller = pipeline.start_controller("new-controller")
+        wait_for(lambda: pipeline.api("GET", "/health")[1]["is_leader"], 30, "the new controller leads")
+        time.sleep(5)  # five reconcile rounds (reconcile_interval_s: 1)
+
+        # Then it sees today's state as the route "default", moves nothing and copies nothing again
+        status, routes = pipeline.api("GET", "/routes")
+        assert status == 200 and [r["id"] for r in routes["routes"]] == ["default"]
+        assert routes["routes"][0]["state"] == "running" and routes["routes"][0]["zookeeper_root"] == root
+        assert routes["routes"][0]["consumer_group"] == pipeline.group
+        assert assignment_versions(client, root) == before
+        assert settled(pipeline) and settled(pipeline, "default")
+        kafka_io.produce(services["source"], topic, 400, partitions, start=400)
+        wait_for(lambda: mirrored_exactly(services, "source", "destination", topic, topic, partitions), 60,
+                 "new records mirrored")
+        assert sum(kafka_io.end_offsets(services["destination"], topic, partitions).values()) == 800
+        assert assignment_versions(client, root) == before
+        assert sum(kafka_io.committed(services["source"], pipeline.group, topic, partitions).values()) <= 800
+        wait_for(lambda: sum(kafka_io.committed(services["source"], pipeline.group, topic, partitions).values())
+                 == 800, 30, "offsets committed in today's group")
+        assert new_controller.alive()
+    finally:
+        client.stop()
+        client.close()
+
+
+def test_adding_and_deleting_a_route_leaves_another_routes_assignment_untouched(pipeline, services):
+    # Given a deployment whose route "default" (src -> dst) mirrors a topic under load
+    topic, back_topic, partitions = f"{pipeline.name}-iso", f"{pipeline.name}-back", 4
+    kafka_io.create_topic(services["source"], topic, partitions)
+    kafka_io.create_topic(services["destination"], back_topic, 2)
+    routes_config = {
+        "clusters": {"src": {"bootstrap_servers": services["source"]},
+                     "dst": {"bootstrap_servers": services["destination"]}},
+        "routes": [{"id": "default", "source": "src", "destination": "dst", "forward": "transit"}],
+    }
+    pipeline.overrides = {"source": None, "destination": None, **routes_config}
+    pipeline.start_controller()
+    for worker in ("w1", "w2"):
+        pipeline.start_worker(worker)
+    assert pipeline.api("POST", "/routes/default/topics", {"topic": topic})[0] == 201
+    kafka_io.produce(services["source"], topic, 200, partitions)
+    wait_for(lambda: settled(pipeline, "default"), 60, "route default settled")
+    root = f"/ureplicator/{pipeline.name}"
+    client = KazooClient(hosts=services["zookeeper"])
+    client.start(15)
+    try:
+        before = assignment_versions(client, root)
+        assert set(before) == {"w1", "w2"}
+
+        # When a route the other way is added through the API, gets a topic and a worker of its own
+        status, body = pipeline.api("POST", "/routes", {"id": "back", "source": "dst", "destination": "src",
+                                                        "topic_naming": "prefix", "forward": "origin"})
+        assert status == 201 and body["state"] == "waiting_for_workers", body
+        status, body = pipeline.api("POST", "/topics", {"topic": back_topic})
+        assert status == 400 and "(back, default)" in body["error"]["message"]
+        status, body = pipeline.api("POST", "/routes/back/topics", {"topic": back_topic})
+        assert status == 201 and body["destination"] == f"dst.{back_topic}"
+        # A worker of route "back": its ZooKeeper paths are the route's (the file names them as a pipeline).
+        back_worker = pipeline.start_worker("b1", zookeeper={"root": f"{root}/routes"}, pipeline="back",
+                                            clusters=routes_config["clusters"],
+                                            routes=[{"id": "default", "source": "dst", "destination": "src",
+                                                     "topic_naming": "prefix"}])
+        kafka_io.produce(services["destination"], back_topic, 100, 2)
+        wait_for(lambda: settled(pipeline, "back"), 60, "route back settled")
+        wait_for(lambda: mirrored_exactly(services, "destination", "source", back_topic, f"dst.{back_topic}", 2),
+                 60, "route back mirrored")
+        assert pipeline.api("GET", "/routes/back")[1]["state"] == "running"
+
+        # and is deleted again once its worker stopped
+        assert pipeline.api("DELETE", "/routes/back")[0] == 409  # a live worker
+        back_worker.terminate()
+        wait_for(lambda: pipeline.api("DELETE", "/routes/back")[0] == 200, 30, "route back deleted")
+        assert not client.exists(f"{root}/routes/back")
+        kafka_io.produce(services["source"], topic, 200, partitions, start=200)
+        time.sleep(3)
+
+        # Then route default mirrored everything once and its workers' assignment nodes never changed
+        wait_for(lambda: mirrored_exactly(services, "source", "destination", topic, topic, partitions), 60,
+                 "route default mirrored")
+        assert sum(kafka_io.end_offsets(services["destination"], topic, partitions).values()) == 400
+        assert assignment_versions(client, root) == before
+        assert [r["id"] for r in pipeline.api("GET", "/routes")[1]["routes"]] == ["default"]
+    finally:
+        client.stop()
+        client.close()
