@@ -111,6 +111,33 @@ SCHEMAS: dict[str, Any] = {
         "ahead": {"type": "array", "items": _ref("GroupPartition")},
     }),
     "GroupSyncRequest": _obj({"force": _BOOL}, required=[]),
+    # Clusters and routes (docs/routes.md)
+    "ClusterList": _obj({"clusters": {"type": "array", "items": _obj({"alias": _STR, "bootstrap_servers": _STR})}}),
+    "Route": _obj({
+        "id": _STR, "source": _STR, "destination": _STR,
+        "topic_naming": {"enum": ["identity", "prefix", "mapping"]},
+        "topic_mapping": {"type": "object", "additionalProperties": _STR},
+        "forward": {"enum": ["origin", "transit"]},
+        "workers": _obj({"min": _UINT, "max": _UINT}), "shared": _BOOL,
+        "state": {"enum": ["running", "paused", "waiting_for_workers"]},
+        "live_workers": _UINT, "topics": _UINT, "declared_in": {"enum": ["config", "api"]},
+        "zookeeper_root": _STR, "consumer_group": _STR, "created_at": _STR,
+    }),
+    "RouteList": _obj({"routes": {"type": "array", "items": _ref("Route")}}),
+    "RouteRequest": _obj({
+        "id": _STR, "source": _STR, "destination": _STR,
+        "topic_naming": {"enum": ["identity", "prefix", "mapping"]},
+        "topic_mapping": {"type": "object", "additionalProperties": _STR},
+        "forward": {"enum": ["origin", "transit"]},
+        "workers": _obj({"min": _UINT, "max": _UINT}, required=[]), "shared": _BOOL,
+    }, required=["id", "source", "destination"]),
+    "RouteChange": _obj({
+        "topic_naming": {"enum": ["identity", "prefix", "mapping"]},
+        "topic_mapping": {"type": "object", "additionalProperties": _STR},
+        "forward": {"enum": ["origin", "transit"]},
+        "workers": _obj({"min": _UINT, "max": _UINT}, required=[]), "shared": _BOOL,
+    }, required=[]),
+    "RouteDeleted": _obj({"route": _STR, "deleted": _BOOL}),
     "TopicRequest": {
         "type": "object",
         "properties": {
@@ -209,11 +236,55 @@ PATHS: dict[str, dict[str, Any]] = {
 }
 
 
+# The endpoints of one route: served bare (the only route; or named by ?route=<id> or
+# ?src=<alias>&dst=<alias>; a 400 lists the routes when there are several) and under /routes/{route}.
+ROUTE_SCOPED = ("/topics", "/topics/{topic}", "/topics/{topic}/{action}", "/instances", "/instances/{worker}",
+                "/validation", "/offset", "/offset/{topic}/{partition}", "/noprogress", "/blacklist", "/admin/{op}")
+
+ROUTES: dict[str, dict[str, Any]] = {
+    "/clusters": {"get": _op("The deployment's clusters (aliases and bootstrap servers; no properties)",
+                             {"200": "clusters|ClusterList"})},
+    "/routes": {
+        "get": _op("Every route with its state (running | paused | waiting_for_workers)", {"200": "routes|RouteList"}),
+        "post": _op("Add a route; 400 names an unknown alias, a taken pair or id, or the path of a loop",
+                    {"201": "added|Route"}, (400,), "RouteRequest", True),
+    },
+    "/routes/{route}": {
+        "get": _op("One route with its state", {"200": "route|Route"}, (404,)),
+        "patch": _op("Change naming, forwarding, worker bounds or shared (id and clusters are immutable)",
+                     {"200": "changed|Route"}, (400, 404, 409), "RouteChange", True),
+        "delete": _op("Delete a route added through the API, and its state (no live workers)",
+                      {"200": "deleted|RouteDeleted"}, (404, 409), None, True),
+    },
+    "/routes/{route}/pause": {"post": _op("Pause a route: its partitions are released", {"200": "route|Route"},
+                                          (404,), None, True)},
+    "/routes/{route}/resume": {"post": _op("Resume a paused route", {"200": "route|Route"}, (404,), None, True)},
+}
+
+
+def _scoped(op: dict[str, Any]) -> dict[str, Any]:
+    """A route-scoped operation also answers 400 (several routes, none named) and 404 (unknown route)."""
+    responses = dict(op["responses"])
+    for code in ("400", "404"):
+        responses.setdefault(code, {"description": "error", **_json("Error")})
+    return {**op, "responses": responses}
+
+
+def _all_paths() -> dict[str, dict[str, Any]]:
+    paths: dict[str, dict[str, Any]] = {}
+    for path, ops in PATHS.items():
+        paths[path] = {m: _scoped(op) for m, op in ops.items()} if path in ROUTE_SCOPED else ops
+    paths.update(ROUTES)
+    for path in ROUTE_SCOPED:
+        paths[f"/routes/{{route}}{path}"] = paths[path]
+    return paths
+
+
 def document() -> dict[str, Any]:
     return {
         "openapi": "3.1.0",
         "info": {"title": "ureplicator-py admin API", "version": "1"},
-        "paths": PATHS,
+        "paths": _all_paths(),
         "components": {
             "schemas": SCHEMAS,
             "securitySchemes": {"adminToken": {"type": "http", "scheme": "bearer"}},

@@ -98,8 +98,31 @@ def test_every_endpoint_answers_per_the_document(contract_pipeline, services):
         ("GET", "/groups", None, 200),
         ("GET", "/groups/nobody-at-all/translation", None, 404),
         ("POST", "/groups/nobody-at-all/sync", {"force": 1}, 400),
+        ("GET", "/clusters", None, 200),
+        ("GET", "/routes", None, 200),
+        ("GET", "/routes/default", None, 200),
+        ("GET", "/routes/default/topics", None, 200),
+        ("GET", f"/routes/default/topics/{topic}", None, 200),
+        ("GET", f"/topics/{topic}?src=src&dst=dst", None, 200),
+        ("GET", "/routes/default/validation", None, 200),
+        ("GET", "/routes/nope/topics", None, 404),
+        ("POST", "/routes", {"id": "x", "source": "src", "destination": "nowhere"}, 400),
+        ("POST", "/routes", {"id": "x", "source": "src", "destination": "dst"}, 400),
+        ("PATCH", "/routes/default", {"forward": "origin"}, 409),
+        ("DELETE", "/routes/default", None, 409),
         ("DELETE", f"/topics/{topic}", None, 200),
         ("PATCH", "/topics", None, 405),
+        # A second route: the bare paths now need one named
+        ("POST", "/routes", {"id": "back", "source": "dst", "destination": "src", "topic_naming": "prefix"}, 201),
+        ("GET", "/topics", None, 400),
+        ("GET", "/routes/back", None, 200),
+        ("PATCH", "/routes/back", {"source": "src"}, 400),
+        ("PATCH", "/routes/back", {"forward": "origin", "workers": {"min": 0}}, 200),
+        ("POST", "/routes/back/pause", None, 200),
+        ("POST", "/routes/back/resume", None, 200),
+        ("GET", "/routes/back/instances", None, 200),
+        ("DELETE", "/routes/back", None, 200),
+        ("GET", "/routes/back", None, 404),
     ]
     for method, path, body, expected in calls:
         status, payload = pipeline.api(method, path, body)
@@ -130,7 +153,7 @@ bodies = st.one_of(
 paths = st.sampled_from(
     ["/topics", "/topics/{x}", "/topics/{x}/pause", "/topics/{x}/{x}", "/instances/{x}", "/offset/{x}/{x}",
      "/blacklist", "/admin/{x}", "/instances", "/validation", "/noprogress", "/groups/{x}/translation",
-     "/groups/{x}/sync"]
+     "/groups/{x}/sync", "/clusters", "/routes", "/routes/{x}", "/routes/{x}/topics", "/routes/{x}/pause"]
 )
 segments = st.text(alphabet=st.characters(codec="utf-8", exclude_characters="/?#%"), min_size=1, max_size=30)
 
