@@ -83,6 +83,10 @@ def _parser() -> argparse.ArgumentParser:
     _rest_options(rebalance)
     rebalance.set_defaults(func=_rebalance)
 
+    from cli import routes as routes_cli  # routes (issue 24): `ureplicator routes ...`, in cli/routes.py
+
+    routes_cli.register(sub)
+
     from failover import cli as failover_cli
 
     failover_cli.add_parser(sub, _rest_options, _call, _table)

@@ -139,3 +139,23 @@ def test_with_one_route_the_bare_paths_behave_as_today(api):
     assert api.zk.exists("/ureplicator/unit/routes/a2b/topics/t")
     assert api.call("GET", "/routes/a2b/topics/t")[0] == 200
     assert api.call("GET", "/routes/nope/topics")[0] == 404
+
+
+def test_the_cli_lists_adds_pauses_and_refuses_routes(api, capsys):
+    from cli.main import main
+    from controller.api import serve
+
+    server = serve(create_app(api.controller), "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{server.server_port}"
+    try:
+        base = ["routes", "--url", url, "--token", TOKEN]
+        assert main([*base, "add", "b2c", "b", "c", "--topic-naming", "prefix"]) == 0
+        assert main([*base, "pause", "b2c"]) == 0
+        assert main([*base, "list"]) == 0
+        out = capsys.readouterr().out
+        assert "b2c: b -> c, waiting_for_workers" in out and "b2c: b -> c, paused" in out
+        assert "a2b    a -> b    identity  origin   waiting_for_workers  0        0" in out
+        assert main([*base, "add", "c2b", "c", "x"]) == 1
+        assert "routes add: 400: route 'c2b': unknown cluster alias 'x'" in capsys.readouterr().err
+    finally:
+        server.shutdown()
