@@ -28,6 +28,7 @@ from common.zkschema import Assignment, Paths, TopicPartition, TopicRecord, Work
 from controller import topics
 from controller.assignment import assign, writable
 from controller.metrics import ControllerMetrics
+from controller.zkview import RouteView
 
 
 @dataclass
@@ -98,6 +99,7 @@ class Leadership:
         metrics: ControllerMetrics | None = None,
         elect: bool = True,
         route_node: str | None = None,
+        cache: bool = True,
     ) -> None:
         self._config = config
         self._client = client
@@ -106,6 +108,9 @@ class Leadership:
         self._route_node = route_node
         self._election = client.Election(self._paths.election, identifier) if elect else None
         self.fenced = False  # the last term ended because the fence check failed
+        self._cache = cache  # follow the route's nodes with a RouteView (False: read them every round)
+        self._view: RouteView | None = None
+        self._paused = False  # the route's registry node says paused (followed by a DataWatch)
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._connected = threading.Event()
@@ -208,6 +213,8 @@ class Leadership:
             syncer = threading.Thread(target=self._sync_topics, args=(term_over,), name="topic-sync", daemon=True)
             syncer.start()
         try:
+            if self._view is not None:
+                self._view.start()
             while not self._stop.is_set() and not self._session_lost.is_set() and not term_over.is_set():
                 if self._connected.is_set():
                     try:
@@ -220,6 +227,8 @@ class Leadership:
                     except zk.TransactionFailed as exc:
                         # A worker came or went between our read and our write: plan again.
                         self._log.info("assignment_write_raced", error=str(exc))
+                        if self._view is not None:
+                            self._view.forget_written()
                         self._wake.set()
                     except KazooException as exc:
                         self._log.warning("reconcile_failed", error=str(exc))
@@ -227,6 +236,9 @@ class Leadership:
                 self._wake.clear()
         finally:
             term_over.set()
+            if self._view is not None:
+                self._view.close()
+                self._view = None
             self.state.is_leader = False
             self.metrics.leader.set(0)
             self._log.info("leadership_released")
@@ -254,14 +266,23 @@ class Leadership:
                 self._wake.set()  # new or grown partitions to assign
 
     def _watch(self) -> None:
+        self._client.DataWatch(self._paths.rebalance_request, self._on_rebalance_request)
+        if self._route_node is not None:  # pause/resume of the route
+            self._client.DataWatch(self._route_node, self._on_route_node)
+        if self._cache:
+            self._view = RouteView(self._client, self._paths, self._wake.set,
+                                   own_root=self._route_node == self._paths.root)
+            return
         # ChildrenWatch re-arms itself and passes the full list; we only need the signal.
         self._status_watched = set()
         for path in (self._paths.workers, self._paths.topics):
             self._client.ChildrenWatch(path, self._signal_children)
         self._client.ChildrenWatch(self._paths.status, self._signal_status)
-        self._client.DataWatch(self._paths.rebalance_request, self._on_rebalance_request)
-        if self._route_node is not None:  # pause/resume of the route
-            self._client.DataWatch(self._route_node, lambda data, stat: self._signal_children([]))
+
+    def _on_route_node(self, data: bytes | None, stat: object) -> bool:
+        self._paused = data is not None and zk.route_state(data) == "paused"
+        self._wake.set()
+        return self.state.is_leader
 
     def _on_rebalance_request(self, data: bytes | None, stat: object) -> bool:
         if data is not None and data != self._rebalance_seen:
@@ -296,12 +317,27 @@ class Leadership:
 
     def _reconcile(self, fence: str) -> None:
         """One round: read ZooKeeper, plan the assignment, write what changed (fenced)."""
+        if self._view is not None and not self._view.ready:
+            return  # planning from a half-loaded view would take partitions from their owners
         snapshot = self._read()
         plan = self._plan(snapshot, time.time())
         self._write(plan, snapshot, fence)
 
     def _read(self) -> Snapshot:
-        client, paths = self._client, self._paths
+        client, paths, view = self._client, self._paths, self._view
+        if view is not None:
+            registered = view.children(paths.workers)
+            autobalancing_data = view.data(paths.autobalancing)
+            return Snapshot(
+                topics=view.topics(),
+                blocked=frozenset(view.children(paths.blacklist_partitions)),
+                registered=registered,
+                blacklisted=frozenset(view.children(paths.blacklist_workers)),
+                statuses=view.statuses(),
+                written=view.written(registered),
+                autobalancing=autobalancing_data != b"false",
+                paused=self._paused,
+            )
         return Snapshot(
             topics=zk.read_topics(client, paths),
             blocked=frozenset(client.get_children(paths.blacklist_partitions)),
@@ -314,13 +350,7 @@ class Leadership:
         )
 
     def _route_paused(self) -> bool:
-        if self._route_node is None:
-            return False
-        try:
-            data, _ = self._client.get(self._route_node)
-        except NoNodeError:
-            return False
-        return zk.route_state(data) == "paused"
+        return self._paused
 
     def _plan(self, snap: Snapshot, now: float) -> Plan:
         """Desired and gated assignment from a snapshot; updates the leader's memory, no I/O."""
@@ -388,6 +418,8 @@ class Leadership:
         if not plan.changed and not plan.departed:
             return
         zk.write_assignments(self._client, self._paths, plan.changed, snap.written.keys(), plan.departed, fence)
+        if self._view is not None:
+            self._view.note_written(plan.changed, plan.departed)
         for worker, assignment in plan.changed.items():
             self._memory[worker] = assignment.partitions
         generation = next(iter(plan.changed.values())).generation if plan.changed else self.state.generation + 1

@@ -70,7 +70,7 @@ class FakeKazoo:
 
 
 def leadership(**kwargs: Any) -> Leadership:
-    return Leadership(CONFIG, FakeKazoo(**kwargs), "c1")  # type: ignore[arg-type]
+    return Leadership(CONFIG, FakeKazoo(**kwargs), "c1", cache=False)  # type: ignore[arg-type]
 
 
 def snapshot(workers: list[str], written: dict[str, Assignment], statuses: dict[str, WorkerStatus] | None = None,
@@ -272,7 +272,8 @@ def test_the_election_thread_survives_an_unexpected_error():
 def test_topic_sync_never_delays_reconcile(monkeypatch):
     # Given a leader whose Kafka admin calls hang
     election = FakeElection(runs=["lead"])
-    leader = Leadership(CONFIG, FakeKazoo(election), "c1", admins=(object(), object()))  # type: ignore[arg-type]
+    leader = Leadership(CONFIG, FakeKazoo(election), "c1", admins=(object(), object()),  # type: ignore[arg-type]
+                        cache=False)
     release = threading.Event()
     syncing = threading.Event()
 
