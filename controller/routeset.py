@@ -116,8 +116,10 @@ class RouteSet:
         identifier: str,
         admins: Callable[[str], Any] | None = None,
         metrics: ControllerMetrics | None = None,
+        cache: bool = True,
     ) -> None:
         self._config = config
+        self._cache = cache  # False: each round re-reads the route's nodes (the benchmark's "before")
         self._client = client
         self._identifier = identifier
         self._paths = Paths(config.pipeline_root)
@@ -222,7 +224,8 @@ class RouteSet:
                     if any(t.leader.fenced for t in self._terms.values()):
                         self._log.warning("leadership_fenced")
                         return
-                self._changed.wait(1.0)
+                # Registry changes signal (children watch, a data watch per route); the timeout is a safety net.
+                self._changed.wait(30.0)
                 self._changed.clear()
         finally:
             self._is_leader = False
@@ -258,13 +261,19 @@ class RouteSet:
         own = route.id == (self._config.route_id or self._config.routes[0].id)
         leader = Leadership(view, self._client, self._identifier, admins=admins,
                             metrics=self.metrics if own else ControllerMetrics(), elect=False,
-                            route_node=self._paths.route(route.id))
+                            route_node=self._paths.route(route.id), cache=self._cache)
         over = threading.Event()
         thread = threading.Thread(target=self._run_route, args=(leader, fence, over), name=f"route-{route.id}",
                                   daemon=True)
         with self._lock:
             self._terms[route.id] = _Term(leader, route.definition(), over, thread)
         thread.start()
+
+        def on_definition(data: bytes | None, stat: object) -> bool:
+            self._changed.set()  # redefined (PATCH) or deleted: _follow_registry decides
+            return not over.is_set()
+
+        self._client.DataWatch(self._paths.route(route.id), on_definition)
         self._log.info("route_started", route=route.id, source=route.source, destination=route.destination)
 
     def _run_route(self, leader: Leadership, fence: str, over: threading.Event) -> None:

@@ -1,0 +1,441 @@
+"""The leader's cost on real ZooKeeper: many routes, workers and partitions, workers refreshing their status.
+
+A real leader (``controller.routeset.RouteSet``, in a process of its own so its CPU and
+memory are its own) reconciles routes whose workers are simulated here: they speak the
+documented ZooKeeper protocol (``workers/<id>`` and ``status/<id>`` created in one
+transaction, the status rewritten with the applied generation when ``assignments/<id>``
+changes, and again every ``--refresh-s`` with new rates, as real workers do). No Kafka: the
+leader's topic sync is off, so what is measured is its ZooKeeper work.
+
+Measured: the first settle; a join (a new worker on one route, until every worker of that
+route applied what the leader wrote); the leader's CPU share and resident memory at steady
+state; ZooKeeper reads by the leader per round and per status refresh. ``--before`` runs the
+same with the leader re-reading every node each round (the code before the route view),
+for comparison.
+
+    .venv/bin/python -m bench.leader_cost --quick            # 2 routes, 10 workers, 1,000 partitions (~1 min)
+    .venv/bin/python -m bench.leader_cost                    # 20 routes, 200 workers, 50,000 partitions
+    .venv/bin/python -m bench.leader_cost --render bench/results/leader-cost-<date>.json
+
+ZooKeeper comes from a running ``ureplicator stack`` (``--stack D``, default the stack's
+default directory) or ``--zookeeper host:port``; the run's nodes live under
+``/ureplicator-bench/<pipeline>`` and are deleted afterwards.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from kazoo.client import KazooClient
+
+from bench import common
+from bench.harness import BenchError
+from bench.recording import run_and_record
+from common.zkschema import Assignment, PartitionStatus, Paths, TopicRecord, WorkerInfo, WorkerStatus
+
+START, END = "<!-- leader-cost:start -->", "<!-- leader-cost:end -->"
+DOC = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
+ZK_ROOT = "/ureplicator-bench"
+READS = ("GetData", "GetChildren", "GetChildren2", "Exists")
+TOPIC_WIDTH = 50  # partitions per topic
+
+
+# ----------------------------------------------------------------------------- the leader (child process)
+
+
+class CountingClient(KazooClient):
+    """A KazooClient that counts the read requests it sends."""
+
+    reads = 0
+
+    def _call(self, request: Any, async_object: Any) -> Any:  # kazoo's one door to the server
+        if type(request).__name__ in READS:
+            CountingClient.reads += 1
+        return super()._call(request, async_object)
+
+
+def leader_child(config_file: Path, stats_file: Path, before: bool) -> int:
+    """Run the leader until SIGTERM, writing its counters to ``stats_file`` twice a second."""
+    from common import config as config_module
+    from controller import leader as leader_module
+    from controller.routeset import RouteSet, register_declared
+
+    cfg = config_module.from_dict(json.loads(config_file.read_text()))
+    client = CountingClient(hosts=cfg.zookeeper.connect, timeout=cfg.zookeeper.session_timeout_s)
+    client.start(15)
+    register_declared(cfg, client)
+    rounds: list[tuple[float, float, int]] = []  # (end time, seconds, reads inside)
+    original = leader_module.Leadership._reconcile
+
+    def counted(self: Any, fence: str) -> None:
+        started, reads = time.perf_counter(), CountingClient.reads
+        original(self, fence)
+        rounds.append((time.time(), time.perf_counter() - started, CountingClient.reads - reads))
+
+    leader_module.Leadership._reconcile = counted  # type: ignore[method-assign]
+    routes = RouteSet(cfg, client, "bench-leader", admins=None, cache=not before)
+    routes.start()
+    stop = threading.Event()
+    import signal
+
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    while not stop.wait(0.5):
+        snapshot = list(rounds)
+        tmp = stats_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"reads": CountingClient.reads, "rounds": snapshot[-2000:],
+                                   "round_count": len(snapshot), "is_leader": routes.state.is_leader}))
+        os.replace(tmp, stats_file)
+    routes.stop()
+    client.stop()
+    client.close()
+    return 0
+
+
+# ----------------------------------------------------------------------------- simulated workers
+
+
+class SimWorker:
+    """One worker of one route, as its ZooKeeper nodes show it; applying is instantaneous."""
+
+    def __init__(self, client: KazooClient, paths: Paths, worker_id: str) -> None:
+        self.client, self.paths, self.id = client, paths, worker_id
+        self.applied = Assignment(0)
+        self.refreshes = 0
+        self._lock = threading.Lock()
+
+    def register(self) -> None:
+        tx = self.client.transaction()
+        tx.create(self.paths.worker(self.id), WorkerInfo("bench", 0, "bench", "").encode(), ephemeral=True)
+        tx.create(self.paths.worker_status(self.id), WorkerStatus(0).encode(), ephemeral=True)
+        results = tx.commit()
+        if any(isinstance(r, Exception) for r in results):
+            raise BenchError(f"registering {self.id}: {results}")
+        self.client.DataWatch(self.paths.assignment(self.id), self._on_assignment)
+
+    def _on_assignment(self, data: bytes | None, stat: Any) -> None:
+        if data:
+            with self._lock:
+                self.applied = Assignment.decode(data)
+            self.write_status()
+
+    def write_status(self) -> None:
+        with self._lock:
+            applied = self.applied
+        now = time.time()
+        rate = 1000.0 + (self.refreshes % 7)  # rates move a little on each refresh, as measured ones do
+        status = WorkerStatus(applied.generation, {
+            tp: PartitionStatus(committed=1000, records_per_s=rate, bytes_per_s=rate * 100, lag=0,
+                                last_progress_at=now)
+            for tp in applied.partitions
+        }, updated_at=datetime.now(timezone.utc).isoformat())
+        self.client.set_async(self.paths.worker_status(self.id), status.encode())
+
+    def refresh(self) -> None:
+        self.refreshes += 1
+        self.write_status()
+
+    def settled_with(self, written: Assignment | None) -> bool:
+        with self._lock:
+            return written is not None and self.applied == written
+
+
+def route_settled(client: KazooClient, paths: Paths, workers: list[SimWorker], partitions: int) -> bool:
+    """Every partition written to a worker, and every worker applied exactly what was written to it."""
+    total = 0
+    for worker in workers:
+        try:
+            written = Assignment.decode(client.get(paths.assignment(worker.id))[0])
+        except Exception:  # noqa: BLE001 - not written yet
+            return False
+        if not worker.settled_with(written):
+            return False
+        total += len(written.partitions)
+    return total == partitions
+
+
+# ----------------------------------------------------------------------------- the run
+
+
+def _zookeeper(args: argparse.Namespace) -> str:
+    if args.zookeeper:
+        return args.zookeeper
+    from devtools import stack
+
+    directory = args.stack or stack.default_dir()
+    try:
+        return json.loads((Path(directory) / "stack.json").read_text())["zookeeper"]
+    except (OSError, KeyError, ValueError) as exc:
+        raise BenchError(f"no running stack in {directory} (start one with `ureplicator stack up`, or pass "
+                         f"--zookeeper): {exc}") from None
+
+
+def _config(pipeline: str, zookeeper: str, routes: int) -> dict[str, Any]:
+    """Routes over enough clusters for ``routes`` distinct pairs: an identity mesh, origin (accepted)."""
+    clusters = 2
+    while clusters * (clusters - 1) < routes:
+        clusters += 1
+    aliases = [f"c{i}" for i in range(1, clusters + 1)]
+    pairs = [(s, d) for s in aliases for d in aliases if s != d]
+    # Keep the mesh whole up to `routes`: every pair whose reverse is taken too, so fan-in is active-active.
+    chosen: list[tuple[str, str]] = []
+    for s, d in pairs:
+        if len(chosen) < routes and (s, d) not in chosen:
+            chosen.append((s, d))
+            if (d, s) not in chosen and len(chosen) < routes:
+                chosen.append((d, s))
+    return {
+        "pipeline": pipeline,
+        "zookeeper": {"connect": zookeeper, "root": ZK_ROOT, "session_timeout_s": 10},
+        "clusters": {a: {"bootstrap_servers": f"127.0.0.{i}:1"} for i, a in enumerate(aliases, 1)},
+        "routes": [{"id": f"r{i:02d}", "source": s, "destination": d, "shared": True}
+                   for i, (s, d) in enumerate(chosen)],
+        "controller": {"reconcile_interval_s": 5.0, "rebalance_interval_s": 300.0},
+    }
+
+
+class Leader:
+    def __init__(self, workdir: Path, doc: dict[str, Any], before: bool) -> None:
+        self.config = workdir / "leader-config.json"
+        self.config.write_text(json.dumps(doc))
+        self.stats_file = workdir / "leader-stats.json"
+        self.log = workdir / "leader.log"
+        args = [sys.executable, "-m", "bench.leader_cost", "--leader-child", str(self.config),
+                "--stats", str(self.stats_file)] + (["--before"] if before else [])
+        self.popen = subprocess.Popen(args, stdout=self.log.open("ab"), stderr=subprocess.STDOUT,
+                                      stdin=subprocess.DEVNULL)
+
+    def stats(self) -> dict[str, Any]:
+        try:
+            return json.loads(self.stats_file.read_text())
+        except (OSError, ValueError):
+            return {"reads": 0, "rounds": [], "round_count": 0, "is_leader": False}
+
+    def sample(self) -> common.ProcSample:
+        sample = common.proc_sample(self.popen.pid)
+        if sample is None:
+            raise BenchError(f"the leader exited:\n{self.log.read_text()[-3000:]}")
+        return sample
+
+    def stop(self) -> None:
+        common.stop_process(self.popen)
+
+
+def measure(args: argparse.Namespace, before: bool, routes: int, workers: int, partitions: int) -> dict[str, Any]:
+    """One scenario: register topics, start the leader and workers, settle, join, steady state."""
+    zookeeper = _zookeeper(args)
+    pipeline = f"leader-cost-{os.getpid()}-{'before' if before else 'view'}-{int(time.time())}"
+    doc = _config(pipeline, zookeeper, routes)
+    from common import config as config_module
+
+    cfg = config_module.from_dict(doc)
+    admin = KazooClient(hosts=zookeeper, timeout=10)
+    admin.start(15)
+    sessions = [KazooClient(hosts=zookeeper, timeout=10) for _ in range(args.sessions)]
+    for session in sessions:
+        session.start(15)
+    workdir = Path(args.workdir) / pipeline
+    workdir.mkdir(parents=True, exist_ok=True)
+    leader = None
+    try:
+        from controller.routeset import register_declared
+
+        register_declared(cfg, admin)  # as the controller does at start, before the route's nodes exist
+        per_route = partitions // routes
+        by_route: dict[str, tuple[Paths, list[SimWorker]]] = {}
+        for i, route in enumerate(cfg.routes):
+            paths = Paths(config_module.route_view(cfg, route.id).root)
+            for parent in paths.all_parents():
+                admin.ensure_path(parent)
+            for t in range(0, per_route, TOPIC_WIDTH):
+                name = f"topic-{t // TOPIC_WIDTH:04d}"
+                admin.create(paths.topic(name), TopicRecord(name, name, min(TOPIC_WIDTH, per_route - t)).encode())
+            count = workers // routes + (1 if i < workers % routes else 0)
+            by_route[route.id] = (paths, [SimWorker(sessions[(i + w) % len(sessions)], paths, f"{route.id}-w{w:03d}")
+                                          for w in range(count)])
+        all_workers = [w for _, ws in by_route.values() for w in ws]
+        common.say(f"{'before' if before else 'route view'}: {routes} routes, {len(all_workers)} workers, "
+                   f"{per_route * routes} partitions")
+        leader = Leader(workdir, doc, before)
+        common.wait_until(lambda: leader.stats()["is_leader"], 60, "the leader elected")
+        started = time.monotonic()
+        for worker in all_workers:
+            worker.register()
+
+        def all_settled() -> bool:
+            return all(route_settled(admin, p, ws, per_route) for p, ws in by_route.values())
+
+        common.wait_until(all_settled, args.settle_timeout, "every route settled")
+        first_settle_s = time.monotonic() - started
+        common.say(f"settled in {first_settle_s:.2f} s")
+
+        # A worker joins one route: until every worker of it applied what the leader wrote.
+        route_id = cfg.routes[0].id
+        paths, route_workers = by_route[route_id]
+        joiner = SimWorker(sessions[0], paths, f"{route_id}-joiner")
+        route_workers.append(joiner)
+        rounds_before = leader.stats()["round_count"]
+        joined = time.monotonic()
+        joiner.register()
+        common.wait_until(lambda: route_settled(admin, paths, route_workers, per_route)
+                          and bool(joiner.applied.partitions), 60, "the join settled")
+        join_settle_s = time.monotonic() - joined
+        time.sleep(0.6)  # the leader writes its counters twice a second
+        after = leader.stats()
+        new_rounds = after["round_count"] - rounds_before
+        join_rounds = after["rounds"][-new_rounds:] if new_rounds > 0 else []
+        common.say(f"join settled in {join_settle_s:.2f} s")
+
+        # Steady state: every worker refreshes its status every refresh_s, evenly spread.
+        stop = threading.Event()
+        refreshes = [0]
+
+        def refresher() -> None:
+            gap = args.refresh_s / max(1, len(all_workers))
+            i = 0
+            while not stop.is_set():
+                all_workers[i % len(all_workers)].refresh()
+                refreshes[0] += 1
+                i += 1
+                stop.wait(gap)
+
+        thread = threading.Thread(target=refresher, daemon=True)
+        thread.start()
+        time.sleep(min(args.refresh_s, args.window / 3))  # every worker refreshed once before measuring
+        s0, stats0, t0, n0 = leader.sample(), leader.stats(), time.monotonic(), refreshes[0]
+        time.sleep(args.window)
+        s1, stats1, t1, n1 = leader.sample(), leader.stats(), time.monotonic(), refreshes[0]
+        stop.set()
+        thread.join(5)
+        window_rounds = stats1["round_count"] - stats0["round_count"]
+        window_reads = stats1["reads"] - stats0["reads"]
+        recent = stats1["rounds"][-window_rounds:] if window_rounds else []
+        return {
+            "variant": "before" if before else "route_view",
+            "routes": routes, "workers": len(all_workers), "partitions": per_route * routes,
+            "first_settle_s": round(first_settle_s, 3),
+            "join_settle_s": round(join_settle_s, 3),
+            "join_round_max_s": round(max((r[1] for r in join_rounds), default=0.0), 4),
+            "steady_window_s": round(t1 - t0, 1),
+            "status_refreshes": n1 - n0,
+            "leader_cpu_share": round((s1.cpu_s - s0.cpu_s) / (t1 - t0), 4),
+            "leader_rss_bytes": s1.rss_bytes,
+            "leader_rss_peak_bytes": s1.hwm_bytes,
+            "rounds": window_rounds,
+            "reads": window_reads,
+            "reads_per_refresh": round(window_reads / max(1, n1 - n0), 2),
+            "reads_per_round_inside": round(sum(r[2] for r in recent) / max(1, len(recent)), 2),
+            "round_p50_s": round(sorted(r[1] for r in recent)[len(recent) // 2], 4) if recent else None,
+        }
+    finally:
+        if leader is not None:
+            leader.stop()
+        for session in sessions:
+            session.stop()
+            session.close()
+        admin.delete(f"{ZK_ROOT}/{pipeline}", recursive=True)
+        admin.stop()
+        admin.close()
+
+
+def render(entry: dict[str, Any]) -> str:
+    m = entry["machine"]
+    lines = [
+        "## The leader's cost (many routes, status refreshes)",
+        "",
+        f"`python -m bench.leader_cost{' --quick' if entry['mode'] == 'quick' else ''}`"
+        f"{' (**quick mode**: small, for a smoke test; the full run is 20 routes, 200 workers, 50,000 partitions)' if entry['mode'] == 'quick' else ''}"  # noqa: E501
+        f" on {m['cpu_model']}, {m['cores']} cores, {entry['date']}. A real leader on real ZooKeeper; workers "
+        f"simulated through the documented protocol, each rewriting its status every {entry['refresh_s']:.0f} s; "
+        f"steady-state window {entry['window_s']:.0f} s; load average before {entry['load_before'][0]:.2f}.",
+        "",
+        "| leader | routes | workers | partitions | first settle | join settled | slowest join round "
+        "| leader CPU (steady) | reads / status refresh | reads inside a round | rounds | RSS |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in entry["results"]:
+        lines.append(
+            f"| {'re-reads every node each round (before)' if r['variant'] == 'before' else 'route view (TreeCache)'} "
+            f"| {r['routes']} | {r['workers']} | {r['partitions']:,} | {r['first_settle_s']:.2f} s "
+            f"| {r['join_settle_s']:.2f} s | {r['join_round_max_s'] * 1000:.0f} ms "
+            f"| {r['leader_cpu_share'] * 100:.1f} % | {r['reads_per_refresh']:.2f} | {r['reads_per_round_inside']:.1f} "
+            f"| {r['rounds']} | {r['leader_rss_bytes'] / 2**20:.0f} MiB |"
+        )
+    lines += [
+        "",
+        "*join settled*: from a new worker's registration until every worker of its route applied what the "
+        "leader wrote (two hand-off rounds). *reads / status refresh*: ZooKeeper reads the leader sent during "
+        "the window over the status writes the workers made (the route view reads the one node that changed; "
+        "a refresh that keeps generation and partitions starts no round). *rounds*: reconcile rounds in the "
+        "window (periodic ones every `controller.reconcile_interval_s` = 5 s per route).",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.leader_cost", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="2 routes, 10 workers, 1,000 partitions, 15 s window")
+    parser.add_argument("--routes", type=int, default=None)
+    parser.add_argument("--workers", type=int, default=None)
+    parser.add_argument("--partitions", type=int, default=None)
+    parser.add_argument("--window", type=float, default=None, help="steady-state seconds measured (quick 15, 60)")
+    parser.add_argument("--refresh-s", type=float, default=5.0, help="each worker's status refresh interval")
+    parser.add_argument("--sessions", type=int, default=4, help="ZooKeeper sessions the simulated workers share")
+    parser.add_argument("--no-before", action="store_true", help="skip the re-read-everything comparison")
+    parser.add_argument("--settle-timeout", type=float, default=300.0)
+    parser.add_argument("--stack", type=Path, default=None)
+    parser.add_argument("--zookeeper", default=None)
+    parser.add_argument("--workdir", default="/tmp/ureplicator-leader-cost")
+    parser.add_argument("--no-write", action="store_true", help="print only; no JSON, no docs section")
+    parser.add_argument("--render", type=Path, metavar="FILE", help="re-render the docs section from FILE's last entry")
+    parser.add_argument("--leader-child", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--stats", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--before", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.leader_child:
+        return leader_child(args.leader_child, args.stats, args.before)
+    if args.render:
+        entries = json.loads(args.render.read_text())
+        common.replace_section(DOC, START, END, render(entries[-1] if isinstance(entries, list) else entries))
+        common.say(f"{DOC} leader-cost section rendered from {args.render}")
+        return 0
+    routes = args.routes or (2 if args.quick else 20)
+    workers = args.workers or (10 if args.quick else 200)
+    partitions = args.partitions or (1000 if args.quick else 50_000)
+    args.window = args.window or (15.0 if args.quick else 60.0)
+
+    def go() -> dict[str, Any]:
+        load_before = common.load_average()
+        results = [measure(args, False, routes, workers, partitions)]
+        if not args.no_before:
+            # The before code at the issue's own measurement: one route, 100 workers, 10,000 partitions
+            # (quick: the same small scale as above).
+            results.append(measure(args, True, 1 if not args.quick else routes,
+                                   100 if not args.quick else workers, 10_000 if not args.quick else partitions))
+        return {
+            "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
+            "mode": "quick" if args.quick else "full",
+            "refresh_s": args.refresh_s, "window_s": args.window,
+            "load_before": list(load_before),
+            "machine": common.machine_info(),
+            "results": results,
+        }
+
+    def summary(entry: dict[str, Any]) -> None:
+        for r in entry["results"]:
+            print(json.dumps(r))
+
+    return run_and_record(go, prefix="leader-cost", start=START, end=END, render=render, summary=summary,
+                          no_write=args.no_write)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
