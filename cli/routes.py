@@ -13,7 +13,8 @@ from controller.client import request
 
 
 def register(subparsers: Any) -> argparse.ArgumentParser:
-    """Add the ``routes`` subcommand to the ``ureplicator`` parser."""
+    """Add the ``routes`` subcommand to the ``ureplicator`` parser, and ``--clusters N`` to ``stack``."""
+    _extend_stack(subparsers)
     routes = subparsers.add_parser("routes", help="list, add, remove, pause or resume routes (docs/routes.md)")
     routes.add_argument("--url", default=os.environ.get("UREPLICATOR_URL", "http://localhost:9000"),
                         help="controller REST URL (env UREPLICATOR_URL)")
@@ -36,6 +37,31 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
         rsub.add_parser(action, help=text).add_argument("id")
     routes.set_defaults(func=run)
     return routes
+
+
+def _extend_stack(subparsers: Any) -> None:
+    """``ureplicator stack up --clusters N``: N single-broker clusters c1..cN (stack.json's ``clusters``)."""
+    stack = subparsers.choices.get("stack")
+    if stack is None:
+        return
+    stack.add_argument("--clusters", type=int, default=2,
+                       help="with up: start N single-broker clusters c1..cN (c1 and c2 are source and destination)")
+    two_clusters = stack.get_default("func")
+
+    def run_stack(args: argparse.Namespace) -> int:
+        if args.action != "up" or args.clusters == 2:
+            return int(two_clusters(args) or 0)
+        from devtools import stack as devstack  # a source checkout: `stack` needs devtools anyway
+
+        try:
+            print(json.dumps(devstack.up(args.dir or devstack.default_dir(), secure=args.secure,
+                                         clusters=args.clusters), indent=2))
+        except devstack.StackError as exc:
+            print(f"ureplicator stack: {exc}", file=sys.stderr)
+            return 1
+        return 0
+
+    stack.set_defaults(func=run_stack)
 
 
 def run(args: argparse.Namespace) -> int:

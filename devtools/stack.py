@@ -1,4 +1,4 @@
-"""Start and stop a local ZooKeeper plus two single-broker KRaft clusters (source, destination).
+"""Start and stop a local ZooKeeper plus two single-broker KRaft clusters (source, destination), or N.
 
 With ``secure``, each broker also gets a SASL_SSL listener (SCRAM-SHA-512, a certificate from a
 throwaway CA made by devtools.certs) next to its PLAINTEXT one, and one SCRAM user created when
@@ -36,6 +36,26 @@ if TYPE_CHECKING:
 
 SERVICES: tuple[str, ...] = ("zookeeper", "source", "destination")
 BROKERS: tuple[str, ...] = ("source", "destination")
+MAX_CLUSTERS = 9
+
+
+def brokers(clusters: int = 2) -> tuple[str, ...]:
+    """The broker services of a stack of ``clusters`` clusters: c1 and c2 keep the names source and
+    destination (every single-pipeline test and tool knows them), the others are c3..cN."""
+    if not 2 <= clusters <= MAX_CLUSTERS:
+        raise StackError(f"--clusters must be between 2 and {MAX_CLUSTERS}, got {clusters}")
+    return (*BROKERS, *(f"c{i}" for i in range(3, clusters + 1)))
+
+
+def cluster_alias(broker: str) -> str:
+    """The alias ``stack.json`` gives a broker service under ``clusters``: c1, c2, ..."""
+    return {"source": "c1", "destination": "c2"}.get(broker, broker)
+
+
+def _services(state: dict[str, Any] | None) -> tuple[str, ...]:
+    """The services a stack was started with (its state file), or the default three."""
+    recorded = tuple((state or {}).get("services", {}))
+    return recorded or SERVICES
 
 STACK_FILE = "stack.json"
 STATE_FILE = "stack-state.json"
@@ -253,12 +273,13 @@ def _port_holders(port: int) -> str:
     return f" (ss: {'; '.join(lines[:5])})" if lines else ""
 
 
-def _plan_ports(ports: dict[str, int] | None) -> tuple[dict[str, int], dict[str, int]]:
+def _plan_ports(ports: dict[str, int] | None, services: tuple[str, ...] = SERVICES,
+                broker_names: tuple[str, ...] = BROKERS) -> tuple[dict[str, int], dict[str, int]]:
     """(client port per service, controller port per broker)."""
     given = dict(ports or {})
-    unknown = sorted(set(given) - set(SERVICES))
+    unknown = sorted(set(given) - set(services))
     if unknown:
-        raise StackError(f"unknown service(s) in ports: {', '.join(unknown)}; known: {SERVICES}")
+        raise StackError(f"unknown service(s) in ports: {', '.join(unknown)}; known: {services}")
     seen: dict[int, str] = {}
     for name, port in given.items():
         if not isinstance(port, int) or not 0 < port < 65536:
@@ -268,14 +289,14 @@ def _plan_ports(ports: dict[str, int] | None) -> tuple[dict[str, int], dict[str,
         seen[port] = name
         if not _port_free(port):
             raise StackError(f"port {port} for {name} is already in use on {HOST}{_port_holders(port)}")
-    missing = [s for s in SERVICES if s not in given]
+    missing = [s for s in services if s not in given]
     try:
-        fresh = free_ports(len(missing) + len(BROKERS), set(given.values()))
+        fresh = free_ports(len(missing) + len(broker_names), set(given.values()))
     except NoFreePorts as exc:
         raise StackError(str(exc)) from None
     client = {**given, **dict(zip(missing, fresh[: len(missing)], strict=True))}
-    controller = dict(zip(BROKERS, fresh[len(missing) :], strict=True))
-    return {s: client[s] for s in SERVICES}, controller
+    controller = dict(zip(broker_names, fresh[len(missing) :], strict=True))
+    return {s: client[s] for s in services}, controller
 
 
 # ----------------------------------------------------------------------------- configs
@@ -482,7 +503,7 @@ def _write_configs(
     controller_ports: dict[str, int],
     extra: dict[str, dict[str, Any]],
 ) -> None:
-    for name in SERVICES:
+    for name in ports:
         svc = _svc_dir(root, name)
         shutil.rmtree(_data_dir(root, name), ignore_errors=True)
         _data_dir(root, name).mkdir(parents=True)
@@ -547,7 +568,7 @@ class _KafkaProbe:
 
 def _wait_ready(root: Path, name: str, pid: int, port: int, deadline: float, log_offset: int = 0,
                 client: dict[str, str] | None = None) -> None:
-    probe = _KafkaProbe(port, client) if name in BROKERS else None
+    probe = _KafkaProbe(port, client) if name != "zookeeper" else None
     while True:
         if not _alive(pid):
             raise StackError(f"{name} exited during startup; " + _failure_report(_log_path(root, name), log_offset))
@@ -583,7 +604,7 @@ def _format_brokers(root: Path, java: str, cluster_ids: dict[str, str], deadline
                     scram_password: str | None = None) -> None:
     procs: dict[str, subprocess.Popen[bytes]] = {}
     try:
-        for name in BROKERS:
+        for name in cluster_ids:
             with open(_log_path(root, name), "ab") as log:
                 procs[name] = subprocess.Popen(
                     _format_command(java, root, name, cluster_ids[name], scram_password),
@@ -628,9 +649,14 @@ def up(
     timeout_s: float = 90,
     extra_config: dict[str, dict[str, Any]] | None = None,
     secure: bool = False,
+    clusters: int = 2,
 ) -> dict[str, Any]:
     """Start ZooKeeper and the source and destination brokers in dir; returns (and writes
-    to dir/stack.json) {"zookeeper": "127.0.0.1:p", "source": ..., "destination": ...}.
+    to dir/stack.json) {"zookeeper": "127.0.0.1:p", "source": ..., "destination": ...,
+    "clusters": {"c1": <source>, "c2": <destination>, ...}}.
+
+    clusters > 2 starts that many single-broker clusters: c1 and c2 are source and
+    destination, c3..cN are services of those names.
 
     extra_config adds/overrides zoo.cfg or server.properties entries per service.
     secure adds a SASL_SSL listener per broker and a "secure" block: {"source": address,
@@ -640,7 +666,9 @@ def up(
     """
     root = Path(dir).resolve()
     extra = dict(extra_config or {})
-    unknown = sorted(set(extra) - set(SERVICES))
+    broker_names = brokers(clusters)
+    services = ("zookeeper", *broker_names)
+    unknown = sorted(set(extra) - set(services))
     if unknown:
         raise StackError(f"unknown service(s) in extra_config: {', '.join(unknown)}")
     with _locked(root):
@@ -660,18 +688,18 @@ def up(
             jvm.classpath("kafka")
         except jvm.JvmError as exc:
             raise StackError(str(exc)) from exc
-        client_ports, controller_ports = _plan_ports(ports)
+        client_ports, controller_ports = _plan_ports(ports, services, broker_names)
         secure_ports: dict[str, int] = {}
         if secure:
             try:
                 taken = {*client_ports.values(), *controller_ports.values()}
-                secure_ports = dict(zip(BROKERS, free_ports(len(BROKERS), taken), strict=True))
+                secure_ports = dict(zip(broker_names, free_ports(len(broker_names), taken), strict=True))
             except NoFreePorts as exc:
                 raise StackError(str(exc)) from None
 
         started = time.monotonic()
         deadline = started + timeout_s
-        for name in SERVICES:
+        for name in services:
             _svc_dir(root, name).mkdir(parents=True, exist_ok=True)
         secure_block: dict[str, Any] | None = None
         if secure:
@@ -679,22 +707,22 @@ def up(
 
             tls = certs.write(root / "tls")
             secure_block = {
-                **{name: _address(secure_ports[name]) for name in BROKERS},
+                **{name: _address(secure_ports[name]) for name in broker_names},
                 "ca": str(tls.ca), "mechanism": SECURE_MECHANISM, "username": SECURE_USER,
                 "password": secrets.token_urlsafe(18),
             }
-            for name in BROKERS:
+            for name in broker_names:
                 listener = _secure_listener(client_ports[name], secure_ports[name], controller_ports[name], tls)
                 extra[name] = {**listener, **extra.get(name, {})}
         _write_configs(root, client_ports, controller_ports, extra)
-        cluster_ids = {name: _cluster_id() for name in BROKERS}
+        cluster_ids = {name: _cluster_id() for name in broker_names}
         state = {"dir": str(root), "created_at": time.time(), "services": {}}
         launched: list[int] = []
         try:
             # ZooKeeper boots while the brokers' storage is formatted: JVM start-up
             # dominates, so overlapping them roughly halves the wall time.
             commands = {"zookeeper": _zookeeper_command(java, root)}
-            commands.update({n: _kafka_command(java, root, n) for n in BROKERS})
+            commands.update({n: _kafka_command(java, root, n) for n in broker_names})
             launch_times: dict[str, float] = {}
 
             def start(name: str) -> None:
@@ -718,16 +746,16 @@ def up(
                 _write_json(root / STATE_FILE, state)
 
             start("zookeeper")
-            _say(f"formatting the storage of {' and '.join(BROKERS)}")
+            _say(f"formatting the storage of {', '.join(broker_names)}")
             _format_brokers(root, java, cluster_ids, deadline, secure_block["password"] if secure_block else None)
-            for name in BROKERS:
+            for name in broker_names:
                 start(name)
-            for name in SERVICES:
+            for name in services:
                 svc = state["services"][name]
                 _wait_ready(root, name, svc["pid"], svc["port"], deadline)
                 _say(f"{name} ready in {time.monotonic() - launch_times[name]:.1f}s")
             if secure_block is not None:
-                for name in BROKERS:  # a SCRAM login over TLS, as every secure client will do it
+                for name in broker_names:  # a SCRAM login over TLS, as every secure client will do it
                     svc = state["services"][name]
                     _wait_ready(root, name, svc["pid"], secure_ports[name], deadline,
                                 client=secure_client_properties(secure_block))
@@ -738,6 +766,7 @@ def up(
             (root / STATE_FILE).unlink(missing_ok=True)
             raise
         addresses: dict[str, Any] = {name: _address(client_ports[name]) for name in SERVICES}
+        addresses["clusters"] = {cluster_alias(name): _address(client_ports[name]) for name in broker_names}
         if secure_block is not None:
             addresses["secure"] = secure_block
         _write_json(root / STACK_FILE, addresses)
@@ -760,7 +789,7 @@ def down(dir: Path, timeout_s: float = 30) -> list[str]:
         leftover = [n for n, p in live.items() if _alive(p)]
         if leftover:
             raise StackError(f"could not stop {', '.join(leftover)} in {root}")
-        for name in SERVICES:
+        for name in _services(state):
             shutil.rmtree(_data_dir(root, name), ignore_errors=True)
         (root / STATE_FILE).unlink(missing_ok=True)
         (root / STACK_FILE).unlink(missing_ok=True)
@@ -771,7 +800,7 @@ def status(dir: Path) -> dict[str, dict[str, Any]]:
     """Per service {"address", "pid", "running"}; empty when no stack was started in dir."""
     state = _read_state(Path(dir).resolve()) or {}
     result: dict[str, dict[str, Any]] = {}
-    for name in SERVICES:
+    for name in _services(state):
         svc = state.get("services", {}).get(name)
         if svc is None:
             continue
@@ -784,9 +813,9 @@ def status(dir: Path) -> dict[str, dict[str, Any]]:
 
 
 def _service_state(root: Path, name: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    if name not in SERVICES:
-        raise StackError(f"unknown service {name!r}; expected one of {SERVICES}")
     state = _read_state(root)
+    if name not in _services(state):
+        raise StackError(f"unknown service {name!r}; expected one of {_services(state)}")
     if state is None or name not in state.get("services", {}):
         raise StackError(f"no stack in {root}; run `ureplicator stack up` first")
     return state, state["services"][name]
@@ -858,7 +887,8 @@ def start_service(dir: Path, name: str, timeout_s: float = 60) -> str:
 def service_logs(dir: Path, lines: int = 50) -> dict[str, str]:
     """The last lines of each service's log (for test failure reports)."""
     root = Path(dir).resolve()
-    return {name: _tail(_log_path(root, name), lines) for name in SERVICES if _log_path(root, name).exists()}
+    names = _services(_read_state(root))
+    return {name: _tail(_log_path(root, name), lines) for name in names if _log_path(root, name).exists()}
 
 
 def default_dir() -> Path:
@@ -876,11 +906,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--timeout", type=float, default=None, help="seconds to wait")
     parser.add_argument("--secure", action="store_true", help="add SASL_SSL (SCRAM-SHA-512) listeners")
+    parser.add_argument("--clusters", type=int, default=2, help="single-broker clusters c1..cN (default 2)")
     args = parser.parse_args(argv)
     root = args.dir if args.dir is not None else default_dir()
     try:
         if args.command == "up":
-            addresses = up(root, timeout_s=args.timeout or 90, secure=args.secure)
+            addresses = up(root, timeout_s=args.timeout or 90, secure=args.secure, clusters=args.clusters)
             print(json.dumps(addresses, indent=2))
         elif args.command == "down":
             stopped = down(root, timeout_s=args.timeout or 30)

@@ -145,11 +145,13 @@ def _create_topic(bootstrap: str, topic: str) -> None:
 
 def test_up_status_restart_down_round_trip(stack_dir: Path) -> None:
     addresses = stack.up(stack_dir)
+    clusters = addresses.pop("clusters")
 
     assert list(addresses) == list(stack.SERVICES)
+    assert clusters == {"c1": addresses["source"], "c2": addresses["destination"]}
     assert all(a.startswith("127.0.0.1:") for a in addresses.values())
     assert len(set(addresses.values())) == 3
-    assert json.loads((stack_dir / stack.STACK_FILE).read_text()) == addresses
+    assert json.loads((stack_dir / stack.STACK_FILE).read_text()) == {**addresses, "clusters": clusters}
     assert (stack_dir / stack.STATE_FILE).exists()
     status = stack.status(stack_dir)
     assert {n: (s["address"], s["running"]) for n, s in status.items()} == {n: (a, True) for n, a in addresses.items()}
@@ -204,3 +206,30 @@ def test_up_status_restart_down_round_trip(stack_dir: Path) -> None:
     assert not (stack_dir / stack.STATE_FILE).exists()
     assert stack.down(stack_dir) == []
     assert stack.status(stack_dir) == {}
+
+
+def test_stack_up_with_three_clusters_names_them_c1_to_c3(stack_dir: Path) -> None:
+    # Given `ureplicator stack up --clusters 3`
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-m", "cli", "stack", "up", "--clusters", "3", "--dir", str(stack_dir)],
+                            capture_output=True, text=True, timeout=240, check=False)
+    assert result.returncode == 0, result.stderr[-2000:]
+    # Then stack.json names three distinct clusters and keeps source and destination for c1 and c2
+    addresses = json.loads((stack_dir / stack.STACK_FILE).read_text())
+    assert json.loads(result.stdout) == addresses
+    clusters = addresses["clusters"]
+    assert list(clusters) == ["c1", "c2", "c3"]
+    assert (clusters["c1"], clusters["c2"]) == (addresses["source"], addresses["destination"])
+    assert len(set(clusters.values())) == 3
+    # and the third cluster takes writes of its own
+    _create_topic(clusters["c3"], "c3-only")
+    _produce(clusters["c3"], "c3-only", [b"x", b"y"])
+    assert _consume(clusters["c3"], "c3-only", 2) == [b"x", b"y"]
+    assert "c3-only" not in AdminClient({"bootstrap.servers": clusters["c1"]}).list_topics(timeout=10).topics
+    assert stack.status(stack_dir)["c3"]["running"] is True
+    assert set(stack.service_logs(stack_dir, lines=5)) == {"zookeeper", "source", "destination", "c3"}
+    # When it goes down, all four services stop
+    assert sorted(stack.down(stack_dir)) == ["c3", "destination", "source", "zookeeper"]
+    assert _java_pids(stack_dir) == []
