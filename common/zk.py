@@ -17,7 +17,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.security import ACL, Permissions, make_acl, make_digest_acl
 
 from common import logs
-from common.config import Config
+from common.config import Config, parse_route, route_view
 from common.errors import ClusterUnavailable, ConfigError, UReplicatorError
 from common.zkschema import Assignment, Paths, RouteRecord, SchemaError, TopicRecord, WorkerStatus
 
@@ -352,3 +352,28 @@ def update_route(client: KazooClient, paths: Paths, record: RouteRecord) -> None
 def delete_route(client: KazooClient, paths: Paths, route_id: str) -> None:
     """Drop a route from the registry together with the state under its node (topics, assignments...)."""
     client.delete(paths.route(route_id), recursive=True)
+
+
+def route_config(config: Config, route_id: str = "", timeout_s: float = 15.0) -> Config:
+    """The single-route config a worker serves: :func:`common.config.route_view` of ``route_id``.
+
+    A route the file does not declare (added through ``POST /routes``) is read from the
+    route registry in ZooKeeper, over a short read-only session; its clusters must be
+    declared in the file (secrets never go to ZooKeeper). Anything missing is a ConfigError.
+    """
+    if not route_id or any(r.id == route_id for r in config.routes):
+        return route_view(config, route_id)
+    client = connect(config, timeout_s=timeout_s, read_only=True)
+    try:
+        data, _ = client.get(Paths(config.pipeline_root).route(route_id))
+    except NoNodeError:
+        raise ConfigError("worker.route", f"unknown route {route_id!r}: not in the config file, and "
+                                          f"{Paths(config.pipeline_root).route(route_id)} does not exist") from None
+    finally:
+        client.stop()
+        client.close()
+    try:
+        definition = RouteRecord.decode(data).definition
+    except SchemaError as exc:
+        raise ConfigError("worker.route", f"route {route_id!r} in ZooKeeper is unreadable: {exc}") from None
+    return route_view(config, route=parse_route(definition, f"routes/{route_id}"))

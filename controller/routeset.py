@@ -96,8 +96,13 @@ def register_declared(config: Config, client: KazooClient) -> None:
     for route in config.routes:
         record = existing.get(route.id)
         if record is None:
-            zk.create_route(client, paths, RouteRecord(route.definition(), declared_in="config", created_at=now),
-                            route_root(config.pipeline_root, route.id))
+            fresh = RouteRecord(route.definition(), declared_in="config", created_at=now)
+            if not zk.create_route(client, paths, fresh, route_root(config.pipeline_root, route.id)):
+                # The node exists without a record: created as the parent of the route's state
+                # (zk.connect of the route's own config) before it was registered.
+                zk.update_route(client, paths, fresh)
+                for parent in Paths(route_root(config.pipeline_root, route.id)).all_parents():
+                    client.ensure_path(parent)
         elif record.definition != route.definition() or record.declared_in != "config":
             zk.update_route(client, paths, replace(record, definition=route.definition(), declared_in="config"))
 

@@ -182,3 +182,40 @@ def test_adding_and_deleting_a_route_leaves_another_routes_assignment_untouched(
     finally:
         client.stop()
         client.close()
+
+
+def test_a_worker_resolves_a_route_added_through_the_api_from_zookeeper(pipeline, services):
+    # Given a deployment whose only declared route is not "default" (its state has a root of its own)
+    from common import config as config_module
+    from common import zk
+    from common.errors import ConfigError
+    from common.zkschema import RouteRecord
+
+    clusters = {"src": {"bootstrap_servers": services["source"]},
+                "dst": {"bootstrap_servers": services["destination"]}}
+    pipeline.overrides = {"source": None, "destination": None, "clusters": clusters,
+                          "routes": [{"id": "east", "source": "src", "destination": "dst"}]}
+    pipeline.start_controller()
+    status, body = pipeline.api("GET", "/routes/east")
+    assert status == 200 and body["declared_in"] == "config" and body["state"] == "waiting_for_workers"
+    root = f"/ureplicator/{pipeline.name}"
+    client = KazooClient(hosts=services["zookeeper"])
+    client.start(15)
+    try:
+        assert RouteRecord.decode(client.get(f"{root}/routes/east")[0]).id == "east"
+        assert client.exists(f"{root}/routes/east/topics") and client.exists(f"{root}/routes/east/status")
+    finally:
+        client.stop()
+        client.close()
+    # When a route the workers' file does not declare is added through the API
+    assert pipeline.api("POST", "/routes", {"id": "back", "source": "dst", "destination": "src",
+                                            "topic_naming": "prefix"})[0] == 201
+    worker_file = config_module.from_dict(pipeline.config_doc(worker={"route": "east"}))
+    # Then a worker pinned to it finds it in ZooKeeper, with the route's paths, group and clusters
+    view = zk.route_config(worker_file, "back")
+    assert (view.root, view.consumer_group) == (f"{root}/routes/back", f"{pipeline.group}.back")
+    assert (view.source.alias, view.destination.alias, view.forward) == ("dst", "src", "origin")
+    assert view.controller.topic_naming == "prefix"
+    assert zk.route_config(worker_file, "east").root == f"{root}/routes/east"
+    with pytest.raises(ConfigError, match="unknown route 'nope'"):
+        zk.route_config(worker_file, "nope")
