@@ -219,3 +219,52 @@ def test_a_worker_resolves_a_route_added_through_the_api_from_zookeeper(pipeline
     assert zk.route_config(worker_file, "east").root == f"{root}/routes/east"
     with pytest.raises(ConfigError, match="unknown route 'nope'"):
         zk.route_config(worker_file, "nope")
+
+
+def test_a_route_to_an_unreachable_cluster_never_holds_up_another_routes_hand_offs(pipeline, services):
+    # Given route default (src -> dst) and route "lost" to a cluster nobody answers for, whose topic sync hangs
+    from devtools.ports import free_port
+
+    topic, partitions = f"{pipeline.name}-alive", 4
+    kafka_io.create_topic(services["source"], topic, partitions)
+    kafka_io.produce(services["source"], topic, 100, partitions)
+    pipeline.overrides = {
+        "source": None, "destination": None,
+        "clusters": {"src": {"bootstrap_servers": services["source"]},
+                     "dst": {"bootstrap_servers": services["destination"]},
+                     "lost": {"bootstrap_servers": f"127.0.0.1:{free_port()}"}},
+        "routes": [{"id": "default", "source": "src", "destination": "dst"},
+                   {"id": "lost", "source": "src", "destination": "lost", "topic_naming": "prefix"}],
+        "controller": {"topic_sync_interval_s": 1},
+    }
+    root = f"/ureplicator/{pipeline.name}"
+    client = KazooClient(hosts=services["zookeeper"])
+    client.start(15)
+    try:
+        from common.zkschema import TopicRecord
+
+        # A topic of route "lost" (registered as the API would have, while "lost" still answered)
+        client.create(f"{root}/routes/lost/topics/{topic}", TopicRecord(topic, f"src.{topic}", partitions).encode(),
+                      makepath=True)
+    finally:
+        client.stop()
+        client.close()
+    pipeline.start_controller()
+    pipeline.start_worker("w1")
+    assert pipeline.api("POST", "/routes/default/topics", {"topic": topic})[0] == 201
+    wait_for(lambda: mirrored_exactly(services, "source", "destination", topic, topic, partitions), 60, "mirrored")
+    # When a second worker joins route default
+    pipeline.start_worker("w2")
+    # Then the hand-off completes and mirroring goes on, while route "lost" only waits
+    wait_for(lambda: settled(pipeline, "default") and len(settled(pipeline, "default")) == 2
+             and all(w["desired_generation"] and (w["missing"], w["extra"]) == ([], [])
+                     for w in pipeline.api("GET", "/routes/default/validation")[1]["workers"])
+             and pipeline.api("GET", "/routes/default/topics/" + topic)[1]["assignment"][0]["worker"] is not None
+             and len({p["worker"] for p in pipeline.api("GET", f"/routes/default/topics/{topic}")[1]["assignment"]})
+             == 2, 30, "the partitions shared by w1 and w2")
+    kafka_io.produce(services["source"], topic, 100, partitions, start=100)
+    wait_for(lambda: mirrored_exactly(services, "source", "destination", topic, topic, partitions), 60,
+             "mirrored after the hand-off")
+    assert sum(kafka_io.end_offsets(services["destination"], topic, partitions).values()) == 200
+    status, lost = pipeline.api("GET", "/routes/lost")
+    assert status == 200 and lost["state"] == "waiting_for_workers"
