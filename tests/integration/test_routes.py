@@ -165,6 +165,18 @@ def test_adding_and_deleting_a_route_leaves_another_routes_assignment_untouched(
                  60, "route back mirrored")
         assert pipeline.api("GET", "/routes/back")[1]["state"] == "running"
 
+        # Pausing it takes its partitions back from its worker; resuming gives them back
+        def back_owned() -> int:
+            rows = pipeline.api("GET", "/routes/back/validation")[1]["workers"]
+            return sum(int(r["ok"]) for r in rows) == len(rows) and sum(
+                len(p["status"] or {}) > 0 for p in pipeline.api("GET", f"/routes/back/topics/{back_topic}")[1]
+                ["assignment"] if p["applied_by"])
+
+        assert pipeline.api("POST", "/routes/back/pause")[1]["state"] == "paused"
+        wait_for(lambda: back_owned() == 0 and settled(pipeline, "back"), 30, "route back released everything")
+        assert pipeline.api("POST", "/routes/back/resume")[1]["state"] == "running"
+        wait_for(lambda: back_owned() == 2 and settled(pipeline, "back"), 30, "route back owns its partitions again")
+
         # and is deleted again once its worker stopped
         assert pipeline.api("DELETE", "/routes/back")[0] == 409  # a live worker
         back_worker.terminate()
