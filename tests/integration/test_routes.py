@@ -117,6 +117,18 @@ def test_todays_single_pipeline_state_is_taken_over_without_a_move_or_a_copy(pip
         wait_for(lambda: sum(kafka_io.committed(services["source"], pipeline.group, topic, partitions).values())
                  == 800, 30, "offsets committed in today's group")
         assert new_controller.alive()
+
+        # And a worker of the new code joins: it takes partitions over from today's workers and
+        # continues from today's group, still copying nothing twice
+        pipeline.start_worker("w3")
+        wait_for(lambda: settled(pipeline) and len(settled(pipeline)) == 3
+                 and all(w["desired_generation"] for w in settled(pipeline)), 60, "w3 settled in")
+        kafka_io.produce(services["source"], topic, 400, partitions, start=800)
+        wait_for(lambda: mirrored_exactly(services, "source", "destination", topic, topic, partitions), 60,
+                 "mirrored with w3")
+        assert sum(kafka_io.end_offsets(services["destination"], topic, partitions).values()) == 1200
+        owners = {p["worker"] for p in pipeline.api("GET", f"/topics/{topic}")[1]["assignment"]}
+        assert "w3" in owners
     finally:
         client.stop()
         client.close()

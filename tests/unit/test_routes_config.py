@@ -145,3 +145,18 @@ routes:
 def test_todays_config_may_declare_more_clusters_for_routes_added_later():
     cfg = config.from_dict({**TODAY, "clusters": {"third": {"bootstrap_servers": "t:9092"}}})
     assert set(cfg.clusters) == {"src", "dst", "third"} and len(cfg.routes) == 1
+
+
+def test_a_controller_with_a_looping_config_stops_at_start_naming_the_path(tmp_path):
+    import subprocess
+    import sys
+
+    import yaml
+
+    path = tmp_path / "mesh.yaml"
+    path.write_text(yaml.safe_dump(mesh_doc("transit")))
+    result = subprocess.run([sys.executable, "-m", "cli", "controller", "--config", str(path)],
+                            capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 2
+    assert "config error: routes: a record produced on east would reach" in result.stderr
+    assert " -[" in result.stderr
