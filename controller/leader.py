@@ -100,6 +100,7 @@ class Leadership:
         elect: bool = True,
         route_node: str | None = None,
         cache: bool = True,
+        primary: bool = True,
     ) -> None:
         self._config = config
         self._client = client
@@ -111,6 +112,9 @@ class Leadership:
         self._cache = cache  # follow the route's nodes with a RouteView (False: read them every round)
         self._view: RouteView | None = None
         self._paused = False  # the route's registry node says paused (followed by a DataWatch)
+        # The deployment's first route also feeds the unlabelled families (today's single-pipeline metrics).
+        self._primary = primary
+        self._route_label = config.route_id or "default"
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._connected = threading.Event()
@@ -205,7 +209,8 @@ class Leadership:
         self._last_desired = {}  # a new term starts from what ZooKeeper holds
         self._last_balance = time.time()
         self.state.is_leader = True
-        self.metrics.leader.set(1)
+        if self._election is not None:  # under a RouteSet, the deployment's leader gauge is the set's
+            self.metrics.leader.set(1)
         self._log.info("leadership_acquired", fence=fence)
         self._watch()
         syncer = None
@@ -240,7 +245,8 @@ class Leadership:
                 self._view.close()
                 self._view = None
             self.state.is_leader = False
-            self.metrics.leader.set(0)
+            if self._election is not None:
+                self.metrics.leader.set(0)
             self._log.info("leadership_released")
             if syncer is not None:
                 syncer.join(1.0)  # admin calls may be in flight; the thread exits after them
@@ -405,7 +411,9 @@ class Leadership:
         self.state.unassigned = len(partitions) - self.state.assigned
         self.state.live_workers = len(snap.registered)
         self.state.last_reconcile = now
-        self.metrics.observe(self.state)
+        if self._primary:
+            self.metrics.observe(self.state)
+        self.metrics.observe_route(self._route_label, self.state, snap.paused)
         generation = self.state.generation + 1
         return Plan(
             changed={w: Assignment(generation, gated.get(w, frozenset())) for w in changed},
@@ -425,7 +433,8 @@ class Leadership:
         generation = next(iter(plan.changed.values())).generation if plan.changed else self.state.generation + 1
         self.state.generation = generation
         self.state.rebalances += 1
-        self.metrics.rebalances.inc()
+        if self._primary:
+            self.metrics.rebalances.inc()
         self._log.info(
             "assignment_written",
             generation=generation,
@@ -479,7 +488,9 @@ class Leadership:
         for tp in withheld:
             self._withheld_since.setdefault(tp, now)
         for tp in [tp for tp in self._withheld_since if tp not in withheld]:
-            self.metrics.handoff.observe(now - self._withheld_since.pop(tp))
+            elapsed = now - self._withheld_since.pop(tp)
+            if self._primary:
+                self.metrics.handoff.observe(elapsed)
 
 
 def autobalancing(client: KazooClient, paths: Paths) -> bool:

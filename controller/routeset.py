@@ -264,9 +264,8 @@ class RouteSet:
             return
         admins = (self._admins(route.source), self._admins(route.destination)) if self._admins else None
         own = route.id == (self._config.route_id or self._config.routes[0].id)
-        leader = Leadership(view, self._client, self._identifier, admins=admins,
-                            metrics=self.metrics if own else ControllerMetrics(), elect=False,
-                            route_node=self._paths.route(route.id), cache=self._cache)
+        leader = Leadership(view, self._client, self._identifier, admins=admins, metrics=self.metrics, elect=False,
+                            route_node=self._paths.route(route.id), cache=self._cache, primary=own)
         over = threading.Event()
         thread = threading.Thread(target=self._run_route, args=(leader, fence, over), name=f"route-{route.id}",
                                   daemon=True)
@@ -295,4 +294,5 @@ class RouteSet:
         term.leader.request_reconcile()
         term.thread.join(5.0)
         term.leader.close()
+        self.metrics.forget_route(route_id)
         self._log.info("route_stopped", route=route_id)

@@ -63,6 +63,13 @@ def assignment_versions(client: KazooClient, root: str) -> dict[str, tuple[int, 
     return found
 
 
+def metrics(pipeline: Pipeline) -> str:
+    import urllib.request
+
+    with urllib.request.urlopen(f"{pipeline.url}/metrics", timeout=5) as resp:
+        return resp.read().decode()
+
+
 def settled(pipeline: Pipeline, route: str = "") -> bool:
     prefix = f"/routes/{route}" if route else ""
     status, body = pipeline.api("GET", f"{prefix}/validation")
@@ -162,6 +169,9 @@ def test_adding_and_deleting_a_route_leaves_another_routes_assignment_untouched(
         status, body = pipeline.api("POST", "/routes", {"id": "back", "source": "dst", "destination": "src",
                                                         "topic_naming": "prefix", "forward": "origin"})
         assert status == 201 and body["state"] == "waiting_for_workers", body
+        waiting = 'ureplicator_controller_route_waiting_for_workers{route="back"}'
+        wait_for(lambda: f"{waiting} 1.0" in metrics(pipeline), 30, "route back waiting for workers (metric)")
+        assert 'ureplicator_controller_route_waiting_for_workers{route="default"} 0.0' in metrics(pipeline)
         status, body = pipeline.api("POST", "/topics", {"topic": back_topic})
         assert status == 400 and "(back, default)" in body["error"]["message"]
         status, body = pipeline.api("POST", "/routes/back/topics", {"topic": back_topic})
@@ -176,6 +186,7 @@ def test_adding_and_deleting_a_route_leaves_another_routes_assignment_untouched(
         wait_for(lambda: mirrored_exactly(services, "destination", "source", back_topic, f"dst.{back_topic}", 2),
                  60, "route back mirrored")
         assert pipeline.api("GET", "/routes/back")[1]["state"] == "running"
+        wait_for(lambda: f"{waiting} 0.0" in metrics(pipeline), 30, "route back has a worker (metric)")
 
         # Pausing it takes its partitions back from its worker; resuming gives them back
         def back_owned() -> int:
@@ -194,6 +205,7 @@ def test_adding_and_deleting_a_route_leaves_another_routes_assignment_untouched(
         back_worker.terminate()
         wait_for(lambda: pipeline.api("DELETE", "/routes/back")[0] == 200, 30, "route back deleted")
         assert not client.exists(f"{root}/routes/back")
+        wait_for(lambda: waiting not in metrics(pipeline), 30, "route back's series dropped")
         kafka_io.produce(services["source"], topic, 200, partitions, start=200)
         time.sleep(3)
 
