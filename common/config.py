@@ -389,7 +389,11 @@ def from_dict(raw: Mapping[str, Any]) -> Config:
         config = replace(config, routes=(_implicit(config),))
     _check(config)
     _check_routes(config)
-    return config
+    # Loaded as a view of one route, so root, group, clusters and forwarding always agree: the
+    # worker's route when the file declares it, else the first (a config without routes: the
+    # implicit route, whose paths and group are today's). route_view / zk.route_config pick another.
+    own = next((r for r in config.routes if r.id == config.worker.route), config.routes[0])
+    return route_view(config, route=own)
 
 
 def _implicit(config: Config) -> RouteConfig:
@@ -459,8 +463,10 @@ def check_topology(clusters: Mapping[str, ClusterConfig], routes: tuple[RouteCon
 
 
 def _check_routes(config: Config) -> None:
-    if config.worker.route:
-        find_route(config, config.worker.route)
+    # worker.route may name a route added through the API (in ZooKeeper, not in this file):
+    # common.zk.route_config resolves it when the worker starts; here only its form is checked.
+    if config.worker.route and not topology.ROUTE_ID_RE.match(config.worker.route):
+        raise ConfigError("worker.route", f"route id {config.worker.route!r}: use 1-64 letters, digits, '_' or '-'")
     check_topology(config.clusters, config.routes)
 
 

@@ -95,7 +95,7 @@ def test_the_mesh_under_transit_fails_at_start_with_the_path():
         (lambda d: d["routes"][0].update(color="red"), "routes[0].color", "unknown key"),
         (lambda d: d.update(source={"alias": "s", "bootstrap_servers": "s:1"}), "source", "id 'default' keeps"),
         (lambda d: d.update(controller={"topic_naming": "prefix"}), "controller.topic_naming", "on each route"),
-        (lambda d: d.update(worker={"route": "nope"}), "worker.route", "unknown route 'nope'"),
+        (lambda d: d.update(worker={"route": "no.pe"}), "worker.route", "route id 'no.pe'"),
         (lambda d: d["clusters"]["east"].update(alias="e"), "clusters.east.alias", "the key of clusters"),
         (lambda d: d.update(routes=[]), "routes", "non-empty list"),
     ],
@@ -111,8 +111,20 @@ def test_route_view_needs_a_route_when_there_are_several():
     cfg = config.from_dict(mesh_doc())
     with pytest.raises(ConfigError, match="has 6 routes"):
         config.route_view(cfg)
-    assert config.route_view(config.from_dict({**mesh_doc(), "worker": {"route": "east-west"}}),
-                             cfg.worker.route or "east-west").route_id == "east-west"
+    with pytest.raises(ConfigError, match="unknown route 'nope'"):
+        config.route_view(cfg, "nope")
+
+
+def test_a_file_loads_as_the_view_of_its_workers_route_or_of_the_first():
+    pinned = config.from_dict({**mesh_doc(), "worker": {"route": "west-north"}})
+    assert (pinned.route_id, pinned.root, pinned.consumer_group) == (
+        "west-north", "/ureplicator/mesh/routes/west-north", "ureplicator.mesh.west-north")
+    assert (pinned.source.alias, pinned.destination.alias) == ("west", "north")
+    first = config.from_dict(mesh_doc())
+    assert first.route_id == "east-west" and first.root == "/ureplicator/mesh/routes/east-west"
+    # a route only ZooKeeper knows (added through the API) is resolved at start by zk.route_config
+    elsewhere = config.from_dict({**mesh_doc(), "worker": {"route": "added-later"}})
+    assert elsewhere.worker.route == "added-later" and elsewhere.route_id == "east-west"
 
 
 def test_cluster_secrets_come_from_the_environment(tmp_path):
