@@ -160,8 +160,10 @@ class RouteConfig:
 class Config:
     """Everything one process needs; the controller ignores ``worker`` and vice versa.
 
-    ``source``, ``destination``, ``forward`` and the controller's topic naming are those of one
-    route: the implicit one, the first declared one, or, in a :func:`route_view`, the route viewed.
+    ``source``, ``destination``, ``forward``, the controller's topic naming, ``root`` and
+    ``consumer_group`` are those of one route (``route_id``): a loaded file is the view of its
+    worker's route, or of its first (for today's files: the implicit route); :func:`route_view`
+    gives the view of another. ``clusters`` and ``routes`` stay the whole deployment's.
     """
 
     pipeline: str
