@@ -304,3 +304,45 @@ def test_a_route_to_an_unreachable_cluster_never_holds_up_another_routes_hand_of
     assert sum(kafka_io.end_offsets(services["destination"], topic, partitions).values()) == 200
     status, lost = pipeline.api("GET", "/routes/lost")
     assert status == 200 and lost["state"] == "waiting_for_workers"
+
+
+def test_active_active_in_one_deployment_copies_each_record_once_each_way_and_then_stays_still(pipeline, services):
+    # Given one topic name written on both clusters, and one deployment with a route each way,
+    # each route with a worker pinned to it by its file (worker.route)
+    topic, partitions = f"{pipeline.name}-aa", 2
+    for side in ("source", "destination"):
+        kafka_io.create_topic(services[side], topic, partitions)
+    kafka_io.produce(services["source"], topic, 100, partitions, tag="src")
+    kafka_io.produce(services["destination"], topic, 100, partitions, tag="dst")
+    pipeline.overrides = {
+        "source": None, "destination": None,
+        "clusters": {"src": {"bootstrap_servers": services["source"]},
+                     "dst": {"bootstrap_servers": services["destination"]}},
+        "routes": [{"id": "default", "source": "src", "destination": "dst"},
+                   {"id": "back", "source": "dst", "destination": "src"}],
+    }
+    pipeline.start_controller()
+    pipeline.start_worker("w-default", worker={"route": "default"})
+    pipeline.start_worker("w-back", worker={"route": "back"})
+    assert pipeline.api("POST", "/routes/default/topics", {"topic": topic})[0] == 201
+    assert pipeline.api("POST", "/topics", {"topic": topic})[0] == 400  # two routes: name one
+    assert pipeline.api("POST", f"/topics/{topic}?src=dst&dst=src")[0] == 201
+
+    # Then each cluster holds its own 100 records and the other's 100, once
+    def both_hold(count: int) -> bool:
+        return all(sum(kafka_io.end_offsets(services[side], topic, partitions).values()) == count
+                   for side in ("source", "destination"))
+
+    wait_for(lambda: both_hold(200), 90, "each side mirrored the other's records")
+    for side, other in (("source", "dst"), ("destination", "src")):
+        records = [r for p in range(partitions) for r in kafka_io.read_partition(services[side], topic, p)]
+        copies = [r for r in records if r.provenance() is not None]
+        assert len(copies) == 100 and {c.provenance().origin for c in copies} == {other}
+        assert len({(r.key, r.value) for r in records}) == 200
+    # and nothing bounces back: the end offsets stay still
+    time.sleep(5)
+    assert both_hold(200)
+    # each route committed in its own group on its own source (past the copies it skipped, too)
+    wait_for(lambda: sum(kafka_io.committed(services["source"], pipeline.group, topic, partitions).values()) == 200
+             and sum(kafka_io.committed(services["destination"], f"{pipeline.group}.back", topic,
+                                        partitions).values()) == 200, 30, "both routes committed")
