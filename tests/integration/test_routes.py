@@ -20,7 +20,7 @@ from tests.support.pipeline import Pipeline, Process
 
 pytestmark = pytest.mark.integration
 
-BEFORE_ROUTES = "24f4f04"  # main before routes: a single pipeline, no route registry
+BEFORE_ROUTES = "24f4f04463b8197d7de1ebef8b9b82dc93ee2298"  # main before routes: a single pipeline, no route registry
 CHECKOUT = Path(__file__).resolve().parents[2]
 
 
