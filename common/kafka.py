@@ -138,7 +138,8 @@ PRODUCER_INVARIANTS: tuple[Invariant, ...] = (
 def consumer_invariants(group_id: str) -> tuple[Invariant, ...]:
     """What the worker's commits rest on, on its source consumers (the fetching one and the commit client)."""
     return (
-        Invariant("group.id", group_id, "committed offsets live in the pipeline's group, where the next owner reads them"),
+        Invariant("group.id", group_id,
+                  "committed offsets live in the pipeline's group, where the next owner reads them"),
         Invariant("enable.auto.commit", False, "only acknowledged positions may be committed",
                   aliases=("auto.commit.enable",)),
         Invariant("enable.auto.offset.store", False, "only acknowledged positions may be committed"),

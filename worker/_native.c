@@ -93,7 +93,8 @@ static PyObject *str_report_run;
 static char stamp_name[64];          /* the provenance header's name: "urep" */
 static Py_ssize_t stamp_name_len;
 
-#define STAMP_FIXED 14 /* u8 version | i64 offset | i32 partition | u8 alias length */
+#define STAMP_FIXED 14 /* u8 version | i64 offset | i32 partition | u8 origin length */
+#define STAMP_VERSION 2 /* common/provenance.py: ... origin alias | u8 source length | source alias */
 
 /* One route: where a source partition's records go, and its acquisition. */
 typedef struct {
@@ -185,7 +186,8 @@ static PyObject *mirror(PyObject *module, PyObject *args) {
         PyObject *cache_topic = NULL;
         int have_next;
         long long produced = 0, fetched = 0, run_first = 0, run_count = 0, run_bytes = 0;
-        unsigned char stamp[STAMP_FIXED + 255];
+        unsigned char stamp[STAMP_FIXED + 255 + 1 + 255];
+        size_t stamp_len;
         Py_ssize_t alias_len;
         rd_kafka_resp_err_t err = 0;
 
@@ -210,9 +212,13 @@ static PyObject *mirror(PyObject *module, PyObject *args) {
                 PyErr_SetString(PyExc_ValueError, "origin alias longer than 255 bytes");
                 return NULL;
         }
-        stamp[0] = 1; /* provenance format version */
+        /* Records copied here start on the source cluster: origin and this hop's source are both `alias`. */
+        stamp[0]  = STAMP_VERSION;
         stamp[13] = (unsigned char)alias_len;
         memcpy(stamp + STAMP_FIXED, PyBytes_AS_STRING(alias), (size_t)alias_len);
+        stamp[STAMP_FIXED + alias_len] = (unsigned char)alias_len;
+        memcpy(stamp + STAMP_FIXED + alias_len + 1, PyBytes_AS_STRING(alias), (size_t)alias_len);
+        stamp_len = STAMP_FIXED + 2 * (size_t)alias_len + 1;
 
         n = PyList_GET_SIZE(messages);
         i = start;
@@ -256,7 +262,7 @@ static PyObject *mirror(PyObject *module, PyObject *args) {
                         PyErr_NoMemory();
                         return NULL;
                 }
-                rk_header_add(headers, stamp_name, stamp_name_len, stamp, STAMP_FIXED + alias_len);
+                rk_header_add(headers, stamp_name, stamp_name_len, stamp, (ssize_t)stamp_len);
 
                 if (!run_count)
                         run_first = msg->offset;

@@ -12,7 +12,6 @@ from common import kafka, zk
 from common.config import Config
 
 
-
 class FatalErrors:
     """Where librdkafka's error callback leaves a fatal producer error for the mirror loop.
 

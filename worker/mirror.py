@@ -42,7 +42,7 @@ from common.config import Config
 from common.errors import ConfigError
 from common.zkschema import Assignment, Paths, RateLimit, SchemaError, WorkerInfo
 from worker import clients as worker_clients
-from worker import native, probes
+from worker import forwarding, native, probes
 from worker.acks import EXACT_FOR_S, TP, AckLedger, PartitionAcks
 from worker.commits import Committer
 from worker.handoff import Handoff, fmt
@@ -83,9 +83,13 @@ class MirrorWorker:
         self.metrics = metrics or WorkerMetrics()
         self.log = logs.get("worker", pipeline=config.pipeline, worker=worker_id)
         self._source_alias = config.source.alias
-        self._stamp = provenance.encoder(config.source.alias)  # urep value for records that start here
+        # urep value for records that start here: origin and this hop's source are both the source
+        self._stamp = provenance.encoder(config.source.alias, config.source.alias)
         self._alias_bytes = config.source.alias.encode()  # the same, for the C loop
         self._destination_alias = config.destination.alias
+        if config.forward not in forwarding.POLICIES:
+            raise ConfigError("forward", f"must be one of {', '.join(forwarding.POLICIES)}, got {config.forward!r}")
+        self._only_origin = config.forward == "origin"  # the route's forwarding policy (worker/forwarding.py)
 
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -327,6 +331,10 @@ class MirrorWorker:
             self._purge("producer_stalled")
             self._acks_moved_at = now
 
+    def _may_write(self) -> bool:
+        """Not fenced and the lease is fresh: checked before every consume and every C-loop call."""
+        return not self._fenced and self._lease_valid()
+
     def _lease_valid(self) -> bool:
         """Renew the ZooKeeper lease asynchronously; valid while younger than a third of the session."""
         now = time.monotonic()
@@ -388,12 +396,19 @@ class MirrorWorker:
                    run_bytes: int = 0) -> int | None:
         """The Python loop over ``messages[start:stop]``; the run given is open in front of ``start``.
 
-        The run open at ``stop`` is closed on its last record. Returns the bytes of the runs
-        it closed, or None when it abandoned the rest of the batch.
+        This is the specification of the C loop (worker/_native.c), with the same **run rule**:
+        a run is consecutive records of one partition that need no decision. A record needs
+        a decision when it is a consume error, has no route, or carries a ``urep`` header
+        (the forwarding policy decides: :func:`worker.forwarding.copies`); the run in front
+        of it closes before it, and if it is copied it is a run of its own. Other headers
+        need no decision: they are copied within the run. The run open at ``stop`` is
+        closed on its last record. Returns the bytes of the runs it closed, or None when it
+        abandoned the rest of the batch.
         """
         produce = self.producer.produce
         routes = self.handoff.routes
-        origin_alias = self._source_alias
+        source_alias = self._source_alias
+        only_origin = self._only_origin
         skip_origin = self._destination_alias
         header = provenance.HEADER
         encode = provenance.encode
@@ -406,19 +421,24 @@ class MirrorWorker:
         # run_*: the open run, sent but not yet covered by a callback.
         # One record of look-ahead: whether the next record continues this record's run.
         nxt = messages[start]
-        nxt_route = routes.get((nxt.topic(), nxt.partition()))
-        nxt_headers = nxt.headers()
+        nxt_err = nxt.error()
+        nxt_route = routes.get((nxt.topic(), nxt.partition())) if nxt_err is None else None
+        nxt_headers = nxt.headers() if nxt_route is not None else None
+        nxt_urep = nxt_headers is not None and _carries(nxt_headers, header)
         for i in range(start + 1, stop + 1):
             msg = nxt
+            err = nxt_err
             route = nxt_route
             headers = nxt_headers
+            urep = nxt_urep
             if i < stop:
                 nxt = messages[i]
-                nxt_route = routes.get((nxt.topic(), nxt.partition()))
-                nxt_headers = nxt.headers()
+                nxt_err = nxt.error()
+                nxt_route = routes.get((nxt.topic(), nxt.partition())) if nxt_err is None else None
+                nxt_headers = nxt.headers() if nxt_route is not None else None
+                nxt_urep = nxt_headers is not None and _carries(nxt_headers, header)
             else:
                 nxt_route = None
-            err = msg.error()
             if err is not None:
                 self._on_consume_error(msg, err)
                 continue
@@ -426,21 +446,24 @@ class MirrorWorker:
                 continue  # fetched before a release or after an error; resumed from the commit
             destination, acks, topic, partition = route
             offset = msg.offset()
-            origin = origin_alias
-            if headers:
+            if urep:
+                # A copy from an earlier hop: the forwarding policy decides (no run is open here).
+                origin = source_alias
                 kept = []
                 for name, value in headers:
                     if name == header:
-                        origin = provenance.origin_of(value) or origin_alias
+                        origin = provenance.origin_of(value) or source_alias
                     else:
                         kept.append((name, value))
-                if origin == skip_origin:
-                    acks.skipped(offset)  # loop prevention: it came from where we write (no run is open)
+                if (origin != source_alias) if only_origin else (origin == skip_origin):
+                    acks.skipped(offset)
                     self.metrics.skipped.labels(topic).inc()
                     continue
                 headers = kept
-                headers.append((header, stamp(offset, partition) if origin == origin_alias
-                                else encode(offset, partition, origin)))
+                headers.append((header, stamp(offset, partition) if origin == source_alias
+                                else encode(offset, partition, origin, source_alias)))
+            elif headers:
+                headers = [*headers, (header, stamp(offset, partition))]
             else:
                 headers = [(header, stamp(offset, partition))]
             key = msg.key()
@@ -453,7 +476,7 @@ class MirrorWorker:
             run_bytes += size
             if exact:
                 callback = bind(acks.report_cb, offset, size)
-            elif nxt_route is not route or nxt_headers:
+            elif urep or nxt_route is not route or nxt_urep:
                 callback = bind(acks.report_run, run_first, offset, run_count, run_bytes)
             else:
                 callback = None
@@ -465,7 +488,7 @@ class MirrorWorker:
                             ts if ts_type != no_timestamp else 0, headers)
                 except BufferError:
                     self.producer.poll(0.05)  # local queue full: wait for acks, never drop
-                    if self._stop.is_set() or self._fenced or not self._lease_valid():
+                    if self._stop.is_set() or not self._may_write():
                         self.ledger.in_flight_bytes += fetched_bytes
                         self.produced += produced
                         self._abandon(messages[i - 1:])
@@ -678,3 +701,11 @@ class MirrorWorker:
             self.zk.stop()
             self.zk.close()
             log.info("worker_stopped")
+
+
+def _carries(headers: list[tuple[str, Any]], name: str) -> bool:
+    """Whether a record's headers include ``name`` (the ``urep`` header: the record needs a decision)."""
+    for key, _ in headers:
+        if key == name:
+            return True
+    return False

@@ -171,10 +171,11 @@ class FakeProducer:
     """
 
     def __init__(self, partitions: int = 4, written: dict[TP, list[bytes]] | None = None,
-                 refuse: dict[TP, int] | None = None) -> None:
+                 refuse: dict[TP, int] | None = None, records: dict[TP, list[FakeMessage]] | None = None) -> None:
         self.queue: list[tuple[FakeMessage, Callable[..., None] | None]] = []
         self.wire: list[tuple[FakeMessage, Callable[..., None] | None]] = []
         self.written: dict[TP, list[bytes]] = {} if written is None else written
+        self.records: dict[TP, list[FakeMessage]] = {} if records is None else records  # written, with headers
         self.partitions = partitions
         self.hold = False  # the destination is down: nothing is acknowledged
         self.capacity: int | None = None  # local queue size; above it produce raises BufferError
@@ -191,7 +192,7 @@ class FakeProducer:
 
     def fresh(self) -> FakeProducer:
         """A new producer instance writing to the same destination (the worker replaces a purged or fatal one)."""
-        new = FakeProducer(self.partitions, self.written, self.refuse)
+        new = FakeProducer(self.partitions, self.written, self.refuse, self.records)
         self.replacements.append(new)
         return new
 
@@ -226,6 +227,7 @@ class FakeProducer:
                 return index
             msg._offset = len(log)
             log.append(msg.value() or b"")
+            self.records.setdefault(tp, []).append(msg)
             if callback is not None:
                 callback(None, msg)
         return len(batch)
