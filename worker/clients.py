@@ -89,6 +89,7 @@ class WorkerClients:
     make_commit_client: Callable[[], Any]  # a consumer of the group, never assigned: commits and committed()
     producer_errors: FatalErrors = field(default_factory=FatalErrors)  # the producers' error_cb
     commit_thread: bool = True  # False: commit calls run in the caller's thread (unit tests)
+    handoff_thread: bool = True  # False: an acquisition's reads run in the loop's thread (unit tests)
 
 
 @dataclass(frozen=True)

@@ -67,6 +67,7 @@ class FakeConsumer:
         self.positions: dict[TP, int] = {}
         self.group: dict[TP, int] = {}
         self.paused: set[TP] = set()
+        self.log_start: dict[TP, int] = {}  # retention deleted the records below
         self.fail_commits = 0  # the next N commits raise (a coordinator moving, say)
         self.events: list[tuple[str, Any]] = []  # in call order: what the worker asked for
         self.closed = False
@@ -85,6 +86,10 @@ class FakeConsumer:
         self.events.append(("assign", sorted((tp.topic, tp.partition, tp.offset) for tp in partitions)))
 
     def incremental_unassign(self, partitions: list[TopicPartition]) -> None:
+        for tp in partitions:
+            # librdkafka refuses to unassign what is not assigned (_INVALID_ARG)
+            if (tp.topic, tp.partition) not in self.positions:
+                raise KafkaException(KafkaError(KafkaError._INVALID_ARG, f"{tp.topic} [{tp.partition}] not assigned"))
         for tp in partitions:
             self.positions.pop((tp.topic, tp.partition), None)
             self.paused.discard((tp.topic, tp.partition))
@@ -123,7 +128,14 @@ class FakeConsumer:
 
     def get_watermark_offsets(self, tp: TopicPartition, timeout: float | None = None,
                               cached: bool = False) -> tuple[int, int]:
-        return (0, len(self.logs.get((tp.topic, tp.partition), [])))
+        return (self.log_start.get((tp.topic, tp.partition), 0), len(self.logs.get((tp.topic, tp.partition), [])))
+
+    def offsets_for_times(self, partitions: list[TopicPartition], timeout: float | None = None) -> list[TopicPartition]:
+        """Only OFFSET_BEGINNING is asked for (the log start): what the worker's expired-records report reads."""
+        self.events.append(("offsets_for_times", sorted((tp.topic, tp.partition) for tp in partitions)))
+        assert all(tp.offset == OFFSET_BEGINNING for tp in partitions)
+        return [TopicPartition(tp.topic, tp.partition, self.log_start.get((tp.topic, tp.partition), 0))
+                for tp in partitions]
 
     def close(self) -> None:
         self.closed = True

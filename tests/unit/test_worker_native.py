@@ -26,7 +26,7 @@ def worker_with(loop: str) -> MirrorWorker:
     consumer = FakeConsumer({})
     clients = WorkerClients(consumer=consumer, producer=FakeProducer(), zk=FakeZooKeeper(),
                             make_producer=FakeProducer, make_commit_client=lambda: FakeCommitClient(consumer),
-                            commit_thread=False)
+                            commit_thread=False, handoff_thread=False)
     return MirrorWorker(cfg, "w1", clients=clients)
 
 
