@@ -317,7 +317,7 @@ class MirrorWorker:
         elif (wait := self.limiter.wait_s(now)) > 0:
             self.producer.poll(min(wait, 0.1))  # rate limit: hold off fetching
         elif self._may_write():  # the fence and the lease again, right before the fetch
-            messages = self.consumer.consume(self.limiter.max_batch(self.config.worker.batch_size), self._fetch_wait_s)
+            messages = self._fetch(self.limiter.max_batch(self.config.worker.batch_size))
             if messages:
                 self._mirror(messages)
             self.producer.poll(0)
@@ -337,6 +337,25 @@ class MirrorWorker:
     def stop(self) -> None:
         self._stop.set()
         self._wake.set()
+
+    def _fetch(self, limit: int) -> list[Any]:
+        """What the consumer already holds, at once; only when it holds nothing, wait for the first record.
+
+        librdkafka's batch consume returns when the batch is full or the wait is over, so
+        at low rates every record waited ``worker.fetch_wait_ms`` (the issue's replicator
+        leg: 7.7 ms median against MirrorMaker 2's 1.7 ms). Here a record is handed on as
+        soon as it is there: a non-blocking drain first; when that is empty, a wait for one
+        record, then a non-blocking drain of what arrived with it (a fetch brings many).
+        Under load the first drain is a full batch, so throughput is unchanged.
+        """
+        consume = self.consumer.consume
+        messages = consume(limit, 0)
+        if messages or self._fetch_wait_s <= 0:
+            return messages
+        messages = consume(1, self._fetch_wait_s)
+        if messages and limit > 1:
+            messages.extend(consume(limit - 1, 0))
+        return messages
 
     def _watch_producer(self, now: float) -> None:
         """Replace a producer that holds records yet acknowledged none for ``worker.producer_stall_s``.

@@ -68,6 +68,7 @@ class FakeConsumer:
         self.group: dict[TP, int] = {}
         self.paused: set[TP] = set()
         self.log_start: dict[TP, int] = {}  # retention deleted the records below
+        self.consume_calls: list[tuple[int, float]] = []  # (num_messages, timeout) of every consume
         self.fail_commits = 0  # the next N commits raise (a coordinator moving, say)
         self.events: list[tuple[str, Any]] = []  # in call order: what the worker asked for
         self.closed = False
@@ -99,6 +100,7 @@ class FakeConsumer:
         self.paused.update((tp.topic, tp.partition) for tp in partitions)
 
     def consume(self, num_messages: int, timeout: float) -> list[FakeMessage]:
+        self.consume_calls.append((num_messages, timeout))
         out: list[FakeMessage] = []
         for tp in sorted(self.positions):
             if tp in self.paused:

@@ -583,3 +583,21 @@ def test_records_expired_before_mirroring_are_reported_from_one_offsets_request_
     expired = [e for e in logs if e["event"] == "records_expired_before_mirroring"]
     assert [(e["partition"], e["records"]) for e in expired] == [(0, 4)]
     assert rig.worker.metrics.expired.labels("t")._value.get() == 4
+
+
+def test_records_already_fetched_are_handed_on_without_waiting_and_an_idle_loop_waits_for_one(rig):
+    # Given a worker mirroring t:0, with worker.fetch_wait_ms at its default (50 ms)
+    rig.assign(1, ("t", 0))
+    rig.turns(1)
+    assert rig.producer.written[("t", 0)] == values(10, 0)
+    # When records are waiting in the consumer
+    rig.consumer.append(("t", 0), *values(5, 0, start=10))
+    rig.consumer.consume_calls.clear()
+    rig.worker.turn()
+    # Then one non-blocking call took them all: nothing waited for a batch to fill
+    assert rig.consumer.consume_calls == [(1000, 0)]
+    assert rig.producer.written[("t", 0)] == values(15, 0)
+    # And when nothing is there, the loop waits only for the first record to come
+    rig.consumer.consume_calls.clear()
+    rig.worker.turn()
+    assert rig.consumer.consume_calls == [(1000, 0), (1, 0.05)]
