@@ -35,9 +35,11 @@ class GuardedProducer:
     wrapper cost) and raises it as ``_FATAL``, which the loop handles itself.
     """
 
-    def __init__(self, producer: Any, errors: FatalErrors) -> None:
+    def __init__(self, producer: Any, errors: FatalErrors, client_id: str = "") -> None:
         self._producer = producer
         self.client = producer  # the confluent_kafka.Producer itself: the C loop drives it (worker.native)
+        # Its client.id: the C loop drives the handle only if librdkafka names it "<client_id>#producer-N"
+        self.client_id = client_id
         self._errors = errors
         self.produce = producer.produce
         self.list_topics = producer.list_topics
@@ -120,7 +122,7 @@ def connect(config: Config, worker_id: str) -> WorkerClients:
 
     def make_producer() -> Any:
         return GuardedProducer(kafka.producer(config.destination, client_id, pinned=pinned.producer, error_cb=errors),
-                               errors)
+                               errors, config.destination.properties.get("client.id", client_id))
 
     def make_commit_client() -> Any:
         # session.timeout.ms bounds how long librdkafka defers a commit that finds no coordinator

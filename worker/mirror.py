@@ -163,7 +163,9 @@ class MirrorWorker:
     def _bind_producer(self) -> None:
         """Point the C loop at the current producer (None: the Python loop serves it)."""
         client = getattr(self.producer, "client", None)
-        usable = self._native is not None and client is not None and self._native.is_producer(client)
+        client_id = getattr(self.producer, "client_id", "")
+        usable = (self._native is not None and client is not None and bool(client_id)
+                  and self._native.is_producer(client, client_id))
         if self._native is not None and not usable and self.config.worker.native_loop == "on":
             raise ConfigError("worker.native_loop", "is 'on' but the producer is not a confluent_kafka.Producer")
         self._native_target = client if usable else None
