@@ -19,6 +19,11 @@ loop, which has the same semantics, and its start-up log line ``mirror_loop`` sa
 
 from __future__ import annotations
 
+import importlib.util
+import os
+import sys
+from types import ModuleType
+
 import confluent_kafka
 from confluent_kafka import Message, Producer
 
@@ -29,6 +34,10 @@ from common import provenance
 # {self, dr_cb} freed with free(): unchanged; later additions are appended after what is read),
 # and 2.16.1, the release the C loop is built and tested with here (test_native_loop.py).
 REVIEWED_VERSIONS = frozenset({"2.13.0", "2.13.2", "2.14.0", "2.14.2", "2.15.0", "2.16.1"})
+
+# A build of worker/_native.c to use instead of the one next to this file: `make sanitize` points
+# it at its AddressSanitizer/UBSan build so the native-loop tests run that one.
+MODULE_ENV = "UREPLICATOR_NATIVE_MODULE"
 
 _LAYOUT_SAMPLE = {"topic": "layout", "partition": 7, "offset": 1234567890123, "key": b"k", "value": b"vv",
                   "timestamp": (1, 987654321012)}
@@ -61,7 +70,7 @@ def load(version: str | None = None) -> object:
         raise Unavailable(f"confluent-kafka {version} is not a release whose layout worker/_native.c was "
                           f"reviewed against ({', '.join(sorted(REVIEWED_VERSIONS))})")
     try:
-        from worker import _native
+        _native = _import()
     except ImportError as exc:
         raise Unavailable(f"worker._native is not built ({exc}); `make install` compiles it") from None
     try:
@@ -73,3 +82,22 @@ def load(version: str | None = None) -> object:
     except RuntimeError as exc:
         raise Unavailable(f"{exc} (confluent-kafka {version})") from None
     return _native
+
+
+def _import() -> ModuleType:
+    """``worker._native``: the in-place build, or the file named by ``$UREPLICATOR_NATIVE_MODULE``."""
+    path = os.environ.get(MODULE_ENV)
+    if not path:
+        from worker import _native
+
+        return _native
+    loaded = sys.modules.get("worker._native")
+    if loaded is not None and getattr(loaded, "__file__", None) == path:
+        return loaded
+    spec = importlib.util.spec_from_file_location("worker._native", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"{MODULE_ENV}={path} is not an extension module")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    sys.modules["worker._native"] = module
+    return module
