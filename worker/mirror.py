@@ -111,7 +111,7 @@ class MirrorWorker:
         self._wake = threading.Event()
         self._desired: Assignment | None = None
         self._desired_lock = threading.Lock()
-        self._fenced = False  # the session was lost and the worker has not re-registered
+        self._fenced = False  # the session was LOST (until the connection is back); the lease fences too
         self._session_lost = False
         self._connected = True  # kazoo's connection state (SUSPENDED: False); acquisitions need it
         self._purged = False  # librdkafka's queue was purged for the current fence
@@ -178,7 +178,8 @@ class MirrorWorker:
     @property
     def ready(self) -> bool:
         """Registered and allowed to write: what ``/ready`` reports."""
-        return self.registered.is_set() and not self._fenced and not self._session_lost
+        lease_fresh = time.monotonic() - self._lease_at < self._lease_s  # no renewal from the probe's thread
+        return self.registered.is_set() and not self._fenced and not self._session_lost and lease_fresh
 
     @property
     def session_lost(self) -> bool:
