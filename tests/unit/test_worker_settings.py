@@ -48,3 +48,10 @@ def test_a_wait_must_be_positive(name):
 def test_the_deprecated_key_must_not_be_negative():
     with pytest.raises(ConfigError, match="worker.shutdown_timeout_s: must not be negative"):
         worker_config(shutdown_timeout_s=-1)
+
+
+@pytest.mark.parametrize(("session_s", "lease"), [(15.0, 10.0), (10.0, 10.0 - 10.0 / 3), (6.0, 4.0), (3.0, 1.0)])
+def test_the_lease_is_the_session_minus_a_third_and_at_least_two_seconds_of_margin(session_s, lease):
+    from worker.mirror import lease_s
+
+    assert lease_s(session_s) == pytest.approx(lease)
