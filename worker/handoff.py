@@ -277,20 +277,7 @@ class Handoff:
         """Forget the change under way (session lost, stopping): what it read is dropped."""
         self.change = None
 
-    # --- the halves, each alone -------------------------------------------------------------------
-
-    def release(self, partitions: list[TP], commit: bool = True) -> None:
-        """Old owner's half, waiting (rewinds): stop fetching, wait for reports, commit, forget."""
-        self._consumer.incremental_unassign([TopicPartition(t, p) for t, p in partitions])
-        for tp in partitions:
-            self.routes.pop(tp, None)
-        self._await_reports(partitions)
-        if commit:
-            self._committer.commit_for_release(partitions, self._config.worker.release_commit_timeout_s)
-        for tp in partitions:
-            self._ledger.release(tp)
-            self._starts.pop(tp, None)
-            self._status.forget(tp)
+    # --- the halves, and rewinds ------------------------------------------------------------------
 
     def _await_reports(self, partitions: list[TP]) -> None:
         deadline = time.monotonic() + self._config.worker.release_ack_timeout_s
@@ -356,10 +343,6 @@ class Handoff:
         self._metrics.rewinds.inc(len(assign))
         self._log.info("partitions_rewound", partitions=fmt(owned))
         return [(tp.topic, tp.partition) for tp in assign]
-
-    def acquire(self, partitions: list[TP]) -> list[TP]:
-        """New owner's half, waiting: read what the acquisition needs, then start the partitions."""
-        return self._start(self._prepare(partitions))
 
     def _prepare(self, partitions: list[TP]) -> Prepared:
         """Beside the loop: the topics' destinations, the group's committed offsets, the destination's metadata."""
