@@ -232,12 +232,7 @@ class Handoff:
             if outstanding and time.monotonic() < change.release_deadline:
                 return  # the loop keeps polling for reports meanwhile
             if outstanding:
-                # The records still held would reach the destination behind the next owner's
-                # (reordered). librdkafka purges all partitions at once: the others are rewound.
-                log.warning("release_timed_out", partitions=fmt(partitions), outstanding=outstanding, purged=True)
-                self._producer.purge(in_queue=True, in_flight=True, blocking=False)
-                self._producer.poll(0)
-                self.after_purge("release_timed_out")
+                self._purge_unacknowledged(partitions, outstanding)
             change.commit = self._committer.begin_release(partitions,
                                                           self._config.worker.release_commit_timeout_s)
         if not change.commit.done:
@@ -279,15 +274,24 @@ class Handoff:
 
     # --- the halves, and rewinds ------------------------------------------------------------------
 
+    def _purge_unacknowledged(self, partitions: list[TP], outstanding: int) -> None:
+        """Records of ``partitions`` still unacknowledged after the wait: purge them.
+
+        Sent later, they would reach the destination behind the next owner's (reordered).
+        librdkafka purges all partitions at once; the worker replaces the producer and
+        rewinds the others.
+        """
+        self._log.warning("release_timed_out", partitions=fmt(partitions), outstanding=outstanding, purged=True)
+        self._producer.purge(in_queue=True, in_flight=True, blocking=False)
+        self._producer.poll(0)
+        self.after_purge("release_timed_out")
+
     def _await_reports(self, partitions: list[TP]) -> None:
+        """A rewind's wait for the reports still due (none after a producer replacement), bounded like a release's."""
         deadline = time.monotonic() + self._config.worker.release_ack_timeout_s
-        while self._ledger.outstanding(partitions):
+        while outstanding := self._ledger.outstanding(partitions):
             if time.monotonic() > deadline:
-                self._log.warning("release_timed_out", partitions=fmt(partitions),
-                                  outstanding=self._ledger.outstanding(partitions), purged=True)
-                self._producer.purge(in_queue=True, in_flight=True, blocking=False)
-                self._producer.poll(0)
-                self.after_purge("release_timed_out")
+                self._purge_unacknowledged(partitions, outstanding)
                 break
             self._producer.poll(0.05)
 
