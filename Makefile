@@ -6,13 +6,14 @@ BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
 .PHONY: help install venv jars helm promtool image image-test test unit integration lint demo stack-up stack-down \
-	clean bench bench-throughput bench-controller-scale bench-verifier bench-latency bench-stalls drill soak
+	sanitize clean bench bench-throughput bench-controller-scale bench-verifier bench-latency bench-stalls drill soak
 
 help:
 	@echo "make install      venv (.venv, editable, dev + verifier extras) + pinned JVM jars (.cache/jvm)"
 	@echo "make test         unit + integration tests against a real local ZooKeeper/Kafka stack (+ helm, promtool)"
 	@echo "make demo         end-to-end demo: mirror 100,000 records and compare per partition"
 	@echo "make lint         ruff + import-linter (the layers)"
+	@echo "make sanitize     worker/_native.c built with AddressSanitizer + UBSan, and the native-loop tests run on it"
 	@echo "make helm         pinned helm (.cache/bin/helm, built with Go) for the chart tests"
 	@echo "make promtool     pinned promtool (.cache/bin/promtool, built with Go) for the chart's alerting rules"
 	@echo "make image        the controller/worker and verifier images, built with buildah (no daemon)"
@@ -74,6 +75,28 @@ test: venv jars helm promtool
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
+
+# The C copy loop under AddressSanitizer and UndefinedBehaviorSanitizer: a build of its own in
+# build/sanitize (the in-place build stays as it is), preloaded runtimes (python itself is not
+# instrumented), leak detection off (CPython's own allocations are not leaks), any finding fatal.
+# The native-loop unit tests and the C/Python differential test run on that build; the latter's
+# worker processes inherit the environment. UREPLICATOR_TEST_STACK=DIR reuses a running stack.
+# Needs an installed venv (`make install`); it never reinstalls it.
+SANITIZE_CFLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer -g
+sanitize:
+	@set -e; [ -x $(BIN)/python ] || { echo "sanitize: run make install first"; exit 1; }; rm -rf build/sanitize; \
+	CFLAGS="$(SANITIZE_CFLAGS)" LDFLAGS="-fsanitize=address,undefined" \
+	  $(BIN)/python setup.py -q build_ext --build-lib build/sanitize --build-temp build/sanitize/tmp; \
+	so=$$(ls build/sanitize/worker/_native*.so 2>/dev/null || true); \
+	[ -n "$$so" ] || { echo "sanitize: the instrumented build failed (is gcc with libasan installed?)"; exit 1; }; \
+	so=$$(realpath $$so); \
+	export LD_PRELOAD="$$($${CC:-gcc} -print-file-name=libasan.so) $$($${CC:-gcc} -print-file-name=libubsan.so)"; \
+	export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1; \
+	export UREPLICATOR_NATIVE_MODULE=$$so; \
+	$(BIN)/python -c "from worker import native; m = native.load(); assert m.__file__ == '$$so', m.__file__; \
+	  print('sanitize: C loop under ASan/UBSan:', m.__file__)"; \
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests/unit/test_worker_native.py tests/integration/test_native_loop.py \
+	  $(PYTEST_ARGS)
 
 demo: install
 	$(BIN)/ureplicator demo

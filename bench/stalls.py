@@ -17,7 +17,9 @@ every partition flows again:
 3. *blacklist worker*: ``DELETE /instances/w3`` (then whitelisted again, not measured);
 4. *SIGTERM worker*: w3 stops gracefully (then restarted, not measured);
 5. *kill -9 worker*: w3 crashes;
-6. *kill -9 leader controller*: the standby takes over.
+6. *ZooKeeper restart*: ZooKeeper stops and starts again (about 2 s plus its start-up,
+   less than the 10 s session): no partition moves and none should pause;
+7. *kill -9 leader controller*: the standby takes over.
 
 Per event: which partitions moved (``applied_by`` of ``GET /topics/<t>``
 before and after), the longest arrival gap among partitions that did **not**
@@ -85,7 +87,7 @@ from bench.harness import (
     wait_for,
 )
 from bench.recording import run_and_record
-from devtools import jvm
+from devtools import jvm, stack
 
 START = "<!-- stalls-bench:start -->"
 END = "<!-- stalls-bench:end -->"
@@ -261,7 +263,7 @@ def run_event(bench: Bench, pipeline: Pipeline, name: str, action: Callable[[Eve
 
 
 def ureplicator_phase(services: dict[str, str], workdir: Path, stamp: str,
-                      args: argparse.Namespace) -> dict[str, Any]:
+                      args: argparse.Namespace, stack_root: Path | None = None) -> dict[str, Any]:
     processes = Processes(workdir)
     pipeline = Pipeline(services, processes, f"stl{stamp[-7:-1]}")
     arrivals = Arrivals(services["destination"], ident="urep")
@@ -339,7 +341,19 @@ def ureplicator_phase(services: dict[str, str], workdir: Path, stamp: str,
         run_event(bench, pipeline, "kill -9 worker", lambda e: pipeline.workers["w3"].kill(),
                   lambda: "w3" not in _appliers(pipeline, bench), timeout_s=120)
 
-        # 6. kill -9 the leading controller
+        # 6. ZooKeeper restarts, away for less than the session: nothing moves, nothing should pause
+        def zookeeper_restart(event: Event) -> None:
+            assert stack_root is not None
+            stack.stop_service(stack_root, "zookeeper")
+            time.sleep(2)
+            stack.start_service(stack_root, "zookeeper")
+            event.notes["zookeeper_away_s"] = round(time.time() - event.t0, 2)
+
+        if stack_root is not None:
+            run_event(bench, pipeline, "ZooKeeper restart", zookeeper_restart,
+                      lambda: pipeline.leader() is not None and pipeline.settled(bench.topics), timeout_s=90)
+
+        # 7. kill -9 the leading controller
         def kill_leader(event: Event) -> None:
             leader = pipeline.leader()
             if leader is None:
@@ -913,11 +927,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     }
     wall = time.monotonic()
     say(f"stalls benchmark ({entry['mode']}) at {args.rate:,} records/s; load {load_line()}")
-    with own_stack("stalls", heap=args.broker_heap) as (services, _root):
+    with own_stack("stalls", heap=args.broker_heap) as (services, root):
         workdir = bench_dir("stalls") / f"run-{stamp}"
         workdir.mkdir(parents=True, exist_ok=True)
         if not args.only_mm2:
-            entry["phases"]["ureplicator"] = ureplicator_phase(services, workdir, stamp, args)
+            entry["phases"]["ureplicator"] = ureplicator_phase(services, workdir, stamp, args, stack_root=root)
         if args.no_mm2:
             entry["mm2_skipped"] = "--no-mm2"
         else:

@@ -116,12 +116,29 @@ class WorkerConfig:
     # How long one consume call waits to fill a batch: librdkafka returns early only when the
     # batch is full, so at low rates this wait is added to every record's latency.
     fetch_wait_ms: int = 50
-    shutdown_timeout_s: float = 30.0
+    # --- how long the worker waits, one setting per wait (worker/mirror.py, worker/handoff.py) ---
+    # SIGTERM: stop fetching, wait this long for the destination's acks and the final commit.
+    stop_timeout_s: float = 30.0
+    # A released partition's records still unacknowledged after this long are purged (the
+    # producer is replaced, the other partitions rewound), so none lands behind the next owner's.
+    release_ack_timeout_s: float = 30.0
+    # A released partition's commit is retried this long; then the release goes on (duplicates).
+    release_commit_timeout_s: float = 30.0
+    # A producer that holds records yet acknowledged none this long is purged and replaced.
+    producer_stall_s: float = 30.0
+    # Deprecated: one value for all four above (what it meant before they were split). When
+    # set (> 0) it sets all four; docs/configuration.md.
+    shutdown_timeout_s: float = 0.0
     max_records_per_s: int = 0
     max_bytes_per_s: int = 0
     # The C copy loop (worker/_native.c): auto uses it when it is built and matches the installed
     # confluent-kafka, on refuses to start without it, off keeps the Python loop.
     native_loop: str = "auto"
+
+    def __post_init__(self) -> None:
+        if self.shutdown_timeout_s > 0:  # the deprecated key sets the four waits it used to mean
+            for name in ("stop_timeout_s", "release_ack_timeout_s", "release_commit_timeout_s", "producer_stall_s"):
+                object.__setattr__(self, name, self.shutdown_timeout_s)
 
 
 # The route a config without ``routes`` stands for; a declared route with this id keeps its state
@@ -646,11 +663,16 @@ def _check(config: Config) -> None:
         ("controller.reconcile_interval_s", config.controller.reconcile_interval_s),
         ("controller.request_timeout_s", config.controller.request_timeout_s),
         ("worker.commit_interval_s", config.worker.commit_interval_s),
-        ("worker.shutdown_timeout_s", config.worker.shutdown_timeout_s),
+        ("worker.stop_timeout_s", config.worker.stop_timeout_s),
+        ("worker.release_ack_timeout_s", config.worker.release_ack_timeout_s),
+        ("worker.release_commit_timeout_s", config.worker.release_commit_timeout_s),
+        ("worker.producer_stall_s", config.worker.producer_stall_s),
         ("worker.health_stall_s", config.worker.health_stall_s),
     ):
         if value <= 0:
             raise ConfigError(key, f"must be positive, got {value}")
+    if config.worker.shutdown_timeout_s < 0:
+        raise ConfigError("worker.shutdown_timeout_s", f"must not be negative, got {config.worker.shutdown_timeout_s}")
     if config.worker.max_in_flight_bytes < 1024:
         raise ConfigError("worker.max_in_flight_bytes", "must be at least 1024")
     for key in ("max_records_per_s", "max_bytes_per_s"):

@@ -8,6 +8,7 @@ stays testable.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,7 +25,7 @@ from confluent_kafka.admin import (
 
 from common import logs
 from common.config import ClusterConfig
-from common.errors import ClusterUnavailable, UReplicatorError
+from common.errors import ClusterUnavailable, ConfigError, UReplicatorError
 
 # Topic configs that describe the source cluster rather than the data; never copied.
 _CLUSTER_SPECIFIC = {
@@ -64,34 +65,130 @@ _CONSUMER_DEFAULTS: dict[str, Any] = {
 _PRODUCER_DEFAULTS: dict[str, Any] = {
     "reconnect.backoff.max.ms": 1000,
     "topic.metadata.refresh.interval.ms": _METADATA_REFRESH_MS,
-    "enable.idempotence": True,  # acks=all and ordered retries: no loss, no reorder
+    # The worker pins these and more (PRODUCER_INVARIANTS); the benchmarks' clients copy them from here.
+    "enable.idempotence": True,
     "acks": "all",
     "linger.ms": 20,
     "batch.size": 1_000_000,
     "compression.type": "lz4",
     "queue.buffering.max.kbytes": 262144,
     "queue.buffering.max.messages": 500_000,
-    "message.timeout.ms": 0,  # never give up on a record; backpressure stops fetching instead
     "socket.keepalive.enable": True,
 }
+
+
+@dataclass(frozen=True)
+class Invariant:
+    """A client property that a guarantee rests on: applied after the user's, a conflicting user value refused.
+
+    ``value`` is what the client gets when the user says nothing; a user value is kept only
+    when ``accepts`` takes it (by default: only the same value). ``aliases`` are librdkafka's
+    other names for the same property, checked like the name itself.
+    """
+
+    name: str
+    value: Any
+    why: str
+    aliases: tuple[str, ...] = ()
+    accepts: Callable[[str], bool] | None = None
+
+    def allows(self, given: Any) -> bool:
+        text = _text(given)
+        return self.accepts(text) if self.accepts is not None else text == _text(self.value)
+
+
+def _text(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value).strip().lower()
+
+
+def _int_between(low: int, high: int) -> Callable[[str], bool]:
+    def accepts(text: str) -> bool:
+        try:
+            return low <= int(text) <= high
+        except ValueError:
+            return False
+    return accepts
+
+
+# What the worker's no-loss and ordering accounting rests on, on the destination producer
+# (docs/architecture.md, "Runs, not records"). One delivery report speaks for a whole run only
+# because the broker takes a partition's records in sequence (idempotence, acks=all, at most 5
+# requests in flight, which is what keeps the sequence numbers ordered across retries) and a
+# record that fails for good fails the whole producer instead of leaving a gap (gapless). The
+# gapless guarantee does not cover message timeouts, so no record may ever time out: the worker's
+# own stall watchdog replaces a silent producer instead (worker.producer_stall_s).
+PRODUCER_INVARIANTS: tuple[Invariant, ...] = (
+    Invariant("enable.idempotence", True, "the broker must take a partition's records only in sequence"),
+    Invariant("enable.gapless.guarantee", True, "a record that fails for good must fail the producer, not leave a gap"),
+    Invariant("acks", "all", "a report must mean every in-sync replica has the record",
+              aliases=("request.required.acks",), accepts=lambda v: v in ("all", "-1")),
+    Invariant("max.in.flight.requests.per.connection", 5,
+              "idempotent ordering across retries holds for at most 5 requests in flight",
+              aliases=("max.in.flight",), accepts=_int_between(1, 5)),
+    Invariant("message.timeout.ms", 0,
+              "librdkafka's gapless guarantee does not cover message timeouts: a record must never time out",
+              aliases=("delivery.timeout.ms",)),
+    Invariant("message.send.max.retries", 2147483647,
+              "a record out of retries fails the producer (gapless): retries must not run out",
+              aliases=("retries",)),
+    Invariant("delivery.report.only.error", False, "a successful delivery report is what acknowledges a run"),
+)
+
+
+def consumer_invariants(group_id: str) -> tuple[Invariant, ...]:
+    """What the worker's commits rest on, on its source consumers (the fetching one and the commit client)."""
+    return (
+        Invariant("group.id", group_id,
+                  "committed offsets live in the pipeline's group, where the next owner reads them"),
+        Invariant("enable.auto.commit", False, "only acknowledged positions may be committed",
+                  aliases=("auto.commit.enable",)),
+        Invariant("enable.auto.offset.store", False, "only acknowledged positions may be committed"),
+    )
+
+
+def pin(section: str, properties: Mapping[str, Any], invariants: Iterable[Invariant]) -> dict[str, Any]:
+    """The settings to apply after ``properties`` (the user's), or a ConfigError naming the conflicting key.
+
+    ``section`` is where the properties come from in the config (``destination.properties``).
+    """
+    pinned: dict[str, Any] = {}
+    for invariant in invariants:
+        given = [(name, properties[name]) for name in (invariant.name, *invariant.aliases) if name in properties]
+        for name, value in given:
+            if not invariant.allows(value):
+                raise ConfigError(f"{section}.{name}",
+                                  f"must be {_text(invariant.value)} ({invariant.why}), got {value!r}")
+        if len({_text(value) for _, value in given}) > 1:
+            raise ConfigError(f"{section}.{given[-1][0]}",
+                              f"conflicts with {section}.{given[0][0]}: set the property once")
+        # A user value the invariant accepts is kept (max.in.flight below 5, say); applied last,
+        # under the property's own name, so no alias can change it afterwards.
+        pinned[invariant.name] = given[0][1] if given else invariant.value
+    return pinned
 
 
 class TopicNotFound(UReplicatorError):
     """The topic does not exist on the cluster that was asked."""
 
 
-def consumer(cluster: ClusterConfig, group_id: str, client_id: str, **overrides: Any) -> Consumer:
+def consumer(cluster: ClusterConfig, group_id: str, client_id: str, pinned: Mapping[str, Any] | None = None,
+             **overrides: Any) -> Consumer:
+    """A consumer: defaults, then ``overrides``, then the user's properties, then ``pinned`` (see :func:`pin`)."""
     config = {**_CONSUMER_DEFAULTS, "group.id": group_id, "client.id": client_id}
     config.update(overrides)
     config.update(cluster.client_config())
+    config.update(pinned or {})
     config["logger"] = logs.librdkafka_logger(f"consumer.{cluster.alias}")
     return Consumer(config)
 
 
-def producer(cluster: ClusterConfig, client_id: str, **overrides: Any) -> Producer:
+def producer(cluster: ClusterConfig, client_id: str, pinned: Mapping[str, Any] | None = None,
+             **overrides: Any) -> Producer:
+    """A producer: defaults, then ``overrides``, then the user's properties, then ``pinned`` (see :func:`pin`)."""
     config = {**_PRODUCER_DEFAULTS, "client.id": client_id}
     config.update(overrides)
     config.update(cluster.client_config())
+    config.update(pinned or {})
     config["logger"] = logs.librdkafka_logger(f"producer.{cluster.alias}")
     return Producer(config)
 

@@ -11,9 +11,16 @@
  *
  * How it reaches librdkafka: confluent-kafka links its own copy of librdkafka, and the producer's
  * rd_kafka_t lives in its Handle object. init() resolves the few functions used here from that
- * very copy (dlopen with RTLD_NOLOAD on the path worker/native.py finds in /proc/self/maps), and
- * checks the struct layouts read below against a Message built from Python; any mismatch leaves
- * the worker on the Python loop (worker.native.load returns None).
+ * very copy: dlopen with RTLD_NOLOAD of confluent-kafka's own extension module (cimpl), already
+ * loaded, whose dlsym lookups search its own dependencies, i.e. the librdkafka it links. It checks
+ * the Message layout read below against a Message built from Python, and is_producer() checks a
+ * Handle's rk by asking librdkafka for that handle's name (it must be the worker's client id).
+ * worker/native.py accepts only the confluent-kafka versions whose layouts were reviewed; any
+ * mismatch leaves the worker on the Python loop (worker.native.load raises Unavailable).
+ *
+ * References: everything kept across a call into Python (the route cache, the current and next
+ * routes, the messages) is held with a reference of its own, so a callback that changes the
+ * routes dict or the list cannot free what this loop still reads.
  *
  * What this file never does: serve callbacks (rd_kafka_poll), block, or handle any record that
  * needs a decision (errors, unknown partitions, records that already carry a urep header, a full
@@ -58,6 +65,7 @@ static rd_kafka_resp_err_t (*rk_header_add)(rd_kafka_headers_t *hdrs, const char
 static rd_kafka_resp_err_t (*rk_header_get_last)(const rd_kafka_headers_t *hdrs, const char *name,
                                                  const void **valuep, size_t *sizep);
 static int (*rk_type)(const rd_kafka_t *rk);
+static const char *(*rk_name)(const rd_kafka_t *rk);
 
 /* confluent-kafka's objects, as laid out in its confluent_kafka.h; init() checks them. */
 typedef struct {
@@ -93,18 +101,32 @@ static PyObject *str_report_run;
 static char stamp_name[64];          /* the provenance header's name: "urep" */
 static Py_ssize_t stamp_name_len;
 
-#define STAMP_FIXED 14 /* u8 version | i64 offset | i32 partition | u8 alias length */
+#define STAMP_FIXED 14 /* u8 version | i64 offset | i32 partition | u8 origin length */
+#define STAMP_VERSION 2 /* common/provenance.py: ... origin alias | u8 source length | source alias */
 
-/* One route: where a source partition's records go, and its acquisition. */
+/* One route: where a source partition's records go, and its acquisition. `route` is a reference
+ * of the holder's own (route_set/route_clear): destination and acks live as long as it does. */
 typedef struct {
-        PyObject *route;       /* the routes dict's value (borrowed) */
+        PyObject *route;
         const char *destination;
         PyObject *acks;
         int32_t partition;
 } Route;
 
-/* Whether this file may copy the record, and where it goes. Returns 1 with *out filled, 0 when the
- * record is for Python, -1 on a Python error. `cache` holds the last route: runs are long. */
+static void route_clear(Route *r) {
+        Py_CLEAR(r->route);
+}
+
+static void route_set(Route *dst, const Route *src) {
+        PyObject *old = dst->route;
+        Py_XINCREF(src->route);
+        *dst = *src;
+        Py_XDECREF(old);
+}
+
+/* Whether this file may copy the record, and where it goes. Returns 1 with *out filled (a reference
+ * of out's own), 0 when the record is for Python, -1 on a Python error. `cache` holds the last route
+ * and *cache_topic its topic (references of their own): runs are long. */
 static int classify(PyObject *obj, PyObject *routes, Route *cache, PyObject **cache_topic, Route *out) {
         CflMessage *msg;
         PyObject *key, *pnum, *route;
@@ -122,7 +144,7 @@ static int classify(PyObject *obj, PyObject *routes, Route *cache, PyObject **ca
                 return 0; /* already stamped by an earlier hop: loop prevention decides in Python */
         if (cache->route && msg->partition == cache->partition && *cache_topic &&
             (msg->topic == *cache_topic || PyUnicode_Compare(msg->topic, *cache_topic) == 0)) {
-                *out = *cache;
+                route_set(out, cache);
                 return 1;
         }
         if (PyErr_Occurred())
@@ -143,18 +165,23 @@ static int classify(PyObject *obj, PyObject *routes, Route *cache, PyObject **ca
                 PyErr_SetString(PyExc_TypeError, "a route must be (destination, acks, topic, partition)");
                 return -1;
         }
-        out->route       = route;
-        out->destination = PyUnicode_AsUTF8(PyTuple_GET_ITEM(route, 0));
-        if (!out->destination)
-                return -1;
-        out->acks      = PyTuple_GET_ITEM(route, 1);
-        out->partition = (int32_t)PyLong_AsLong(PyTuple_GET_ITEM(route, 3));
-        if (out->partition == -1 && PyErr_Occurred())
-                return -1;
-        if (out->partition != msg->partition)
-                return 0; /* not a same-partition route: only Python knows what to do */
-        *cache       = *out;
-        *cache_topic = msg->topic;
+        {
+                Route found;
+                found.route       = route;
+                found.destination = PyUnicode_AsUTF8(PyTuple_GET_ITEM(route, 0));
+                if (!found.destination)
+                        return -1;
+                found.acks      = PyTuple_GET_ITEM(route, 1);
+                found.partition = (int32_t)PyLong_AsLong(PyTuple_GET_ITEM(route, 3));
+                if (found.partition == -1 && PyErr_Occurred())
+                        return -1;
+                if (found.partition != msg->partition)
+                        return 0; /* not a same-partition route: only Python knows what to do */
+                route_set(out, &found);
+                route_set(cache, &found);
+                Py_INCREF(msg->topic);
+                Py_XSETREF(*cache_topic, msg->topic);
+        }
         return 1;
 }
 
@@ -178,14 +205,16 @@ PyDoc_STRVAR(mirror_doc,
 "is for Python to close.");
 
 static PyObject *mirror(PyObject *module, PyObject *args) {
-        PyObject *producer, *messages, *routes, *alias;
+        PyObject *producer, *messages, *routes, *alias, *result = NULL;
+        CflMessage *msg = NULL; /* the record being copied, held */
         Py_ssize_t start, n, i;
         rd_kafka_t *rk;
-        Route cache = {0}, cur, nxt;
+        Route cache = {0}, cur = {0}, nxt = {0};
         PyObject *cache_topic = NULL;
         int have_next;
         long long produced = 0, fetched = 0, run_first = 0, run_count = 0, run_bytes = 0;
-        unsigned char stamp[STAMP_FIXED + 255];
+        unsigned char stamp[STAMP_FIXED + 255 + 1 + 255];
+        size_t stamp_len;
         Py_ssize_t alias_len;
         rd_kafka_resp_err_t err = 0;
 
@@ -210,33 +239,46 @@ static PyObject *mirror(PyObject *module, PyObject *args) {
                 PyErr_SetString(PyExc_ValueError, "origin alias longer than 255 bytes");
                 return NULL;
         }
-        stamp[0] = 1; /* provenance format version */
+        /* Records copied here start on the source cluster: origin and this hop's source are both `alias`. */
+        stamp[0]  = STAMP_VERSION;
         stamp[13] = (unsigned char)alias_len;
         memcpy(stamp + STAMP_FIXED, PyBytes_AS_STRING(alias), (size_t)alias_len);
+        stamp[STAMP_FIXED + alias_len] = (unsigned char)alias_len;
+        memcpy(stamp + STAMP_FIXED + alias_len + 1, PyBytes_AS_STRING(alias), (size_t)alias_len);
+        stamp_len = STAMP_FIXED + 2 * (size_t)alias_len + 1;
 
+        /* Held across the calls into Python below (partial(), sent_run()): the list, the record
+         * being copied and the producer, whose rd_kafka_t this loop produces to. The list's length
+         * is read again after each such call. */
+        Py_INCREF(messages);
+        Py_INCREF(producer);
         n = PyList_GET_SIZE(messages);
         i = start;
         if (i < 0 || i >= n)
                 goto done;
         switch (classify(PyList_GET_ITEM(messages, i), routes, &cache, &cache_topic, &cur)) {
         case -1:
-                return NULL;
+                goto fail;
         case 0:
                 goto done;
         }
         for (;;) {
-                CflMessage *msg = (CflMessage *)PyList_GET_ITEM(messages, i);
                 const char *value = NULL, *key = NULL;
                 Py_ssize_t value_len = 0, key_len = 0;
                 rd_kafka_headers_t *headers;
                 struct cfl_msgstate *state = NULL;
                 int close_run;
 
+                n = PyList_GET_SIZE(messages);
+                if (i >= n)
+                        goto done; /* the list shrank under a callback: Python takes over */
+                Py_INCREF(PyList_GET_ITEM(messages, i));
+                Py_XSETREF(msg, (CflMessage *)PyList_GET_ITEM(messages, i));
                 have_next = 0;
                 if (i + 1 < n) {
                         have_next = classify(PyList_GET_ITEM(messages, i + 1), routes, &cache, &cache_topic, &nxt);
                         if (have_next < 0)
-                                return NULL;
+                                goto fail;
                 }
                 /* The run ends where the next record belongs to another partition or is Python's. */
                 close_run = !have_next || nxt.route != cur.route;
@@ -254,9 +296,9 @@ static PyObject *mirror(PyObject *module, PyObject *args) {
                 headers = msg->c_headers ? rk_headers_copy(msg->c_headers) : rk_headers_new(1);
                 if (!headers) {
                         PyErr_NoMemory();
-                        return NULL;
+                        goto fail;
                 }
-                rk_header_add(headers, stamp_name, stamp_name_len, stamp, STAMP_FIXED + alias_len);
+                rk_header_add(headers, stamp_name, stamp_name_len, stamp, (ssize_t)stamp_len);
 
                 if (!run_count)
                         run_first = msg->offset;
@@ -267,21 +309,21 @@ static PyObject *mirror(PyObject *module, PyObject *args) {
                         PyObject *cb;
                         if (!report) {
                                 rk_headers_destroy(headers);
-                                return NULL;
+                                goto fail;
                         }
                         cb = PyObject_CallFunction(partial_type, "OLLLL", report, run_first, (long long)msg->offset,
                                                    run_count, run_bytes);
                         Py_DECREF(report);
                         if (!cb) {
                                 rk_headers_destroy(headers);
-                                return NULL;
+                                goto fail;
                         }
                         state = calloc(1, sizeof(*state));
                         if (!state) {
                                 Py_DECREF(cb);
                                 rk_headers_destroy(headers);
                                 PyErr_NoMemory();
-                                return NULL;
+                                goto fail;
                         }
                         state->self  = producer;
                         state->dr_cb = cb; /* the reference goes to confluent-kafka's report */
@@ -308,7 +350,7 @@ static PyObject *mirror(PyObject *module, PyObject *args) {
                         PyObject *r = PyObject_CallMethod(cur.acks, "sent_run", "LLL", (long long)msg->offset,
                                                           run_count, run_bytes);
                         if (!r)
-                                return NULL; /* cannot happen short of memory; the report still comes */
+                                goto fail; /* cannot happen short of memory; the report still comes */
                         Py_DECREF(r);
                         fetched += run_bytes;
                         run_count = run_bytes = 0;
@@ -316,15 +358,25 @@ static PyObject *mirror(PyObject *module, PyObject *args) {
                 i += 1;
                 if (!have_next)
                         goto done;
-                cur = nxt;
+                route_set(&cur, &nxt);
         }
 done:
-        return Py_BuildValue("(niLLLLL)", i, (int)err, produced, fetched, run_first, run_count, run_bytes);
+        result = Py_BuildValue("(niLLLLL)", i, (int)err, produced, fetched, run_first, run_count, run_bytes);
+fail:
+        route_clear(&cur);
+        route_clear(&nxt);
+        route_clear(&cache);
+        Py_XDECREF(cache_topic);
+        Py_XDECREF(msg);
+        Py_DECREF(producer);
+        Py_DECREF(messages);
+        return result;
 }
 
 PyDoc_STRVAR(init_doc,
-"init(librdkafka_path, message_type, producer_type, sample, header_name)\n\n"
-"Resolve librdkafka's functions from the copy confluent-kafka loaded, and check the layout of\n"
+"init(extension_path, message_type, producer_type, sample, header_name)\n\n"
+"Resolve librdkafka's functions through confluent-kafka's own extension module (already loaded:\n"
+"RTLD_NOLOAD), i.e. from the librdkafka it links, and check the layout of\n"
 "`sample`, a Message(topic='layout', partition=7, offset=1234567890123, key=b'k', value=b'vv',\n"
 "timestamp=(1, 987654321012)). Raises RuntimeError on any mismatch.");
 
@@ -344,9 +396,11 @@ static PyObject *init(PyObject *module, PyObject *args) {
         }
         lib = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
         if (!lib) {
-                PyErr_Format(PyExc_RuntimeError, "librdkafka is not loaded from %s: %s", path, dlerror());
+                PyErr_Format(PyExc_RuntimeError, "confluent-kafka's extension is not loaded from %s: %s", path,
+                             dlerror());
                 return NULL;
         }
+        dlclose(lib); /* RTLD_NOLOAD took a reference of its own; the module stays loaded by Python */
 #define RESOLVE(var, sym)                                                                       \
         do {                                                                                    \
                 *(void **)(&var) = dlsym(lib, sym);                                             \
@@ -362,6 +416,7 @@ static PyObject *init(PyObject *module, PyObject *args) {
         RESOLVE(rk_header_add, "rd_kafka_header_add");
         RESOLVE(rk_header_get_last, "rd_kafka_header_get_last");
         RESOLVE(rk_type, "rd_kafka_type");
+        RESOLVE(rk_name, "rd_kafka_name");
         rk_producev = NULL;
         if (Py_TYPE(sample) != (PyTypeObject *)mtype) {
                 PyErr_SetString(PyExc_RuntimeError, "sample is not a Message");
@@ -399,20 +454,34 @@ static PyObject *init(PyObject *module, PyObject *args) {
         Py_RETURN_NONE;
 }
 
-PyDoc_STRVAR(is_producer_doc, "is_producer(obj) -> whether obj is a live confluent_kafka.Producer this file can drive.");
+PyDoc_STRVAR(is_producer_doc,
+"is_producer(obj, client_id) -> whether obj is a live confluent_kafka.Producer this file can drive.\n\n"
+"Its Handle's rk must be a producer whose librdkafka name is `client_id#producer-N`: reading the\n"
+"right field of the right object is proven by librdkafka naming the client the worker configured.");
 
-static PyObject *is_producer(PyObject *module, PyObject *obj) {
+static PyObject *is_producer(PyObject *module, PyObject *args) {
+        PyObject *obj;
+        const char *client_id, *name;
+        Py_ssize_t id_len;
         rd_kafka_t *rk;
+        static const char suffix[] = "#producer-";
+
+        if (!PyArg_ParseTuple(args, "Os#", &obj, &client_id, &id_len))
+                return NULL;
         if (!rk_producev || Py_TYPE(obj) != producer_type)
                 Py_RETURN_FALSE;
         rk = ((CflHandle *)obj)->rk;
-        return PyBool_FromLong(rk && rk_type(rk) == TYPE_PRODUCER);
+        if (!rk || rk_type(rk) != TYPE_PRODUCER)
+                Py_RETURN_FALSE;
+        name = rk_name(rk);
+        return PyBool_FromLong(name && strncmp(name, client_id, (size_t)id_len) == 0 &&
+                               strncmp(name + id_len, suffix, sizeof(suffix) - 1) == 0);
 }
 
 static PyMethodDef methods[] = {
     {"init", init, METH_VARARGS, init_doc},
     {"mirror", mirror, METH_VARARGS, mirror_doc},
-    {"is_producer", is_producer, METH_O, is_producer_doc},
+    {"is_producer", is_producer, METH_VARARGS, is_producer_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -10,16 +10,6 @@ from confluent_kafka import KafkaError, KafkaException
 
 from common import kafka, zk
 from common.config import Config
-from common.errors import ConfigError
-
-# What the worker's delivery accounting relies on (worker.acks): the broker takes a partition's
-# records only in sequence, and a record that fails for good fails the producer instead of
-# leaving a gap, so one report acknowledges a whole run. Not for destination.properties to change.
-PRODUCER_GUARANTEES: dict[str, Any] = {
-    "enable.idempotence": True,
-    "enable.gapless.guarantee": True,
-    "acks": "all",
-}
 
 
 class FatalErrors:
@@ -45,9 +35,11 @@ class GuardedProducer:
     wrapper cost) and raises it as ``_FATAL``, which the loop handles itself.
     """
 
-    def __init__(self, producer: Any, errors: FatalErrors) -> None:
+    def __init__(self, producer: Any, errors: FatalErrors, client_id: str = "") -> None:
         self._producer = producer
         self.client = producer  # the confluent_kafka.Producer itself: the C loop drives it (worker.native)
+        # Its client.id: the C loop drives the handle only if librdkafka names it "<client_id>#producer-N"
+        self.client_id = client_id
         self._errors = errors
         self.produce = producer.produce
         self.list_topics = producer.list_topics
@@ -99,26 +91,43 @@ class WorkerClients:
     make_commit_client: Callable[[], Any]  # a consumer of the group, never assigned: commits and committed()
     producer_errors: FatalErrors = field(default_factory=FatalErrors)  # the producers' error_cb
     commit_thread: bool = True  # False: commit calls run in the caller's thread (unit tests)
+    handoff_thread: bool = True  # False: an acquisition's reads run in the loop's thread (unit tests)
+
+
+@dataclass(frozen=True)
+class Pins:
+    """The client settings the worker applies after the user's (``common.kafka.pin``), per client."""
+
+    producer: dict[str, Any]
+    consumer: dict[str, Any]
+
+
+def pins(config: Config) -> Pins:
+    """The invariant settings of the worker's clients; a conflicting user property is a ConfigError naming it."""
+    return Pins(
+        producer=kafka.pin("destination.properties", config.destination.properties, kafka.PRODUCER_INVARIANTS),
+        consumer=kafka.pin("source.properties", config.source.properties,
+                           kafka.consumer_invariants(config.consumer_group)),
+    )
 
 
 def connect(config: Config, worker_id: str) -> WorkerClients:
-    """Open the real clients; ZooKeeper first, so an unreachable ensemble fails fast."""
+    """Open the real clients; the settings are checked first, then ZooKeeper, so a bad one fails fast."""
+    pinned = pins(config)
     client = zk.connect(config)
     client_id = f"ureplicator-{config.pipeline}-{worker_id}"
-    consumer = kafka.consumer(
-        config.source, config.consumer_group, client_id, **{"auto.offset.reset": config.worker.auto_offset_reset}
-    )
-    check_producer_properties(config.destination.client_config())
+    consumer = kafka.consumer(config.source, config.consumer_group, client_id, pinned=pinned.consumer,
+                              **{"auto.offset.reset": config.worker.auto_offset_reset})
     errors = FatalErrors()
 
     def make_producer() -> Any:
-        return GuardedProducer(kafka.producer(config.destination, client_id, error_cb=errors, **PRODUCER_GUARANTEES),
-                               errors)
+        return GuardedProducer(kafka.producer(config.destination, client_id, pinned=pinned.producer, error_cb=errors),
+                               errors, config.destination.properties.get("client.id", client_id))
 
     def make_commit_client() -> Any:
         # session.timeout.ms bounds how long librdkafka defers a commit that finds no coordinator
         # (45 s by default); this client never joins the group, so nothing else reads it.
-        return kafka.consumer(config.source, config.consumer_group, f"{client_id}-commits",
+        return kafka.consumer(config.source, config.consumer_group, f"{client_id}-commits", pinned=pinned.consumer,
                               **{"session.timeout.ms": COMMIT_CLIENT_SESSION_TIMEOUT_MS})
 
     return WorkerClients(consumer=consumer, producer=make_producer(), zk=client, make_producer=make_producer,
@@ -127,9 +136,4 @@ def connect(config: Config, worker_id: str) -> WorkerClients:
 
 def check_producer_properties(properties: dict[str, Any]) -> None:
     """Refuse destination properties that would void the no-loss accounting (clear error, no start)."""
-    accepted = {"enable.idempotence": ("true",), "enable.gapless.guarantee": ("true",), "acks": ("all", "-1")}
-    for name, values in accepted.items():
-        if name in properties and str(properties[name]).lower() not in values:
-            raise ConfigError(f"destination.properties.{name}",
-                              f"must be {values[0]} (the worker's no-loss accounting relies on it), "
-                              f"got {properties[name]!r}")
+    kafka.pin("destination.properties", properties, kafka.PRODUCER_INVARIANTS)

@@ -67,6 +67,24 @@ class _Call:
     cancelled: bool = False
 
 
+@dataclass
+class ReleaseCommit:
+    """A release's commit under way on the commit thread (:meth:`Committer.begin_release`)."""
+
+    committer: Committer
+    partitions: list[TP]
+    call: _Call | None  # None: nothing moved since the last commit
+
+    @property
+    def done(self) -> bool:
+        return self.call is None or self.call.done.is_set() or self.call.cancelled
+
+    def finish(self) -> dict[TP, int]:
+        """Account the commit (once it is done); returns and surfaces what was not committed."""
+        failed = {} if self.call is None else self.committer._account(self.call)
+        return self.committer.release_done(self.partitions, failed)
+
+
 class Committer:
     """Commit ``acknowledged position`` (the next offset to mirror) per partition, without blocking the loop."""
 
@@ -127,14 +145,25 @@ class Committer:
         return self._account(call)
 
     def commit_for_release(self, partitions: list[TP], timeout_s: float) -> dict[TP, int]:
-        """Commit before giving partitions up: retried, and what still fails is surfaced, never dropped.
+        """Commit before giving partitions up, and wait: see :meth:`release_done`."""
+        return self.release_done(partitions, self.commit_now(partitions, timeout_s))
+
+    def begin_release(self, partitions: list[TP], timeout_s: float, attempts: int = 5) -> ReleaseCommit:
+        """Start a release's commit without waiting (hand-offs beside the loop); poll :attr:`ReleaseCommit.done`."""
+        self.collect()
+        call = self._commit_call(partitions, attempts=attempts, timeout_s=timeout_s)
+        if call is not None:
+            self._submit(call)
+        return ReleaseCommit(self, partitions, call)
+
+    def release_done(self, partitions: list[TP], failed: dict[TP, int]) -> dict[TP, int]:
+        """Surface what a release could not commit: retried already, never dropped silently.
 
         A position that cannot be committed is not lost data — the next owner starts
         from the older committed offset and mirrors those records again — but it is
         duplicates the operator should know about: an error log line and
         ``ureplicator_worker_release_commit_failures_total``.
         """
-        failed = self.commit_now(partitions, timeout_s)
         if failed:
             self._metrics.release_commit_failures.inc(len(failed))
             self._log.error("release_commit_failed", partitions=[f"{t}:{p}" for t, p in sorted(failed)],

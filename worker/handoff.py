@@ -1,18 +1,33 @@
-"""Apply assignment changes to the Kafka clients: release, acquire, rewind and stop partitions.
+"""Apply assignment changes to the Kafka clients beside the loop: release, acquire, rewind and stop partitions.
 
-The old owner's half of a hand-off is :meth:`Handoff.release`: stop fetching,
-wait for the destination's reports, commit ``acknowledged position`` (retried;
-a failure is surfaced), forget. The new owner's half is :meth:`Handoff.acquire`:
-start a fresh :class:`~worker.acks.PartitionAcks` at the group's committed
-offset. :meth:`Handoff.apply` orders them and publishes the release in
-``status/`` *before* the acquisitions, which may be slow (metadata, committed
-offsets), so the leader can hand the released partitions on at once.
+An assignment change is a :class:`Change` that the mirror loop moves on a step at
+every turn (:meth:`Handoff.advance`), never waiting for a cluster, so the partitions
+that do not move keep flowing while a coordinator or a metadata request hangs:
+
+* **release** (the old owner's half): stop fetching at once; once the destination
+  acknowledged what was sent (or after ``worker.release_ack_timeout_s``, with a purge),
+  commit the acknowledged position on the commit thread (retried for
+  ``worker.release_commit_timeout_s``; a failure is surfaced), then forget the
+  partitions and publish the release in ``status/`` under the *previous* generation,
+  so the leader can hand them on at once and still counts the ones being acquired
+  as this worker's.
+* **acquire** (the new owner's half): what needs the clusters (the topic records in
+  ZooKeeper, the group's committed offsets, the destination's metadata) is read on a
+  thread of its own (:class:`Beside`); the loop then starts a fresh
+  :class:`~worker.acks.PartitionAcks` per partition and assigns them. The
+  expired-records report is one offsets request after the assignment, beside the loop too.
+
+When both halves are done the change's generation is the worker's and its status says
+so. One change at a time: the leader writes a worker no newer generation before its
+status confirmed the last one (docs/architecture.md), so nothing queues up.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, KafkaException, TopicPartition
@@ -21,12 +36,98 @@ from common import zk
 from common.config import Config
 from common.zkschema import Assignment, Paths
 from worker.acks import TP, AckLedger, PartitionAcks
-from worker.commits import Committer
+from worker.commits import Committer, ReleaseCommit
 from worker.metrics import WorkerMetrics
 from worker.status import StatusReporter
 
 # source partition -> (destination topic, its acquisition, source topic, partition)
 Route = tuple[str, PartitionAcks, str, int]
+
+_RETRY_PREPARE_S = 1.0  # an acquisition whose reads failed asks again after this long
+_COMMITTED_TIMEOUT_S = 30.0
+
+
+class Job:
+    """The outcome of one call run by :class:`Beside`."""
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+
+class Beside:
+    """Run calls that wait for a cluster on one thread of their own, in order (unit tests: inline)."""
+
+    def __init__(self, background: bool = True, log: Any = None) -> None:
+        self._background = background
+        self._log = log
+        self._jobs: list[tuple[Callable[[], Any], Job]] = []
+        self._ready = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+
+    def submit(self, call: Callable[[], Any]) -> Job:
+        job = Job()
+        if not self._background:
+            self._run(call, job)
+            return job
+        with self._ready:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._serve, name="handoff-beside", daemon=True)
+                self._thread.start()
+            self._jobs.append((call, job))
+            self._ready.notify()
+        return job
+
+    def close(self) -> None:
+        with self._ready:
+            self._closed = True
+            self._jobs.clear()
+            self._ready.notify()
+
+    def _serve(self) -> None:
+        while True:
+            with self._ready:
+                while not self._jobs and not self._closed:
+                    self._ready.wait()
+                if self._closed:
+                    return
+                call, job = self._jobs.pop(0)
+            self._run(call, job)
+
+    def _run(self, call: Callable[[], Any], job: Job) -> None:
+        try:
+            job.result = call()
+        except Exception as exc:  # noqa: BLE001 - the loop decides; this thread must live on
+            job.error = exc
+        finally:
+            job.done.set()
+
+
+@dataclass
+class Prepared:
+    """What an acquisition read from the clusters: destinations, registered counts, committed offsets."""
+
+    destinations: dict[str, str]  # source topic -> destination topic
+    initial: dict[str, int]  # source topic -> partitions when it was registered
+    committed: list[TopicPartition]
+
+
+@dataclass
+class Change:
+    """One assignment change under way."""
+
+    desired: Assignment
+    releasing: list[TP]
+    acquiring: list[TP]
+    release_deadline: float
+    commit: ReleaseCommit | None = None
+    released: bool = False
+    prepare: Job | None = None
+    retry_at: float = 0.0
+    acquired: list[TP] = field(default_factory=list)
+    acquire_done: bool = False
 
 
 class Handoff:
@@ -43,6 +144,7 @@ class Handoff:
         status: StatusReporter,
         metrics: WorkerMetrics,
         log: Any,
+        beside: Beside | None = None,
     ) -> None:
         self._config = config
         self._paths = Paths(config.root)
@@ -54,8 +156,11 @@ class Handoff:
         self._status = status
         self._metrics = metrics
         self._log = log
+        self._beside = beside or Beside(log=log)
         self.routes: dict[TP, Route] = {}  # read by the hot loop: partitions it may produce
         self.generation = 0
+        self.change: Change | None = None
+        self._starts: dict[TP, int] = {}  # where each acquisition started fetching (a rewind's fallback)
         # Called after this class purged the producer; the worker swaps in a fresh producer.
         self.after_purge: Callable[[str], None] = lambda why: None
         ledger.on_failure = self.stop_partition
@@ -68,116 +173,220 @@ class Handoff:
     def owned(self) -> dict[TP, PartitionAcks]:
         return self._ledger.partitions
 
+    @property
+    def releasing(self) -> frozenset[TP]:
+        """Partitions unassigned by the change under way whose release is not finished."""
+        change = self.change
+        return frozenset(change.releasing) if change is not None and not change.released else frozenset()
+
     # --- applying an assignment ------------------------------------------------------------------
 
     def apply(self, desired: Assignment) -> bool:
-        """Bring the owned partitions to ``desired``; False when it already matched."""
+        """Start bringing the owned partitions to ``desired``; False when it matched or a change is under way."""
+        if self.change is not None:
+            return False
         owned = self._ledger.partitions
         if desired.generation == self.generation and desired.partitions == frozenset(owned):
             return False
-        removed = [tp for tp in owned if tp not in desired.partitions]
+        removed = sorted(tp for tp in owned if tp not in desired.partitions)
         added = sorted(desired.partitions - set(owned))
-        log = self._log.bind(generation=desired.generation)
+        change = Change(desired, removed, added,
+                        release_deadline=time.monotonic() + self._config.worker.release_ack_timeout_s)
         if removed:
-            self.release(removed)
-            log.info("partitions_released", partitions=fmt(removed))
-            if added:
-                # Still the previous generation: the leader keeps counting the partitions we are
-                # about to acquire as ours (never two live owners), yet sees the release now.
-                self._status.write(self.generation)
+            self._consumer.incremental_unassign([TopicPartition(t, p) for t, p in removed])
+            for tp in removed:
+                self.routes.pop(tp, None)  # fetched-but-unsent records of these partitions are dropped
+        else:
+            change.released = True
         if added:
-            started = self.acquire(added)
-            log.info("partitions_acquired", partitions=fmt(started))
-        self.generation = desired.generation
-        self._metrics.generation.set(self.generation)
-        self._metrics.partitions.set(len(owned))
-        self._status.write(self.generation)
+            change.prepare = self._beside.submit(lambda: self._prepare(added))
+        else:
+            change.acquire_done = True
+        self.change = change
+        self.advance()
         return True
 
-    def release(self, partitions: list[TP], commit: bool = True) -> None:
-        """Hand-off, old owner's half: stop fetching, wait for reports, commit, forget."""
-        self._consumer.incremental_unassign([TopicPartition(t, p) for t, p in partitions])
-        for tp in partitions:
-            self.routes.pop(tp, None)  # fetched-but-unsent records of these partitions are dropped
-        deadline = time.monotonic() + self._config.worker.shutdown_timeout_s
-        while self._ledger.outstanding(partitions):
-            if time.monotonic() > deadline:
-                # The records still held would reach the destination behind the next owner's
-                # (reordered). librdkafka purges all partitions at once: the others are rewound.
-                self._log.warning("release_timed_out", partitions=fmt(partitions),
-                                  outstanding=self._ledger.outstanding(partitions), purged=True)
-                self._producer.purge(in_queue=True, in_flight=True, blocking=False)
-                self._producer.poll(0)
-                self.after_purge("release_timed_out")
-                break
-            self._producer.poll(0.05)
-        if commit:
-            self._committer.commit_for_release(partitions, self._config.worker.shutdown_timeout_s)
+    def advance(self) -> bool:
+        """Move the change under way on without waiting; True when it just finished."""
+        change = self.change
+        if change is None:
+            return False
+        if not change.released:
+            self._release_step(change)
+        if not change.acquire_done:
+            self._acquire_step(change)
+        if not (change.released and change.acquire_done):
+            return False
+        self.change = None
+        self.generation = change.desired.generation
+        self._metrics.generation.set(self.generation)
+        self._metrics.partitions.set(len(self._ledger.partitions))
+        self._status.publish(self.generation)
+        return True
+
+    def _release_step(self, change: Change) -> None:
+        log = self._log.bind(generation=change.desired.generation)
+        partitions = change.releasing
+        if change.commit is None:
+            outstanding = self._ledger.outstanding(partitions)
+            if outstanding and time.monotonic() < change.release_deadline:
+                return  # the loop keeps polling for reports meanwhile
+            if outstanding:
+                self._purge_unacknowledged(partitions, outstanding)
+            change.commit = self._committer.begin_release(partitions,
+                                                          self._config.worker.release_commit_timeout_s)
+        if not change.commit.done:
+            return
+        change.commit.finish()
         for tp in partitions:
             self._ledger.release(tp)
+            self._starts.pop(tp, None)
             self._status.forget(tp)
+        change.released = True
+        log.info("partitions_released", partitions=fmt(partitions))
+        if not change.acquire_done:
+            # Still the previous generation: the leader keeps counting the partitions we are
+            # about to acquire as ours (never two live owners), yet sees the release now.
+            self._status.publish(self.generation)
+
+    def _acquire_step(self, change: Change) -> None:
+        job = change.prepare
+        if job is None:
+            if time.monotonic() >= change.retry_at:
+                change.prepare = self._beside.submit(lambda: self._prepare(change.acquiring))
+            return
+        if not job.done.is_set():
+            return
+        if job.error is not None or job.result is None:
+            self._log.warning("acquisition_retry", partitions=fmt(change.acquiring),
+                              error=str(job.error) if job.error is not None else "no result")
+            change.prepare = None
+            change.retry_at = time.monotonic() + _RETRY_PREPARE_S
+            return
+        change.acquired = self._start(job.result)
+        change.acquire_done = True
+        self._log.bind(generation=change.desired.generation).info("partitions_acquired",
+                                                                   partitions=fmt(change.acquired))
+
+    def abandon(self) -> None:
+        """Forget the change under way (session lost, stopping): what it read is dropped."""
+        self.change = None
+
+    # --- the halves, and rewinds ------------------------------------------------------------------
+
+    def _purge_unacknowledged(self, partitions: list[TP], outstanding: int) -> None:
+        """Records of ``partitions`` still unacknowledged after the wait: purge them.
+
+        Sent later, they would reach the destination behind the next owner's (reordered).
+        librdkafka purges all partitions at once; the worker replaces the producer and
+        rewinds the others.
+        """
+        self._log.warning("release_timed_out", partitions=fmt(partitions), outstanding=outstanding, purged=True)
+        self._producer.purge(in_queue=True, in_flight=True, blocking=False)
+        self._producer.poll(0)
+        self.after_purge("release_timed_out")
+
+    def _await_reports(self, partitions: list[TP]) -> None:
+        """A rewind's wait for the reports still due (none after a producer replacement), bounded like a release's."""
+        deadline = time.monotonic() + self._config.worker.release_ack_timeout_s
+        while outstanding := self._ledger.outstanding(partitions):
+            if time.monotonic() > deadline:
+                self._purge_unacknowledged(partitions, outstanding)
+                break
+            self._producer.poll(0.05)
 
     def drop_all(self) -> list[TP]:
         """Session lost: forget every partition without committing (someone else may own them)."""
+        assigned = self.assigned()
+        self.change = None
         dropped = list(self._ledger.partitions)
-        if dropped:
-            self._consumer.incremental_unassign([TopicPartition(t, p) for t, p in dropped])
+        if assigned:
+            self._consumer.incremental_unassign([TopicPartition(t, p) for t, p in assigned])
         self.routes.clear()
+        self._starts.clear()
         self._ledger.release_all()
         for tp in dropped:
             self._status.forget(tp)
         self.generation = 0
         return dropped
 
+    def assigned(self) -> list[TP]:
+        """The partitions the fetching consumer holds (owned, minus the ones being released)."""
+        releasing = self.releasing
+        return [tp for tp in self._ledger.partitions if tp not in releasing]
+
     def rewind(self, partitions: list[TP]) -> list[TP]:
         """Restart partitions from their acknowledged position (records were purged or abandoned).
 
-        Done as a release and an acquisition: wait for the reports still due, commit the
-        acknowledged position, and start a new acquisition there. Only called while this
-        worker's session and assignment hold, so the commit is ours to make.
+        The reports still due are awaited (after a producer replacement there are none),
+        then each partition starts a new acquisition at its acknowledged position — no
+        commit and no committed-offset read on the way, so a coordinator that hangs
+        cannot stall it; the periodic commit catches up. Only called while this worker's
+        session and assignment hold.
         """
+        releasing = self.releasing
         owned = [tp for tp in partitions
-                 if (acks := self._ledger.partitions.get(tp)) is not None and acks.error is None]
+                 if tp not in releasing and (acks := self._ledger.partitions.get(tp)) is not None
+                 and acks.error is None]
         if not owned:
             return []
-        self.release(owned)
-        started = self.acquire(owned)
-        self._metrics.rewinds.inc(len(owned))
+        self._await_reports(owned)
+        self._consumer.incremental_unassign([TopicPartition(t, p) for t, p in owned])
+        assign = []
+        for tp in owned:
+            old = self._ledger.partitions.get(tp)
+            if old is None:
+                continue  # released meanwhile (a purge above replaced the producer)
+            start = old.position if old.position >= 0 else self._starts.get(tp, OFFSET_BEGINNING)
+            acks = self._ledger.acquire(tp, old.destination, old.position)
+            acks.committed = old.committed
+            self._starts[tp] = start
+            self.routes[tp] = (old.destination, acks, tp[0], tp[1])
+            assign.append(TopicPartition(tp[0], tp[1], start))
+        self._consumer.incremental_assign(assign)
+        self._metrics.rewinds.inc(len(assign))
         self._log.info("partitions_rewound", partitions=fmt(owned))
-        return started
+        return [(tp.topic, tp.partition) for tp in assign]
 
-    def acquire(self, partitions: list[TP]) -> list[TP]:
-        """Hand-off, new owner's half: start each partition at the group's committed offset."""
-        routes: dict[str, str] = {}
+    def _prepare(self, partitions: list[TP]) -> Prepared:
+        """Beside the loop: the topics' destinations, the group's committed offsets, the destination's metadata."""
+        destinations: dict[str, str] = {}
         initial: dict[str, int] = {}
-        for topic in {t for t, _ in partitions}:
+        for topic in sorted({t for t, _ in partitions}):
             record = zk.read_topic(self._zk, self._paths, topic)
             if record is not None:
-                routes[topic] = record.destination
+                destinations[topic] = record.destination
                 initial[topic] = int(record.options.get("initial_partitions", record.partitions))
-        wanted = [TopicPartition(t, p) for t, p in partitions if t in routes]
-        if not wanted:
-            return []
-        committed = self._committer.committed(wanted, timeout_s=30.0)
-        self._report_expired(committed)
-        reset = OFFSET_BEGINNING if self._config.worker.auto_offset_reset == "earliest" else OFFSET_END
-        assign = []
-        for tp in committed:
-            # Partitions added after the topic was registered hold only new data: mirror them
-            # from their first record whatever auto_offset_reset says, so growth loses nothing.
-            fallback = OFFSET_BEGINNING if tp.partition >= initial[tp.topic] else reset
-            start = tp.offset if tp.offset >= 0 else fallback
-            destination = routes[tp.topic]
-            # A fresh acquisition: no error, report or purge of an earlier one applies to it.
-            acks = self._ledger.acquire((tp.topic, tp.partition), destination, tp.offset if tp.offset >= 0 else -1)
-            self.routes[(tp.topic, tp.partition)] = (destination, acks, tp.topic, tp.partition)
-            assign.append(TopicPartition(tp.topic, tp.partition, start))
-        for topic, destination in routes.items():
+        wanted = [TopicPartition(t, p) for t, p in partitions if t in destinations]
+        committed = self._committer.committed(wanted, timeout_s=_COMMITTED_TIMEOUT_S) if wanted else []
+        for topic, destination in destinations.items():
             # A destination grown moments ago: make the producer's metadata know every partition.
             highest = max((p for t, p in partitions if t == topic), default=-1)
             if highest >= 0:
-                self.await_partition(destination, highest, timeout_s=10.0)
-        self._consumer.incremental_assign(assign)
+                self.await_partition(destination, highest, timeout_s=10.0, serve_reports=False)
+        return Prepared(destinations, initial, committed)
+
+    def _start(self, prepared: Prepared) -> list[TP]:
+        """On the loop: a fresh acquisition per partition at the committed offset, assigned at once."""
+        reset = OFFSET_BEGINNING if self._config.worker.auto_offset_reset == "earliest" else OFFSET_END
+        assign = []
+        for tp in prepared.committed:
+            # Partitions added after the topic was registered hold only new data: mirror them
+            # from their first record whatever auto_offset_reset says, so growth loses nothing.
+            fallback = OFFSET_BEGINNING if tp.partition >= prepared.initial[tp.topic] else reset
+            start = tp.offset if tp.offset >= 0 else fallback
+            destination = prepared.destinations[tp.topic]
+            # A fresh acquisition: no error, report or purge of an earlier one applies to it.
+            key = (tp.topic, tp.partition)
+            acks = self._ledger.acquire(key, destination, tp.offset if tp.offset >= 0 else -1)
+            self.routes[key] = (destination, acks, tp.topic, tp.partition)
+            self._starts[key] = start
+            assign.append(TopicPartition(tp.topic, tp.partition, start))
+        if assign:
+            self._consumer.incremental_assign(assign)
+            committed = [tp for tp in prepared.committed if tp.offset >= 0]
+            if committed:
+                self._beside.submit(lambda: self._report_expired(committed))
         return [(tp.topic, tp.partition) for tp in assign]
 
     # --- one partition ----------------------------------------------------------------------------
@@ -198,28 +407,39 @@ class Handoff:
             pass
         self._status.soon()
 
-    def await_partition(self, destination: str, partition: int, timeout_s: float = 30.0) -> bool:
-        """Refresh the producer's metadata until ``destination`` has ``partition`` (it was just grown)."""
+    def await_partition(self, destination: str, partition: int, timeout_s: float = 30.0,
+                        serve_reports: bool = True) -> bool:
+        """Refresh the producer's metadata until ``destination`` has ``partition`` (it was just grown).
+
+        Beside the loop (``serve_reports=False``) it only asks: delivery reports are the loop's.
+        """
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             try:
                 found = self._producer.list_topics(topic=destination, timeout=5).topics.get(destination)
-            except KafkaException:
-                found = None
+            except (KafkaException, RuntimeError):
+                found = None  # RuntimeError: a replaced producer, closed meanwhile
             if found is not None and found.error is None and partition in found.partitions:
                 return True
-            self._producer.poll(0.5)
+            if serve_reports:
+                self._producer.poll(0.5)
+            else:
+                time.sleep(0.5)
         return False
 
     def _report_expired(self, committed: list[TopicPartition]) -> None:
+        """Beside the loop, after the assignment: one offsets request for the log starts, compared with the commits."""
+        asked = [TopicPartition(tp.topic, tp.partition, OFFSET_BEGINNING) for tp in committed]
+        try:
+            starts = {(tp.topic, tp.partition): tp.offset
+                      for tp in self._consumer.offsets_for_times(asked, timeout=10)
+                      if tp.error is None and tp.offset >= 0}
+        except KafkaException as exc:
+            self._log.warning("log_start_unknown", partitions=len(asked), error=str(exc.args[0]))
+            return
         for tp in committed:
-            if tp.offset < 0:
-                continue
-            try:
-                low, _ = self._consumer.get_watermark_offsets(TopicPartition(tp.topic, tp.partition), timeout=10)
-            except KafkaException:
-                continue
-            if tp.offset < low:
+            low = starts.get((tp.topic, tp.partition))
+            if low is not None and tp.offset < low:
                 # Retention deleted records before they were mirrored: say so loudly, the
                 # consumer can only continue from the log start.
                 self._metrics.expired.labels(tp.topic).inc(low - tp.offset)

@@ -20,7 +20,8 @@ class WorkerMetrics:
             ["topic"], registry=r, unit="bytes",
         )
         self.skipped = Counter(
-            "ureplicator_worker_records_skipped", "Records not mirrored because they originated at the destination",
+            "ureplicator_worker_records_skipped",
+            "Records not mirrored: the route's forwarding policy skips their origin",
             ["topic"], registry=r,
         )
         self.produce_errors = Counter(

@@ -8,7 +8,7 @@ from functools import partial
 from typing import Any
 
 from confluent_kafka import KafkaException, TopicPartition
-from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
+from kazoo.exceptions import KazooException, NoNodeError
 
 from common.zkschema import PartitionStatus, WorkerStatus
 from worker.acks import TP, AckLedger
@@ -82,8 +82,8 @@ class StatusReporter:
 
         A synchronous ``set`` every ``worker.commit_interval_s`` stopped the loop for a
         ZooKeeper round trip, a visible tail in the end-to-end latency on a busy machine.
-        ZooKeeper applies one session's requests in order, so a hand-off's synchronous
-        :meth:`write` issued later still lands after this one.
+        ZooKeeper applies one session's requests in order, so a hand-off's status written
+        later (also through here) lands after this one.
         """
         data = self.build(generation, time.monotonic()).encode()
         try:
@@ -103,19 +103,3 @@ class StatusReporter:
                 self._log.warning("status_write_failed", error=str(exc))
         else:
             self._log.warning("status_write_failed", error=str(error))
-
-    def write(self, generation: int) -> bool:
-        """Write the status node (create it if our session has none yet); False if ZooKeeper refused."""
-        data = self.build(generation, time.monotonic()).encode()
-        try:
-            self._zk.set(self._path, data)
-            return True
-        except NoNodeError:
-            try:
-                self._zk.create(self._path, data, ephemeral=True)
-                return True
-            except (NodeExistsError, KazooException) as exc:
-                self._log.warning("status_write_failed", error=str(exc))
-        except KazooException as exc:
-            self._log.warning("status_write_failed", error=str(exc))
-        return False

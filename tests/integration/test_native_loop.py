@@ -21,8 +21,9 @@ def produce_mixed(bootstrap: str, topic: str, base_ts: int) -> None:
     """Records that take every branch of both loops, interleaved so the C loop hands over often.
 
     Per partition: plain records, tombstones, null keys, records with headers (repeated
-    names, binary values), records stamped by a third cluster (kept, origin preserved) and
-    records that came from the destination (skipped: loop prevention).
+    names, binary values), records stamped by a third cluster with a version 1 or a version 2
+    header (kept, origin preserved) and records that came from the destination (skipped:
+    loop prevention).
     """
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True})
     for i in range(3000):
@@ -39,6 +40,8 @@ def produce_mixed(bootstrap: str, topic: str, base_ts: int) -> None:
             headers = [("trace", f"t{i}".encode()), ("kind", b"\x00\x01binary"), ("trace", b"again")]
         elif kind == 20:
             headers = [(provenance.HEADER, provenance.encode(i, partition, "third")), ("x", b"y")]
+        elif kind == 25:
+            headers = [("x", b"z"), (provenance.HEADER, provenance.encode(i, partition, "third", "mid"))]
         elif kind == 30:
             headers = [(provenance.HEADER, provenance.encode(i, partition, "dst"))]
         producer.produce(topic, value=value, key=key, partition=partition, headers=headers, timestamp=base_ts + i)
@@ -93,12 +96,13 @@ def test_native_loop_writes_exactly_what_the_python_loop_writes(pipeline, servic
         python = kafka_io.read_partition(services["destination"], python_topic, p)
         assert native == python, f"partition {p}: the loops wrote different records"
         # and that is the source minus the records that came from the destination, in order,
-        # each stamped with its source offset and its first cluster
+        # each stamped (urep version 2) with its source offset, its first cluster and this hop's source
         kept = [r for r in source if (r.provenance() is None or r.provenance().origin != "dst")]
         skipped += len(source) - len(kept)
         assert [r.logical() for r in native] == [r.logical() for r in kept]
-        assert [(o.source_partition, o.source_offset, o.origin) for o in (r.provenance() for r in native)] == [
-            (p, r.offset, r.provenance().origin if r.provenance() else "src") for r in kept
+        assert [(o.source_partition, o.source_offset, o.origin, o.source)
+                for o in (r.provenance() for r in native)] == [
+            (p, r.offset, r.provenance().origin if r.provenance() else "src", "src") for r in kept
         ]
         total += len(native)
     assert skipped == 75 and total == 3000 - 75

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 import time
 import urllib.request
 
 import pytest
+from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from devtools import stack
@@ -163,3 +165,77 @@ def test_rate_limit_set_through_the_controller_applies_at_runtime(pipeline, serv
     # When the limit is lifted, the rest flows at full speed
     assert pipeline.api("POST", "/admin/rate_limit", {"records_per_s": 0})[0] == 200
     wait_mirrored(services, topic, 2, timeout_s=30)
+
+
+class ArrivalWatch:
+    """Tails a destination topic and records, per partition, when each record arrived (wall clock)."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int) -> None:
+        from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+        self.arrivals: dict[int, list[float]] = {p: [] for p in range(partitions)}
+        self._consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{topic}-watch",
+                                   "enable.auto.commit": False, "fetch.wait.max.ms": 10})
+        self._consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for msg in self._consumer.consume(1000, 0.05):
+                if msg.error() is None:
+                    self.arrivals[msg.partition()].append(time.time())
+        self._consumer.close()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def longest_gap(self, partition: int, start: float, end: float) -> float:
+        """The longest time without an arrival on ``partition`` within ``[start, end]``."""
+        times = [start, *(t for t in self.arrivals[partition] if start <= t <= end), end]
+        return max(b - a for a, b in zip(times, times[1:], strict=False))
+
+
+def test_a_zookeeper_restart_shorter_than_the_session_leaves_every_partition_flowing(pipeline, services):
+    # Not on a shared stack: it restarts ZooKeeper.
+    # Given two workers and a controller mirroring under continuous load, with a 15 s session
+    # (a lease of 10 s: the session minus a third)
+    topic = f"{pipeline.name}-zkblip"
+    kafka_io.create_topic(services["source"], topic, 4)
+    session = {"zookeeper": {"connect": services["zookeeper"], "session_timeout_s": 15}}
+    pipeline.start_controller(**session)
+    pipeline.start_worker("w1", **session)
+    pipeline.start_worker("w2", **session)
+    assert pipeline.api("POST", "/topics", {"topic": topic})[0] == 201
+    with ContinuousProducer(services["source"], topic, 4, rate_per_s=1000) as load:
+        wait_for(lambda: mirrored_records(services, topic) > 2000, 60, "both workers mirror")
+        watch = ArrivalWatch(services["destination"], topic, 4)
+        try:
+            time.sleep(3)
+            # When ZooKeeper restarts, away for less than the session timeout
+            down_at = time.time()
+            stack.stop_service(services["dir"], "zookeeper")
+            time.sleep(2)
+            stack.start_service(services["dir"], "zookeeper")
+            up_at = time.time()
+            assert up_at - down_at < 10, f"ZooKeeper was away {up_at - down_at:.1f} s: not a short blip"
+            time.sleep(8)  # past the reconnection and the workers' next lease renewals
+        finally:
+            watch.stop()
+        # Then no partition paused: each one's longest gap between arrivals stayed under a second
+        gaps = {p: round(watch.longest_gap(p, down_at - 2, up_at + 6), 3) for p in range(4)}
+        print(f"zookeeper away {up_at - down_at:.1f} s; longest arrival gap per partition: {gaps}")
+        assert all(gap < 1.0 for gap in gaps.values()), gaps
+    # And nothing was lost or reordered
+    wait_mirrored(services, topic, 4, timeout_s=120)
+    result = compare(services, topic, 4)
+    assert result["lost"] == 0 and result["reordered"] == 0 and result["records"] == load.sent
+
+
+def mirrored_records(services: dict, topic: str) -> int:
+    try:
+        return sum(kafka_io.end_offsets(services["destination"], topic, 4).values())
+    except KafkaException:
+        return 0

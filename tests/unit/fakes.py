@@ -67,6 +67,8 @@ class FakeConsumer:
         self.positions: dict[TP, int] = {}
         self.group: dict[TP, int] = {}
         self.paused: set[TP] = set()
+        self.log_start: dict[TP, int] = {}  # retention deleted the records below
+        self.consume_calls: list[tuple[int, float]] = []  # (num_messages, timeout) of every consume
         self.fail_commits = 0  # the next N commits raise (a coordinator moving, say)
         self.events: list[tuple[str, Any]] = []  # in call order: what the worker asked for
         self.closed = False
@@ -86,6 +88,10 @@ class FakeConsumer:
 
     def incremental_unassign(self, partitions: list[TopicPartition]) -> None:
         for tp in partitions:
+            # librdkafka refuses to unassign what is not assigned (_INVALID_ARG)
+            if (tp.topic, tp.partition) not in self.positions:
+                raise KafkaException(KafkaError(KafkaError._INVALID_ARG, f"{tp.topic} [{tp.partition}] not assigned"))
+        for tp in partitions:
             self.positions.pop((tp.topic, tp.partition), None)
             self.paused.discard((tp.topic, tp.partition))
         self.events.append(("unassign", sorted((tp.topic, tp.partition) for tp in partitions)))
@@ -94,6 +100,7 @@ class FakeConsumer:
         self.paused.update((tp.topic, tp.partition) for tp in partitions)
 
     def consume(self, num_messages: int, timeout: float) -> list[FakeMessage]:
+        self.consume_calls.append((num_messages, timeout))
         out: list[FakeMessage] = []
         for tp in sorted(self.positions):
             if tp in self.paused:
@@ -123,7 +130,14 @@ class FakeConsumer:
 
     def get_watermark_offsets(self, tp: TopicPartition, timeout: float | None = None,
                               cached: bool = False) -> tuple[int, int]:
-        return (0, len(self.logs.get((tp.topic, tp.partition), [])))
+        return (self.log_start.get((tp.topic, tp.partition), 0), len(self.logs.get((tp.topic, tp.partition), [])))
+
+    def offsets_for_times(self, partitions: list[TopicPartition], timeout: float | None = None) -> list[TopicPartition]:
+        """Only OFFSET_BEGINNING is asked for (the log start): what the worker's expired-records report reads."""
+        self.events.append(("offsets_for_times", sorted((tp.topic, tp.partition) for tp in partitions)))
+        assert all(tp.offset == OFFSET_BEGINNING for tp in partitions)
+        return [TopicPartition(tp.topic, tp.partition, self.log_start.get((tp.topic, tp.partition), 0))
+                for tp in partitions]
 
     def close(self) -> None:
         self.closed = True
@@ -171,10 +185,11 @@ class FakeProducer:
     """
 
     def __init__(self, partitions: int = 4, written: dict[TP, list[bytes]] | None = None,
-                 refuse: dict[TP, int] | None = None) -> None:
+                 refuse: dict[TP, int] | None = None, records: dict[TP, list[FakeMessage]] | None = None) -> None:
         self.queue: list[tuple[FakeMessage, Callable[..., None] | None]] = []
         self.wire: list[tuple[FakeMessage, Callable[..., None] | None]] = []
         self.written: dict[TP, list[bytes]] = {} if written is None else written
+        self.records: dict[TP, list[FakeMessage]] = {} if records is None else records  # written, with headers
         self.partitions = partitions
         self.hold = False  # the destination is down: nothing is acknowledged
         self.capacity: int | None = None  # local queue size; above it produce raises BufferError
@@ -191,7 +206,7 @@ class FakeProducer:
 
     def fresh(self) -> FakeProducer:
         """A new producer instance writing to the same destination (the worker replaces a purged or fatal one)."""
-        new = FakeProducer(self.partitions, self.written, self.refuse)
+        new = FakeProducer(self.partitions, self.written, self.refuse, self.records)
         self.replacements.append(new)
         return new
 
@@ -226,6 +241,7 @@ class FakeProducer:
                 return index
             msg._offset = len(log)
             log.append(msg.value() or b"")
+            self.records.setdefault(tp, []).append(msg)
             if callback is not None:
                 callback(None, msg)
         return len(batch)

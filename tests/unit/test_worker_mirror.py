@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass
 
@@ -35,6 +36,18 @@ class Rig:
             time.sleep(0.002)  # past the 1 ms commit interval: every turn commits and reports
             self.worker.turn()
 
+    def lose_zookeeper(self) -> None:
+        """ZooKeeper stops answering for longer than the lease: the worker must fence itself."""
+        self.zk.connection(KazooState.SUSPENDED)
+        self.zk.answering = False
+        self.worker._lease_at -= self.worker.config.zookeeper.session_timeout_s
+
+    def regain_zookeeper(self) -> None:
+        """ZooKeeper answers again, with the same session: the next turn renews the lease."""
+        self.zk.answering = True
+        self.worker._lease_asked = 0.0
+        self.zk.connection(KazooState.CONNECTED)
+
     def status(self) -> WorkerStatus:
         return WorkerStatus.decode(self.zk.nodes[self.paths.worker_status("w1")])
 
@@ -52,11 +65,12 @@ def rig() -> Rig:
     return make_rig()
 
 
-def make_rig(fresh: list[FakeProducer] | None = None) -> Rig:
+def make_rig(fresh: list[FakeProducer] | None = None, handoff_thread: bool = False) -> Rig:
     """One worker registered on fake clients; topics t (2 partitions, 10 records each) and u.
 
     With ``fresh``, the worker may replace its producer: each new one writes to the same
-    destination and is appended to ``fresh``.
+    destination and is appended to ``fresh``. With ``handoff_thread`` an acquisition's reads
+    run on their own thread, as in production (otherwise inline, so one turn completes them).
     """
     cfg = config_module.from_dict({
         "pipeline": "unit",
@@ -85,7 +99,8 @@ def make_rig(fresh: list[FakeProducer] | None = None) -> Rig:
         return commit_clients[-1]
 
     clients = WorkerClients(consumer=consumer, producer=producer, zk=zk, make_producer=new_producer,
-                            make_commit_client=new_commit_client, commit_thread=False)
+                            make_commit_client=new_commit_client, commit_thread=False,
+                            handoff_thread=handoff_thread)
     worker = MirrorWorker(cfg, "w1", clients=clients)
     worker.register()
     return Rig(worker, consumer, producer, zk, paths, commit_clients)
@@ -135,28 +150,51 @@ def test_a_release_waits_for_the_acks_commits_and_reports_the_new_generation(rig
     assert ("unassign", [("t", 1)]) in rig.consumer.events
 
 
-def test_a_release_is_reported_before_a_slow_acquisition_starts(rig):
-    # Given a worker owning t:1
+def test_a_hung_coordinator_during_an_acquisition_stalls_neither_the_release_nor_the_unmoved_partitions():
+    # Given a worker mirroring t:0 and t:1, whose acquisitions read committed offsets beside the loop
+    rig = make_rig(handoff_thread=True)
     rig.assign(1, ("t", 0), ("t", 1))
+    wait_until(lambda: rig.worker.handoff.change is None and len(rig.worker.owned) == 2, rig)
     rig.turns(2)
-    writes_before = len(rig.statuses_written())
-
-    # When one assignment both removes t:1 and adds u:0, and reading u:0's offsets is slow
-    seen_at_lookup: list[WorkerStatus] = []
+    # When one assignment removes t:1 and adds u:0, and the group coordinator hangs on u:0's offsets
+    hang = threading.Event()
+    asked = threading.Event()
     original = rig.consumer.committed
 
-    def slow_committed(partitions, timeout=None):
-        seen_at_lookup.append(rig.status())
+    def hung_committed(partitions, timeout=None):
+        asked.set()
+        hang.wait(30)
         return original(partitions, timeout)
 
-    rig.consumer.committed = slow_committed  # type: ignore[method-assign]
+    rig.consumer.committed = hung_committed  # type: ignore[method-assign]
     rig.assign(2, ("t", 0), ("u", 0))
-    rig.turns(1)
-    # Then, before the acquisition asked for committed offsets, status already left t:1 out ...
-    assert seen_at_lookup and ("t", 1) not in seen_at_lookup[0].owned
-    # ... under the previous generation, so the leader still counts u:0 as headed here
-    assert seen_at_lookup[0].generation == 1
-    assert rig.statuses_written()[writes_before:][-1].owned == {("t", 0), ("u", 0)}
+    rig.consumer.append(("t", 0), *values(5, 0, start=10))
+    try:
+        rig.turns(3)
+        assert asked.wait(5)
+        # Then the loop kept mirroring the unmoved t:0 while the coordinator hangs
+        assert rig.producer.written[("t", 0)] == values(15, 0)
+        assert rig.consumer.group[("t", 0)] == 15
+        # And the release was committed and published at once, under the previous generation,
+        # so the leader can hand t:1 on and still counts u:0 as headed here
+        assert rig.consumer.group[("t", 1)] == 10
+        assert rig.status().generation == 1 and rig.status().owned == {("t", 0)}
+        assert ("u", 0) not in rig.worker.owned
+    finally:
+        hang.set()
+    # And once the coordinator answers, u:0 is acquired and the new generation reported
+    wait_until(lambda: rig.worker.handoff.change is None, rig)
+    assert rig.status().generation == 2 and rig.status().owned == {("t", 0), ("u", 0)}
+    rig.turns(2)
+    assert rig.producer.written[("u", 0)] == values(3, 0)
+
+
+def wait_until(predicate, rig: Rig, timeout_s: float = 5.0) -> None:
+    """Turn the loop until ``predicate`` holds (an acquisition finishing on its own thread)."""
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached"
+        rig.turns(1)
 
 
 def test_a_report_from_before_a_session_loss_never_acknowledges_a_later_acquisition(rig):
@@ -198,7 +236,7 @@ def test_fencing_purges_the_queue_sends_nothing_and_rewinds_when_the_session_hol
     rig.turns(1)
     queued = len(rig.producer.queue)
     assert queued == 10
-    rig.zk.connection(KazooState.SUSPENDED)
+    rig.lose_zookeeper()
     # When the loop turns while fenced
     produced = rig.producer.produced_total
     rig.consumer.append(("t", 0), *values(5, 0, start=10))
@@ -209,11 +247,31 @@ def test_fencing_purges_the_queue_sends_nothing_and_rewinds_when_the_session_hol
     assert ("t", 0) not in rig.consumer.group
     # And when the connection returns with the same session, t:0 restarts from its watermark
     rig.producer.hold = False
-    rig.zk.connection(KazooState.CONNECTED)
+    rig.regain_zookeeper()
     rig.turns(3)
     assert rig.producer.written[("t", 0)] == values(15, 0)
     assert rig.consumer.group[("t", 0)] == 15
     assert rig.worker.metrics.rewinds._value.get() == 1
+
+
+def test_a_zookeeper_disconnection_shorter_than_the_lease_pauses_nothing(rig):
+    # Given a worker mirroring t:0 whose ZooKeeper connection is suspended (a ZooKeeper restart)
+    rig.assign(1, ("t", 0))
+    rig.turns(1)
+    rig.zk.connection(KazooState.SUSPENDED)
+    rig.zk.answering = False
+    # When more records arrive while the lease is still fresh
+    rig.consumer.append(("t", 0), *values(5, 0, start=10))
+    rig.turns(2)
+    # Then they are mirrored and committed: the session lives, nobody else can own t:0
+    assert rig.producer.written[("t", 0)] == values(15, 0)
+    assert rig.consumer.group[("t", 0)] == 15
+    assert rig.producer.purges == 0 and rig.worker.ready
+    # And only once the lease runs out does the worker fence itself
+    rig.worker._lease_at -= rig.worker.config.zookeeper.session_timeout_s
+    rig.consumer.append(("t", 0), *values(5, 0, start=15))
+    rig.turns(2)
+    assert rig.producer.written[("t", 0)] == values(15, 0) and rig.producer.purges == 1
 
 
 def test_a_paused_process_with_a_stale_lease_fences_itself(rig):
@@ -259,7 +317,7 @@ def test_the_buffer_full_retry_gives_up_when_fenced_and_the_partition_is_rewound
     rig.assign(1, ("t", 0))
     rig.producer.capacity = 4
     rig.producer.hold = True
-    rig.producer.on_poll = lambda: rig.zk.connection(KazooState.SUSPENDED)
+    rig.producer.on_poll = rig.lose_zookeeper
     rig.turns(1)
     assert rig.producer.produced_total == 4
     rig.turns(1)  # fenced: the queue is purged
@@ -267,7 +325,7 @@ def test_the_buffer_full_retry_gives_up_when_fenced_and_the_partition_is_rewound
     rig.producer.on_poll = None
     rig.producer.capacity = None
     rig.producer.hold = False
-    rig.zk.connection(KazooState.CONNECTED)
+    rig.regain_zookeeper()
     rig.turns(3)
     # Then every record is written once, in order
     assert rig.producer.written[("t", 0)] == values(10, 0)
@@ -338,8 +396,11 @@ def test_a_release_that_times_out_purges_so_nothing_lands_behind_the_next_owner(
     rig.assign(1, ("t", 0), ("t", 1))
     rig.producer.hold = True
     rig.turns(1)
-    # When t:1 is released and its acks do not come within the shutdown timeout
+    # When t:1 is released and its acks do not come within worker.release_ack_timeout_s (0.5 s here)
     rig.assign(2, ("t", 0))
+    rig.turns(1)
+    assert rig.status().generation == 1  # the release waits for the acks, beside the loop
+    time.sleep(0.6)
     rig.turns(1)
     # Then nothing of t:1 is left to be sent and nothing of it was committed
     held = [msg.partition() for msg, _ in rig.producer.queue + rig.producer.wire if msg.topic() == "t"]
@@ -405,8 +466,8 @@ def test_a_purge_replaces_the_producer_and_the_rewind_resends_through_the_fresh_
     rig, fresh = held_rig()
     rig.producer.send()
     rig.producer.purge_keeps_wire = True
-    # When ZooKeeper becomes unreachable and the loop turns fenced
-    rig.zk.connection(KazooState.SUSPENDED)
+    # When ZooKeeper is unreachable past the lease and the loop turns fenced
+    rig.lose_zookeeper()
     rig.turns(2)
     # Then a fresh producer took the purged one's place
     assert len(fresh) == 1 and rig.worker.producer is fresh[0]
@@ -414,7 +475,7 @@ def test_a_purge_replaces_the_producer_and_the_rewind_resends_through_the_fresh_
     assert rig.worker.ledger.in_flight_bytes == 0  # the unreported records no longer count as in flight
     # And when the session holds, t:0 is rewound and resent through the fresh producer,
     # every record once and in order
-    rig.zk.connection(KazooState.CONNECTED)
+    rig.regain_zookeeper()
     rig.turns(3)
     assert rig.producer.written[("t", 0)] == values(10, 0)
     assert rig.consumer.group[("t", 0)] == 10
@@ -451,7 +512,7 @@ def test_a_producer_that_acknowledges_nothing_for_the_shutdown_timeout_is_replac
     # client: the destination is fine, librdkafka says nothing)
     rig, fresh = held_rig()
     assert rig.worker.ledger.in_flight_bytes > 0
-    # When no acknowledgement comes for longer than worker.shutdown_timeout_s (0.5 s here)
+    # When no acknowledgement comes for longer than worker.producer_stall_s (0.5 s here)
     time.sleep(0.6)
     with capture_logs() as logs:
         rig.turns(2)
@@ -502,3 +563,41 @@ def test_a_periodic_status_write_recreates_a_missing_status_node(rig):
     del rig.zk.nodes[rig.paths.worker_status("w1")]
     rig.turns(1)
     assert rig.status().owned == {("t", 0)}
+
+
+def test_records_expired_before_mirroring_are_reported_from_one_offsets_request_after_the_assignment(rig):
+    # Given t:0 whose group committed offset 2 while retention already deleted records below 6,
+    # and t:1 committed at 1 with nothing deleted
+    rig.consumer.group.update({("t", 0): 2, ("t", 1): 1})
+    rig.consumer.log_start[("t", 0)] = 6
+    # When the worker acquires both
+    with capture_logs() as logs:
+        rig.assign(1, ("t", 0), ("t", 1))
+        rig.turns(1)
+    # Then one offsets request, after the assignment, asked for both log starts
+    asked = [e for e in rig.consumer.events if e[0] == "offsets_for_times"]
+    assert asked == [("offsets_for_times", [("t", 0), ("t", 1)])]
+    kinds = [e[0] for e in rig.consumer.events]
+    assert kinds.index("assign") < kinds.index("offsets_for_times")
+    # And the four records t:0 lost are reported, t:1 not
+    expired = [e for e in logs if e["event"] == "records_expired_before_mirroring"]
+    assert [(e["partition"], e["records"]) for e in expired] == [(0, 4)]
+    assert rig.worker.metrics.expired.labels("t")._value.get() == 4
+
+
+def test_records_already_fetched_are_handed_on_without_waiting_and_an_idle_loop_waits_for_one(rig):
+    # Given a worker mirroring t:0, with worker.fetch_wait_ms at its default (50 ms)
+    rig.assign(1, ("t", 0))
+    rig.turns(1)
+    assert rig.producer.written[("t", 0)] == values(10, 0)
+    # When records are waiting in the consumer
+    rig.consumer.append(("t", 0), *values(5, 0, start=10))
+    rig.consumer.consume_calls.clear()
+    rig.worker.turn()
+    # Then one non-blocking call took them all: nothing waited for a batch to fill
+    assert rig.consumer.consume_calls == [(1000, 0)]
+    assert rig.producer.written[("t", 0)] == values(15, 0)
+    # And when nothing is there, the loop waits only for the first record to come
+    rig.consumer.consume_calls.clear()
+    rig.worker.turn()
+    assert rig.consumer.consume_calls == [(1000, 0), (1, 0.05)]

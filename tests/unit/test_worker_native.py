@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import confluent_kafka
+import confluent_kafka.cimpl
 import pytest
 from confluent_kafka import Message, Producer
 from structlog.testing import capture_logs
@@ -26,15 +28,36 @@ def worker_with(loop: str) -> MirrorWorker:
     consumer = FakeConsumer({})
     clients = WorkerClients(consumer=consumer, producer=FakeProducer(), zk=FakeZooKeeper(),
                             make_producer=FakeProducer, make_commit_client=lambda: FakeCommitClient(consumer),
-                            commit_thread=False)
+                            commit_thread=False, handoff_thread=False)
     return MirrorWorker(cfg, "w1", clients=clients)
 
 
 def test_make_install_built_the_c_loop_and_it_matches_this_confluent_kafka():
     # `make install` compiles worker/_native.c; the layout check passes against the real Message
     module = native.load()
-    assert module.is_producer(Producer({"bootstrap.servers": "127.0.0.1:1"}))
-    assert not module.is_producer(object())
+    producer = Producer({"bootstrap.servers": "127.0.0.1:1", "client.id": "ureplicator-unit-w1"})
+    # and a producer is driven only when librdkafka names its handle after the worker's client id
+    assert module.is_producer(producer, "ureplicator-unit-w1")
+    assert not module.is_producer(producer, "ureplicator-unit-w2")
+    assert not module.is_producer(producer, "ureplicator-unit-w")  # a prefix is not the name
+    assert not module.is_producer(object(), "ureplicator-unit-w1")
+
+
+def test_a_confluent_kafka_release_whose_layout_was_not_reviewed_falls_back_to_the_python_loop():
+    with pytest.raises(native.Unavailable, match="confluent-kafka 3.0.0 is not a release whose layout"):
+        native.load("3.0.0")
+    assert native.installed_version() in native.REVIEWED_VERSIONS  # the one installed here was
+
+
+def test_librdkafka_is_resolved_through_confluent_kafkas_own_extension_module():
+    # the file dlopen'ed with RTLD_NOLOAD is confluent-kafka's cimpl, not a search of /proc/self/maps
+    # (where librdkafka++ would match too)
+    assert native.extension_path() == confluent_kafka.cimpl.__file__
+    module = native.load()
+    with pytest.raises(RuntimeError, match="extension is not loaded"):
+        module.init("/nonexistent/cimpl.so", Message, Producer, Message(**native._LAYOUT_SAMPLE),
+                    provenance.HEADER.encode())
+    native.load()
 
 
 def test_the_layout_check_refuses_a_message_that_does_not_read_back():
@@ -42,7 +65,7 @@ def test_the_layout_check_refuses_a_message_that_does_not_read_back():
     # A Message whose fields differ from the agreed sample: what a changed struct layout would read
     wrong = Message(**{**native._LAYOUT_SAMPLE, "partition": 8})
     with pytest.raises(RuntimeError, match="not laid out"):
-        module.init(native.librdkafka_path(), Message, Producer, wrong, provenance.HEADER.encode())
+        module.init(native.extension_path(), Message, Producer, wrong, provenance.HEADER.encode())
     # and the module stays unusable until a check passes (no half-initialised C loop)
     with pytest.raises(RuntimeError, match="not initialised"):
         module.mirror(Producer({"bootstrap.servers": "127.0.0.1:1"}), [], 0, {}, b"src")
