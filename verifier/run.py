@@ -353,13 +353,18 @@ def _announce(snap: TopicSnapshot, label: str, progress: Progress, decision: Dec
 
 
 def _log_starts_moved(clusters: Clusters, snap: TopicSnapshot) -> str:
-    """Partitions whose log start changed since the snapshot (retention or delete-records ran)."""
+    """Partitions whose log start changed since the snapshot (retention or delete-records ran).
+
+    Compared with the log starts the snapshot read, never with where this run started reading: an
+    incremental run reads the destination from the checkpoint's offset, far above its log start.
+    """
     moved = []
     now = clusters.log_starts("source", snap.topic, sorted(snap.partitions))
     moved += [f"source {p}" for p, w in snap.partitions.items() if now.get(p, w.log_start) != w.log_start]
-    dst = snap.destination_ranges()
-    now = clusters.log_starts("destination", snap.destination, sorted(dst))
-    moved += [f"destination {p}" for p, (start, _) in dst.items() if now.get(p, start) != start]
+    starts = {p: w.destination_log_start for p, w in snap.partitions.items() if w.destination_log_start is not None}
+    starts.update({p: start for p, (start, _) in snap.destination_only.items()})
+    now = clusters.log_starts("destination", snap.destination, sorted(starts))
+    moved += [f"destination {p}" for p, start in sorted(starts.items()) if now.get(p, start) != start]
     return ", ".join(moved)
 
 
