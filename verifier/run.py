@@ -21,7 +21,7 @@ from common.errors import UReplicatorError
 from common.zkschema import Paths
 from reports import model
 from reports.model import CategoryResult, PartitionReport, Report, TopicReport, Watermarks
-from verifier import checkpoint, kafka_options, sparkjob
+from verifier import checkpoint, digest, kafka_options, sparkjob
 from verifier.checkpoint import Checkpoint, CheckpointFile, Decision, TopicIdentity
 from verifier.sparkjob import BucketPass, ClassAggregate, KafkaSide, RecordPlan, SparkUnavailable
 from verifier.watermarks import Clusters, TopicMissing, TopicSnapshot
@@ -163,7 +163,8 @@ def verify(
                 "bootstrap_servers": config.destination.bootstrap_servers,
             },
         },
-        spark={"master": str(spark.sparkContext.master), "version": str(spark.version)},
+        spark={"master": str(spark.sparkContext.master), "version": str(spark.version),
+               "reader": digest.reader_name(spark)},
         bucket_size=bucket_size,
         topics=topics,
     )

@@ -1,4 +1,4 @@
-"""When a run is repeated because retention moved a log start while Spark read: only then, never for an incremental run."""
+"""A run is repeated only when retention moved a log start while Spark read, never for reading incrementally."""
 
 from __future__ import annotations
 
