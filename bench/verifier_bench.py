@@ -140,10 +140,10 @@ class Verifier:
         from verifier.watermarks import Clusters
 
         self.services = services
-        self.spark = sparkjob.session(args.master, {
-            "spark.driver.memory": args.driver_memory,
-            "spark.sql.shuffle.partitions": str(args.shuffle_partitions),
-        })
+        conf = {"spark.driver.memory": args.driver_memory}
+        if args.shuffle_partitions:  # else adaptive query execution sizes the shuffles (the verifier's default)
+            conf["spark.sql.shuffle.partitions"] = str(args.shuffle_partitions)
+        self.spark = sparkjob.session(args.master, conf)
         self.pid = int(self.spark.sparkContext._jvm.ProcessHandle.current().pid())
         self.config = _config(services)
         self.clusters = Clusters(self.config.source, self.config.destination)
@@ -399,7 +399,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bucket-size", type=int, default=10_000)
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--driver-memory", default="1g")
-    parser.add_argument("--shuffle-partitions", type=int, default=4)
+    parser.add_argument("--shuffle-partitions", type=int, default=0,
+                        help="fixed shuffle partitions (default 0: adaptive query execution decides)")
     parser.add_argument("--no-write", action="store_true", help="neither results JSON nor docs")
     parser.add_argument("--quick", action="store_true",
                         help="a smoke run: 200,000 records, 1 round, nothing written")

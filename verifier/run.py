@@ -133,7 +133,7 @@ def verify(
     """Verify every target topic; a topic that cannot be verified gets an error, the others go on.
 
     With ``incremental``, each topic continues from the checkpoint file where it can (else a full pass,
-    with the reason in the report) and the checkpoint is rewritten once all topics are done.
+    with the reason in the report) and the checkpoint is rewritten after each topic.
     """
     started = datetime.now(timezone.utc)
     clock = time.monotonic()
@@ -146,8 +146,8 @@ def verify(
         if incremental is not None:
             job.checkpointed = _Checkpointed(stored, incremental, unusable, started)
         topics.append(job.run(spark))
-    if incremental is not None:
-        CheckpointFile(incremental.path).save(stored)
+        if incremental is not None:  # after each topic: a crash later keeps this topic's progress
+            CheckpointFile(incremental.path).save(stored)
     finished = datetime.now(timezone.utc)
     return Report(
         run_id=run_id,
@@ -246,23 +246,33 @@ def _verify_topic(spark: Any, job: _TopicJob) -> TopicReport:
 
 
 def _passes(spark: Any, job: _TopicJob, report: TopicReport) -> None:
-    """Snapshot, plan, bucket pass, record pass when needed; again when retention moved a log start meanwhile.
-    Fills ``report`` and, for incremental runs, the topic's next checkpoint."""
+    """Snapshot, plan, bucket pass, record pass when needed; again, for the partitions concerned only, when
+    retention moved a log start meanwhile. Fills ``report`` and, for incremental runs, the topic's next
+    checkpoint."""
     clusters, sides, target, group = job.clusters, job.sides, job.target, job.group
     bucket_size, label, progress = job.bucket_size, job.label, job.progress
     clock = time.monotonic()
     identity = decision = None
+    reports: dict[int, PartitionReport] = {}
+    seen: dict[int, Watermarks] = {}  # each partition's watermarks as its final attempt read them
+    first_unverified: dict[int, int] = {}
+    read = {"source": 0, "destination": 0}
+    only: set[int] | None = None  # after the first attempt: the partitions to verify again
+    moved: dict[int, str] = {}
     for attempt in range(1, _ATTEMPTS + 1):
         snap = clusters.snapshot(target.topic, target.destination, group)
-        if job.checkpointed is not None:
+        if job.checkpointed is not None and decision is None:
             identity = TopicIdentity(
                 target.destination,
                 clusters.topic_id("source", target.topic),
                 clusters.topic_id("destination", target.destination),
             )
             decision = _decide(job.checkpointed, target, identity, snap)
+        if decision is not None:
             snap = snap.resumed(decision.resume)
-        _announce(snap, label, progress, decision)
+        if only is not None:
+            snap = snap.only(only)
+        _announce(snap, label, progress, decision if attempt == 1 else None)
         buckets = sparkjob.bucket_pass(spark, sides[0], sides[1], snap, bucket_size)
         plan = RecordPlan(
             mismatched=model.mismatched_buckets(buckets.source, buckets.destination),
@@ -278,27 +288,33 @@ def _passes(spark: Any, job: _TopicJob, report: TopicReport) -> None:
                 f"({time.monotonic() - clock:.1f}s)"
             )
             findings = sparkjob.record_pass(spark, sides[0], sides[1], snap, bucket_size, plan)
+        reports.update({r.partition: r for r in _partition_reports(snap, buckets, plan, findings, group)})
+        seen.update(snap.partitions)
+        first_unverified = {p: o for p, o in first_unverified.items() if p not in snap.destination_ranges()}
+        first_unverified.update(buckets.first_unverified)
+        read["source"] += buckets.source_records
+        read["destination"] += buckets.destination_records
         # Records deleted by retention while Spark read them look like losses or orphans; when every
         # bucket matched, what was read is consistent and a moved log start does not matter.
-        moved = "" if plan.empty else _log_starts_moved(clusters, snap)
+        moved = {} if plan.empty else _log_starts_moved(clusters, snap)
         if not moved or attempt == _ATTEMPTS:
             break
-        progress(f"{label}: log start moved during the run ({moved}); verifying again")
-    reports = _partition_reports(snap, buckets, plan, findings, group)
-    if moved:
-        for p in reports:
-            p.notes.append(f"log start kept moving during {_ATTEMPTS} attempts ({moved})")
-    report.partitions = reports
-    report.records_read = {"source": buckets.source_records, "destination": buckets.destination_records}
+        only = set(moved)
+        progress(f"{label}: log start moved during the run ({_said(moved)}); verifying those partitions again")
+    for p, sides_moved in moved.items():
+        if p in reports:
+            reports[p].notes.append(f"log start kept moving during {_ATTEMPTS} attempts ({sides_moved})")
+    report.partitions = [reports[p] for p in sorted(reports)]
+    report.records_read = read
     if decision is None or identity is None or job.checkpointed is None:
         return
     report.mode, report.mode_reason = decision.mode, decision.reason
-    for p in reports:
-        p.notes[:0] = decision.notes.get(p.partition, [])
+    for r in report.partitions:
+        r.notes[:0] = decision.notes.get(r.partition, [])
     stored = job.checkpointed.stored
     stored.topics[target.topic] = checkpoint.advance(
-        stored.topics.get(target.topic), identity, snap.partitions, {p.partition: p.status for p in reports},
-        buckets.first_unverified, full=decision.full, now=job.checkpointed.now,
+        stored.topics.get(target.topic), identity, seen, {r.partition: r.status for r in report.partitions},
+        first_unverified, full=decision.full, now=job.checkpointed.now,
     )
 
 
@@ -353,20 +369,29 @@ def _announce(snap: TopicSnapshot, label: str, progress: Progress, decision: Dec
     )
 
 
-def _log_starts_moved(clusters: Clusters, snap: TopicSnapshot) -> str:
-    """Partitions whose log start changed since the snapshot (retention or delete-records ran).
+def _log_starts_moved(clusters: Clusters, snap: TopicSnapshot) -> dict[int, str]:
+    """Partitions whose log start changed since the snapshot (retention or delete-records ran), and on which
+    side ("source 3", "destination 3", or both).
 
     Compared with the log starts the snapshot read, never with where this run started reading: an
     incremental run reads the destination from the checkpoint's offset, far above its log start.
     """
-    moved = []
+    moved: dict[int, list[str]] = {}
     now = clusters.log_starts("source", snap.topic, sorted(snap.partitions))
-    moved += [f"source {p}" for p, w in snap.partitions.items() if now.get(p, w.log_start) != w.log_start]
+    for p, w in sorted(snap.partitions.items()):
+        if now.get(p, w.log_start) != w.log_start:
+            moved.setdefault(p, []).append(f"source {p}")
     starts = {p: w.destination_log_start for p, w in snap.partitions.items() if w.destination_log_start is not None}
     starts.update({p: start for p, (start, _) in snap.destination_only.items()})
     now = clusters.log_starts("destination", snap.destination, sorted(starts))
-    moved += [f"destination {p}" for p, start in sorted(starts.items()) if now.get(p, start) != start]
-    return ", ".join(moved)
+    for p, start in sorted(starts.items()):
+        if now.get(p, start) != start:
+            moved.setdefault(p, []).append(f"destination {p}")
+    return {p: ", ".join(said) for p, said in sorted(moved.items())}
+
+
+def _said(moved: dict[int, str]) -> str:
+    return ", ".join(moved.values())
 
 
 def _spans(aggregates: list[ClassAggregate]) -> list[model.Range]:

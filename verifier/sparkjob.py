@@ -75,7 +75,10 @@ def session(master: str | None = None, conf: Mapping[str, str] | None = None) ->
         "spark.app.name": "ureplicator-verify",
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
-        "spark.sql.shuffle.partitions": "4",
+        # Adaptive query execution sizes each shuffle from what the map side wrote (a few bucket rows,
+        # or pass 2's records on a real cluster), instead of a fixed partition count.
+        "spark.sql.adaptive.enabled": "true",
+        "spark.sql.adaptive.coalescePartitions.enabled": "true",
         "spark.sql.session.timeZone": "UTC",
         "spark.driver.memory": "1g",
         "spark.redaction.regex": r"(?i)secret|password|token|access[.]?key|jaas|keystore\.key",
