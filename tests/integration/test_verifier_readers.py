@@ -11,10 +11,16 @@ import copy
 
 import pytest
 
+from common import config as config_module
+from common import provenance
 from tests.support import verifier_env as env
 from tests.support import verifier_topics
 from tests.support.verifier_env import nonzero, ranges
+from tests.support.verifier_topics import PER_PARTITION
+from tests.support.verifier_xxh64 import content_hash, xxh64
 from verifier import digest
+from verifier.sparkjob import KafkaSide
+from verifier.watermarks import Clusters
 
 pytestmark = pytest.mark.integration
 
@@ -84,3 +90,42 @@ def test_version_2_urep_headers_are_read_like_version_1(spark, services, scenari
         # is an orphan; version 1 and 2 copies mixed in one partition verify alike
         assert nonzero(part[2]) == {"SKIPPED": 3, "ORPHAN": 1}
         assert part[2]["verified_records"] == 27
+
+
+def _bucket_hash(content: int, offset: int) -> int:
+    """xxhash64(content_hash, offset) with seed 42, both as i64: Spark's chaining, computed in Python."""
+    first = xxh64(content.to_bytes(8, "little", signed=False), 42)
+    return xxh64(offset.to_bytes(8, "little", signed=True), first)
+
+
+def test_the_digest_readers_record_hashes_agree_with_the_independent_implementation(
+    spark, services, scenarios, tmp_path
+):
+    # Given partition 9 of the defect topic: null keys, headers with null values, urep headers on the source
+    planted = scenarios["defects"]
+    loaded = config_module.load(str(env.config_file(tmp_path, services, planted.pipeline)))
+    snap = Clusters(loaded.source, loaded.destination).snapshot(planted.topic, planted.destination,
+                                                                  loaded.consumer_group).only({9})
+    # When the digest reader reads both sides with one offset per bucket
+    rows = {
+        which: {
+            r.bucket: (r.n, r.xor & (2**64 - 1))
+            for r in digest.bucket_rows(spark, KafkaSide(services[which]), topic, which, ranges, snap, 1,
+                                        skip_origin="dst").collect()
+            if r.bucket >= 0
+        }
+        for which, topic, ranges in (
+            ("source", planted.topic, {9: (0, PER_PARTITION)}),
+            ("destination", planted.destination, snap.destination_ranges()),
+        )
+    }
+    # Then every bucket's hash is the one tests/support/verifier_xxh64.py computes for its record
+    source = {r.offset: (1, _bucket_hash(content_hash(r.key, r.value, r.headers, r.timestamp), r.offset))
+              for r in env.read_all(services["source"], planted.topic, 9)}
+    assert rows["source"] == source
+    copies = {}
+    for r in env.read_all(services["destination"], planted.destination, 9):
+        origin = provenance.decode(dict(r.headers)[provenance.HEADER])
+        copies[origin.source_offset] = (1, _bucket_hash(content_hash(r.key, r.value, r.headers, r.timestamp),
+                                                        origin.source_offset))
+    assert rows["destination"] == copies
