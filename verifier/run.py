@@ -8,7 +8,8 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -132,6 +133,8 @@ def verify(
 ) -> Report:
     """Verify every target topic; a topic that cannot be verified gets an error, the others go on.
 
+    Up to CONCURRENT_TOPICS topics are verified at once: their Spark jobs share the executors, and one
+    topic's driver-side waits (offsets, scheduling, collects) overlap another's reading.
     With ``incremental``, each topic continues from the checkpoint file where it can (else a full pass,
     with the reason in the report) and the checkpoint is rewritten after each topic.
     """
@@ -139,15 +142,19 @@ def verify(
     clock = time.monotonic()
     run_id = new_run_id(started)
     stored, unusable = _load_checkpoint(incremental, config, group, progress)
-    topics = []
-    for index, target in enumerate(targets, 1):
+    saving = threading.Lock()
+
+    def one(index: int, target: Target) -> TopicReport:
         label = f"[{index}/{len(targets)}] {target.topic}"
         job = _TopicJob(clusters, sides, target, group, bucket_size, label, progress)
         if incremental is not None:
-            job.checkpointed = _Checkpointed(stored, incremental, unusable, started)
-        topics.append(job.run(spark))
-        if incremental is not None:  # after each topic: a crash later keeps this topic's progress
-            CheckpointFile(incremental.path).save(stored)
+            job.checkpointed = _Checkpointed(stored, incremental, unusable, started, saving)
+        return job.run(spark)
+
+    if len(targets) <= 1:
+        topics = [one(index, target) for index, target in enumerate(targets, 1)]
+    else:
+        topics = _concurrently(spark, [(one, index, target) for index, target in enumerate(targets, 1)])
     finished = datetime.now(timezone.utc)
     return Report(
         run_id=run_id,
@@ -196,6 +203,30 @@ class _Checkpointed:
     options: Incremental
     unusable: str | None
     now: datetime
+    saving: threading.Lock = field(default_factory=threading.Lock)
+
+    def record(self, topic: str, entry: checkpoint.TopicCheckpoint) -> None:
+        """Keep one topic's next checkpoint and save the file now: a crash later keeps this topic's progress."""
+        with self.saving:
+            self.stored.topics[topic] = entry
+            CheckpointFile(self.options.path).save(self.stored)
+
+
+CONCURRENT_TOPICS = 4
+
+
+def _concurrently(spark: Any, calls: list[tuple[Callable[..., TopicReport], int, Target]]) -> list[TopicReport]:
+    """Run the topic jobs on a few threads; the reports in the order of ``calls``. An error (or an interrupt)
+    cancels the Spark jobs still running, so that the other threads end promptly, and is raised again."""
+    with ThreadPoolExecutor(max_workers=min(CONCURRENT_TOPICS, len(calls)), thread_name_prefix="verify") as pool:
+        futures = [pool.submit(call, index, target) for call, index, target in calls]
+        try:
+            return [future.result() for future in futures]
+        except BaseException:
+            for future in futures:
+                future.cancel()
+            spark.sparkContext.cancelAllJobs()
+            raise
 
 
 _ATTEMPTS = 3
@@ -311,11 +342,11 @@ def _passes(spark: Any, job: _TopicJob, report: TopicReport) -> None:
     report.mode, report.mode_reason = decision.mode, decision.reason
     for r in report.partitions:
         r.notes[:0] = decision.notes.get(r.partition, [])
-    stored = job.checkpointed.stored
-    stored.topics[target.topic] = checkpoint.advance(
-        stored.topics.get(target.topic), identity, seen, {r.partition: r.status for r in report.partitions},
+    previous = job.checkpointed.stored.topics.get(target.topic)
+    job.checkpointed.record(target.topic, checkpoint.advance(
+        previous, identity, seen, {r.partition: r.status for r in report.partitions},
         first_unverified, full=decision.full, now=job.checkpointed.now,
-    )
+    ))
 
 
 def _decide(checkpointed: _Checkpointed, target: Target, identity: TopicIdentity, snap: TopicSnapshot) -> Decision:

@@ -462,13 +462,19 @@ def bucket_pass(
     result = BucketPass()
     src_ranges = {p: (min(w.verify_from, w.end), w.end) for p, w in snap.partitions.items()}
     if digest.available(spark):
-        src_rows = digest.bucket_rows(
+        from pyspark.sql import functions as F
+
+        # Both sides in one Spark job: one round of scheduling and one collect per topic.
+        src = digest.bucket_rows(
             spark, source, snap.topic, "source", src_ranges, snap, bucket_size, destination.alias, READ_TUNING
-        ).collect()
-        dst_rows = digest.bucket_rows(
+        ).withColumn("side", F.lit(0))
+        dst = digest.bucket_rows(
             spark, destination, snap.destination, "destination", snap.destination_ranges(), snap, bucket_size,
             tuning=READ_TUNING,
-        ).collect()
+        ).withColumn("side", F.lit(1))
+        rows = src.unionByName(dst).collect()
+        src_rows = [r for r in rows if r.side == 0]
+        dst_rows = [r for r in rows if r.side == 1]
     else:
         src_rows, dst_rows = _sql_bucket_rows(spark, source, destination, snap, bucket_size, src_ranges)
     for r in src_rows:

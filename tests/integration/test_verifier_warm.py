@@ -45,29 +45,33 @@ def _history(reports: Path) -> list[dict]:
 
 
 def test_every_keeps_one_session_verifies_new_records_incrementally_and_stops_on_sigterm(services, tmp_path):
-    # Given a clean mirror of 2 x 50 records
+    # Given two topics of one pipeline, each a clean mirror of 2 x 50 records (verified concurrently)
     pipeline = f"vw{int(time.time() * 1000)}"
-    topic, destination = f"{pipeline}-t", f"{pipeline}-t.mirror"
-    kafka_io.create_topic(services["source"], topic, PARTITIONS, KEEP)
-    kafka_io.create_topic(services["destination"], destination, PARTITIONS, KEEP)
-    kafka_io.produce(services["source"], topic, 100, PARTITIONS)
-    done = dict.fromkeys(range(PARTITIONS), 0)
-    _mirror(services, topic, destination, pipeline, done)
+    topics = [(f"{pipeline}-{name}", f"{pipeline}-{name}.mirror") for name in ("a", "b")]
+    done = {}
+    for topic, destination in topics:
+        kafka_io.create_topic(services["source"], topic, PARTITIONS, KEEP)
+        kafka_io.create_topic(services["destination"], destination, PARTITIONS, KEEP)
+        kafka_io.produce(services["source"], topic, 100, PARTITIONS)
+        done[topic] = dict.fromkeys(range(PARTITIONS), 0)
+        _mirror(services, topic, destination, pipeline, done[topic])
     config = env.config_file(tmp_path, services, pipeline)
     reports = tmp_path / "reports"
 
     # When the warm verifier runs every second
     process = subprocess.Popen(
-        [sys.executable, "-m", "verifier", "--config", str(config), "--topic", f"{topic}={destination}",
+        [sys.executable, "-m", "verifier", "--config", str(config),
+         *(f"--topic={topic}={destination}" for topic, destination in topics),
          "--every", "1s", "--master", "local[2]", "--output", str(reports), "--bucket-size", "16",
          "--conf", "spark.driver.memory=512m"],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     try:
         wait_for(lambda: len(_history(reports)) >= 1, 120, "the first run")
-        # and 2 x 10 more records are mirrored while it runs
+        # and 2 x 10 more records of the first topic are mirrored while it runs
+        (topic, destination), _ = topics
         kafka_io.produce(services["source"], topic, 20, PARTITIONS, start=100)
-        _mirror(services, topic, destination, pipeline, done)
+        _mirror(services, topic, destination, pipeline, done[topic])
         wait_for(lambda: any(h["verified_records"] == 20 for h in _history(reports)), 120,
                  "a run that verifies the new records")
         # and it gets SIGTERM
@@ -86,7 +90,8 @@ def test_every_keeps_one_session_verifies_new_records_incrementally_and_stops_on
     history = _history(reports)
     assert len(history) >= 3 and len(stdout.strip().splitlines()) == len(history)
     assert all(h["status"] == "OK" for h in history)
-    # the first run was a full pass, every later one incremental: only the 20 new records were read once
-    assert history[0]["mode"] == "full" and history[0]["verified_records"] == 100
+    # the first run was a full pass of both topics, every later one incremental: only the 20 new records
+    # were verified, once
+    assert history[0]["mode"] == "full" and history[0]["verified_records"] == 200
     assert {h["mode"] for h in history[1:]} == {"incremental"}
     assert sum(h["verified_records"] for h in history[1:]) == 20
