@@ -255,9 +255,8 @@ def build_digest(force: bool = False) -> Path:
     Reuses the jar while its pom and sources are unchanged. Its dependencies are all `provided`, so
     Maven fetches only the handful of Spark and Kafka jars it compiles against.
     """
-    stamp = DIGEST_JAR.parent / ".sources.sha256"
     digest = _sources_digest(DIGEST_DIR)
-    if not force and DIGEST_JAR.is_file() and read_stamp_file(stamp) == digest:
+    if not force and DIGEST_JAR.is_file() and read_stamp(DIGEST_JAR.parent) == digest:
         _log(f"reused the digest reader {_display(DIGEST_JAR)} (sources unchanged)")
         return DIGEST_JAR
     mvn = _maven_executable()
@@ -269,16 +268,9 @@ def build_digest(force: bool = False) -> Path:
         _run_maven([mvn, "-B", "-f", str(DIGEST_DIR / "pom.xml"), "package"], DIGEST_JAR.parent / MAVEN_LOG_NAME)
         if not DIGEST_JAR.is_file():
             raise JvmError(f"maven succeeded but built no {_display(DIGEST_JAR)}")
-        stamp.write_text(digest + "\n")
+        write_stamp(DIGEST_JAR.parent, digest)
     _log(f"built {_display(DIGEST_JAR)} in {time.monotonic() - started:.1f}s")
     return DIGEST_JAR
-
-
-def read_stamp_file(path: Path) -> str | None:
-    try:
-        return path.read_text().strip() or None
-    except OSError:
-        return None
 
 
 def classpath(component: str) -> str:

@@ -28,3 +28,20 @@ def test_small_ranges_are_not_split():
 def test_the_fallback_is_forced_by_the_environment_without_asking_spark(monkeypatch):
     monkeypatch.setenv(digest.READER_ENV, "kafka")
     assert digest.available(object()) is False  # no Spark call is made: a plain object would fail one
+
+
+def test_the_digest_module_never_invalidates_the_pinned_jar_cache(tmp_path):
+    from devtools import jvm
+
+    (tmp_path / "pom.xml").write_text("<project/>")
+    (tmp_path / "digest").mkdir()
+    before = jvm.pom_digest(tmp_path)
+    (tmp_path / "digest" / "pom.xml").write_text("<project>changed</project>")
+    assert jvm.pom_digest(tmp_path) == before
+
+
+def test_the_digest_jar_is_found_beside_the_connector_first(tmp_path):
+    from verifier import connector
+
+    shipped = str(tmp_path / connector.DIGEST_JAR)
+    assert connector.digest_jar([str(tmp_path / "kafka-clients.jar"), shipped]) == shipped
