@@ -1,18 +1,20 @@
-"""Spark edge of the verifier: read both clusters with Spark's Kafka source and compare them in the JVM.
+"""Spark edge of the verifier: read both clusters and compare them in the JVM.
 
-Per-record work is built-in SQL only (hash, header parsing, windows,
-aggregates); Python sees bucket aggregates and summarised findings, never
-records. Two passes per topic:
+Per-record work happens in the executors' JVMs — in the digest reader
+(verifier/digest.py, jvm/digest) or in built-in SQL over Spark's Kafka source
+(hash, header parsing, windows, aggregates); Python sees bucket aggregates and
+summarised findings, never records. Two passes per topic:
 
 1. **buckets** — source: per (partition, offset bucket) count, exact sum and
    xor of the bucket hashes; destination: the same per (partition, bucket of
    the ``urep`` source offset), plus each record's class (verified, pending,
-   expired, or an orphan class) and the number of steps down in source offset
-   along destination order (a reordering always makes one).
-2. **records** — only when pass 1 found a difference: re-read, join the
-   records of the differing buckets, list orphans and, for partitions with a
-   step down, order the first copies; summarise to counts, offset ranges and
-   samples per category.
+   expired, or an orphan class) and the bounds of ``destination offset -
+   source offset`` (the order proof). The digest reader computes these rows
+   inside the reader; without it, the same rows come from SQL.
+2. **records** — only when pass 1 found a difference: re-read with Spark's
+   Kafka source, join the records of the differing buckets, list orphans and,
+   for partitions not proven in order, order the first copies; summarise to
+   counts, offset ranges and samples per category.
 
 See docs/verification.md for the hash and the categories.
 """
