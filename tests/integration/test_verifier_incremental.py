@@ -146,6 +146,7 @@ def test_incremental_run_reads_only_new_ranges_and_judges_late_copies(spark, ser
     full = m.verify("--full")
     # Then everything retained is read again, and the same defects are found in it
     topic = _topic(full)
+    assert full.status == 1, full.stderr
     assert (topic["mode"], topic["mode_reason"]) == ("full", "--full was given")
     assert full.partition(m.topic, 2)["verified_range"] == [0, FIRST + MORE]
     assert nonzero(full.partition(m.topic, 1)) == {"DUPLICATE": 1, "CORRUPTED": 1}
