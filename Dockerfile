@@ -48,22 +48,33 @@ RUN /opt/ureplicator/venv/bin/pip install --progress-bar off .
 FROM build AS build-verifier
 RUN /opt/ureplicator/venv/bin/pip install --progress-bar off '.[verifier]'
 
-# --- jars: the Spark Kafka connector, from the build context or else from Maven Central -------
+# --- jars: the Spark Kafka connector and the verifier's digest reader -------------------------
 FROM build AS jars
 COPY jvm/ jvm/
-# `make image` copies the jars `make install` fetched into jvm/jars/spark-kafka/. Without them
-# Maven fetches the connector from the same poms (Debian's maven brings Java 17; slim images
-# omit man pages, and some JRE post-install scripts fail without that folder).
-RUN if ls jvm/jars/spark-kafka/*.jar >/dev/null 2>&1; then \
-      mkdir -p /opt/ureplicator/jars && cp -r jvm/jars/spark-kafka /opt/ureplicator/jars/; \
-    else \
+# `make image` copies the jars `make install` fetched into jvm/jars/spark-kafka/ (and the digest
+# reader `make jars` built, when copied to jvm/jars/digest/). What is missing is made here with
+# Maven from the same poms: the connector fetched from Maven Central, the digest reader compiled
+# from jvm/digest (Debian's maven brings Java 17; slim images omit man pages, and some JRE
+# post-install scripts fail without that folder).
+RUN mkdir -p /opt/ureplicator/jars/spark-kafka \
+ && if ! ls jvm/jars/spark-kafka/*.jar >/dev/null 2>&1 || ! ls jvm/jars/digest/*.jar >/dev/null 2>&1; then \
       mkdir -p /usr/share/man/man1 \
       && apt-get update \
-      && apt-get install -y --no-install-recommends maven \
-      && mvn -B -q -f jvm/pom.xml -pl spark-kafka -am -DcacheDir=/opt/ureplicator/jars \
+      && apt-get install -y --no-install-recommends maven; \
+    fi \
+ && if ls jvm/jars/spark-kafka/*.jar >/dev/null 2>&1; then \
+      cp jvm/jars/spark-kafka/*.jar /opt/ureplicator/jars/spark-kafka/; \
+    else \
+      mvn -B -q -f jvm/pom.xml -pl spark-kafka -am -DcacheDir=/opt/ureplicator/jars \
            dependency:copy-dependencies; \
     fi \
- && ls /opt/ureplicator/jars/spark-kafka/*.jar
+ && if ls jvm/jars/digest/*.jar >/dev/null 2>&1; then \
+      cp jvm/jars/digest/ureplicator-digest.jar /opt/ureplicator/jars/spark-kafka/; \
+    else \
+      mvn -B -q -f jvm/digest/pom.xml package \
+      && cp jvm/digest/target/ureplicator-digest.jar /opt/ureplicator/jars/spark-kafka/; \
+    fi \
+ && ls /opt/ureplicator/jars/spark-kafka/*.jar /opt/ureplicator/jars/spark-kafka/ureplicator-digest.jar
 
 # --- base: what both runtime images share -----------------------------------------------------
 FROM ${PYTHON_IMAGE} AS base
@@ -93,8 +104,9 @@ RUN mkdir -p /usr/share/man/man1 \
  && apt-get install -y --no-install-recommends openjdk-17-jre-headless procps \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=build-verifier /opt/ureplicator/venv /opt/ureplicator/venv
-# Only the connector: Spark itself ships in the pyspark wheel, and Kafka/ZooKeeper/MirrorMaker
-# are for the local test stack. verifier/connector.py reads UREPLICATOR_SPARK_JARS.
+# Only the connector and the digest reader (ureplicator-digest.jar, in the same folder): Spark
+# itself ships in the pyspark wheel, and Kafka/ZooKeeper/MirrorMaker are for the local test
+# stack. verifier/connector.py reads UREPLICATOR_SPARK_JARS.
 COPY --from=jars /opt/ureplicator/jars/spark-kafka/ /opt/ureplicator/jars/spark-kafka/
 ENV UREPLICATOR_SPARK_JARS=/opt/ureplicator/jars/spark-kafka
 USER 10001:10001

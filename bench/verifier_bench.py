@@ -5,6 +5,8 @@ Standalone (not part of ``make test``; ``make bench-verifier``)::
     .venv/bin/python -m bench.verifier_bench                       # 2M records, 3 rounds; writes results + docs
     .venv/bin/python -m bench.verifier_bench --records 500000 --no-write   # a smoke run
     .venv/bin/python -m bench.verifier_bench --render               # the docs table from the newest results JSON
+    .venv/bin/python -m bench.verifier_bench --quick --stack /work/stack   # 200,000 records, 1 round, on a
+                                                                    # running stack, nothing written
 
 It starts a local stack, writes N records of ~100 bytes to a source topic and
 the same records with their ``urep`` header to a destination topic (what the
@@ -12,10 +14,17 @@ replicator writes, without running it, so only the verifier is measured),
 commits the end offsets for the replicator's group, then measures on
 ``local[2]``:
 
+0. **the floor** — Kafka's own ``ConsumerPerformance`` (kafka-tools, the
+   pinned Kafka jars) reads the same source and destination topics, one after
+   the other: the verified-records rate no reader reading each side once can
+   beat, and its CPU;
 1. **pass 1** — a clean full verification of the N records on a warm
-   SparkSession (the median of ``--rounds``): records verified per second and
-   the Spark JVM's CPU seconds per million verified records (both clusters are
-   read in full: N source and N destination records);
+   SparkSession (the median of ``--rounds``), with the digest reader and with
+   Spark's Kafka source: records verified per second, that rate as a fraction
+   of the floor, and the Spark JVM's CPU seconds per million verified records
+   (both clusters are read in full: N source and N destination records),
+   against the worker's CPU per million copied records from the newest
+   throughput results;
 2. **start to verdict** — ``python -m verifier`` as a new process on a
    100,000-record topic: JVM and Spark start-up, offsets, both passes, reports;
 3. **incremental** — 1 % more records mirrored, then an incremental run
@@ -65,6 +74,9 @@ PIPELINE = "bench"
 TARGET_RATE = 1_000_000  # pass-1 source records per second (issue: verifier at production scale)
 TARGET_START_S = 8.0
 TARGET_INCREMENTAL = 0.05
+TARGET_FLOOR_FRACTION = 0.5
+TARGET_CPU_RATIO = 3.0
+CONSUMER_PERFORMANCE = "org.apache.kafka.tools.ConsumerPerformance"
 
 
 def fill(services: dict[str, str], topic: str, records: int, partitions: int, value_bytes: int, first: int = 0) -> None:
@@ -128,10 +140,10 @@ class Verifier:
         from verifier.watermarks import Clusters
 
         self.services = services
-        self.spark = sparkjob.session(args.master, {
-            "spark.driver.memory": args.driver_memory,
-            "spark.sql.shuffle.partitions": str(args.shuffle_partitions),
-        })
+        conf = {"spark.driver.memory": args.driver_memory}
+        if args.shuffle_partitions:  # else adaptive query execution sizes the shuffles (the verifier's default)
+            conf["spark.sql.shuffle.partitions"] = str(args.shuffle_partitions)
+        self.spark = sparkjob.session(args.master, conf)
         self.pid = int(self.spark.sparkContext._jvm.ProcessHandle.current().pid())
         self.config = _config(services)
         self.clusters = Clusters(self.config.source, self.config.destination)
@@ -160,18 +172,79 @@ class Verifier:
             "mode": entry["mode"],
             "verified": report["totals"]["verified_records"],
             "read": report["totals"]["records_read"],
+            "reader": report["spark"]["reader"],
         }
 
 
-def pass_one(verifier: Verifier, topic: str, records: int, rounds: int) -> dict[str, Any]:
+def consumer_performance(bootstrap: str, topic: str, records: int) -> dict[str, Any]:
+    """One ConsumerPerformance run over a whole topic: its fetch rate and the CPU of its process."""
+    from devtools import jvm
+
+    command = [jvm.java_executable(), "-Xmx512m", "-cp", jvm.classpath("kafka"), CONSUMER_PERFORMANCE,
+               "--bootstrap-server", bootstrap, "--topic", topic, "--messages", str(records),
+               "--timeout", "60000", "--group", f"bench-floor-{time.time_ns()}"]
+    before = os.times()
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
+    after = os.times()
+    lines = [line for line in done.stdout.splitlines() if line.strip()]
+    if done.returncode != 0 or len(lines) < 2:
+        raise RuntimeError(f"ConsumerPerformance failed: {done.stderr[-2000:]}")
+    names, values = lines[0].split(","), lines[-1].split(",")
+    fields = {n.strip(): v.strip() for n, v in zip(names, values, strict=False)}
+    consumed = int(fields["data.consumed.in.nMsg"])
+    if consumed < records:
+        raise RuntimeError(f"ConsumerPerformance read {consumed:,} of {records:,} records of {topic}")
+    cpu = (after.children_user - before.children_user) + (after.children_system - before.children_system)
+    return {"records": consumed, "fetch_s": round(float(fields["fetch.time.ms"]) / 1000, 3),
+            "records_per_s": round(float(fields["fetch.nMsg.sec"])), "cpu_s": round(cpu, 2)}
+
+
+def floor(services: dict[str, str], topic: str, records: int) -> dict[str, Any]:
+    """Both sides read once by ConsumerPerformance: verified records per second at best, and CPU."""
+    source = consumer_performance(services["source"], topic, records)
+    destination = consumer_performance(services["destination"], topic, records)
+    seconds = source["fetch_s"] + destination["fetch_s"]
+    rate = round(records / seconds)
+    cpu = source["cpu_s"] + destination["cpu_s"]
+    say(f"  floor: source {source['records_per_s']:,}/s, destination {destination['records_per_s']:,}/s: "
+        f"{rate:,} verified records/s reading each side once ({cpu:.1f} CPU-s with JVM start-up)")
+    return {"source": source, "destination": destination, "records_per_s": rate,
+            "cpu_s_per_million": round(cpu / records * 1e6, 2)}
+
+
+def worker_cpu_per_million() -> dict[str, Any] | None:
+    """The worker's CPU per million copied 100-byte records, from the newest full throughput results."""
+    for path in sorted(RESULTS_DIR.glob("throughput-2*.json"), reverse=True):
+        for entry in reversed(json.loads(path.read_text())):
+            try:
+                cpu = entry["summary"]["datasets"]["100B"]["variants"]["ureplicator"]["cpu_s_per_m"]
+            except (KeyError, TypeError):
+                continue
+            if not entry.get("quick"):
+                return {"cpu_s_per_million": cpu, "results_file": path.name}
+    return None
+
+
+def pass_one(verifier: Verifier, topic: str, records: int, rounds: int, reader: str = "digest") -> dict[str, Any]:
+    from verifier import digest
+
     runs = []
-    for index in range(rounds):
-        result = verifier.verify(topic)
-        if result["status"] != "OK" or result["verified"] != records:
-            raise RuntimeError(f"unexpected verdict: {result}")
-        runs.append(result)
-        say(f"  pass 1 round {index + 1}/{rounds}: {records:,} records in {result['seconds']:.1f}s "
-            f"({records / result['seconds']:,.0f}/s, {result['cpu_s']:.1f} CPU-s, load {result['load']})")
+    previous = os.environ.pop(digest.READER_ENV, None)
+    if reader == "kafka":
+        os.environ[digest.READER_ENV] = "kafka"
+    try:
+        for index in range(rounds):
+            result = verifier.verify(topic)
+            if result["status"] != "OK" or result["verified"] != records or result["reader"] != reader:
+                raise RuntimeError(f"unexpected verdict: {result}")
+            runs.append(result)
+            say(f"  pass 1 ({reader} reader) round {index + 1}/{rounds}: {records:,} records in "
+                f"{result['seconds']:.1f}s ({records / result['seconds']:,.0f}/s, {result['cpu_s']:.1f} CPU-s, "
+                f"load {result['load']})")
+    finally:
+        os.environ.pop(digest.READER_ENV, None)
+        if previous is not None:
+            os.environ[digest.READER_ENV] = previous
     median = statistics.median(r["seconds"] for r in runs)
     cpu = statistics.median(r["cpu_s"] for r in runs)
     return {"records": records, "rounds": runs, "median_s": median, "records_per_s": round(records / median),
@@ -257,6 +330,7 @@ def render(entry: dict[str, Any]) -> str:
         f"{p1['records_per_s']:,} records/s ({p1['median_s']:.1f} s) | {TARGET_RATE:,} records/s | "
         f"{_verdict(p1['records_per_s'] >= TARGET_RATE)} |",
         f"| Spark JVM CPU per million verified records (pass 1) | {p1['cpu_s_per_million']:.1f} CPU-s | | |",
+        *_floor_rows(entry),
         f"| start to verdict, 100,000-record topic, new `python -m verifier` process (median of "
         f"{len(start['rounds'])}) | {start['median_s']:.1f} s | < {TARGET_START_S:.0f} s | "
         f"{_verdict(start['median_s'] < TARGET_START_S)} |",
@@ -272,6 +346,33 @@ def render(entry: dict[str, Any]) -> str:
     if entry.get("notes"):
         lines += ["", *entry["notes"]]
     return "\n".join(lines)
+
+
+def _floor_rows(entry: dict[str, Any]) -> list[str]:
+    """The rows against ConsumerPerformance and the worker (results from before they were measured have none)."""
+    limit, p1, kafka, worker = entry.get("floor"), entry["pass1"], entry.get("pass1_kafka"), entry.get("worker")
+    if not limit:
+        return []
+    rows = [
+        f"| floor: ConsumerPerformance reading the source ({limit['source']['records_per_s']:,} records/s) and the "
+        f"destination ({limit['destination']['records_per_s']:,} records/s) once each | "
+        f"{limit['records_per_s']:,} verified records/s | | |",
+        f"| pass 1 with the digest reader as a fraction of the floor | {p1['floor_fraction']:.2f}× | "
+        f"≥ {TARGET_FLOOR_FRACTION}× | {_verdict(p1['floor_fraction'] >= TARGET_FLOOR_FRACTION)} |",
+    ]
+    if kafka:
+        rows.append(
+            f"| pass 1 with Spark's Kafka source (the fallback), same records | {kafka['records_per_s']:,} records/s "
+            f"({kafka['floor_fraction']:.2f}× the floor), {kafka['cpu_s_per_million']:.1f} CPU-s per million | | |"
+        )
+    if worker:
+        ratio = p1["cpu_s_per_million"] / worker["cpu_s_per_million"]
+        rows.append(
+            f"| CPU per verified record against the worker's per copied record ({worker['cpu_s_per_million']:.2f} "
+            f"CPU-s per million, `bench/results/{worker['results_file']}`) | {ratio:.1f}× | "
+            f"≤ {TARGET_CPU_RATIO:.0f}× | {_verdict(ratio <= TARGET_CPU_RATIO)} |"
+        )
+    return rows
 
 
 def newest_results() -> tuple[Path, dict[str, Any]]:
@@ -298,17 +399,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bucket-size", type=int, default=10_000)
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--driver-memory", default="1g")
-    parser.add_argument("--shuffle-partitions", type=int, default=4)
+    parser.add_argument("--shuffle-partitions", type=int, default=0,
+                        help="fixed shuffle partitions (default 0: adaptive query execution decides)")
     parser.add_argument("--no-write", action="store_true", help="neither results JSON nor docs")
+    parser.add_argument("--quick", action="store_true",
+                        help="a smoke run: 200,000 records, 1 round, nothing written")
+    parser.add_argument("--stack", type=Path, default=None, metavar="DIR",
+                        help="use the stack already running in DIR (its stack.json) instead of starting one")
     parser.add_argument("--render", action="store_true", help="only re-render the docs from the newest results")
     args = parser.parse_args(argv)
     if args.render:
         write_docs()
         return 0
+    if args.quick:
+        args.records, args.rounds, args.no_write = 200_000, 1, True
 
     work = Path(tempfile.mkdtemp(prefix="verifier-bench-"))
-    say(f"starting a local stack in {work}")
-    services = stack.up(work / "stack")
+    if args.stack is not None:
+        services = json.loads((args.stack / "stack.json").read_text())
+        say(f"using the running stack in {args.stack}")
+    else:
+        say(f"starting a local stack in {work}")
+        services = stack.up(work / "stack")
     try:
         stamp = int(time.time())
         small, big = f"bench-100k-{stamp}", f"bench-{args.records}-{stamp}"
@@ -319,6 +431,8 @@ def main(argv: list[str] | None = None) -> int:
                              {"retention.ms": "-1", "segment.bytes": str(256 * 1024 * 1024)})
             fill(services, topic, records, args.partitions, args.value_bytes)
             commit_ends(services, topic, args.partitions)
+        say("the floor (ConsumerPerformance)")
+        limit = floor(services, big, args.records)
         say("start to verdict (new processes)")
         start = start_to_verdict(services, small, args.rounds, work)
         verifier = Verifier(services, args)
@@ -326,10 +440,12 @@ def main(argv: list[str] | None = None) -> int:
         verifier.verify(small)
         say("pass 1")
         p1 = pass_one(verifier, big, args.records, args.rounds)
+        p1_kafka = pass_one(verifier, big, args.records, args.rounds, reader="kafka")
         say("incremental")
         inc = incremental(verifier, services, big, args.records, args, work)
         entry = {
             "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
+            "quick": args.quick,
             "machine": machine_info(),
             "spark": verifier.spark.version,
             "master": args.master,
@@ -337,7 +453,11 @@ def main(argv: list[str] | None = None) -> int:
             "partitions": args.partitions,
             "value_bytes": args.value_bytes,
             "bucket_size": args.bucket_size,
-            "pass1": p1,
+            "floor": limit,
+            "pass1": {**p1, "floor_fraction": round(p1["records_per_s"] / limit["records_per_s"], 3)},
+            "pass1_kafka": {**p1_kafka,
+                            "floor_fraction": round(p1_kafka["records_per_s"] / limit["records_per_s"], 3)},
+            "worker": worker_cpu_per_million(),
             "start_to_verdict": start,
             "incremental": inc,
         }
@@ -349,7 +469,8 @@ def main(argv: list[str] | None = None) -> int:
             say(f"results appended to {path}")
             write_docs()
     finally:
-        stack.down(work / "stack")
+        if args.stack is None:
+            stack.down(work / "stack")
     return 0
 
 

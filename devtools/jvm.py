@@ -1,4 +1,4 @@
-"""Fetch and locate the pinned JVM artifacts (Kafka, ZooKeeper, MirrorMaker 2, Spark-Kafka)."""
+"""Fetch and locate the pinned JVM artifacts (Kafka, ZooKeeper, MirrorMaker 2, Spark-Kafka); build the digest reader."""
 
 from __future__ import annotations
 
@@ -23,6 +23,10 @@ POM_DIR: Path = REPO_ROOT / "jvm"
 
 # Module folder names in jvm/ and the folders their jars land in under CACHE_DIR/jvm.
 COMPONENTS: tuple[str, ...] = ("kafka", "zookeeper", "mirrormaker", "spark-kafka")
+# The one module compiled from our own sources (jvm/digest): built into its target/ folder, apart from
+# the pinned-jar cache, so editing it never invalidates (or rewrites) the shared cache.
+DIGEST_DIR: Path = POM_DIR / "digest"
+DIGEST_JAR: Path = DIGEST_DIR / "target" / "ureplicator-digest.jar"
 
 STAMP_NAME = ".poms.sha256"
 MAVEN_LOG_NAME = "maven.log"
@@ -43,7 +47,10 @@ def pom_digest(pom_dir: Path | None = None) -> str:
     """sha256 over every jvm/**/pom.xml (relative path and content), so any version bump,
     new dependency or exclusion invalidates the cache."""
     root = pom_dir if pom_dir is not None else POM_DIR
-    poms = sorted(p for p in root.rglob("pom.xml") if "target" not in p.relative_to(root).parts)
+    poms = sorted(
+        p for p in root.rglob("pom.xml")
+        if "target" not in p.relative_to(root).parts and p.relative_to(root).parts[0] != DIGEST_DIR.name
+    )
     if not poms:
         raise JvmError(f"no pom.xml found under {root}")
     h = hashlib.sha256()
@@ -234,6 +241,38 @@ def fetch(force: bool = False) -> list[str]:
     return list(COMPONENTS)
 
 
+def _sources_digest(module: Path) -> str:
+    h = hashlib.sha256()
+    for path in sorted([module / "pom.xml", *(module / "src").rglob("*")]):
+        if path.is_file():
+            h.update(path.relative_to(module).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def build_digest(force: bool = False) -> Path:
+    """Compile the verifier's digest reader (jvm/digest) with Maven into jvm/digest/target/ (git-ignored).
+
+    Reuses the jar while its pom and sources are unchanged. Its dependencies are all `provided`, so
+    Maven fetches only the handful of Spark and Kafka jars it compiles against.
+    """
+    digest = _sources_digest(DIGEST_DIR)
+    if not force and DIGEST_JAR.is_file() and read_stamp(DIGEST_JAR.parent) == digest:
+        _log(f"reused the digest reader {_display(DIGEST_JAR)} (sources unchanged)")
+        return DIGEST_JAR
+    mvn = _maven_executable()
+    java_executable()
+    started = time.monotonic()
+    DIGEST_JAR.parent.mkdir(parents=True, exist_ok=True)
+    with file_lock(DIGEST_JAR.parent / ".lock"):
+        _log(f"building the digest reader with maven into {_display(DIGEST_JAR.parent)}")
+        _run_maven([mvn, "-B", "-f", str(DIGEST_DIR / "pom.xml"), "package"], DIGEST_JAR.parent / MAVEN_LOG_NAME)
+        if not DIGEST_JAR.is_file():
+            raise JvmError(f"maven succeeded but built no {_display(DIGEST_JAR)}")
+        write_stamp(DIGEST_JAR.parent, digest)
+    _log(f"built {_display(DIGEST_JAR)} in {time.monotonic() - started:.1f}s")
+    return DIGEST_JAR
+
+
 def classpath(component: str) -> str:
     """os.pathsep-joined jars of one component."""
     if component not in COMPONENTS:
@@ -251,7 +290,7 @@ def classpath(component: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m devtools.jvm", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    p_fetch = sub.add_parser("fetch", help="download the pinned jars (reuses the cache)")
+    p_fetch = sub.add_parser("fetch", help="download the pinned jars (reuses the cache) and build the digest reader")
     p_fetch.add_argument("--force", action="store_true", help="re-run maven even if unchanged")
     p_cp = sub.add_parser("classpath", help="print one component's classpath")
     p_cp.add_argument("component", choices=COMPONENTS)
@@ -259,6 +298,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "fetch":
             fetch(force=args.force)
+            build_digest(force=args.force)
         else:
             print(classpath(args.component))
     except JvmError as exc:

@@ -152,6 +152,8 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print("ureplicator verify: interrupted", file=sys.stderr)
         return 130
+    finally:
+        sessions.stop()
 
 
 class _SessionCache:
@@ -162,11 +164,26 @@ class _SessionCache:
     """
 
     def __init__(self, master: str | None, conf: dict[str, str]) -> None:
+        from pyspark import SparkContext
+
         self.master = master
         self.conf = conf
         self.spark: Any = None
         self._starting: threading.Thread | None = None
         self._failure: BaseException | None = None
+        # A session that existed before (the caller's, e.g. a test's) is not ours to stop.
+        self._owned = SparkContext._active_spark_context is None
+
+    def stop(self) -> None:
+        """Stop the session this process started (executors released, Spark's shutdown hooks run)."""
+        if self._starting is not None:
+            self._starting.join()
+        if self.spark is not None and self._owned:
+            try:
+                self.spark.stop()
+            except Exception:  # noqa: BLE001 - the JVM may be gone already (a second signal)
+                pass
+            self.spark = None
 
     def prefetch(self) -> None:
         if self.spark is None and self._starting is None:
@@ -175,11 +192,16 @@ class _SessionCache:
 
     def _start(self) -> None:
         from verifier import sparkjob
+        from verifier.run import stderr_progress
 
+        started = time.monotonic()
         try:
             self.spark = sparkjob.session(self.master, self.conf)
         except BaseException as exc:  # noqa: BLE001 - raised again by the caller's thread
             self._failure = exc
+            return
+        stderr_progress(f"Spark {self.spark.version} ({self.spark.sparkContext.master}) started in "
+                        f"{time.monotonic() - started:.1f}s; this process keeps it for every run")
 
     def __call__(self) -> Any:
         if self._starting is not None:

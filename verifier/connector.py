@@ -9,6 +9,10 @@ Looked up, first match wins:
    else ``.cache/jvm/spark-kafka/`` under the working directory.
 
 ``ureplicator verify --conf spark.jars=...`` (or ``spark.jars.packages``) bypasses the lookup.
+
+The verifier's own digest reader (jvm/digest, see verifier/digest.py) is a jar named
+``ureplicator-digest.jar``: in the same folders (the image puts it next to the connector), else
+where ``make jars`` builds it in a source checkout (``jvm/digest/target/``).
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ from pathlib import Path
 from common.errors import UReplicatorError
 
 JARS_ENV = "UREPLICATOR_SPARK_JARS"
+DIGEST_JAR = "ureplicator-digest.jar"
+BUILT_DIGEST_JAR = Path(__file__).resolve().parents[1] / "jvm" / "digest" / "target" / DIGEST_JAR
 
 
 class ConnectorMissing(UReplicatorError):
@@ -66,3 +72,11 @@ def _expand(value: str) -> list[Path]:
         elif path.suffix == ".jar" and path.is_file():
             jars.append(path.resolve())
     return jars
+
+
+def digest_jar(jars: list[str]) -> str | None:
+    """The digest reader's jar: among ``jars`` (the connector's folder), else the source checkout's build."""
+    for jar in jars:
+        if Path(jar).name == DIGEST_JAR:
+            return jar
+    return str(BUILT_DIGEST_JAR) if BUILT_DIGEST_JAR.is_file() else None

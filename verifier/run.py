@@ -8,7 +8,8 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ from common.errors import UReplicatorError
 from common.zkschema import Paths
 from reports import model
 from reports.model import CategoryResult, PartitionReport, Report, TopicReport, Watermarks
-from verifier import checkpoint, kafka_options, sparkjob
+from verifier import checkpoint, digest, kafka_options, sparkjob
 from verifier.checkpoint import Checkpoint, CheckpointFile, Decision, TopicIdentity
 from verifier.sparkjob import BucketPass, ClassAggregate, KafkaSide, RecordPlan, SparkUnavailable
 from verifier.watermarks import Clusters, TopicMissing, TopicSnapshot
@@ -132,22 +133,28 @@ def verify(
 ) -> Report:
     """Verify every target topic; a topic that cannot be verified gets an error, the others go on.
 
+    Up to CONCURRENT_TOPICS topics are verified at once: their Spark jobs share the executors, and one
+    topic's driver-side waits (offsets, scheduling, collects) overlap another's reading.
     With ``incremental``, each topic continues from the checkpoint file where it can (else a full pass,
-    with the reason in the report) and the checkpoint is rewritten once all topics are done.
+    with the reason in the report) and the checkpoint is rewritten after each topic.
     """
     started = datetime.now(timezone.utc)
     clock = time.monotonic()
     run_id = new_run_id(started)
     stored, unusable = _load_checkpoint(incremental, config, group, progress)
-    topics = []
-    for index, target in enumerate(targets, 1):
+    saving = threading.Lock()
+
+    def one(index: int, target: Target) -> TopicReport:
         label = f"[{index}/{len(targets)}] {target.topic}"
         job = _TopicJob(clusters, sides, target, group, bucket_size, label, progress)
         if incremental is not None:
-            job.checkpointed = _Checkpointed(stored, incremental, unusable, started)
-        topics.append(job.run(spark))
-    if incremental is not None:
-        CheckpointFile(incremental.path).save(stored)
+            job.checkpointed = _Checkpointed(stored, incremental, unusable, started, saving)
+        return job.run(spark)
+
+    if len(targets) <= 1:
+        topics = [one(index, target) for index, target in enumerate(targets, 1)]
+    else:
+        topics = _concurrently(spark, [(one, index, target) for index, target in enumerate(targets, 1)])
     finished = datetime.now(timezone.utc)
     return Report(
         run_id=run_id,
@@ -163,7 +170,8 @@ def verify(
                 "bootstrap_servers": config.destination.bootstrap_servers,
             },
         },
-        spark={"master": str(spark.sparkContext.master), "version": str(spark.version)},
+        spark={"master": str(spark.sparkContext.master), "version": str(spark.version),
+               "reader": digest.reader_name(spark)},
         bucket_size=bucket_size,
         topics=topics,
     )
@@ -195,6 +203,30 @@ class _Checkpointed:
     options: Incremental
     unusable: str | None
     now: datetime
+    saving: threading.Lock = field(default_factory=threading.Lock)
+
+    def record(self, topic: str, entry: checkpoint.TopicCheckpoint) -> None:
+        """Keep one topic's next checkpoint and save the file now: a crash later keeps this topic's progress."""
+        with self.saving:
+            self.stored.topics[topic] = entry
+            CheckpointFile(self.options.path).save(self.stored)
+
+
+CONCURRENT_TOPICS = 4
+
+
+def _concurrently(spark: Any, calls: list[tuple[Callable[..., TopicReport], int, Target]]) -> list[TopicReport]:
+    """Run the topic jobs on a few threads; the reports in the order of ``calls``. An error (or an interrupt)
+    cancels the Spark jobs still running, so that the other threads end promptly, and is raised again."""
+    with ThreadPoolExecutor(max_workers=min(CONCURRENT_TOPICS, len(calls)), thread_name_prefix="verify") as pool:
+        futures = [pool.submit(call, index, target) for call, index, target in calls]
+        try:
+            return [future.result() for future in futures]
+        except BaseException:
+            for future in futures:
+                future.cancel()
+            spark.sparkContext.cancelAllJobs()
+            raise
 
 
 _ATTEMPTS = 3
@@ -245,23 +277,33 @@ def _verify_topic(spark: Any, job: _TopicJob) -> TopicReport:
 
 
 def _passes(spark: Any, job: _TopicJob, report: TopicReport) -> None:
-    """Snapshot, plan, bucket pass, record pass when needed; again when retention moved a log start meanwhile.
-    Fills ``report`` and, for incremental runs, the topic's next checkpoint."""
+    """Snapshot, plan, bucket pass, record pass when needed; again, for the partitions concerned only, when
+    retention moved a log start meanwhile. Fills ``report`` and, for incremental runs, the topic's next
+    checkpoint."""
     clusters, sides, target, group = job.clusters, job.sides, job.target, job.group
     bucket_size, label, progress = job.bucket_size, job.label, job.progress
     clock = time.monotonic()
     identity = decision = None
+    reports: dict[int, PartitionReport] = {}
+    seen: dict[int, Watermarks] = {}  # each partition's watermarks as its final attempt read them
+    first_unverified: dict[int, int] = {}
+    read = {"source": 0, "destination": 0}
+    only: set[int] | None = None  # after the first attempt: the partitions to verify again
+    moved: dict[int, str] = {}
     for attempt in range(1, _ATTEMPTS + 1):
         snap = clusters.snapshot(target.topic, target.destination, group)
-        if job.checkpointed is not None:
+        if job.checkpointed is not None and decision is None:
             identity = TopicIdentity(
                 target.destination,
                 clusters.topic_id("source", target.topic),
                 clusters.topic_id("destination", target.destination),
             )
             decision = _decide(job.checkpointed, target, identity, snap)
+        if decision is not None:
             snap = snap.resumed(decision.resume)
-        _announce(snap, label, progress, decision)
+        if only is not None:
+            snap = snap.only(only)
+        _announce(snap, label, progress, decision if attempt == 1 else None)
         buckets = sparkjob.bucket_pass(spark, sides[0], sides[1], snap, bucket_size)
         plan = RecordPlan(
             mismatched=model.mismatched_buckets(buckets.source, buckets.destination),
@@ -277,28 +319,34 @@ def _passes(spark: Any, job: _TopicJob, report: TopicReport) -> None:
                 f"({time.monotonic() - clock:.1f}s)"
             )
             findings = sparkjob.record_pass(spark, sides[0], sides[1], snap, bucket_size, plan)
+        reports.update({r.partition: r for r in _partition_reports(snap, buckets, plan, findings, group)})
+        seen.update(snap.partitions)
+        first_unverified = {p: o for p, o in first_unverified.items() if p not in snap.destination_ranges()}
+        first_unverified.update(buckets.first_unverified)
+        read["source"] += buckets.source_records
+        read["destination"] += buckets.destination_records
         # Records deleted by retention while Spark read them look like losses or orphans; when every
         # bucket matched, what was read is consistent and a moved log start does not matter.
-        moved = "" if plan.empty else _log_starts_moved(clusters, snap)
+        moved = {} if plan.empty else _log_starts_moved(clusters, snap)
         if not moved or attempt == _ATTEMPTS:
             break
-        progress(f"{label}: log start moved during the run ({moved}); verifying again")
-    reports = _partition_reports(snap, buckets, plan, findings, group)
-    if moved:
-        for p in reports:
-            p.notes.append(f"log start kept moving during {_ATTEMPTS} attempts ({moved})")
-    report.partitions = reports
-    report.records_read = {"source": buckets.source_records, "destination": buckets.destination_records}
+        only = set(moved)
+        progress(f"{label}: log start moved during the run ({_said(moved)}); verifying those partitions again")
+    for p, sides_moved in moved.items():
+        if p in reports:
+            reports[p].notes.append(f"log start kept moving during {_ATTEMPTS} attempts ({sides_moved})")
+    report.partitions = [reports[p] for p in sorted(reports)]
+    report.records_read = read
     if decision is None or identity is None or job.checkpointed is None:
         return
     report.mode, report.mode_reason = decision.mode, decision.reason
-    for p in reports:
-        p.notes[:0] = decision.notes.get(p.partition, [])
-    stored = job.checkpointed.stored
-    stored.topics[target.topic] = checkpoint.advance(
-        stored.topics.get(target.topic), identity, snap.partitions, {p.partition: p.status for p in reports},
-        buckets.first_unverified, full=decision.full, now=job.checkpointed.now,
-    )
+    for r in report.partitions:
+        r.notes[:0] = decision.notes.get(r.partition, [])
+    previous = job.checkpointed.stored.topics.get(target.topic)
+    job.checkpointed.record(target.topic, checkpoint.advance(
+        previous, identity, seen, {r.partition: r.status for r in report.partitions},
+        first_unverified, full=decision.full, now=job.checkpointed.now,
+    ))
 
 
 def _decide(checkpointed: _Checkpointed, target: Target, identity: TopicIdentity, snap: TopicSnapshot) -> Decision:
@@ -352,15 +400,29 @@ def _announce(snap: TopicSnapshot, label: str, progress: Progress, decision: Dec
     )
 
 
-def _log_starts_moved(clusters: Clusters, snap: TopicSnapshot) -> str:
-    """Partitions whose log start changed since the snapshot (retention or delete-records ran)."""
-    moved = []
+def _log_starts_moved(clusters: Clusters, snap: TopicSnapshot) -> dict[int, str]:
+    """Partitions whose log start changed since the snapshot (retention or delete-records ran), and on which
+    side ("source 3", "destination 3", or both).
+
+    Compared with the log starts the snapshot read, never with where this run started reading: an
+    incremental run reads the destination from the checkpoint's offset, far above its log start.
+    """
+    moved: dict[int, list[str]] = {}
     now = clusters.log_starts("source", snap.topic, sorted(snap.partitions))
-    moved += [f"source {p}" for p, w in snap.partitions.items() if now.get(p, w.log_start) != w.log_start]
-    dst = snap.destination_ranges()
-    now = clusters.log_starts("destination", snap.destination, sorted(dst))
-    moved += [f"destination {p}" for p, (start, _) in dst.items() if now.get(p, start) != start]
-    return ", ".join(moved)
+    for p, w in sorted(snap.partitions.items()):
+        if now.get(p, w.log_start) != w.log_start:
+            moved.setdefault(p, []).append(f"source {p}")
+    starts = {p: w.destination_log_start for p, w in snap.partitions.items() if w.destination_log_start is not None}
+    starts.update({p: start for p, (start, _) in snap.destination_only.items()})
+    now = clusters.log_starts("destination", snap.destination, sorted(starts))
+    for p, start in sorted(starts.items()):
+        if now.get(p, start) != start:
+            moved.setdefault(p, []).append(f"destination {p}")
+    return {p: ", ".join(said) for p, said in sorted(moved.items())}
+
+
+def _said(moved: dict[int, str]) -> str:
+    return ", ".join(moved.values())
 
 
 def _spans(aggregates: list[ClassAggregate]) -> list[model.Range]:

@@ -1,18 +1,20 @@
-"""Spark edge of the verifier: read both clusters with Spark's Kafka source and compare them in the JVM.
+"""Spark edge of the verifier: read both clusters and compare them in the JVM.
 
-Per-record work is built-in SQL only (hash, header parsing, windows,
-aggregates); Python sees bucket aggregates and summarised findings, never
-records. Two passes per topic:
+Per-record work happens in the executors' JVMs — in the digest reader
+(verifier/digest.py, jvm/digest) or in built-in SQL over Spark's Kafka source
+(hash, header parsing, windows, aggregates); Python sees bucket aggregates and
+summarised findings, never records. Two passes per topic:
 
 1. **buckets** — source: per (partition, offset bucket) count, exact sum and
    xor of the bucket hashes; destination: the same per (partition, bucket of
    the ``urep`` source offset), plus each record's class (verified, pending,
-   expired, or an orphan class) and the number of steps down in source offset
-   along destination order (a reordering always makes one).
-2. **records** — only when pass 1 found a difference: re-read, join the
-   records of the differing buckets, list orphans and, for partitions with a
-   step down, order the first copies; summarise to counts, offset ranges and
-   samples per category.
+   expired, or an orphan class) and the bounds of ``destination offset -
+   source offset`` (the order proof). The digest reader computes these rows
+   inside the reader; without it, the same rows come from SQL.
+2. **records** — only when pass 1 found a difference: re-read with Spark's
+   Kafka source, join the records of the differing buckets, list orphans and,
+   for partitions not proven in order, order the first copies; summarise to
+   counts, offset ranges and samples per category.
 
 See docs/verification.md for the hash and the categories.
 """
@@ -32,7 +34,7 @@ from common import java, provenance
 from common.errors import UReplicatorError
 from reports import model
 from reports.model import BucketAggregate, BucketKey, CategoryResult, Sample
-from verifier import connector
+from verifier import connector, digest
 from verifier.watermarks import TopicSnapshot
 
 CONNECTOR_PACKAGE = "org.apache.spark:spark-sql-kafka-0-10_2.13:4.1.1"
@@ -75,7 +77,10 @@ def session(master: str | None = None, conf: Mapping[str, str] | None = None) ->
         "spark.app.name": "ureplicator-verify",
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
-        "spark.sql.shuffle.partitions": "4",
+        # Adaptive query execution sizes each shuffle from what the map side wrote (a few bucket rows,
+        # or pass 2's records on a real cluster), instead of a fixed partition count.
+        "spark.sql.adaptive.enabled": "true",
+        "spark.sql.adaptive.coalescePartitions.enabled": "true",
         "spark.sql.session.timeZone": "UTC",
         "spark.driver.memory": "1g",
         "spark.redaction.regex": r"(?i)secret|password|token|access[.]?key|jaas|keystore\.key",
@@ -86,7 +91,9 @@ def session(master: str | None = None, conf: Mapping[str, str] | None = None) ->
         settings["spark.master"] = resolved
     if "spark.jars" not in conf and "spark.jars.packages" not in conf:
         try:
-            settings["spark.jars"] = ",".join(connector.spark_jars())
+            jars = connector.spark_jars()
+            reader = connector.digest_jar(jars)
+            settings["spark.jars"] = ",".join(jars if reader is None or reader in jars else [*jars, reader])
         except connector.ConnectorMissing as exc:
             if resolved is None or resolved.startswith("local"):
                 raise SparkUnavailable(f"Spark's Kafka connector is missing: {exc}") from None
@@ -147,19 +154,34 @@ CONTENT_HASH = (
     "xxhash64(key IS NULL, key, value IS NULL, value, coalesce(unix_millis(timestamp), -1L), "
     f"size(_kept), _kept, {_NULL_HEADERS})"
 )
-# urep: u8 version | i64 source offset | i32 source partition | u8 n | n bytes alias.
+# urep version 1: u8 1 | i64 source offset | i32 source partition | u8 n | n bytes origin alias.
+# Version 2 appends u8 m | m bytes hop source alias; offset and partition keep their bytes (2-13).
 _UREP_VALUE = (
     "CASE WHEN _upos = 0 THEN NULL "
     "WHEN _upos = size(_hdrs) THEN element_at(_hdrs, _upos).value "
     f"WHEN size(filter(_hdrs, h -> h.key = '{_HEADER}')) = 1 THEN element_at(_hdrs, _upos).value END"
 )
 # Byte comparisons against literals instead of number parsing (conv costs ~230 ns a record): the alias
-# length byte must equal octet_length - 14, looked up in an array of the 256 one-byte values.
+# length byte must equal octet_length - 14, looked up in an array of the 256 one-byte values. Version 2
+# headers parse their two length bytes (they are checked only when the version byte says 2).
 _BYTES = "array(" + ", ".join(f"X'{b:02X}'" for b in range(256)) + ")"
+_ORIGIN_LENGTH = "CAST(conv(hex(substr(_urep, 14, 1)), 16, 10) AS INT)"
 _UREP_VALID = (
-    "coalesce(octet_length(_urep) BETWEEN 14 AND 269 AND substr(_urep, 1, 1) = X'01' "
-    f"AND substr(_urep, 14, 1) = element_at({_BYTES}, octet_length(_urep) - 13), false)"
+    "coalesce(CASE substr(_urep, 1, 1) "
+    "WHEN X'01' THEN octet_length(_urep) BETWEEN 14 AND 269 "
+    "AND substr(_urep, 14, 1) = element_at(" + _BYTES + ", octet_length(_urep) - 13) "
+    f"WHEN X'02' THEN octet_length(_urep) >= 15 + {_ORIGIN_LENGTH} AND octet_length(_urep) = 15 + "
+    f"{_ORIGIN_LENGTH} + CAST(conv(hex(substr(_urep, 15 + {_ORIGIN_LENGTH}, 1)), 16, 10) AS INT) "
+    "ELSE false END, false)"
 )
+
+
+def _origin_is(alias: str) -> str:
+    """Whether a valid urep names ``alias`` as its origin (both versions: length byte, then the alias)."""
+    raw = alias.encode()
+    return f"(substr(_urep, 14, 1) = X'{len(raw):02X}' AND substr(_urep, 15, {len(raw)}) = X'{raw.hex()}')"
+
+
 _UREP_OFFSET = "CAST(conv(hex(substr(_urep, 2, 8)), 16, -10) AS BIGINT)"  # the one number parsed per record
 _UREP_PARTITION = "CAST(conv(hex(substr(_urep, 10, 4)), 16, 10) AS BIGINT)"
 # The worker takes a source record's origin from its last urep header, when readable.
@@ -314,9 +336,7 @@ def _source_records(
 
     verify_to = {p: w.verify_to for p, w in snap.partitions.items()}
     if skip_origin:
-        looped = (
-            f"coalesce({_UREP_VALID} AND substr(_urep, 15) = X'{skip_origin.encode().hex()}', false)"
-        )
+        looped = f"coalesce({_UREP_VALID} AND {_origin_is(skip_origin)}, false)"
     else:
         looped = "false"
     return (
@@ -439,19 +459,27 @@ class BucketPass:
 def bucket_pass(
     spark: Any, source: KafkaSide, destination: KafkaSide, snap: TopicSnapshot, bucket_size: int
 ) -> BucketPass:
-    from pyspark.sql import functions as F
-
+    """Per side, one aggregate per (partition, class, bucket): from the digest reader when this session has
+    it (verifier/digest.py), else with SQL over Spark's Kafka source. Both give the same rows."""
     result = BucketPass()
     src_ranges = {p: (min(w.verify_from, w.end), w.end) for p, w in snap.partitions.items()}
-    src = _source_records(spark, source, snap, src_ranges, destination.alias).withColumn(
-        "bh", F.expr("xxhash64(h, o)")
-    )
-    rows = (
-        src.groupBy("p", "cls", F.expr(f"o div {bucket_size}").alias("bucket"))
-        .agg(*_bucket_aggregates("bh"), F.min("o").alias("first"), F.max("o").alias("last"))
-        .collect()
-    )
-    for r in rows:
+    if digest.available(spark):
+        from pyspark.sql import functions as F
+
+        # Both sides in one Spark job: one round of scheduling and one collect per topic.
+        src = digest.bucket_rows(
+            spark, source, snap.topic, "source", src_ranges, snap, bucket_size, destination.alias, READ_TUNING
+        ).withColumn("side", F.lit(0))
+        dst = digest.bucket_rows(
+            spark, destination, snap.destination, "destination", snap.destination_ranges(), snap, bucket_size,
+            tuning=READ_TUNING,
+        ).withColumn("side", F.lit(1))
+        rows = src.unionByName(dst).collect()
+        src_rows = [r for r in rows if r.side == 0]
+        dst_rows = [r for r in rows if r.side == 1]
+    else:
+        src_rows, dst_rows = _sql_bucket_rows(spark, source, destination, snap, bucket_size, src_ranges)
+    for r in src_rows:
         result.source_records += r.n
         if r.cls == VERIFIED:
             result.source[(r.p, r.bucket)] = BucketAggregate(r.n, _total(r.high, r.low), r.xor)
@@ -459,7 +487,29 @@ def bucket_pass(
         else:
             found = result.pending if r.cls == PENDING else result.skipped
             found.setdefault(r.p, []).append(ClassAggregate(r.n, r.first, r.last))
+    _destination_buckets(result, dst_rows)
+    return result
 
+
+def _sql_bucket_rows(
+    spark: Any,
+    source: KafkaSide,
+    destination: KafkaSide,
+    snap: TopicSnapshot,
+    bucket_size: int,
+    src_ranges: Mapping[int, tuple[int, int]],
+) -> tuple[list[Any], list[Any]]:
+    """Pass 1 in SQL over Spark's Kafka source: the digest reader's rows, one record at a time."""
+    from pyspark.sql import functions as F
+
+    src = _source_records(spark, source, snap, src_ranges, destination.alias).withColumn(
+        "bh", F.expr("xxhash64(h, o)")
+    )
+    src_rows = (
+        src.groupBy("p", "cls", F.expr(f"o div {bucket_size}").alias("bucket"))
+        .agg(*_bucket_aggregates("bh"), F.min("o").alias("first"), F.max("o").alias("last"))
+        .collect()
+    )
     attributed = F.col("cls").isin(*ATTRIBUTED)
     dst = (
         _destination_records(spark, destination, snap)
@@ -468,31 +518,34 @@ def bucket_pass(
         .withColumn("bh", F.expr("xxhash64(dh, so)"))
         .withColumn("delta", F.when(attributed, F.col("do") - F.col("so")))
     )
-    rows = (
-        dst.groupBy("dp", "cls", "bucket")
+    dst_rows = (
+        dst.groupBy(F.col("dp").alias("p"), "cls", "bucket")
         .agg(
             *_bucket_aggregates("bh"), F.min("so").alias("first"), F.max("so").alias("last"),
             F.min("do").alias("first_do"), F.min("delta").alias("delta_min"), F.max("delta").alias("delta_max"),
         )
         .collect()
     )
+    return src_rows, dst_rows
+
+
+def _destination_buckets(result: BucketPass, rows: Iterable[Any]) -> None:
     deltas: dict[int, set[int]] = {}
     for r in rows:
         result.destination_records += r.n
         if r.cls in ATTRIBUTED:
-            deltas.setdefault(r.dp, set()).update((r.delta_min, r.delta_max))
+            deltas.setdefault(r.p, set()).update((r.delta_min, r.delta_max))
         if r.cls in (PENDING, BEYOND_END):
-            result.first_unverified[r.dp] = min(r.first_do, result.first_unverified.get(r.dp, r.first_do))
+            result.first_unverified[r.p] = min(r.first_do, result.first_unverified.get(r.p, r.first_do))
         if r.cls == VERIFIED:
-            result.destination[(r.dp, r.bucket)] = BucketAggregate(r.n, _total(r.high, r.low), r.xor)
+            result.destination[(r.p, r.bucket)] = BucketAggregate(r.n, _total(r.high, r.low), r.xor)
         elif r.cls == OLD:
-            result.old[(r.dp, r.bucket)] = r.n
+            result.old[(r.p, r.bucket)] = r.n
         elif r.cls == EXPIRED:
-            result.expired.setdefault(r.dp, []).append(ClassAggregate(r.n, r.first, r.last))
+            result.expired.setdefault(r.p, []).append(ClassAggregate(r.n, r.first, r.last))
         elif r.cls in ORPHAN_CLASSES:
-            result.orphans[r.dp] = result.orphans.get(r.dp, 0) + r.n
+            result.orphans[r.p] = result.orphans.get(r.p, 0) + r.n
     result.unordered = {p for p, found in deltas.items() if not _in_order(found)}
-    return result
 
 
 def _in_order(deltas: set[int]) -> bool:

@@ -53,6 +53,15 @@ class TopicSnapshot:
         ranges.update(self.destination_only)
         return ranges
 
+    def only(self, partitions: set[int]) -> TopicSnapshot:
+        """This snapshot restricted to some partitions: a destination record is attributed only to the source
+        partition of its own number, so each partition is verified on its own."""
+        return replace(
+            self,
+            partitions={p: w for p, w in self.partitions.items() if p in partitions},
+            destination_only={p: r for p, r in self.destination_only.items() if p in partitions},
+        )
+
     def resumed(self, resume: dict[int, tuple[int, int]]) -> TopicSnapshot:
         """This snapshot with checkpoint resume points (source, destination offset) for some partitions."""
         partitions = {

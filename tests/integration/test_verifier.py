@@ -15,25 +15,19 @@ import sys
 import time
 
 import pytest
-from confluent_kafka import Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
 from flask import Flask
 from prometheus_client import CollectorRegistry, generate_latest
 
-from common import provenance
 from controller.verification_api import make_blueprint, register_metrics
-from tests.support import kafka_io
+from tests.support import kafka_io, verifier_topics
 from tests.support import verifier_env as env
 from tests.support.kafka_io import wait_for
-from tests.support.verifier_env import mirrored, nonzero, ranges
+from tests.support.verifier_env import nonzero, ranges
 from tests.support.verifier_xxh64 import content_hash
 
 pytestmark = pytest.mark.integration
 
-PARTITIONS = 10
-PER_PARTITION = 60
-# kafka_io.produce stamps records in 2023: without this the brokers' retention would delete them mid-test.
-KEEP = {"retention.ms": "-1"}
+PARTITIONS, PER_PARTITION, KEEP = verifier_topics.PARTITIONS, verifier_topics.PER_PARTITION, verifier_topics.KEEP
 
 
 def _content_hash(record: kafka_io.Record) -> str:
@@ -50,55 +44,12 @@ def defects(spark, services, tmp_path_factory):
     p7 source truncated below 25 | p8 clean
     p9 source records 10-14 came from the destination cluster (active-active); 12 was mirrored back anyway
     """
-    stamp = int(time.time() * 1000)
-    pipeline = f"vd{stamp}"
-    topic, destination = f"{pipeline}-orders", f"{pipeline}-orders.mirror"
-    kafka_io.create_topic(services["source"], topic, PARTITIONS, KEEP)
-    kafka_io.create_topic(services["destination"], destination, PARTITIONS, KEEP)
-    kafka_io.produce(services["source"], topic, 9 * PER_PARTITION, 9)  # p0-p8
-    # p9 also carries the content the hash must tell apart: null keys, headers with null values.
-    env.write(services["source"], topic, 9, [
-        env.Copy(None if i == 31 else b"k%d" % i, b"v%d" % i,
-                 (("trace", b"t"), *((("empty", None),) if i in (12, 30) else ()),
-                  *((("urep", _urep(1000 + i, 9, "dst")),) if 10 <= i <= 14 else ())),
-                 1_700_000_000_000 + i)
-        for i in range(PER_PARTITION)
-    ])
-    source = {p: kafka_io.read_partition(services["source"], topic, p) for p in range(PARTITIONS)}
-    copies = {p: [mirrored(r, p) for r in source[p]] for p in range(PARTITIONS)}
-
-    copies[0] = [c for i, c in enumerate(copies[0]) if i != 17 and not 20 <= i <= 24]
-    copies[1] = copies[1][:41] + copies[1][35:41] + copies[1][41:]
-    copies[2][33] = copies[2][33].with_value(b"tampered")
-    copies[3][5] = copies[3][5].with_header("trace", b"t-tampered")
-    stray = env.Copy(b"stray", b"no provenance", (("trace", b"x"),), 1_700_000_000_000)
-    other = mirrored(source[4][30], 7)  # claims to come from partition 7
-    beyond = mirrored(source[4][59], 4)
-    beyond = env.Copy(beyond.key, beyond.value, (*beyond.headers[:-1], ("urep", _urep(500, 4, "src"))),
-                      beyond.timestamp)
-    copies[4] = copies[4][:11] + [stray] + copies[4][11:31] + [other] + copies[4][31:] + [beyond]
-    copies[5][40], copies[5][41] = copies[5][41], copies[5][40]
-    copies[6] = copies[6][:52]
-    copies[9] = copies[9][:10] + [mirrored(source[9][12], 9, origin="dst")] + copies[9][15:]
-    for p in range(PARTITIONS):
-        env.write(services["destination"], destination, p, copies[p])
-    admin = AdminClient({"bootstrap.servers": services["source"]})
-    truncated = admin.delete_records([TopicPartition(topic, 7, 25)])
-    for future in truncated.values():
-        future.result(timeout=30)
-    committed = {p: PER_PARTITION for p in range(PARTITIONS)}
-    committed[6] = 45
-    env.commit(services["source"], f"ureplicator.{pipeline}", topic, committed)
-    env.register(services["zookeeper"], pipeline, topic, destination, PARTITIONS)
-
+    planted = verifier_topics.plant_defects(services)
+    pipeline, topic = planted.pipeline, planted.topic
     out = tmp_path_factory.mktemp("defects")
     config = env.config_file(out, services, pipeline)
     outcome = env.run_verifier(["--config", str(config), "--topic", topic, "--bucket-size", "16"], out / "reports")
-    return {"outcome": outcome, "topic": topic, "source": source, "output": out / "reports"}
-
-
-def _urep(offset: int, partition: int, origin: str) -> bytes:
-    return provenance.encode(offset, partition, origin)
+    return {"outcome": outcome, "topic": topic, "source": planted.source, "output": out / "reports"}
 
 
 def test_each_planted_defect_is_reported_with_its_exact_source_offsets_and_nothing_else(spark, defects):
@@ -239,45 +190,9 @@ def test_gaps_and_compaction_are_not_losses_but_a_lost_latest_value_is(spark, se
     p2: the destination lacks offset 2 (key k2, overwritten at 7 -- as the destination's own compaction
         would do) and offset 9 (k4's latest value: a real loss)
     """
-    stamp = int(time.time() * 1000)
-    pipeline, topic = f"vg{stamp}", f"vg{stamp}-changelog"
-    compact = {"cleanup.policy": "compact", "segment.ms": "100", "min.cleanable.dirty.ratio": "0.01",
-               "delete.retention.ms": "100", "min.compaction.lag.ms": "0"}
-    kafka_io.create_topic(services["source"], topic, 3, compact)
-    kafka_io.create_topic(services["destination"], topic, 3, KEEP)
-    plain = Producer({"bootstrap.servers": services["source"], "enable.idempotence": True})
-    for i in range(30):
-        plain.produce(topic, key=f"k{i % 5}".encode(), value=f"v{i}".encode(), partition=0)
-    for i in range(10):
-        plain.produce(topic, key=f"k{i % 5}".encode(), value=f"w{i}".encode(), partition=2)
-    plain.flush(30)
-    env.write(services["destination"], topic, 0, [mirrored(r, 0) for r in env.read_all(services["source"], topic, 0)])
-    rolls = iter(range(1_000_000))
-
-    def compacted() -> bool:
-        # Appending rolls the 100 ms segment, so the cleaner can drop overwritten keys. Done when each of
-        # k0-k4 is left once; the roll records have unique keys, so no later cleaning removes anything.
-        plain.produce(topic, key=f"roll{next(rolls)}".encode(), value=b"r", partition=0)
-        plain.flush(30)
-        keys = [r.key for r in env.read_all(services["source"], topic, 0) if r.key.startswith(b"k")]
-        return sorted(keys) == [f"k{i}".encode() for i in range(5)]
-
-    wait_for(compacted, 60, "the log cleaner to compact partition 0", interval_s=0.3)
-    env.write(services["destination"], topic, 0,
-              [mirrored(r, 0) for r in env.read_all(services["source"], topic, 0) if r.offset >= 30])
-    tx = Producer({"bootstrap.servers": services["source"], "transactional.id": f"{topic}-tx"})
-    tx.init_transactions()
-    for batch, commit in ((range(5), True), (range(5, 10), True), (range(10, 13), False), (range(13, 15), True)):
-        tx.begin_transaction()
-        for i in batch:
-            tx.produce(topic, key=f"t{i}".encode(), value=f"tx-{i}".encode(), partition=1)
-        tx.commit_transaction() if commit else tx.abort_transaction()
-    source = {p: env.read_all(services["source"], topic, p) for p in range(3)}
-    env.write(services["destination"], topic, 1, [mirrored(r, 1) for r in source[1]])
-    env.write(services["destination"], topic, 2, [mirrored(r, 2) for r in source[2] if r.offset not in (2, 9)])
-    ends = kafka_io.end_offsets(services["source"], topic, 3)
-    env.commit(services["source"], f"ureplicator.{pipeline}", topic, ends)
-    assert len(source[0]) < ends[0] and len(source[1]) == 12 < ends[1]  # both have offset gaps
+    # Given a compacted source topic with gaps, mirrored with one dropped-for-a-later-value record and one loss
+    planted = verifier_topics.plant_gaps(services)
+    pipeline, topic, source, ends = planted.pipeline, planted.topic, planted.source, planted.ends
 
     # When the topic is verified
     config = env.config_file(tmp_path, services, pipeline)

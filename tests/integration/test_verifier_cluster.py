@@ -105,6 +105,8 @@ def test_a_standalone_cluster_gives_the_same_report_as_local(spark, services, st
     assert driver.returncode == local.status == 1, driver.stderr[-3000:]
     remote = json.loads((cluster_out / "latest.json").read_text())
     assert remote["spark"]["master"] == master
+    # with the digest reader on both: its jar reached the executor through spark.jars
+    assert remote["spark"]["reader"] == local.report["spark"]["reader"] == "digest"
     assert _findings(remote) == _findings(local.report)
     assert nonzero(local.partition(topic, 1)) == {"MISSING": 1} and ranges(local.partition(topic, 1), "MISSING") == [
         [30, 30]]

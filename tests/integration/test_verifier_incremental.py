@@ -111,6 +111,9 @@ def test_incremental_run_reads_only_new_ranges_and_judges_late_copies(spark, ser
         assert part["verified_range"] == [FIRST, FIRST + MORE]
         assert part["destination_range"][0] == FIRST
     assert topic["records_read"] == {"source": 3 * MORE, "destination": 3 * MORE - 5 + 2}
+    # and it runs once: no log start moved, so no repeat and no note saying one kept moving
+    assert "verifying again" not in second.stderr
+    assert not [n for p in topic["partitions"] for n in p["notes"] if "kept moving" in n]
     # and each defect is reported with its exact offsets, nothing else
     late = second.partition(m.topic, 0)
     assert nonzero(late) == {"DUPLICATE": 1} and late["status"] == "WARN"
@@ -143,6 +146,7 @@ def test_incremental_run_reads_only_new_ranges_and_judges_late_copies(spark, ser
     full = m.verify("--full")
     # Then everything retained is read again, and the same defects are found in it
     topic = _topic(full)
+    assert full.status == 1, full.stderr
     assert (topic["mode"], topic["mode_reason"]) == ("full", "--full was given")
     assert full.partition(m.topic, 2)["verified_range"] == [0, FIRST + MORE]
     assert nonzero(full.partition(m.topic, 1)) == {"DUPLICATE": 1, "CORRUPTED": 1}

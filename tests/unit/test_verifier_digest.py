@@ -1,0 +1,47 @@
+"""How the digest reader's work is cut into Spark tasks, and when it is not used."""
+
+from __future__ import annotations
+
+from verifier import digest
+
+
+def _covered(chunks):
+    return {(p, o) for p, start, end in chunks for o in range(start, end)}
+
+
+def test_ranges_are_cut_at_bucket_boundaries_into_enough_tasks_for_every_core():
+    ranges = {0: (5, 400_005), 1: (0, 100_000), 2: (7, 7)}
+    chunks = digest.chunks(ranges, 10_000, parallelism=4)
+    # every offset once, nothing else; an empty range makes no task
+    assert sorted(_covered(chunks)) == sorted(_covered([(0, 5, 400_005), (1, 0, 100_000)]))
+    assert len(_covered(chunks)) == sum(end - start for _, start, end in chunks)
+    assert all(p != 2 for p, _, _ in chunks)
+    # cuts fall on bucket boundaries, so a bucket is read by one task; at least one task per core
+    assert all(start % 10_000 == 0 for _, start, _ in chunks if start not in (5, 0))
+    assert len(chunks) >= 4
+
+
+def test_small_ranges_are_not_split():
+    assert digest.chunks({0: (0, 60), 1: (10, 70)}, 16, parallelism=8) == [(0, 0, 60), (1, 10, 70)]
+
+
+def test_the_fallback_is_forced_by_the_environment_without_asking_spark(monkeypatch):
+    monkeypatch.setenv(digest.READER_ENV, "kafka")
+    assert digest.available(object()) is False  # no Spark call is made: a plain object would fail one
+
+
+def test_the_digest_module_never_invalidates_the_pinned_jar_cache(tmp_path):
+    from devtools import jvm
+
+    (tmp_path / "pom.xml").write_text("<project/>")
+    (tmp_path / "digest").mkdir()
+    before = jvm.pom_digest(tmp_path)
+    (tmp_path / "digest" / "pom.xml").write_text("<project>changed</project>")
+    assert jvm.pom_digest(tmp_path) == before
+
+
+def test_the_digest_jar_is_found_beside_the_connector_first(tmp_path):
+    from verifier import connector
+
+    shipped = str(tmp_path / connector.DIGEST_JAR)
+    assert connector.digest_jar([str(tmp_path / "kafka-clients.jar"), shipped]) == shipped
