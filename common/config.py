@@ -46,6 +46,12 @@ class ZooKeeperConfig:
     session_timeout_s: float = 10.0
     # "user:password": digest authentication, and digest ACLs on the pipeline's nodes (docs/security.md).
     auth: str | None = None
+    # --- TLS to ZooKeeper's secureClientPort (docs/security.md). tls_ca: PEM bundle to trust;
+    # tls_certfile/tls_keyfile: a client certificate, when ZooKeeper asks for one (mutual TLS).
+    tls: bool = False
+    tls_ca: str | None = None
+    tls_certfile: str | None = None
+    tls_keyfile: str | None = None
 
 
 @dataclass(frozen=True)
@@ -91,6 +97,10 @@ class ControllerConfig:
     noprogress_threshold_s: float = 60.0
     verification_dir: str | None = None
     group_sync: GroupSyncConfig = field(default_factory=GroupSyncConfig)
+    # --- TLS for the REST API (docs/security.md): PEM certificate chain and private key. With both
+    # set the API answers HTTPS only, and a bearer token sent over plain HTTP is refused.
+    rest_tls_certfile: str | None = None
+    rest_tls_keyfile: str | None = None
 
 
 @dataclass(frozen=True)
@@ -373,6 +383,15 @@ def _check(config: Config) -> None:
         user, sep, password = config.zookeeper.auth.partition(":")
         if not sep or not user or not password:
             raise ConfigError("zookeeper.auth", "expected 'user:password' (digest authentication)")
+    # --- TLS options come in pairs (ZooKeeper client TLS, REST API TLS)
+    zkc = config.zookeeper
+    if (zkc.tls_certfile is None) != (zkc.tls_keyfile is None):
+        raise ConfigError("zookeeper.tls_keyfile", "set zookeeper.tls_certfile and zookeeper.tls_keyfile together")
+    if (zkc.tls_ca or zkc.tls_certfile) and not zkc.tls:
+        raise ConfigError("zookeeper.tls", "tls_ca/tls_certfile are set but zookeeper.tls is false")
+    if (config.controller.rest_tls_certfile is None) != (config.controller.rest_tls_keyfile is None):
+        raise ConfigError("controller.rest_tls_keyfile",
+                          "set controller.rest_tls_certfile and controller.rest_tls_keyfile together")
     _port("controller.rest_port", config.controller.rest_port, allow_zero=True)
     _port("worker.metrics_port", config.worker.metrics_port, allow_zero=True)
     for key, value in (

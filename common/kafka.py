@@ -22,7 +22,7 @@ from confluent_kafka.admin import (
     NewTopic,
 )
 
-from common import logs
+from common import autherrors, logs
 from common.config import ClusterConfig
 from common.errors import ClusterUnavailable, UReplicatorError
 
@@ -76,6 +76,11 @@ _PRODUCER_DEFAULTS: dict[str, Any] = {
 }
 
 
+def _unavailable(client: Any, cluster: ClusterConfig, exc: KafkaException) -> ClusterUnavailable:
+    """'did not answer', unless the cluster refused our credentials: then it says so."""
+    return autherrors.unavailable(cluster.alias, cluster.bootstrap_servers, exc.args[0], autherrors.watch_of(client))
+
+
 class TopicNotFound(UReplicatorError):
     """The topic does not exist on the cluster that was asked."""
 
@@ -99,7 +104,8 @@ def producer(cluster: ClusterConfig, client_id: str, **overrides: Any) -> Produc
 def admin(cluster: ClusterConfig) -> AdminClient:
     config: dict[str, Any] = dict(cluster.client_config())
     config["logger"] = logs.librdkafka_logger(f"admin.{cluster.alias}")
-    return AdminClient(config)
+    # The error callback tells a refused credential from a silent cluster (common.autherrors).
+    return autherrors.attach(config, AdminClient)
 
 
 @dataclass(frozen=True)
@@ -114,10 +120,10 @@ def describe_topic(client: AdminClient, cluster: ClusterConfig, topic: str, time
     try:
         metadata = client.list_topics(topic=topic, timeout=timeout_s)
     except KafkaException as exc:
-        raise ClusterUnavailable(
-            f"cluster {cluster.alias} ({cluster.bootstrap_servers}) did not answer: {exc.args[0]}"
-        ) from None
+        raise _unavailable(client, cluster, exc) from None
     found = metadata.topics.get(topic)
+    if found is not None and found.error is not None and autherrors.kind(found.error):
+        raise autherrors.unavailable(cluster.alias, cluster.bootstrap_servers, found.error)
     if found is None or found.error is not None or not found.partitions:
         raise TopicNotFound(f"topic {topic!r} does not exist on cluster {cluster.alias}")
     return TopicInfo(topic, len(found.partitions), _copyable_configs(client, topic, timeout_s))
@@ -145,7 +151,7 @@ def ensure_topic(client: AdminClient, cluster: ClusterConfig, want: TopicInfo, t
     try:
         existing = client.list_topics(topic=want.name, timeout=timeout_s).topics.get(want.name)
     except KafkaException as exc:
-        raise ClusterUnavailable(f"cluster {cluster.alias} did not answer: {exc.args[0]}") from None
+        raise _unavailable(client, cluster, exc) from None
     if existing is None or existing.error is not None or not existing.partitions:
         future = client.create_topics(
             [NewTopic(want.name, num_partitions=want.partitions, replication_factor=-1, config=want.configs)],
@@ -174,7 +180,7 @@ def list_topics(client: AdminClient, cluster: ClusterConfig, timeout_s: float = 
     try:
         return sorted(client.list_topics(timeout=timeout_s).topics)
     except KafkaException as exc:
-        raise ClusterUnavailable(f"cluster {cluster.alias} did not answer: {exc.args[0]}") from None
+        raise _unavailable(client, cluster, exc) from None
 
 
 def sync_configs(client: AdminClient, cluster: ClusterConfig, topic: str, wanted: dict[str, str],

@@ -23,7 +23,7 @@ from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from werkzeug.exceptions import HTTPException
 
-from common import httpserve, logs, zk
+from common import autherrors, httpserve, logs, zk
 from common.config import Config
 from common.errors import ClusterUnavailable, UReplicatorError
 from common.zkschema import Paths, RateLimit, SchemaError, TopicRecord, valid_topic_name, valid_worker_id
@@ -407,7 +407,9 @@ def _offset_rows(pairs: list[tuple[str, int]]) -> list[dict[str, Any]]:
                     "lag": high - (offset if offset is not None else low),
                 })
         except KafkaException as exc:
-            raise ApiError(503, f"the source cluster did not answer: {exc.args[0]}") from None
+            src = ctl.config.source  # the source admin client's error watch knows a refused credential
+            raise ApiError(503, autherrors.describe(src.alias, src.bootstrap_servers, exc.args[0],
+                                                    autherrors.watch_of(ctl.source_admin))) from None
     return rows
 
 
