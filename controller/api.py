@@ -27,7 +27,7 @@ from common import autherrors, httpserve, logs, zk
 from common.config import Config
 from common.errors import ClusterUnavailable, UReplicatorError
 from common.zkschema import Paths, RateLimit, SchemaError, TopicRecord, valid_topic_name, valid_worker_id
-from controller import topics
+from controller import status_api, topics
 from controller.leader import Leadership, autobalancing
 from controller.openapi import document
 
@@ -66,6 +66,8 @@ def create_app(controller: Controller) -> Flask:
     app.url_map.strict_slashes = False
     for blueprint in (_topics, _instances, _offsets, _admin, _meta, *controller.extra_blueprints):
         app.register_blueprint(blueprint)
+    # --- the operator's view: GET /status, the /ui page (controller/status_api.py) ---
+    app.register_blueprint(status_api.make_blueprint(controller.config.controller.verification_dir))
     app.register_error_handler(ApiError, _api_error)
     app.register_error_handler(topics.TopicError, lambda exc: _error(exc.status, str(exc)))
     app.register_error_handler(HTTPException, _http_error)
