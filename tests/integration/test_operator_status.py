@@ -65,7 +65,8 @@ def test_status_shows_every_partition_and_exits_non_zero_within_30s_of_a_worker_
     result, doc = wait_for(settled, 90, "status healthy with every partition mirrored")
     rows = [p for p in doc["partitions"] if p["topic"] == topic]
     assert [p["partition"] for p in rows] == [0, 1, 2, 3]
-    assert all(p["health"] == "ok" and p["lag_seconds"] == 0.0 and p["committed"] is not None for p in rows), json.dumps(rows)
+    assert all(p["health"] == "ok" and p["lag_seconds"] == 0.0 and p["committed"] is not None
+               for p in rows), json.dumps(rows)
     assert sum(p["committed"] for p in rows) == 2000
     assert doc["healthy"] is True and doc["problems"] == [] and doc["leader"]
     assert [(w["worker"], w["health"]) for w in doc["workers"]] == [("w1", "ok")]
