@@ -67,7 +67,7 @@ def create_app(controller: Controller) -> Flask:
     for blueprint in (_topics, _instances, _offsets, _admin, _meta, *controller.extra_blueprints):
         app.register_blueprint(blueprint)
     # --- the operator's view: GET /status, the /ui page (controller/status_api.py) ---
-    app.register_blueprint(status_api.make_blueprint(controller.config.controller.verification_dir))
+    app.register_blueprint(status_api.make_blueprint())
     app.register_error_handler(ApiError, _api_error)
     app.register_error_handler(topics.TopicError, lambda exc: _error(exc.status, str(exc)))
     app.register_error_handler(HTTPException, _http_error)

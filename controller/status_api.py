@@ -241,8 +241,8 @@ def _age(iso: Any, now: float) -> float | None:
 class _Reader:
     """The I/O side: ZooKeeper reads, workers' last sightings, and record ages from the source."""
 
-    def __init__(self, reports_dir: Path | None) -> None:
-        self.reports_dir = reports_dir
+    def __init__(self) -> None:
+        self.reports_dir: Path | None = None
         self._seen: dict[str, float] = {}
         self._lock = threading.Lock()
         self._consumer: Any = None
@@ -250,6 +250,7 @@ class _Reader:
 
     def view(self, ctl: Any, now: float) -> View:
         config, client, paths = ctl.config, ctl.zk, ctl.paths
+        self.reports_dir = reports_dir(ctl)
         topics = zk.read_topics(client, paths)
         live = frozenset(zk.live_workers(client, paths))
         assignments = zk.read_assignments(client, paths)
@@ -324,11 +325,17 @@ class _Reader:
         return ages
 
 
-def make_blueprint(reports_dir: Path | None) -> Blueprint:
+def reports_dir(ctl: Any) -> Path | None:
+    """``controller.verification_dir``: where ``ureplicator verify --output`` writes."""
+    directory = ctl.config.controller.verification_dir
+    return Path(directory) if directory else None
+
+
+def make_blueprint() -> Blueprint:
     """``GET /status``, ``GET /ui`` (HTML) and ``GET /ui/verification`` (the newest report's page)."""
     blueprint = Blueprint("status", __name__)
     template = (Path(__file__).parent / "status_page.html").read_text(encoding="utf-8")
-    reader = _Reader(Path(reports_dir) if reports_dir is not None else None)
+    reader = _Reader()
 
     def document() -> dict[str, Any]:
         now = time.time()
@@ -347,8 +354,9 @@ def make_blueprint(reports_dir: Path | None) -> Blueprint:
     def verification_report() -> Any:
         from reports.store import LATEST_HTML
 
-        if reader.reports_dir is None or not (reader.reports_dir / LATEST_HTML).is_file():
+        directory = reports_dir(current_app.config["controller"])
+        if directory is None or not (directory / LATEST_HTML).is_file():
             abort(404, "no verification report yet")
-        return send_file(reader.reports_dir / LATEST_HTML, mimetype="text/html")
+        return send_file(directory / LATEST_HTML, mimetype="text/html")
 
     return blueprint

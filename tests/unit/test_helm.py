@@ -52,6 +52,8 @@ KUBE_MAX = kubernetes_validate.latest_version()
 CUSTOM_KINDS = {("monitoring.coreos.com/v1", "ServiceMonitor"), ("monitoring.coreos.com/v1", "PrometheusRule")}
 
 RELEASE = "mirror"
+# Workers are a StatefulSet by default (worker.kind): pod names are stable worker ids.
+WORKER_KIND = "StatefulSet"
 NAMESPACE = "replication"
 CONFIG_PATH = "/etc/ureplicator/config.yaml"
 STANDARD_LABELS = (
@@ -68,8 +70,9 @@ def _run_helm(helm: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 @functools.cache
-def _render(helm: str, values: Path | None, kube_version: str = KUBE_MIN) -> tuple[dict[str, Any], ...]:
-    args = ["template", RELEASE, str(CHART), "--namespace", NAMESPACE, "--kube-version", kube_version]
+def _render(helm: str, values: Path | None, kube_version: str = KUBE_MIN, release: str = RELEASE,
+            chart: Path = CHART) -> tuple[dict[str, Any], ...]:
+    args = ["template", release, str(chart), "--namespace", NAMESPACE, "--kube-version", kube_version]
     if values is not None:
         args += ["-f", str(values)]
     done = _run_helm(Path(helm), *args)
@@ -77,8 +80,9 @@ def _render(helm: str, values: Path | None, kube_version: str = KUBE_MIN) -> tup
     return tuple(doc for doc in yaml.safe_load_all(done.stdout) if doc)
 
 
-def render(helm: Path, values: Path | None, kube_version: str = KUBE_MIN) -> list[dict[str, Any]]:
-    return list(_render(str(helm), values, kube_version))
+def render(helm: Path, values: Path | None, kube_version: str = KUBE_MIN, release: str = RELEASE,
+           chart: Path = CHART) -> list[dict[str, Any]]:
+    return list(_render(str(helm), values, kube_version, release, chart))
 
 
 @functools.cache
@@ -123,7 +127,7 @@ def pod_template(workload: dict[str, Any]) -> dict[str, Any]:
 
 
 def workloads(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [d for d in docs if d["kind"] in ("Deployment", "CronJob")]
+    return [d for d in docs if d["kind"] in ("Deployment", "StatefulSet", "CronJob")]
 
 
 def container_port(container: dict[str, Any], port: int | str) -> int:
@@ -300,7 +304,8 @@ def test_chart_config_keys_are_exactly_the_loaders() -> None:
     except the keys the chart sets itself."""
     schema = json.loads((CHART / "values.schema.json").read_text())["properties"]
     chart_set = {
-        "controller": {"rest_port", "admin_token", "verification_dir"},  # ports, Secret, reports mount
+        # ports, Secret, reports mount, controller.tls Secret
+        "controller": {"rest_port", "admin_token", "verification_dir", "rest_tls_certfile", "rest_tls_keyfile"},
         "worker": {"id", "metrics_port"},  # pod name, containerPorts.metrics
     }
     loader = {"controller": config.ControllerConfig, "worker": config.WorkerConfig}
@@ -361,7 +366,7 @@ def test_tls_files_come_from_the_named_secret_keys(helm: Path) -> None:
     assert source["ssl.certificate.location"] == "/etc/ureplicator/tls/source/client/user.crt"
     assert source["ssl.key.location"] == "/etc/ureplicator/tls/source/client/user.key"
     assert source["security.protocol"] == "SSL"
-    volumes = {v["name"]: v for v in pod_template(one(docs, "Deployment", "worker"))["spec"]["volumes"]}
+    volumes = {v["name"]: v for v in pod_template(one(docs, WORKER_KIND, "worker"))["spec"]["volumes"]}
     assert volumes["tls-source-ca"]["secret"]["secretName"] == "primary-ca"
     assert volumes["tls-source-client"]["secret"]["secretName"] == "primary-client"
 
@@ -424,7 +429,7 @@ def test_controller_probes_and_service_reach_the_rest_api(helm: Path, values: Pa
 def test_worker_probes_and_scrapes_reach_metrics(helm: Path, values: Path | None) -> None:
     docs = render(helm, values)
     metrics_port = rendered_config(docs)["worker"]["metrics_port"]
-    container = pod_template(one(docs, "Deployment", "worker"))["spec"]["containers"][0]
+    container = pod_template(one(docs, WORKER_KIND, "worker"))["spec"]["containers"][0]
     for name, path in (("readinessProbe", "/ready"), ("livenessProbe", "/healthz")):
         if values_of(values)["worker"][name]["enabled"]:
             probe = container[name]["httpGet"]
@@ -455,7 +460,8 @@ def test_service_monitors_scrape_metrics_where_each_process_serves_it(helm: Path
         services = [s for s in of_kind(docs, "Service") if _selects(monitor["spec"]["selector"]["matchLabels"],
                                                                       s["metadata"]["labels"])]
         assert len(services) == 1, f"{component}: the monitor must select one Service"
-        container = pod_template(one(docs, "Deployment", component))["spec"]["containers"][0]
+        kind = WORKER_KIND if component == "worker" else "Deployment"
+        container = pod_template(one(docs, kind, component))["spec"]["containers"][0]
         (port,) = [p for p in services[0]["spec"]["ports"] if p["name"] == endpoint["port"]]
         assert container_port(container, port["targetPort"]) == ports[component]
 
@@ -500,7 +506,7 @@ def test_the_metrics_docs_deploy_names_are_served() -> None:
 def test_workers_get_longer_to_stop_than_their_shutdown_timeout(helm: Path, values: Path | None) -> None:
     docs = render(helm, values)
     shutdown = rendered_config(docs)["worker"]["shutdown_timeout_s"]
-    grace = pod_template(one(docs, "Deployment", "worker"))["spec"]["terminationGracePeriodSeconds"]
+    grace = pod_template(one(docs, WORKER_KIND, "worker"))["spec"]["terminationGracePeriodSeconds"]
     assert grace > shutdown
 
 
@@ -543,10 +549,10 @@ def test_labels_and_selectors_pick_exactly_one_component(helm: Path, values: Pat
         if selector is not None:
             picked = [w for w, labels in pods.items() if _selects(selector, labels)]
             assert len(picked) == 1, f"{doc['kind']}/{name} selects {picked}"
-    for workload in of_kind(docs, "Deployment"):
+    for workload in of_kind(docs, "Deployment") + of_kind(docs, "StatefulSet"):
         assert _selects(workload["spec"]["selector"]["matchLabels"], pod_template(workload)["metadata"]["labels"])
     for hpa in of_kind(docs, "HorizontalPodAutoscaler"):
-        assert hpa["spec"]["scaleTargetRef"]["name"] == one(docs, "Deployment", "worker")["metadata"]["name"]
+        assert hpa["spec"]["scaleTargetRef"]["name"] == one(docs, WORKER_KIND, "worker")["metadata"]["name"]
 
 
 def _selector_of(doc: dict[str, Any]) -> dict[str, str] | None:
@@ -565,13 +571,13 @@ def _selects(selector: dict[str, str], labels: dict[str, str]) -> bool:
 
 def test_autoscaled_workers_leave_the_replica_count_to_the_hpa(helm: Path) -> None:
     scaled = render(helm, CHART / "ci" / "many-workers-values.yaml")
-    assert "replicas" not in one(scaled, "Deployment", "worker")["spec"]
+    assert "replicas" not in one(scaled, WORKER_KIND, "worker")["spec"]
     hpa = one(scaled, "HorizontalPodAutoscaler", "worker")
     assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (12, 48)
     assert {m["resource"]["name"] for m in hpa["spec"]["metrics"]} == {"cpu", "memory"}
 
     fixed = render(helm, MINIMAL_VALUES)
-    assert one(fixed, "Deployment", "worker")["spec"]["replicas"] == 3
+    assert one(fixed, WORKER_KIND, "worker")["spec"]["replicas"] == 3
     assert one(fixed, "Deployment", "controller")["spec"]["replicas"] == 2
     assert not of_kind(fixed, "HorizontalPodAutoscaler")
 

@@ -21,7 +21,7 @@ import yaml
 from prometheus_client import CollectorRegistry, generate_latest
 
 from tests.support.verifier_samples import sample_report
-from tests.unit.test_helm import CHART, CI_VALUES, MINIMAL_VALUES, NAMESPACE, of_kind, one, render, values_of
+from tests.unit.test_helm import CHART, CI_VALUES, MINIMAL_VALUES, NAMESPACE, RELEASE, of_kind, one, render, values_of
 
 DASHBOARD = CHART / "dashboards" / "ureplicator.json"
 SCHEMA = Path(__file__).resolve().parents[1] / "support" / "grafana-dashboard.schema.json"
@@ -112,7 +112,12 @@ def test_dashboard_queries_are_valid_promql(promtool: Path, tmp_path: Path) -> N
 def test_the_chart_ships_the_dashboard_unchanged_for_grafanas_sidecar(helm: Path) -> None:
     many = next(v for v in CI_VALUES if v.name == "many-workers-values.yaml")
     (config_map,) = [d for d in of_kind(render(helm, many), "ConfigMap") if "ureplicator.json" in d["data"]]
-    assert json.loads(config_map["data"]["ureplicator.json"]) == dashboard()
+    # The same dashboard, with a uid of this release's own: two releases never share one
+    shipped = json.loads(config_map["data"]["ureplicator.json"])
+    assert shipped == {**dashboard(), "uid": f"urep-{NAMESPACE}-{RELEASE}"}
+    other = json.loads(next(d for d in of_kind(render(helm, many, release="other"), "ConfigMap")
+                            if "ureplicator.json" in d["data"])["data"]["ureplicator.json"])
+    assert other["uid"] != shipped["uid"] and len(other["uid"]) <= 40
     assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"
     assert config_map["metadata"]["namespace"] == "monitoring"
     assert not [d for d in of_kind(render(helm, MINIMAL_VALUES), "ConfigMap") if "ureplicator.json" in d["data"]]
