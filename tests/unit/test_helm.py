@@ -874,3 +874,194 @@ def test_the_package_the_image_installs_has_every_data_file(tmp_path: Path) -> N
                 if line.startswith("Requires-Dist:")]
     spark = [line for line in requires if "pyspark" in line]
     assert spark and all('extra == "verifier"' in line for line in spark), "pyspark only with .[verifier]"
+
+
+# --- issue 27: stable worker ids, preflight, REST TLS, pools and routes ------------------------
+
+BASELINE = Path(__file__).parent / "helm_baseline"
+
+
+def _without_preflight(template: dict[str, Any]) -> dict[str, Any]:
+    spec = dict(template["spec"])
+    spec.pop("initContainers", None)
+    metadata = dict(template["metadata"])
+    metadata["annotations"] = {k: v for k, v in metadata.get("annotations", {}).items() if k != "checksum/config"}
+    return {**template, "spec": spec, "metadata": metadata}
+
+
+def _intended(doc: dict[str, Any]) -> dict[str, Any]:
+    """``doc`` with the changes issue 27 makes on purpose taken out (applied to old and new alike)."""
+    doc = json.loads(json.dumps(doc))
+    kind, labels = doc["kind"], doc["metadata"].get("labels", {})
+    if kind in ("Deployment", "StatefulSet") and labels.get("app.kubernetes.io/component") == "worker":
+        # 1. Workers are a StatefulSet: the pod template is today's; only the workload's kind and its
+        #    update fields (strategy -> updateStrategy, serviceName, podManagementPolicy) change.
+        spec = doc["spec"]
+        doc = {"kind": "worker-workload", "metadata": doc["metadata"], "spec": {
+            k: spec[k] for k in ("replicas", "minReadySeconds", "selector") if k in spec}}
+        doc["spec"]["template"] = _without_preflight(spec["template"])
+    elif kind == "Deployment":
+        # 2. The preflight init container (and the config checksum, since the config changed below).
+        doc["spec"]["template"] = _without_preflight(doc["spec"]["template"])
+    elif kind == "CronJob":
+        template = doc["spec"]["jobTemplate"]["spec"]["template"]
+        doc["spec"]["jobTemplate"]["spec"]["template"] = _without_preflight(template)
+    elif kind == "HorizontalPodAutoscaler":
+        doc["spec"]["scaleTargetRef"]["kind"] = "worker-workload"
+    elif kind == "ConfigMap" and "config.yaml" in doc["data"]:
+        # 3. The restart grace default: 0 -> 120 s, so a restarted StatefulSet pod keeps its partitions.
+        rendered = yaml.safe_load(doc["data"]["config.yaml"])
+        rendered["controller"].pop("worker_restart_grace_s", None)
+        doc["data"]["config.yaml"] = rendered
+    elif kind == "ConfigMap" and "ureplicator.json" in doc["data"]:
+        # 4. The dashboard's uid is the release's own.
+        dashboard = json.loads(doc["data"]["ureplicator.json"])
+        dashboard.pop("uid")
+        doc["data"]["ureplicator.json"] = dashboard
+    elif kind == "PrometheusRule":
+        # 5. A RecordsExpired alert, and a verification alert that a later successful run clears.
+        for group in doc["spec"]["groups"]:
+            group["rules"] = [r for r in group["rules"] if r.get("alert") != "UReplicatorRecordsExpired"]
+            for rule in group["rules"]:
+                if rule.get("alert") == "UReplicatorVerificationFailed":
+                    rule["expr"] = "<changed on purpose>"
+    return doc
+
+
+def _keyed(docs: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
+    out = {}
+    for doc in docs:
+        kind = "worker-workload" if doc["kind"] in ("Deployment", "StatefulSet") and doc["metadata"]["labels"].get(
+            "app.kubernetes.io/component") == "worker" else doc["kind"]
+        out[(kind, doc["metadata"]["name"])] = doc
+    return out
+
+
+@pytest.mark.parametrize("values", CI_VALUES, ids=VALUES_IDS)
+def test_todays_values_render_todays_manifests_but_for_the_intended_changes(helm: Path, values: Path) -> None:
+    # Given the manifests today's chart rendered for each ci values file (helm_baseline/README.md)
+    before = _keyed([d for d in yaml.safe_load_all((BASELINE / f"{values.name.removesuffix('-values.yaml')}.yaml")
+                                                   .read_text()) if d])
+    # When the same values render with this chart
+    after = _keyed(render(helm, values))
+    # Then the only new object is the preflight's helm test Pod, and nothing disappeared
+    added = set(after) - set(before)
+    assert {kind for kind, _ in added} <= {"Pod"}, added
+    assert all(after[key]["metadata"]["annotations"]["helm.sh/hook"] == "test" for key in added)
+    assert set(before) - set(after) == set()
+    # And every object is unchanged except for the listed, intended changes
+    for key, old in before.items():
+        assert _intended(after[key]) == _intended(old), f"{key} changed beyond the intended changes"
+    # And the one switch is visible: the workers are a StatefulSet now (a Deployment before)
+    assert [d["kind"] for (kind, _), d in before.items() if kind == "worker-workload"] == ["Deployment"]
+    assert [d["kind"] for (kind, _), d in after.items() if kind == "worker-workload"] == ["StatefulSet"]
+
+
+def test_statefulset_workers_have_stable_ids_and_the_deployment_stays_an_option(helm: Path, tmp_path: Path) -> None:
+    docs = render(helm, MINIMAL_VALUES)
+    workers = one(docs, "StatefulSet", "worker")
+    spec = workers["spec"]
+    # The pod name is the worker id; a StatefulSet's pod names are <name>-0..N-1 and survive restarts
+    env = {e["name"]: e for e in pod_template(workers)["spec"]["containers"][0]["env"]}
+    assert env["UREPLICATOR_WORKER_ID"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    assert spec["serviceName"] == one(docs, "Service", "worker")["metadata"]["name"]
+    assert one(docs, "Service", "worker")["spec"]["clusterIP"] == "None"
+    assert spec["podManagementPolicy"] == "Parallel" and spec["updateStrategy"]["type"] == "RollingUpdate"
+    # And the controller keeps a departed worker's partitions long enough for the pod to come back
+    assert rendered_config(docs)["controller"]["worker_restart_grace_s"] >= 60
+
+    deployment = tmp_path / "deployment.yaml"
+    deployment.write_text(MINIMAL_VALUES.read_text() + "\nworker:\n  kind: Deployment\n")
+    docs = render(helm, deployment)
+    assert one(docs, "Deployment", "worker")["spec"]["strategy"]["rollingUpdate"]["maxSurge"] == 1
+    assert not of_kind(docs, "StatefulSet")
+
+
+def test_preflight_runs_as_an_init_container_and_a_helm_test_with_each_pods_config(helm: Path) -> None:
+    docs = render(helm, next(v for v in CI_VALUES if v.name == "sasl-values.yaml"))
+    parser = cli._parser()
+    for kind, component in (("Deployment", "controller"), (WORKER_KIND, "worker")):
+        spec = pod_template(one(docs, kind, component))["spec"]
+        (init,) = spec["initContainers"]
+        main = spec["containers"][0]
+        assert init["name"] == "preflight" and init["image"] == main["image"]
+        args = parser.parse_args(init["args"])
+        assert args.command == "check" and args.config == CONFIG_PATH
+        # the same credentials (SASL password Secret) and the same mounted files as the process it guards
+        assert [e for e in init["env"] if e["name"] != "UREPLICATOR_LOG_LEVEL"] == [
+            e for e in main["env"] if e["name"].startswith(("UREPLICATOR_SOURCE", "UREPLICATOR_DESTINATION",
+                                                            "UREPLICATOR_ZOOKEEPER"))]
+        assert {m["mountPath"] for m in init["volumeMounts"]} <= {m["mountPath"] for m in main["volumeMounts"]}
+    (test_pod,) = of_kind(docs, "Pod")
+    assert test_pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    assert parser.parse_args(test_pod["spec"]["containers"][0]["args"]).command == "check"
+    assert test_pod["spec"]["restartPolicy"] == "Never"
+
+
+def test_rest_tls_comes_from_a_secret_and_the_probes_speak_https(helm: Path, tmp_path: Path) -> None:
+    values = tmp_path / "tls.yaml"
+    values.write_text(MINIMAL_VALUES.read_text() + "\ncontroller:\n  adminToken:\n    existingSecret: admin\n"
+                      "  tls:\n    enabled: true\n    existingSecret: rest-cert\n")
+    docs = render(helm, values)
+    controller = pod_template(one(docs, "Deployment", "controller"))["spec"]
+    container = controller["containers"][0]
+    rendered = rendered_config(docs)["controller"]
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in controller["volumes"]}
+    assert volumes["rest-tls"]["secret"]["secretName"] == "rest-cert"
+    assert rendered["rest_tls_certfile"] == f"{mounts['rest-tls']}/tls.crt"
+    assert rendered["rest_tls_keyfile"] == f"{mounts['rest-tls']}/tls.key"
+    assert container["readinessProbe"]["httpGet"]["scheme"] == "HTTPS"
+    assert container["livenessProbe"]["httpGet"]["scheme"] == "HTTPS"
+    values.write_text(MINIMAL_VALUES.read_text() + "\ncontroller:\n  tls:\n    enabled: true\n")
+    done = _run_helm(helm, "template", RELEASE, str(CHART), "-f", str(values))
+    assert done.returncode != 0 and "controller.tls.existingSecret: required" in done.stderr
+
+
+def test_worker_pools_render_one_workload_each_and_a_pinned_pool_sets_its_route(helm: Path, tmp_path: Path) -> None:
+    values = tmp_path / "pools.yaml"
+    values.write_text(MINIMAL_VALUES.read_text() + """
+workerPools:
+  - name: east
+    replicas: 2
+    nodeSelector: {topology.kubernetes.io/zone: east-1a}
+    route: dc1-to-dc2
+  - name: shared
+    replicas: 4
+""")
+    docs = render(helm, values)
+    pools = {d["metadata"]["name"]: d for d in of_kind(docs, WORKER_KIND)}
+    east, shared = pools[f"{RELEASE}-ureplicator-worker-east"], pools[f"{RELEASE}-ureplicator-worker-shared"]
+    assert (east["spec"]["replicas"], shared["spec"]["replicas"]) == (2, 4)
+    assert pod_template(east)["spec"]["nodeSelector"] == {"topology.kubernetes.io/zone": "east-1a"}
+    assert "nodeSelector" not in pod_template(shared)["spec"]
+    env = {p: {e["name"]: e.get("value") for e in pod_template(d)["spec"]["containers"][0]["env"]}
+           for p, d in (("east", east), ("shared", shared))}
+    assert env["east"]["UREPLICATOR_WORKER_ROUTE"] == "dc1-to-dc2" and "UREPLICATOR_WORKER_ROUTE" not in env["shared"]
+    # each workload selects its own pods only; the metrics Service and the PDB see every worker
+    for pool in (east, shared):
+        picked = [d for d in (east, shared) if _selects(pool["spec"]["selector"]["matchLabels"],
+                                                        pod_template(d)["metadata"]["labels"])]
+        assert picked == [pool]
+    metrics = one(docs, "Service", "worker")
+    assert all(_selects(metrics["spec"]["selector"], pod_template(d)["metadata"]["labels"]) for d in (east, shared))
+    for version in (KUBE_MIN, KUBE_MAX):
+        for doc in render(helm, values, version):
+            if (doc["apiVersion"], doc["kind"]) not in CUSTOM_KINDS:
+                kubernetes_validate.validate(doc, version, strict=True)
+
+
+def test_routes_render_the_clusters_and_routes_of_the_config_contract(helm: Path, tmp_path: Path) -> None:
+    values = tmp_path / "routes.yaml"
+    values.write_text(MINIMAL_VALUES.read_text() + """
+routes:
+  - {id: s-to-t, source: source, destination: target, topic_naming: prefix, forward: origin}
+""")
+    rendered = rendered_config(render(helm, values))
+    assert rendered["routes"] == [{"id": "s-to-t", "source": "source", "destination": "target",
+                                   "topic_naming": "prefix", "forward": "origin"}]
+    assert set(rendered["clusters"]) == {"source", "target"}
+    assert rendered["clusters"]["source"]["bootstrap_servers"] == rendered["source"]["bootstrap_servers"]
+    values.write_text(MINIMAL_VALUES.read_text() + "\nroutes:\n  - {id: x, source: source, destination: nowhere}\n")
+    done = _run_helm(helm, "template", RELEASE, str(CHART), "-f", str(values))
+    assert done.returncode != 0 and 'routes[0].destination: "nowhere" is not a key of clusters' in done.stderr

@@ -136,7 +136,8 @@ def test_rendered_rules_pass_promtool_and_name_only_served_metrics(
     alerts = {r["alert"] for g in rule["spec"]["groups"] for r in g["rules"]}
     assert {"UReplicatorLagGrowing", "UReplicatorProduceErrors", "UReplicatorPartitionsWithoutOwner",
             "UReplicatorNoLeader", "UReplicatorReleaseCommitFailures", "UReplicatorPartitionRewinds",
-            "UReplicatorElectionErrors", "UReplicatorVerificationFailed", "UReplicatorVerificationMissing"} <= alerts
+            "UReplicatorElectionErrors", "UReplicatorVerificationFailed", "UReplicatorVerificationMissing",
+            "UReplicatorRecordsExpired"} <= alerts
     named = {m for g in rule["spec"]["groups"] for r in g["rules"] for m in METRIC.findall(r["expr"])}
     assert named <= served, f"not served: {sorted(named - served)}"
 
@@ -202,6 +203,11 @@ def test_each_alert_fires_in_its_scenario_and_stays_quiet_when_healthy(helm: Pat
     every_10m = " ".join(str(4 * (minute // 10)) for minute in range(61))
     election_errors = f'ureplicator_controller_election_errors_total{{{controller}, pod="c-0"}}'
     replacements = f'ureplicator_worker_producer_replacements_total{{{workers}, pod="w-1"}}'
+    expired = f'ureplicator_worker_records_expired_total{{{workers}, pod="w-1", topic="orders"}}'
+    cronjob = one(docs, "CronJob", "verifier")["metadata"]["name"]
+    failed_job = f'kube_job_status_failed{{namespace="{NAMESPACE}", job_name="{verifier_job}"}}'
+    job_start = f'kube_job_status_start_time{{namespace="{NAMESPACE}", job_name="{verifier_job}"}}'
+    last_success = f'kube_cronjob_status_last_successful_time{{namespace="{NAMESPACE}", cronjob="{cronjob}"}}'
     tests = [
         # When lag grows by 500 records a minute for 40 minutes, then it alerts; a high steady lag does not
         alert("UReplicatorLagGrowing", "40m", [(lag, "2000+500x40")],
@@ -249,6 +255,20 @@ def test_each_alert_fires_in_its_scenario_and_stays_quiet_when_healthy(helm: Pat
         alert("UReplicatorVerificationFailed", "5m",
               [(f'kube_job_status_failed{{namespace="{NAMESPACE}", job_name="{verifier_job}"}}', "1x5")],
               {**severity["critical"], "job_name": verifier_job}),
+        # When it failed after the CronJob's last success; not once a later run succeeded (the failed Job lingers)
+        alert("UReplicatorVerificationFailed", "5m",
+              [(failed_job, "1x5"), (job_start, "9000x5"), (last_success, "5000x5")],
+              {**severity["critical"], "job_name": verifier_job}),
+        alert("UReplicatorVerificationFailed", "5m",
+              [(failed_job, "1x5"), (job_start, "1000x5"), (last_success, "5000x5")], None),
+        # When retention deleted source records before they were mirrored (data loss); not when none expired
+        alert("UReplicatorRecordsExpired", "10m", [(expired, "0x5 40x5")],
+              {**severity["critical"], "topic": "orders"},
+              {**_annotations(groups, "UReplicatorRecordsExpired"),
+               "summary": "Records of orders expired on the source before they were mirrored: data loss",
+               "description": _annotations(groups, "UReplicatorRecordsExpired")["description"].replace(
+                   "{{ $value | humanize }}", "40")}),
+        alert("UReplicatorRecordsExpired", "30m", [(expired, "0x30")], None),
     ]
     output = _alert_test(promtool, tmp_path, groups, tests)
     assert "SUCCESS" in output
