@@ -75,11 +75,14 @@ def create_app(controller: Controller) -> Flask:
     return app
 
 
-def serve(app: Flask, host: str, port: int, timeout_s: int = 30) -> httpserve.Server:
+def serve(app: Flask, host: str, port: int, timeout_s: int = 30) -> httpserve.Server | httpserve.TlsServer:
     """Serve ``app`` with waitress on a background thread, one log event per request."""
     quiet = frozenset({"/metrics", "/health", "/healthz"})  # probes and scrapes: logged only when failing
+    # --- REST TLS (controller.rest_tls_*, common/httpserve.TlsServer): HTTPS only when configured ---
+    rest = app.config["controller"].config.controller
+    tls = (rest.rest_tls_certfile, rest.rest_tls_keyfile) if rest.rest_tls_certfile else None
     return httpserve.serve(httpserve.logged(app, "controller", quiet_paths=quiet), host, port, "rest-api",
-                           timeout_s=timeout_s)
+                           tls=tls, timeout_s=timeout_s)
 
 
 def _ctl() -> Controller:
