@@ -146,3 +146,14 @@ def test_readme_curl_examples_carry_the_token_and_install_from_the_checkout():
     # deploy.md says nothing is published: the README must not tell people to install from PyPI
     assert "nothing is published" in (REPO / "docs" / "deploy.md").read_text()
     assert "pip install ureplicator-py" not in readme
+
+
+def test_security_md_lists_every_acl_the_preflight_checks():
+    from controller.preflight import REQUIRED
+
+    rows = [line for line in (REPO / "docs" / "security.md").read_text().splitlines() if line.startswith("| ")]
+    for cluster, resources in REQUIRED.items():
+        for resource, operations in resources.items():
+            for operation in operations:
+                assert any(f"| {cluster} |" in row and f"| {resource.capitalize()}" in row and f"`{operation}`" in row
+                           for row in rows), f"security.md lacks {operation} on the {cluster}'s {resource}"
