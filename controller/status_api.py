@@ -23,7 +23,7 @@ from typing import Any
 from confluent_kafka import KafkaException, TopicPartition
 from flask import Blueprint, Response, abort, current_app, jsonify, render_template_string, send_file
 
-from common import kafka, logs, zk
+from common import autherrors, kafka, logs, zk
 from common.zkschema import Assignment, TopicRecord, WorkerStatus
 
 log = logs.get(__name__)
@@ -59,6 +59,8 @@ class View:
     verification: dict[str, Any] | None = None
     verification_configured: bool = False
     report_url: str | None = None
+    # cluster alias -> what it said, when it refused the controller's credentials (common.autherrors)
+    auth_failures: dict[str, str] = field(default_factory=dict)
 
 
 def evaluate(view: View, now: float) -> dict[str, Any]:
@@ -68,6 +70,8 @@ def evaluate(view: View, now: float) -> dict[str, Any]:
         problems.append(f"this controller's ZooKeeper session is {view.zookeeper}")
     if view.leader is None:
         problems.append("no controller is the leader: assignments do not change")
+    for alias, message in sorted(view.auth_failures.items()):
+        problems.append(f"cluster {alias} refused this controller's credentials: {message}")
 
     owners = {tp: w for w, a in view.assignments.items() for tp in a.partitions}
     applied = {tp: (w, st) for w, s in view.statuses.items() for tp, st in s.partitions.items()}
@@ -134,6 +138,7 @@ def evaluate(view: View, now: float) -> dict[str, Any]:
         "group_sync": group_sync,
         "verification": verification,
         "verification_configured": view.verification_configured,
+        "auth_failures": view.auth_failures,
     }
 
 
@@ -283,8 +288,19 @@ class _Reader:
             group_sync_interval_s=config.controller.group_sync.interval_s,
             group_sync_last=last_sync or None, leader_since=self._leader_since,
             verification=verification, verification_configured=self.reports_dir is not None,
-            report_url=report_url,
+            report_url=report_url, auth_failures=self._auth_failures(ctl),
         )
+
+    @staticmethod
+    def _auth_failures(ctl: Any) -> dict[str, str]:
+        """What the controller's own admin clients heard: a wrong password is not "healthy"."""
+        found = {}
+        for cluster, client in ((ctl.config.source, ctl.source_admin), (ctl.config.destination, ctl.destination_admin)):
+            watch = autherrors.watch_of(client) if client is not None else None
+            failure = watch.failure() if watch is not None else None
+            if failure is not None:
+                found[cluster.alias] = f"{failure[0]} failed: {failure[1]}"
+        return found
 
     def _verification(self) -> tuple[dict[str, Any] | None, str | None]:
         if self.reports_dir is None:

@@ -101,3 +101,11 @@ def test_rest_api_says_authentication_failed_not_did_not_answer(pipeline, servic
     message = body["error"]["message"]
     assert "cluster dst" in message and "refused our credentials" in message, message
     assert "did not answer" not in message
+
+    # And `ureplicator status` does not call it healthy: it names the cluster and exits 1
+    result = subprocess.run([sys.executable, "-m", "cli", "status", "--url", pipeline.url, "--json"],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1, result.stdout + result.stderr
+    problems = json.loads(result.stdout)["problems"]
+    assert any(p.startswith("cluster dst refused this controller's credentials: authentication failed")
+               for p in problems), problems

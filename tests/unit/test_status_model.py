@@ -80,3 +80,10 @@ def test_a_paused_topic_and_a_draining_worker_are_not_problems():
     assert doc["healthy"] is True
     assert {p["health"] for p in doc["partitions"]} == {"paused"}
     assert doc["workers"][0]["health"] == "draining"
+
+
+def test_a_cluster_that_refuses_the_controllers_credentials_needs_a_person():
+    doc = evaluate(_view(auth_failures={"dst": "authentication failed: SASL authentication error"}), NOW)
+    assert doc["healthy"] is False
+    assert doc["problems"] == ["cluster dst refused this controller's credentials: authentication failed: "
+                               "SASL authentication error"]
