@@ -32,6 +32,10 @@ def render(body: dict[str, Any], every_partition: bool = False) -> None:
           f"zookeeper {body['zookeeper']}")
     for problem in body["problems"]:
         print(f"  ! {problem}")
+    freshness = body.get("freshness")
+    if freshness:
+        age = "unknown (no heartbeat seen yet)" if freshness["age_s"] is None else f"{freshness['age_s']:.0f}s"
+        print(f"freshness: {age} (RPO {freshness['rpo_s']:.0f}s){' LATE' if freshness['late'] else ''}")
     verification = body.get("verification")
     if verification:
         age = "" if verification.get("age_s") is None else f", {verification['age_s']:.0f}s ago"

@@ -101,6 +101,12 @@ class ControllerConfig:
     # set the API answers HTTPS only, and a bearer token sent over plain HTTP is refused.
     rest_tls_certfile: str | None = None
     rest_tls_keyfile: str | None = None
+    # --- freshness (controller/heartbeat.py): the leader writes a record to heartbeat_topic on the
+    # source every heartbeat_interval_s (0 = off); workers mirror it like any record, and the age of
+    # the newest one on the destination is the pipeline's freshness. Above rpo_s it needs a person.
+    heartbeat_interval_s: float = 5.0
+    heartbeat_topic: str | None = None  # default ureplicator-heartbeats-<pipeline>: one per pipeline
+    rpo_s: float = 300.0
 
 
 @dataclass(frozen=True)
@@ -392,6 +398,12 @@ def _check(config: Config) -> None:
     if (config.controller.rest_tls_certfile is None) != (config.controller.rest_tls_keyfile is None):
         raise ConfigError("controller.rest_tls_keyfile",
                           "set controller.rest_tls_certfile and controller.rest_tls_keyfile together")
+    if config.controller.heartbeat_interval_s < 0:
+        raise ConfigError("controller.heartbeat_interval_s", "must not be negative (0 = no heartbeat)")
+    if config.controller.rpo_s <= 0:
+        raise ConfigError("controller.rpo_s", "must be positive")
+    if config.controller.heartbeat_topic is not None and not _TOPIC_RE.match(config.controller.heartbeat_topic):
+        raise ConfigError("controller.heartbeat_topic", "must be a Kafka topic name")
     _port("controller.rest_port", config.controller.rest_port, allow_zero=True)
     _port("worker.metrics_port", config.worker.metrics_port, allow_zero=True)
     for key, value in (

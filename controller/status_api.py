@@ -61,6 +61,9 @@ class View:
     report_url: str | None = None
     # cluster alias -> what it said, when it refused the controller's credentials (common.autherrors)
     auth_failures: dict[str, str] = field(default_factory=dict)
+    heartbeat_enabled: bool = False
+    freshness_s: float | None = None  # age of the newest heartbeat on the destination (controller/heartbeat.py)
+    rpo_s: float = 300.0
 
 
 def evaluate(view: View, now: float) -> dict[str, Any]:
@@ -110,6 +113,18 @@ def evaluate(view: View, now: float) -> dict[str, Any]:
             problems.append(f"consumer-group sync has not completed for {age if age is not None else 'ever'}"
                             f"{'s' if age is not None else ''} (interval {view.group_sync_interval_s:.0f}s)")
 
+    freshness = None
+    if view.heartbeat_enabled:
+        late = view.freshness_s is not None and view.freshness_s > view.rpo_s
+        never = view.freshness_s is None and view.leader_since is not None and now - view.leader_since > view.rpo_s
+        freshness = {"age_s": None if view.freshness_s is None else round(view.freshness_s, 1),
+                     "rpo_s": view.rpo_s, "late": late or never}
+        if late:
+            problems.append(f"freshness: the newest heartbeat on the destination is {view.freshness_s:.0f}s old "
+                            f"(RPO {view.rpo_s:.0f}s)")
+        elif never:
+            problems.append(f"freshness: no heartbeat has reached the destination in {view.rpo_s:.0f}s (RPO)")
+
     verification = None
     if view.verification is not None:
         finished = view.verification.get("finished_at")
@@ -135,6 +150,7 @@ def evaluate(view: View, now: float) -> dict[str, Any]:
         "withheld": withheld if view.withheld is not None else None,
         "unowned": unowned,
         "stuck": stuck,
+        "freshness": freshness,
         "group_sync": group_sync,
         "verification": verification,
         "verification_configured": view.verification_configured,
@@ -220,6 +236,10 @@ def _partition(view: View, record: TopicRecord, p: int, owners: dict[tuple[str, 
     }
 
 
+def _finite(value: float | None) -> float | None:
+    return None if value is None or value != value else value  # NaN: no heartbeat seen yet
+
+
 def _few(items: list[str], n: int = 5) -> str:
     return ", ".join(items[:n]) + (f" and {len(items) - n} more" if len(items) > n else "")
 
@@ -289,6 +309,10 @@ class _Reader:
             group_sync_last=last_sync or None, leader_since=self._leader_since,
             verification=verification, verification_configured=self.reports_dir is not None,
             report_url=report_url, auth_failures=self._auth_failures(ctl),
+            heartbeat_enabled=config.controller.heartbeat_interval_s > 0,
+            freshness_s=_finite(registry.get_sample_value("ureplicator_heartbeat_age_seconds",
+                                                          {"pipeline": config.pipeline})),
+            rpo_s=config.controller.rpo_s,
         )
 
     @staticmethod

@@ -909,9 +909,11 @@ def _intended(doc: dict[str, Any]) -> dict[str, Any]:
     elif kind == "HorizontalPodAutoscaler":
         doc["spec"]["scaleTargetRef"]["kind"] = "worker-workload"
     elif kind == "ConfigMap" and "config.yaml" in doc["data"]:
-        # 3. The restart grace default: 0 -> 120 s, so a restarted StatefulSet pod keeps its partitions.
+        # 3. The restart grace default: 0 -> 120 s, so a restarted StatefulSet pod keeps its partitions;
+        #    and the freshness keys (heartbeat, RPO) with their application defaults.
         rendered = yaml.safe_load(doc["data"]["config.yaml"])
-        rendered["controller"].pop("worker_restart_grace_s", None)
+        for key in ("worker_restart_grace_s", "heartbeat_interval_s", "heartbeat_topic", "rpo_s"):
+            rendered["controller"].pop(key, None)
         doc["data"]["config.yaml"] = rendered
     elif kind == "ConfigMap" and "ureplicator.json" in doc["data"]:
         # 4. The dashboard's uid is the release's own.
@@ -919,9 +921,12 @@ def _intended(doc: dict[str, Any]) -> dict[str, Any]:
         dashboard.pop("uid")
         doc["data"]["ureplicator.json"] = dashboard
     elif kind == "PrometheusRule":
-        # 5. A RecordsExpired alert, and a verification alert that a later successful run clears.
+        # 5. New alerts (records expired, freshness above the RPO, assigned but not mirroring, group sync
+        #    stale), and a verification alert that a later successful run clears.
+        new = {"UReplicatorRecordsExpired", "UReplicatorFreshnessAboveRpo", "UReplicatorNotMirroring",
+               "UReplicatorGroupSyncStale"}
         for group in doc["spec"]["groups"]:
-            group["rules"] = [r for r in group["rules"] if r.get("alert") != "UReplicatorRecordsExpired"]
+            group["rules"] = [r for r in group["rules"] if r.get("alert") not in new]
             for rule in group["rules"]:
                 if rule.get("alert") == "UReplicatorVerificationFailed":
                     rule["expr"] = "<changed on purpose>"

@@ -32,8 +32,10 @@ METRIC = re.compile(r"\b(ureplicator_\w+)")
 @pytest.fixture(scope="session")
 def served(tmp_path_factory) -> set[str]:
     """Every ureplicator_* sample and family name the worker, controller and verification views expose."""
+    from controller import heartbeat
     from controller.metrics import ControllerMetrics
     from controller.verification_api import register_metrics
+    from failover.sync import GroupSyncMetrics
     from reports.store import ReportStore
     from worker.metrics import WorkerMetrics
 
@@ -46,7 +48,10 @@ def served(tmp_path_factory) -> set[str]:
     ReportStore(reports).save(sample_report().to_dict())
     verification = CollectorRegistry()
     register_metrics(verification, reports)
-    exposition = b"".join(generate_latest(r) for r in (worker.registry, ControllerMetrics().registry, verification))
+    controller = ControllerMetrics().registry
+    heartbeat.register_metrics(controller, "p", lambda: 3.0)
+    GroupSyncMetrics(controller)
+    exposition = b"".join(generate_latest(r) for r in (worker.registry, controller, verification))
     return set(re.findall(r"^(?:# TYPE )?(ureplicator_\w+)", exposition.decode(), re.MULTILINE))
 
 
@@ -137,7 +142,7 @@ def test_rendered_rules_pass_promtool_and_name_only_served_metrics(
     assert {"UReplicatorLagGrowing", "UReplicatorProduceErrors", "UReplicatorPartitionsWithoutOwner",
             "UReplicatorNoLeader", "UReplicatorReleaseCommitFailures", "UReplicatorPartitionRewinds",
             "UReplicatorElectionErrors", "UReplicatorVerificationFailed", "UReplicatorVerificationMissing",
-            "UReplicatorRecordsExpired"} <= alerts
+            "UReplicatorRecordsExpired", "UReplicatorFreshnessAboveRpo", "UReplicatorNotMirroring"} <= alerts
     named = {m for g in rule["spec"]["groups"] for r in g["rules"] for m in METRIC.findall(r["expr"])}
     assert named <= served, f"not served: {sorted(named - served)}"
 
@@ -204,6 +209,8 @@ def test_each_alert_fires_in_its_scenario_and_stays_quiet_when_healthy(helm: Pat
     election_errors = f'ureplicator_controller_election_errors_total{{{controller}, pod="c-0"}}'
     replacements = f'ureplicator_worker_producer_replacements_total{{{workers}, pod="w-1"}}'
     expired = f'ureplicator_worker_records_expired_total{{{workers}, pod="w-1", topic="orders"}}'
+    mirrored = f'ureplicator_worker_records_mirrored_total{{{workers}, pod="w-1", topic="orders"}}'
+    heartbeat_age = f'ureplicator_heartbeat_age_seconds{{{controller}, pod="c-0", pipeline="{pipeline}"}}'
     cronjob = one(docs, "CronJob", "verifier")["metadata"]["name"]
     failed_job = f'kube_job_status_failed{{namespace="{NAMESPACE}", job_name="{verifier_job}"}}'
     job_start = f'kube_job_status_start_time{{namespace="{NAMESPACE}", job_name="{verifier_job}"}}'
@@ -269,6 +276,17 @@ def test_each_alert_fires_in_its_scenario_and_stays_quiet_when_healthy(helm: Pat
                "description": _annotations(groups, "UReplicatorRecordsExpired")["description"].replace(
                    "{{ $value | humanize }}", "40")}),
         alert("UReplicatorRecordsExpired", "30m", [(expired, "0x30")], None),
+        # When the newest heartbeat on the destination is older than the RPO (300 s) for 2 minutes; not at 10 s
+        alert("UReplicatorFreshnessAboveRpo", "10m", [(heartbeat_age, "10+60x10")], severity["critical"],
+              {**_annotations(groups, "UReplicatorFreshnessAboveRpo"),
+               "summary": "The destination is more than the RPO behind the source (newest heartbeat 10m 10s old)"}),
+        alert("UReplicatorFreshnessAboveRpo", "10m", [(heartbeat_age, "10x10")], None),
+        # When a topic has lag and nothing was mirrored for 10+10 minutes; not while records flow
+        alert("UReplicatorNotMirroring", "30m", [(lag, "500x30"), (mirrored, "100x30")],
+              {**severity["warning"], "topic": "orders"},
+              {**_annotations(groups, "UReplicatorNotMirroring"),
+               "summary": "orders is assigned and has lag, but nothing was mirrored for 10 minutes"}),
+        alert("UReplicatorNotMirroring", "30m", [(lag, "500x30"), (mirrored, "100+100x30")], None),
     ]
     output = _alert_test(promtool, tmp_path, groups, tests)
     assert "SUCCESS" in output
