@@ -916,9 +916,11 @@ def _intended(doc: dict[str, Any]) -> dict[str, Any]:
             rendered["controller"].pop(key, None)
         doc["data"]["config.yaml"] = rendered
     elif kind == "ConfigMap" and "ureplicator.json" in doc["data"]:
-        # 4. The dashboard's uid is the release's own.
+        # 4. The dashboard's uid is the release's own, and a freshness row comes first (the rest moves down).
         dashboard = json.loads(doc["data"]["ureplicator.json"])
         dashboard.pop("uid")
+        dashboard["panels"] = [{k: v for k, v in p.items() if k != "gridPos"} for p in dashboard["panels"]
+                               if "heartbeat" not in json.dumps(p) and p["title"] != "Freshness"]
         doc["data"]["ureplicator.json"] = dashboard
     elif kind == "PrometheusRule":
         # 5. New alerts (records expired, freshness above the RPO, assigned but not mirroring, group sync

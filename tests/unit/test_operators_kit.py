@@ -97,6 +97,13 @@ def test_dashboard_shows_lag_throughput_latency_handoffs_and_the_verdict() -> No
         assert metric in queries, f"the dashboard has no panel on {metric}"
 
 
+def test_dashboard_shows_freshness_first() -> None:
+    panels = sorted(dashboard()["panels"], key=lambda p: (p["gridPos"]["y"], p["gridPos"]["x"]))
+    first_queries = [t["expr"] for p in panels[:3] for t in p.get("targets", [])]
+    assert panels[0]["type"] == "row" and panels[0]["title"] == "Freshness"
+    assert first_queries and all("ureplicator_heartbeat_age_seconds" in q for q in first_queries)
+
+
 def test_dashboard_queries_name_only_served_metrics(served: set[str]) -> None:
     named = {m for _, expr in dashboard_queries() for m in METRIC.findall(expr)}
     assert named and named <= served, f"not served: {sorted(named - served)}"
