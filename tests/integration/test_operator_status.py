@@ -8,8 +8,10 @@ import subprocess
 import sys
 import time
 
+import jsonschema
 import pytest
 
+from controller.openapi import document
 from tests.support import kafka_io
 from tests.support.kafka_io import wait_for
 
@@ -69,6 +71,7 @@ def test_status_shows_every_partition_and_exits_non_zero_within_30s_of_a_worker_
                for p in rows), json.dumps(rows)
     assert sum(p["committed"] for p in rows) == 2000
     assert doc["healthy"] is True and doc["problems"] == [] and doc["leader"]
+    jsonschema.validate(doc, document()["components"]["schemas"]["Status"])  # as /openapi.json says
     assert [(w["worker"], w["health"]) for w in doc["workers"]] == [("w1", "ok")]
     assert doc["verification"]["status"] == "OK" and doc["verification"]["run_id"] == run_id
     assert doc["verification"]["age_s"] > 0 and doc["verification"]["report"] == "/ui/verification"

@@ -12,7 +12,7 @@ from cli import rest
 from controller.openapi import PATHS
 
 # Endpoints that are for machines, not for a person at a terminal.
-_NOT_COMMANDS = {"/healthz", "/openapi.json", "/metrics"}
+_NOT_COMMANDS = {"/healthz", "/openapi.json", "/metrics", "/ui", "/ui/verification"}  # the last two: pages
 # uReplicator's alias of POST /topics (the topic in the path): `topics add` covers it.
 _ALIASES = {("post", "/topics/{topic}")}
 
