@@ -107,6 +107,10 @@ class ControllerConfig:
     heartbeat_interval_s: float = 5.0
     heartbeat_topic: str | None = None  # default ureplicator-heartbeats-<pipeline>: one per pipeline
     rpo_s: float = 300.0
+    # --- destination topics the controller creates: replication factor and min.insync.replicas;
+    # 0 = the source topic's, either way capped by the destination's broker count.
+    destination_replication_factor: int = 0
+    destination_min_insync_replicas: int = 0
 
 
 @dataclass(frozen=True)
@@ -400,6 +404,9 @@ def _check(config: Config) -> None:
                           "set controller.rest_tls_certfile and controller.rest_tls_keyfile together")
     if config.controller.heartbeat_interval_s < 0:
         raise ConfigError("controller.heartbeat_interval_s", "must not be negative (0 = no heartbeat)")
+    for key in ("destination_replication_factor", "destination_min_insync_replicas"):
+        if getattr(config.controller, key) < 0:
+            raise ConfigError(f"controller.{key}", "must not be negative (0 = the source topic's)")
     if config.controller.rpo_s <= 0:
         raise ConfigError("controller.rpo_s", "must be positive")
     if config.controller.heartbeat_topic is not None and not _TOPIC_RE.match(config.controller.heartbeat_topic):

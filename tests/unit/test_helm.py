@@ -910,9 +910,10 @@ def _intended(doc: dict[str, Any]) -> dict[str, Any]:
         doc["spec"]["scaleTargetRef"]["kind"] = "worker-workload"
     elif kind == "ConfigMap" and "config.yaml" in doc["data"]:
         # 3. The restart grace default: 0 -> 120 s, so a restarted StatefulSet pod keeps its partitions;
-        #    and the freshness keys (heartbeat, RPO) with their application defaults.
+        #    and the new keys with their application defaults (heartbeat, RPO, destination topic safety).
         rendered = yaml.safe_load(doc["data"]["config.yaml"])
-        for key in ("worker_restart_grace_s", "heartbeat_interval_s", "heartbeat_topic", "rpo_s"):
+        for key in ("worker_restart_grace_s", "heartbeat_interval_s", "heartbeat_topic", "rpo_s",
+                    "destination_replication_factor", "destination_min_insync_replicas"):
             rendered["controller"].pop(key, None)
         doc["data"]["config.yaml"] = rendered
     elif kind == "ConfigMap" and "ureplicator.json" in doc["data"]:
