@@ -748,8 +748,8 @@ def test_notes_show_commands_the_cli_accepts(helm: Path, values: Path | None, tm
     assert done.returncode == 0, done.stderr
     notes = yaml.safe_load(done.stdout)["data"]["notes"]
 
-    commands = re.findall(r"ureplicator (topics [^'\n]*)", notes)
-    assert len(commands) >= 2, notes
+    commands = re.findall(r"ureplicator ((?:topics|status) [^'\n]*)", notes)
+    assert len(commands) >= 3, notes
     for command in commands:
         command = command.replace('"$UREPLICATOR_CONTROLLER_ADMIN_TOKEN"', "t0ken-123")
         parsed = cli._parser().parse_args(shlex.split(command))
@@ -757,6 +757,8 @@ def test_notes_show_commands_the_cli_accepts(helm: Path, values: Path | None, tm
     docs = render(helm, values)
     for kind, component in (("Deployment", "controller"), ("Service", "controller")):
         assert one(docs, kind, component)["metadata"]["name"] in notes
+    # the rollout command names the workers' real kind (a StatefulSet by default)
+    assert f"rollout status statefulset/{one(docs, WORKER_KIND, 'worker')['metadata']['name']}" in notes
 
 
 # --- the image ---------------------------------------------------------------------------------
