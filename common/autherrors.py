@@ -13,7 +13,8 @@ error, so the message that reaches a person can say *why*::
         client.poll(0)  # serves the pending error callbacks
         raise unavailable("dst", "127.0.0.1:9093", exc.args[0], watch) from None
 
-Shared by the controller (REST 503s, the preflight check) and the worker (readiness).
+Used by the controller (REST 503s, ``/status``, the preflight check); the worker's readiness
+can use the same watch (not wired yet: worker/ is another piece of work).
 """
 
 from __future__ import annotations
@@ -69,10 +70,6 @@ class ErrorWatch:
             return
         with self._lock:
             self._last = (time.monotonic(), what, error.str())
-
-    def clear(self) -> None:
-        with self._lock:
-            self._last = None
 
     def failure(self) -> tuple[str, str] | None:
         """(kind, librdkafka's message) of the newest recent failure, or None."""
