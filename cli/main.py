@@ -70,6 +70,13 @@ def _parser() -> argparse.ArgumentParser:
 
     rest.add_parsers(sub)
 
+    try:  # `ureplicator routes ...` (issue 24), when that work is present
+        from cli import routes as routes_cli
+    except ImportError:
+        routes_cli = None
+    if routes_cli is not None:
+        routes_cli.register(sub)
+
     from failover import cli as failover_cli
 
     failover_cli.add_parser(sub, lambda _parser: None, rest.call, rest.table)
@@ -173,6 +180,23 @@ def _stack(args: argparse.Namespace) -> int:
         print(f"ureplicator stack: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+# The REST helpers moved to cli/rest.py; these names stay for modules written against them.
+def _rest_options(parser: argparse.ArgumentParser) -> None:
+    """Nothing to add: --url, --token, --json, --route and --ca are global options now."""
+
+
+def _call(args: argparse.Namespace, method: str, path: str, body: Any = None) -> Any:
+    from cli import rest
+
+    return rest.call(args, method, path, body)
+
+
+def _table(header: list[str], rows: list[tuple[str, ...]]) -> None:
+    from cli import rest
+
+    rest.table(header, rows)
 
 
 def _check(args: argparse.Namespace) -> int:

@@ -908,6 +908,12 @@ def _intended(doc: dict[str, Any]) -> dict[str, Any]:
     elif kind == "CronJob":
         template = doc["spec"]["jobTemplate"]["spec"]["template"]
         doc["spec"]["jobTemplate"]["spec"]["template"] = _without_preflight(template)
+    elif kind == "ServiceMonitor":
+        # 6. Every scraped series carries the pipeline label.
+        for endpoint in doc["spec"]["endpoints"]:
+            endpoint["relabelings"] = [r for r in endpoint.get("relabelings", []) if r.get("targetLabel") != "pipeline"]
+            if not endpoint["relabelings"]:
+                del endpoint["relabelings"]
     elif kind == "HorizontalPodAutoscaler":
         doc["spec"]["scaleTargetRef"]["kind"] = "worker-workload"
     elif kind == "ConfigMap" and "config.yaml" in doc["data"]:
@@ -965,6 +971,15 @@ def test_todays_values_render_todays_manifests_but_for_the_intended_changes(helm
     # And the one switch is visible: the workers are a StatefulSet now (a Deployment before)
     assert [d["kind"] for (kind, _), d in before.items() if kind == "worker-workload"] == ["Deployment"]
     assert [d["kind"] for (kind, _), d in after.items() if kind == "worker-workload"] == ["StatefulSet"]
+
+
+def test_every_scraped_series_carries_the_pipeline(helm: Path) -> None:
+    values = next(v for v in CI_VALUES if v.name == "all-options-values.yaml")
+    monitors = of_kind(render(helm, values), "ServiceMonitor")
+    assert len(monitors) == 2
+    for monitor in monitors:
+        (endpoint,) = monitor["spec"]["endpoints"]
+        assert endpoint["relabelings"][0] == {"targetLabel": "pipeline", "replacement": values_of(values)["pipeline"]}
 
 
 def test_statefulset_workers_have_stable_ids_and_the_deployment_stays_an_option(helm: Path, tmp_path: Path) -> None:
