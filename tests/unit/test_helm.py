@@ -974,7 +974,7 @@ def test_todays_values_render_todays_manifests_but_for_the_intended_changes(helm
 
 
 def test_every_scraped_series_carries_the_pipeline(helm: Path) -> None:
-    values = next(v for v in CI_VALUES if v.name == "all-options-values.yaml")
+    values = next(v for v in CI_VALUES if v.name == "many-workers-values.yaml")
     monitors = of_kind(render(helm, values), "ServiceMonitor")
     assert len(monitors) == 2
     for monitor in monitors:
