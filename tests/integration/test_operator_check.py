@@ -109,3 +109,21 @@ def test_rest_api_says_authentication_failed_not_did_not_answer(pipeline, servic
     problems = json.loads(result.stdout)["problems"]
     assert any(p.startswith("cluster dst refused this controller's credentials: authentication failed")
                for p in problems), problems
+
+
+def test_check_with_the_wrong_zookeeper_credential_says_zookeeper_refused_the_write(pipeline, services):
+    # Given a pipeline whose nodes a controller secured with a ZooKeeper digest credential
+    pipeline.overrides["zookeeper"] = {"auth": "replicator:zk-Secret-4711"}
+    pipeline.start_controller()
+    pipeline.stop_all()
+
+    # When the preflight runs with another password
+    config = pipeline.write_config("check", zookeeper={"auth": "replicator:wrong-password"})
+    result = _check(config)
+
+    # Then it exits 1 and says ZooKeeper refused the write, naming the key to fix
+    assert result.returncode == 1, result.stdout + result.stderr
+    (failure,) = [line for line in result.stdout.splitlines() if line.startswith("FAIL")]
+    assert "zookeeper" in failure and "refused a write" in failure
+    assert "zookeeper.auth is not the credential that secured it" in failure
+    assert "wrong-password" not in result.stdout + result.stderr
