@@ -148,7 +148,16 @@ class MirrorWorker:
     @property
     def ready(self) -> bool:
         """Registered and allowed to write: what ``/ready`` reports."""
-        return self.registered.is_set() and not self._fenced and not self._session_lost
+        return (self.registered.is_set() and not self._fenced and not self._session_lost
+                and self.not_ready_reason is None)
+
+    @property
+    def not_ready_reason(self) -> str | None:
+        """Why the destination refuses this worker (credentials, TLS, ACLs), for ``/ready``; None when it does not."""
+        failure = self._producer_errors.auth.failure()
+        if failure is None:
+            return None
+        return f"cluster {self.config.destination.alias} refused our credentials: {failure[0]} failed: {failure[1]}"
 
     @property
     def session_lost(self) -> bool:

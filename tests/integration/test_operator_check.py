@@ -127,3 +127,37 @@ def test_check_with_the_wrong_zookeeper_credential_says_zookeeper_refused_the_wr
     assert "zookeeper" in failure and "refused a write" in failure
     assert "zookeeper.auth is not the credential that secured it" in failure
     assert "wrong-password" not in result.stdout + result.stderr
+
+
+def test_a_worker_the_destination_refuses_is_not_ready_and_says_why(pipeline, services):
+    import urllib.error
+    import urllib.request
+
+    from devtools.ports import free_port
+    from tests.support.kafka_io import wait_for
+
+    # Given a worker whose destination password is wrong, and one whose password is right
+    properties = _secure_pipeline(pipeline, services, destination_password="not-the-password")
+    port, good_port = free_port(), free_port()
+    pipeline.start_worker("w1", worker={"metrics_port": port})
+    pipeline.start_worker("w2", worker={"metrics_port": good_port},
+                          destination={"bootstrap_servers": services["secure"]["destination"],
+                                       "properties": properties})
+
+    def ready(on: int = port) -> tuple[int, dict]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{on}/ready", timeout=5) as resp:
+                return resp.status, json.loads(resp.read())
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.loads(exc.read())
+        except OSError:
+            return 0, {}
+
+    # Then its readiness probe fails, and the answer names the cluster and the refused login
+    status, body = wait_for(lambda: (r := ready())[0] == 503 and "reason" in r[1] and r, 60,
+                            "/ready names the refused credentials")
+    assert body["ready"] is False
+    assert body["reason"].startswith("cluster dst refused our credentials: authentication failed: ")
+    assert "SASL authentication error" in body["reason"]
+    # And the worker with the right password is ready, with no reason given
+    assert wait_for(lambda: ready(good_port) == (200, {"ready": True}), 60, "w2 ready")
