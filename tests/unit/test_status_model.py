@@ -87,3 +87,21 @@ def test_a_cluster_that_refuses_the_controllers_credentials_needs_a_person():
     assert doc["healthy"] is False
     assert doc["problems"] == ["cluster dst refused this controller's credentials: authentication failed: "
                                "SASL authentication error"]
+
+
+def test_the_page_escapes_what_it_shows():
+    from pathlib import Path
+
+    from flask import Flask, render_template_string
+
+    import controller.status_api as status_api
+
+    status = WorkerStatus(3, {("orders", 0): PartitionStatus(committed=1, lag=1, error="<script>alert(1)</script>"),
+                              ("orders", 1): PartitionStatus(committed=1, lag=0)})
+    doc = evaluate(_view(statuses={"w1": status}), NOW)
+    template = (Path(status_api.__file__).parent / "status_page.html").read_text()
+    with Flask(__name__).app_context():
+        page = render_template_string(template, status=doc)
+    assert "<script>alert(1)</script>" not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert 'class="problem"' in page  # the failing partition's row is red
