@@ -42,29 +42,34 @@ def test_rolling_restart_with_stable_ids_moves_no_partition(pipeline, services):
 
     # When each worker is stopped and started again under the same id, one after the other, while
     # records keep arriving
-    samples: list[dict[int, str | None]] = []
+    samples: list[tuple[str | None, dict[int, str | None]]] = []  # (the worker down at that moment, owners)
+    down: list[str | None] = [None]
     done = threading.Event()
 
     def watch() -> None:
         while not done.is_set():
-            samples.append(_owners(pipeline, topic))
+            stopped = down[0]
+            samples.append((stopped, _owners(pipeline, topic)))
             time.sleep(0.3)
 
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
     try:
         for i, worker in enumerate(WORKERS):
+            down[0] = worker
             assert processes[worker].terminate(60) == 0
             kafka_io.produce(services["source"], topic, 600, 6, start=3000 + 600 * i)
+            time.sleep(2)  # a pod restart takes a while: the partitions wait for it meanwhile
             processes[worker] = pipeline.start_worker(worker)
             wait_for(lambda: _healthy(pipeline, topic), 90, f"{worker} back with its partitions")
+            down[0] = None
     finally:
         done.set()
         watcher.join(10)
 
     # Then no partition was ever given to another worker, and each came back to its own owner
-    assert len(samples) > 10
-    moved = [(s, p) for s in samples for p, owner in s.items() if owner != before[p]]
+    assert {stopped for stopped, _ in samples} >= set(WORKERS), "no sample while a worker was down"
+    moved = [(stopped, p, owner) for stopped, s in samples for p, owner in s.items() if owner != before[p]]
     assert moved == [], moved[:3]
     assert _owners(pipeline, topic) == before
     # And every record arrived
