@@ -71,10 +71,13 @@ class ErrorWatch:
         with self._lock:
             self._last = (time.monotonic(), what, error.str())
 
-    def failure(self) -> tuple[str, str] | None:
-        """(kind, librdkafka's message) of the newest recent failure, or None."""
+    def failure(self, within_s: float | None = None) -> tuple[str, str] | None:
+        """(kind, librdkafka's message) of the newest failure in the last ``within_s`` (default
+        ``max_age_s``) seconds, or None. librdkafka retries a refused login every second or so,
+        so a lasting failure stays recent while a one-off TLS blip soon stops counting."""
+        window = self._max_age_s if within_s is None else within_s
         with self._lock:
-            if self._last is None or time.monotonic() - self._last[0] > self._max_age_s:
+            if self._last is None or time.monotonic() - self._last[0] > window:
                 return None
             return self._last[1], self._last[2]
 

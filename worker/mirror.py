@@ -154,7 +154,7 @@ class MirrorWorker:
     @property
     def not_ready_reason(self) -> str | None:
         """Why the destination refuses this worker (credentials, TLS, ACLs), for ``/ready``; None when it does not."""
-        failure = self._producer_errors.auth.failure()
+        failure = self._producer_errors.auth.failure(within_s=30)
         if failure is None:
             return None
         return f"cluster {self.config.destination.alias} refused our credentials: {failure[0]} failed: {failure[1]}"

@@ -37,5 +37,7 @@ def test_an_old_failure_is_forgotten(monkeypatch):
     monkeypatch.setattr(autherrors.time, "monotonic", lambda: clock[0])
     watch(KafkaError(KafkaError._SSL, "certificate verify failed"))
     assert watch.failure() == ("authentication", "certificate verify failed")
-    clock[0] += 61
+    clock[0] += 31
+    assert watch.failure(within_s=30) is None and watch.failure() is not None
+    clock[0] += 30
     assert watch.failure() is None
