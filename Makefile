@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: help install venv jars helm promtool image image-test test unit integration lint demo stack-up stack-down \
+.PHONY: help install venv jars helm promtool browser image image-test test unit integration lint demo stack-up stack-down \
 	sanitize clean bench bench-throughput bench-controller-scale bench-verifier bench-latency bench-stalls drill soak
 
 help:
@@ -15,6 +15,7 @@ help:
 	@echo "make lint         ruff + import-linter (the layers)"
 	@echo "make sanitize     worker/_native.c built with AddressSanitizer + UBSan, and the native-loop tests run on it"
 	@echo "make helm         pinned helm (.cache/bin/helm, built with Go) for the chart tests"
+	@echo "make browser      Debian's chromium + chromium-driver for the status-page browser test (apt-get as root)"
 	@echo "make promtool     pinned promtool (.cache/bin/promtool, built with Go) for the chart's alerting rules"
 	@echo "make image        the controller/worker and verifier images, built with buildah (no daemon)"
 	@echo "make image-test   run the images against a local stack: mirror 10,000 records, then verify"
@@ -55,6 +56,21 @@ helm: venv
 promtool: venv
 	@$(BIN)/python -m devtools.promtool install
 
+# Chromium and its driver from Debian for the status page's browser test; reused when present.
+# As root it installs them (apt-get update first when the package lists are empty or stale).
+browser:
+	@set -e; if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then \
+	  echo "browser: reused $$(command -v chromium)"; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "browser: apt-get install chromium chromium-driver"; \
+	  export DEBIAN_FRONTEND=noninteractive; \
+	  apt-get install -y -q chromium chromium-driver >/dev/null 2>&1 || \
+	    { apt-get update -q >/dev/null && apt-get install -y -q chromium chromium-driver >/dev/null; }; \
+	else \
+	  echo "browser: chromium and chromium-driver are missing; install them (Debian: apt-get install -y chromium chromium-driver)" >&2; \
+	  exit 1; \
+	fi
+
 # Images: buildah and debootstrap (`apt-get install -y buildah debootstrap`). The base is
 # python:3.11-slim-bookworm when a registry answers, else a local one made with debootstrap.
 image: venv jars
@@ -66,10 +82,10 @@ image-test: image
 unit: venv helm promtool
 	$(BIN)/python -m pytest tests/unit -q $(PYTEST_ARGS)
 
-integration: venv jars
+integration: venv jars browser
 	$(BIN)/python -m pytest tests/integration -q $(PYTEST_ARGS)
 
-test: venv jars helm promtool
+test: venv jars helm promtool browser
 	$(BIN)/python -m pytest tests -q -ra $(PYTEST_ARGS)
 
 lint: venv

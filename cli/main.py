@@ -12,17 +12,18 @@ import argparse
 import json
 import os
 import sys
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from common import logs
 from common.errors import UReplicatorError
-from controller.client import request
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
+    _global_defaults(args)
     logs.setup(level=args.log_level)
     try:
         return int(args.func(args) or 0)
@@ -33,11 +34,18 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
+def version() -> str:
+    try:
+        return metadata.version("ureplicator-py")
+    except metadata.PackageNotFoundError:  # a source tree that was never installed
+        return "unknown"
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ureplicator", description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--log-level", default=os.environ.get("UREPLICATOR_LOG_LEVEL", "info"),
-                        choices=["debug", "info", "warning", "error"])
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}",
+                        help="print the version and exit")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     for name, helptext in (("controller", "run a controller replica (REST API + leader election)"),
                            ("worker", "run a mirroring worker")):
@@ -45,51 +53,30 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--config", "-c", help="YAML config file (UREPLICATOR_* variables override it)")
         p.set_defaults(func=_run_process)
 
+    check = sub.add_parser("check", help="preflight: validate the config, connect to ZooKeeper and both "
+                                         "clusters with its credentials, check the ACLs; non-zero when not")
+    check.add_argument("--config", "-c", help="YAML config file (UREPLICATOR_* variables override it)")
+    check.add_argument("--timeout", type=float, default=15.0, help="seconds to wait for each service (default 15)")
+    check.set_defaults(func=_check)
+
     stack = sub.add_parser("stack", help="(source checkout) local ZooKeeper + source/destination Kafka")
-    stack.add_argument("action", choices=["up", "down", "status"])
+    stack.add_argument("action", choices=["up", "down", "status"], help="start, stop or list the local services")
     stack.add_argument("--dir", type=Path, default=None, help="state directory (default: <cache>/stack)")
     stack.add_argument("--secure", action="store_true",
                        help="with up: also a SASL_SSL listener per broker (SCRAM-SHA-512, a local CA); see stack.json")
     stack.set_defaults(func=_stack)
 
-    topics = sub.add_parser("topics", help="manage mirrored topics through the controller's REST API")
-    _rest_options(topics)
-    tsub = topics.add_subparsers(dest="action", required=True)
-    add = tsub.add_parser("add", help="start mirroring a topic")
-    add.add_argument("topic")
-    add.add_argument("--partitions", type=int, default=None, help="expected partition count (checked)")
-    add.add_argument("--destination", default=None, help="destination topic name (default: naming rule)")
-    expand = tsub.add_parser("expand", help="grow a mirrored topic after its source grew")
-    expand.add_argument("topic")
-    expand.add_argument("--partitions", type=int, default=None)
-    for action, text in (("remove", "stop mirroring (the destination keeps its data)"),
-                         ("show", "partitions, owners, lag and errors"),
-                         ("pause", "stop mirroring for now; offsets are committed"),
-                         ("resume", "resume a paused topic")):
-        tsub.add_parser(action, help=text).add_argument("topic")
-    tsub.add_parser("list", help="mirrored topics")
-    topics.set_defaults(func=_topics)
+    from cli import rest
 
-    workers = sub.add_parser("workers", help="list, blacklist (drain) or whitelist workers")
-    _rest_options(workers)
-    wsub = workers.add_subparsers(dest="action", required=True)
-    wsub.add_parser("list", help="workers with assignment and rates")
-    for action, text in (("blacklist", "drain a worker: its partitions are handed off gracefully"),
-                         ("whitelist", "let a blacklisted worker take partitions again")):
-        wsub.add_parser(action, help=text).add_argument("worker")
-    workers.set_defaults(func=_workers)
+    rest.add_parsers(sub)
 
-    rebalance = sub.add_parser("rebalance", help="ask the leader to rebalance now")
-    _rest_options(rebalance)
-    rebalance.set_defaults(func=_rebalance)
-
-    from cli import routes as routes_cli  # routes (issue 24): `ureplicator routes ...`, in cli/routes.py
+    from cli import routes as routes_cli  # `ureplicator routes ...` and `stack up --clusters N`
 
     routes_cli.register(sub)
 
     from failover import cli as failover_cli
 
-    failover_cli.add_parser(sub, _rest_options, _call, _table)
+    failover_cli.add_parser(sub, lambda _parser: None, rest.call, rest.table)
 
     from verifier import cli as verifier_cli
 
@@ -98,11 +85,54 @@ def _parser() -> argparse.ArgumentParser:
     verify.set_defaults(func=verifier_cli.run)
 
     demo = sub.add_parser("demo", help="(source checkout) run the end-to-end demo on a local stack")
-    demo.add_argument("--records", type=int, default=100_000)
-    demo.add_argument("--partitions", type=int, default=8)
-    demo.add_argument("--timeout", type=float, default=300.0)
+    demo.add_argument("--records", type=int, default=100_000, help="records to mirror (default 100,000)")
+    demo.add_argument("--partitions", type=int, default=8, help="partitions of the demo topic (default 8)")
+    demo.add_argument("--timeout", type=float, default=300.0, help="seconds before the demo gives up (default 300)")
     demo.set_defaults(func=_demo)
+    _add_global_options(parser)
     return parser
+
+
+# --- global options: accepted before or after any sub-command -----------------------------------
+
+# (flags, default from the environment, help). Added to every parser of the tree with
+# default=SUPPRESS, so a flag given at any level is kept and a missing one is filled in once
+# by _global_defaults (a sub-parser's default would otherwise overwrite an earlier flag).
+_GLOBAL: list[tuple[tuple[str, ...], dict[str, Any]]] = [
+    (("--url",), {"help": "controller REST URL (env UREPLICATOR_URL; default http://localhost:9000)"}),
+    (("--token",), {"help": "admin bearer token (env UREPLICATOR_ADMIN_TOKEN or UREPLICATOR_CONTROLLER_ADMIN_TOKEN)"}),
+    (("--route",), {"metavar": "ID", "help": "send REST calls to route ID (/routes/ID/...; env UREPLICATOR_ROUTE)"}),
+    (("--json",), {"action": "store_true", "help": "print the JSON answer instead of a table"}),
+    (("--ca",), {"metavar": "FILE", "help": "CA bundle to trust for an https:// URL (env UREPLICATOR_CA)"}),
+    (("--log-level",), {"choices": ["debug", "info", "warning", "error"],
+                        "help": "log level (env UREPLICATOR_LOG_LEVEL; default info)"}),
+]
+
+
+def _global_defaults(args: argparse.Namespace) -> None:
+    env = os.environ
+    defaults = {
+        "url": env.get("UREPLICATOR_URL", "http://localhost:9000"),
+        "token": env.get("UREPLICATOR_ADMIN_TOKEN") or env.get("UREPLICATOR_CONTROLLER_ADMIN_TOKEN"),
+        "route": env.get("UREPLICATOR_ROUTE"),
+        "json": False,
+        "ca": env.get("UREPLICATOR_CA"),
+        "log_level": env.get("UREPLICATOR_LOG_LEVEL", "info"),
+    }
+    for name, value in defaults.items():
+        if getattr(args, name, None) is None:
+            setattr(args, name, value)
+
+
+def _add_global_options(parser: argparse.ArgumentParser) -> None:
+    taken = {s for action in parser._actions for s in action.option_strings}
+    for flags, options in _GLOBAL:
+        if not taken.intersection(flags):
+            parser.add_argument(*flags, default=argparse.SUPPRESS, **options)
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in dict.fromkeys(action.choices.values()):
+                _add_global_options(child)
 
 
 def _run_process(args: argparse.Namespace) -> int:
@@ -149,98 +179,27 @@ def _stack(args: argparse.Namespace) -> int:
     return 0
 
 
-# --- REST client -------------------------------------------------------------------------------
-
-
+# The REST helpers moved to cli/rest.py; these names stay for modules written against them.
 def _rest_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--url", default=os.environ.get("UREPLICATOR_URL", "http://localhost:9000"),
-                        help="controller REST URL (env UREPLICATOR_URL)")
-    parser.add_argument("--token",
-                        default=os.environ.get("UREPLICATOR_ADMIN_TOKEN")
-                        or os.environ.get("UREPLICATOR_CONTROLLER_ADMIN_TOKEN"),
-                        help="admin bearer token (env UREPLICATOR_ADMIN_TOKEN or UREPLICATOR_CONTROLLER_ADMIN_TOKEN)")
-    parser.add_argument("--json", action="store_true", help="print the raw JSON response")
+    """Nothing to add: --url, --token, --json, --route and --ca are global options now."""
 
 
 def _call(args: argparse.Namespace, method: str, path: str, body: Any = None) -> Any:
-    status, payload = request(f"{args.url.rstrip('/')}{path}", method, body, args.token)
-    if status >= 400:
-        message = (payload or {}).get("error", {}).get("message", payload) if isinstance(payload, dict) else payload
-        raise UReplicatorError(f"{args.command} {args.action if 'action' in args else ''}: {status}: {message}")
-    return payload
+    from cli import rest
 
-
-def _topics(args: argparse.Namespace) -> int:
-    action = args.action
-    if action == "list":
-        body = _call(args, "GET", "/topics")
-    elif action == "show":
-        body = _call(args, "GET", f"/topics/{args.topic}")
-    elif action == "add":
-        payload: dict[str, Any] = {"topic": args.topic}
-        if args.partitions is not None:
-            payload["numPartitions"] = args.partitions
-        if args.destination:
-            payload["destination"] = args.destination
-        body = _call(args, "POST", "/topics", payload)
-    elif action == "expand":
-        payload = {"topic": args.topic}
-        if args.partitions is not None:
-            payload["numPartitions"] = args.partitions
-        body = _call(args, "PUT", "/topics", payload)
-    elif action in ("pause", "resume"):
-        body = _call(args, "POST", f"/topics/{args.topic}/{action}")
-    else:
-        body = _call(args, "DELETE", f"/topics/{args.topic}")
-    if args.json:
-        print(json.dumps(body, indent=2))
-    elif action == "list":
-        rows = [(t["topic"], t["destination"], str(t["partitions"]), t["state"]) for t in body["topics"]]
-        _table(["TOPIC", "DESTINATION", "PARTITIONS", "STATE"], rows)
-    elif action == "show":
-        print(f"{body['topic']} -> {body['destination']} ({body['partitions']} partitions, {body['state']})")
-        rows = [
-            (str(p["partition"]), p["worker"] or "-", str((p["status"] or {}).get("lag", "-")),
-             (p["status"] or {}).get("error") or "")
-            for p in body["assignment"]
-        ]
-        _table(["PARTITION", "WORKER", "LAG", "ERROR"], rows)
-    elif action == "remove":
-        print(f"{args.topic}: no longer mirrored")
-    else:
-        print(f"{body['topic']} -> {body['destination']}: {body['partitions']} partitions, {body['state']}")
-    return 0
-
-
-def _workers(args: argparse.Namespace) -> int:
-    if args.action == "list":
-        body = _call(args, "GET", "/instances")
-        if args.json:
-            print(json.dumps(body, indent=2))
-            return 0
-        rows = [
-            (w["worker"], "yes" if w["live"] else "no", "yes" if w["blacklisted"] else "no", str(w["assigned"]),
-             str(w["applied"]), f"{w['records_per_s']:.0f}", f"{w['bytes_per_s'] / 1e6:.2f}")
-            for w in body["instances"]
-        ]
-        _table(["WORKER", "LIVE", "BLACKLISTED", "ASSIGNED", "APPLIED", "RECORDS/S", "MB/S"], rows)
-        return 0
-    method = "DELETE" if args.action == "blacklist" else "POST"
-    body = _call(args, method, f"/instances/{args.worker}")
-    print(json.dumps(body) if args.json else f"{args.worker}: {args.action}ed")
-    return 0
-
-
-def _rebalance(args: argparse.Namespace) -> int:
-    body = _call(args, "POST", "/instances")
-    print(json.dumps(body) if args.json else "rebalance requested")
-    return 0
+    return rest.call(args, method, path, body)
 
 
 def _table(header: list[str], rows: list[tuple[str, ...]]) -> None:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
-    for row in [tuple(header), *rows]:
-        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+    from cli import rest
+
+    rest.table(header, rows)
+
+
+def _check(args: argparse.Namespace) -> int:
+    from cli import check
+
+    return check.run(args)
 
 
 def _demo(args: argparse.Namespace) -> int:

@@ -54,6 +54,12 @@ class ZooKeeperConfig:
     session_timeout_s: float = 10.0
     # "user:password": digest authentication, and digest ACLs on the pipeline's nodes (docs/security.md).
     auth: str | None = None
+    # --- TLS to ZooKeeper's secureClientPort (docs/security.md). tls_ca: PEM bundle to trust;
+    # tls_certfile/tls_keyfile: a client certificate, when ZooKeeper asks for one (mutual TLS).
+    tls: bool = False
+    tls_ca: str | None = None
+    tls_certfile: str | None = None
+    tls_keyfile: str | None = None
 
 
 @dataclass(frozen=True)
@@ -99,6 +105,20 @@ class ControllerConfig:
     noprogress_threshold_s: float = 60.0
     verification_dir: str | None = None
     group_sync: GroupSyncConfig = field(default_factory=GroupSyncConfig)
+    # --- TLS for the REST API (docs/security.md): PEM certificate chain and private key. With both
+    # set the API answers HTTPS only, and a bearer token sent over plain HTTP is refused.
+    rest_tls_certfile: str | None = None
+    rest_tls_keyfile: str | None = None
+    # --- freshness (controller/heartbeat.py): the leader writes a record to heartbeat_topic on the
+    # source every heartbeat_interval_s (0 = off); workers mirror it like any record, and the age of
+    # the newest one on the destination is the pipeline's freshness. Above rpo_s it needs a person.
+    heartbeat_interval_s: float = 5.0
+    heartbeat_topic: str | None = None  # default ureplicator-heartbeats-<pipeline>: one per pipeline
+    rpo_s: float = 300.0
+    # --- destination topics the controller creates: replication factor and min.insync.replicas;
+    # 0 = the source topic's, either way capped by the destination's broker count.
+    destination_replication_factor: int = 0
+    destination_min_insync_replicas: int = 0
 
 
 @dataclass(frozen=True)
@@ -657,6 +677,24 @@ def _check(config: Config) -> None:
         user, sep, password = config.zookeeper.auth.partition(":")
         if not sep or not user or not password:
             raise ConfigError("zookeeper.auth", "expected 'user:password' (digest authentication)")
+    # --- TLS options come in pairs (ZooKeeper client TLS, REST API TLS)
+    zkc = config.zookeeper
+    if (zkc.tls_certfile is None) != (zkc.tls_keyfile is None):
+        raise ConfigError("zookeeper.tls_keyfile", "set zookeeper.tls_certfile and zookeeper.tls_keyfile together")
+    if (zkc.tls_ca or zkc.tls_certfile) and not zkc.tls:
+        raise ConfigError("zookeeper.tls", "tls_ca/tls_certfile are set but zookeeper.tls is false")
+    if (config.controller.rest_tls_certfile is None) != (config.controller.rest_tls_keyfile is None):
+        raise ConfigError("controller.rest_tls_keyfile",
+                          "set controller.rest_tls_certfile and controller.rest_tls_keyfile together")
+    if config.controller.heartbeat_interval_s < 0:
+        raise ConfigError("controller.heartbeat_interval_s", "must not be negative (0 = no heartbeat)")
+    for key in ("destination_replication_factor", "destination_min_insync_replicas"):
+        if getattr(config.controller, key) < 0:
+            raise ConfigError(f"controller.{key}", "must not be negative (0 = the source topic's)")
+    if config.controller.rpo_s <= 0:
+        raise ConfigError("controller.rpo_s", "must be positive")
+    if config.controller.heartbeat_topic is not None and not _TOPIC_RE.match(config.controller.heartbeat_topic):
+        raise ConfigError("controller.heartbeat_topic", "must be a Kafka topic name")
     _port("controller.rest_port", config.controller.rest_port, allow_zero=True)
     _port("worker.metrics_port", config.worker.metrics_port, allow_zero=True)
     for key, value in (

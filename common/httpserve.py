@@ -10,6 +10,10 @@ timeouts and bounded request sizes, and no dependency beyond itself.
 
 from __future__ import annotations
 
+import json
+import select
+import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -69,5 +73,108 @@ class Server:
         self._thread.join(timeout_s)
 
 
-def serve(app: WSGIApp, host: str, port: int, name: str, **options: Any) -> Server:
-    return Server(app, host, port, name, **options)
+def serve(app: WSGIApp, host: str, port: int, name: str, tls: tuple[str, str] | None = None,
+          **options: Any) -> Server | TlsServer:
+    """Serve ``app`` on ``host:port``; with ``tls`` (certificate chain, key: PEM files) HTTPS only."""
+    if tls is None:
+        return Server(app, host, port, name, **options)
+    backend = Server(app, "127.0.0.1", 0, name, **options)
+    try:
+        return TlsServer(backend, host, port, tls[0], tls[1], name, timeout_s=options.get("timeout_s", 30))
+    except BaseException:
+        backend.shutdown()
+        raise
+
+
+# --- TLS ----------------------------------------------------------------------------------------
+
+_TLS_HANDSHAKE = 0x16  # the first byte of every TLS ClientHello record
+
+
+class TlsServer:
+    """HTTPS in front of a loopback :class:`Server`: waitress speaks no TLS, so this terminates it.
+
+    Each connection gets a thread that peeks at its first byte. A TLS handshake is unwrapped and
+    relayed to waitress, one thread per connection, reads and writes on one thread so the SSL
+    object is never used concurrently. Plain HTTP is answered with an error and closed, never
+    relayed: with TLS configured, a bearer token that arrives in clear is refused, and the
+    answer says it has crossed the network unencrypted.
+    """
+
+    def __init__(self, backend: Server, host: str, port: int, certfile: str, keyfile: str, name: str,
+                 timeout_s: float = 30.0) -> None:
+        self._context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self._context.minimum_version = ssl.TLSVersion.TLSv1_2
+        self._context.load_cert_chain(certfile, keyfile)
+        self._backend = backend
+        self._timeout_s = timeout_s
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self._listener = socket.create_server((host, port), family=family, backlog=128)
+        self.server_port: int = self._listener.getsockname()[1]
+        self._closed = threading.Event()
+        self._log = logs.get("http", component=name)
+        self._thread = threading.Thread(target=self._accept, name=f"{name}-tls", daemon=True)
+        self._thread.start()
+
+    def shutdown(self, timeout_s: float = 5.0) -> None:
+        self._closed.set()
+        try:
+            self._listener.close()
+        finally:
+            self._thread.join(timeout_s)
+            self._backend.shutdown(timeout_s)
+
+    def _accept(self) -> None:
+        while not self._closed.is_set():
+            try:
+                conn, peer = self._listener.accept()
+            except OSError:
+                return  # closed by shutdown()
+            threading.Thread(target=self._connection, args=(conn, peer), daemon=True).start()
+
+    def _connection(self, conn: socket.socket, peer: Any) -> None:
+        try:
+            conn.settimeout(self._timeout_s)
+            first = conn.recv(1, socket.MSG_PEEK)
+            if not first:
+                return
+            if first[0] != _TLS_HANDSHAKE:
+                self._refuse_plain_http(conn, peer)
+                return
+            tls = self._context.wrap_socket(conn, server_side=True)
+            with tls, socket.create_connection(("127.0.0.1", self._backend.server_port), timeout=5) as backend:
+                self._relay(tls, backend)
+        except (OSError, ssl.SSLError) as exc:
+            self._log.debug("tls_connection_failed", client=str(peer[0]), error=str(exc))
+        finally:
+            conn.close()
+
+    def _relay(self, tls: ssl.SSLSocket, backend: socket.socket) -> None:
+        idle_since = time.monotonic()
+        while not self._closed.is_set() and time.monotonic() - idle_since < self._timeout_s:
+            ready = [tls] if tls.pending() else select.select([tls, backend], [], [], 1.0)[0]
+            for sock in ready:
+                data = sock.recv(65536)
+                if not data:
+                    return
+                (backend if sock is tls else tls).sendall(data)
+                idle_since = time.monotonic()
+
+    def _refuse_plain_http(self, conn: socket.socket, peer: Any) -> None:
+        head = b""
+        while b"\r\n\r\n" not in head and len(head) < 65536:
+            chunk = conn.recv(4096)
+            if not chunk:
+                break
+            head += chunk
+        with_token = any(line.lower().startswith(b"authorization:") for line in head.split(b"\r\n"))
+        if with_token:
+            status, message = "403 Forbidden", (
+                "refused: this API serves HTTPS only, and this request carried a bearer token over plain HTTP. "
+                "Consider the token exposed: rotate it, and call https:// (CLI: --url https://... --ca FILE)")
+        else:
+            status, message = "400 Bad Request", "this API serves HTTPS only: call https:// instead of http://"
+        body = json.dumps({"error": {"code": int(status[:3]), "message": message}}).encode()
+        conn.sendall(f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+                     f"Connection: close\r\n\r\n".encode() + body)
+        self._log.warning("plain_http_refused", client=str(peer[0]), carried_token=with_token)

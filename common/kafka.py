@@ -23,7 +23,7 @@ from confluent_kafka.admin import (
     NewTopic,
 )
 
-from common import logs
+from common import autherrors, logs
 from common.config import ClusterConfig
 from common.errors import ClusterUnavailable, ConfigError, UReplicatorError
 
@@ -165,6 +165,9 @@ def pin(section: str, properties: Mapping[str, Any], invariants: Iterable[Invari
         # under the property's own name, so no alias can change it afterwards.
         pinned[invariant.name] = given[0][1] if given else invariant.value
     return pinned
+def _unavailable(client: Any, cluster: ClusterConfig, exc: KafkaException) -> ClusterUnavailable:
+    """'did not answer', unless the cluster refused our credentials: then it says so."""
+    return autherrors.unavailable(cluster.alias, cluster.bootstrap_servers, exc.args[0], autherrors.watch_of(client))
 
 
 class TopicNotFound(UReplicatorError):
@@ -196,7 +199,8 @@ def producer(cluster: ClusterConfig, client_id: str, pinned: Mapping[str, Any] |
 def admin(cluster: ClusterConfig) -> AdminClient:
     config: dict[str, Any] = dict(cluster.client_config())
     config["logger"] = logs.librdkafka_logger(f"admin.{cluster.alias}")
-    return AdminClient(config)
+    # The error callback tells a refused credential from a silent cluster (common.autherrors).
+    return autherrors.attach(config, AdminClient)
 
 
 @dataclass(frozen=True)
@@ -204,6 +208,18 @@ class TopicInfo:
     name: str
     partitions: int
     configs: dict[str, str]
+    # A topic to create on the destination gets these (capped by its broker count); -1/None: the
+    # broker's defaults. describe_topic fills them with the source topic's.
+    replication_factor: int = -1
+    min_insync_replicas: int | None = None
+
+
+def for_destination(source: TopicInfo, name: str, replication_factor: int = 0,
+                    min_insync_replicas: int = 0) -> TopicInfo:
+    """The destination topic for ``source``: configured values, else the source topic's (0 = the source's)."""
+    return TopicInfo(name, source.partitions, source.configs,
+                     replication_factor or source.replication_factor,
+                     min_insync_replicas or source.min_insync_replicas)
 
 
 def describe_topic(client: AdminClient, cluster: ClusterConfig, topic: str, timeout_s: float = 10.0) -> TopicInfo:
@@ -211,21 +227,25 @@ def describe_topic(client: AdminClient, cluster: ClusterConfig, topic: str, time
     try:
         metadata = client.list_topics(topic=topic, timeout=timeout_s)
     except KafkaException as exc:
-        raise ClusterUnavailable(
-            f"cluster {cluster.alias} ({cluster.bootstrap_servers}) did not answer: {exc.args[0]}"
-        ) from None
+        raise _unavailable(client, cluster, exc) from None
     found = metadata.topics.get(topic)
+    if found is not None and found.error is not None and autherrors.kind(found.error):
+        raise autherrors.unavailable(cluster.alias, cluster.bootstrap_servers, found.error)
     if found is None or found.error is not None or not found.partitions:
         raise TopicNotFound(f"topic {topic!r} does not exist on cluster {cluster.alias}")
-    return TopicInfo(topic, len(found.partitions), _copyable_configs(client, topic, timeout_s))
+    configs, min_insync = _copyable_configs(client, topic, timeout_s)
+    replicas = max((len(p.replicas) for p in found.partitions.values()), default=-1)
+    return TopicInfo(topic, len(found.partitions), configs, replicas, min_insync)
 
 
-def _copyable_configs(client: AdminClient, topic: str, timeout_s: float) -> dict[str, str]:
+def _copyable_configs(client: AdminClient, topic: str, timeout_s: float) -> tuple[dict[str, str], int | None]:
+    """The configs to copy, and the topic's min.insync.replicas (cluster-specific: not copied as is)."""
     resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
     try:
         entries = client.describe_configs([resource])[resource].result(timeout=timeout_s)
     except KafkaException:
-        return {}  # configs are best effort; partitions and data are what matter
+        return {}, None  # configs are best effort; partitions and data are what matter
+    min_insync = entries.get("min.insync.replicas")
     return {
         name: entry.value
         for name, entry in entries.items()
@@ -234,18 +254,20 @@ def _copyable_configs(client: AdminClient, topic: str, timeout_s: float) -> dict
         and entry.value is not None
         and name not in _CLUSTER_SPECIFIC
         and entry.source in (ConfigSource.DYNAMIC_TOPIC_CONFIG, ConfigSource.DYNAMIC_TOPIC_CONFIG.value)
-    }
+    }, (int(min_insync.value) if min_insync is not None and str(min_insync.value).isdigit() else None)
 
 
 def ensure_topic(client: AdminClient, cluster: ClusterConfig, want: TopicInfo, timeout_s: float = 30.0) -> str:
     """Create ``want`` on the cluster, or grow its partitions; return what was done."""
     try:
-        existing = client.list_topics(topic=want.name, timeout=timeout_s).topics.get(want.name)
+        metadata = client.list_topics(topic=want.name, timeout=timeout_s)
     except KafkaException as exc:
-        raise ClusterUnavailable(f"cluster {cluster.alias} did not answer: {exc.args[0]}") from None
+        raise _unavailable(client, cluster, exc) from None
+    existing = metadata.topics.get(want.name)
     if existing is None or existing.error is not None or not existing.partitions:
+        replication, configs = _safety(want, len(metadata.brokers))
         future = client.create_topics(
-            [NewTopic(want.name, num_partitions=want.partitions, replication_factor=-1, config=want.configs)],
+            [NewTopic(want.name, num_partitions=want.partitions, replication_factor=replication, config=configs)],
             operation_timeout=timeout_s,
         )[want.name]
         try:
@@ -267,11 +289,22 @@ def ensure_topic(client: AdminClient, cluster: ClusterConfig, want: TopicInfo, t
     return "exists"
 
 
+def _safety(want: TopicInfo, brokers: int) -> tuple[int, dict[str, str]]:
+    """Replication factor and min.insync.replicas for a new topic: as wanted, capped by the brokers."""
+    configs = dict(want.configs)
+    if want.replication_factor <= 0:
+        return -1, configs  # the broker's default.replication.factor, as before
+    replication = min(want.replication_factor, brokers) if brokers > 0 else want.replication_factor
+    if want.min_insync_replicas:
+        configs["min.insync.replicas"] = str(max(1, min(want.min_insync_replicas, replication)))
+    return replication, configs
+
+
 def list_topics(client: AdminClient, cluster: ClusterConfig, timeout_s: float = 10.0) -> list[str]:
     try:
         return sorted(client.list_topics(timeout=timeout_s).topics)
     except KafkaException as exc:
-        raise ClusterUnavailable(f"cluster {cluster.alias} did not answer: {exc.args[0]}") from None
+        raise _unavailable(client, cluster, exc) from None
 
 
 def sync_configs(client: AdminClient, cluster: ClusterConfig, topic: str, wanted: dict[str, str],

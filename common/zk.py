@@ -16,7 +16,7 @@ from kazoo.exceptions import NoAuthError, NodeExistsError, NoNodeError, RolledBa
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.security import ACL, Permissions, make_acl, make_digest_acl
 
-from common import logs
+from common import logs, zktls
 from common.config import Config, parse_route, route_view
 from common.errors import ClusterUnavailable, ConfigError, UReplicatorError
 from common.zkschema import Assignment, Paths, RouteRecord, SchemaError, TopicRecord, WorkerStatus
@@ -42,7 +42,7 @@ def connect(config: Config, timeout_s: float = 15.0, read_only: bool = False) ->
     auth = config.zookeeper.auth
     client = KazooClient(hosts=config.zookeeper.connect, timeout=config.zookeeper.session_timeout_s,
                          read_only=read_only, auth_data=[("digest", auth)] if auth else None,
-                         default_acl=pipeline_acl(auth) if auth else None)
+                         default_acl=pipeline_acl(auth) if auth else None, **zktls.options(config))
     try:
         client.start(timeout=timeout_s)
     except KazooTimeoutError:

@@ -23,11 +23,11 @@ from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from werkzeug.exceptions import HTTPException
 
-from common import httpserve, logs, zk
+from common import autherrors, httpserve, logs, zk
 from common.config import Config, RouteConfig, route_view
 from common.errors import ClusterUnavailable, ConfigError, UReplicatorError
 from common.zkschema import Paths, RateLimit, SchemaError, TopicRecord, valid_topic_name, valid_worker_id
-from controller import topics
+from controller import status_api, topics
 from controller.leader import LeaderState, autobalancing
 from controller.openapi import document
 
@@ -161,6 +161,8 @@ def create_app(controller: Controller) -> Flask:
     for blueprint in _ROUTE_SCOPED:  # every route's endpoints, also under /routes/<id>/
         app.register_blueprint(blueprint, url_prefix="/routes/<route_id>", name=f"route_{blueprint.name}")
     app.url_value_preprocessor(_pop_route)
+    # --- the operator's view: GET /status, the /ui page (controller/status_api.py) ---
+    app.register_blueprint(status_api.make_blueprint())
     app.register_error_handler(ApiError, _api_error)
     app.register_error_handler(topics.TopicError, lambda exc: _error(exc.status, str(exc)))
     app.register_error_handler(HTTPException, _http_error)
@@ -168,11 +170,14 @@ def create_app(controller: Controller) -> Flask:
     return app
 
 
-def serve(app: Flask, host: str, port: int, timeout_s: int = 30) -> httpserve.Server:
+def serve(app: Flask, host: str, port: int, timeout_s: int = 30) -> httpserve.Server | httpserve.TlsServer:
     """Serve ``app`` with waitress on a background thread, one log event per request."""
     quiet = frozenset({"/metrics", "/health", "/healthz"})  # probes and scrapes: logged only when failing
+    # --- REST TLS (controller.rest_tls_*, common/httpserve.TlsServer): HTTPS only when configured ---
+    rest = app.config["controller"].config.controller
+    tls = (rest.rest_tls_certfile, rest.rest_tls_keyfile) if rest.rest_tls_certfile else None
     return httpserve.serve(httpserve.logged(app, "controller", quiet_paths=quiet), host, port, "rest-api",
-                           timeout_s=timeout_s)
+                           tls=tls, timeout_s=timeout_s)
 
 
 def _ctl() -> Controller:
@@ -524,7 +529,9 @@ def _offset_rows(pairs: list[tuple[str, int]]) -> list[dict[str, Any]]:
                     "lag": high - (offset if offset is not None else low),
                 })
         except KafkaException as exc:
-            raise ApiError(503, f"the source cluster did not answer: {exc.args[0]}") from None
+            src = ctl.config.source  # the source admin client's error watch knows a refused credential
+            raise ApiError(503, autherrors.describe(src.alias, src.bootstrap_servers, exc.args[0],
+                                                    autherrors.watch_of(ctl.source_admin))) from None
     return rows
 
 

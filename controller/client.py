@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import ssl
 import urllib.error
 import urllib.request
 from typing import Any
@@ -11,15 +12,19 @@ from common.errors import UReplicatorError
 
 
 def request(url: str, method: str = "GET", body: Any = None, token: str | None = None,
-            timeout_s: float = 30.0) -> tuple[int, Any]:
-    """Call the REST API; returns (status, parsed JSON). Raises UReplicatorError when unreachable."""
+            timeout_s: float = 30.0, ca: str | None = None) -> tuple[int, Any]:
+    """Call the REST API; returns (status, parsed JSON). Raises UReplicatorError when unreachable.
+
+    ``ca``: a PEM bundle to trust for an https:// URL (the REST API's own CA).
+    """
     data = json.dumps(body).encode() if body is not None else None
     req = urllib.request.Request(url, data=data, method=method)
     req.add_header("Content-Type", "application/json")
     if token:
         req.add_header("Authorization", f"Bearer {token}")
     try:
-        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+        context = ssl.create_default_context(cafile=ca) if ca else None
+        with urllib.request.urlopen(req, timeout=timeout_s, context=context) as resp:
             return resp.status, json.loads(resp.read() or b"null")
     except urllib.error.HTTPError as exc:
         payload = exc.read()

@@ -14,6 +14,7 @@ from pathlib import Path
 from common import kafka, logs, signals, zk
 from common.config import Config, check_rest_exposure, route_view
 from controller import groups_api
+from controller import heartbeat as heartbeat_module
 from controller.api import Controller, create_app, serve
 from controller.routeset import RouteSet, register_declared
 from controller.verification_api import make_blueprint, register_metrics
@@ -58,6 +59,8 @@ def run(config: Config) -> int:
                                                  f"ureplicator-controller-{identifier}"),
     )
     groups = groups_api.start(config, client, leadership, controller.extra_blueprints)
+    # --- freshness: the heartbeat through the pipeline (controller/heartbeat.py) ---
+    heartbeat = heartbeat_module.start(config, client, leadership, source_admin, destination_admin)
     try:
         server = serve(create_app(controller), config.controller.rest_host, config.controller.rest_port,
                        timeout_s=int(config.controller.request_timeout_s))
@@ -74,6 +77,7 @@ def run(config: Config) -> int:
     stop.wait()
     server.shutdown()
     leadership.stop()
+    heartbeat.stop()
     groups.stop()
     controller.source_consumer.close()
     client.stop()

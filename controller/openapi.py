@@ -278,6 +278,27 @@ def _all_paths() -> dict[str, dict[str, Any]]:
     for path in ROUTE_SCOPED:
         paths[f"/routes/{{route}}{path}"] = paths[path]
     return paths
+# --- the operator's view (controller/status_api.py) ---
+SCHEMAS["Status"] = _obj({
+    "pipeline": _STR, "generated_at": _STR, "healthy": _BOOL, "problems": {"type": "array", "items": _STR},
+    "zookeeper": _STR, "leader": _NSTR,
+    "workers": {"type": "array", "items": {"type": "object"}},
+    "partitions": {"type": "array", "items": {"type": "object"}},
+    "withheld": {"type": ["array", "null"], "items": _STR},
+    "unowned": {"type": "array", "items": _STR}, "stuck": {"type": "array", "items": _STR},
+    "freshness": {"type": ["object", "null"]}, "group_sync": {"type": ["object", "null"]},
+    "verification": {"type": ["object", "null"]}, "verification_configured": _BOOL,
+    "auth_failures": {"type": "object", "additionalProperties": _STR},
+})
+_HTML = {"content": {"text/html": {"schema": {"type": "string"}}}}
+PATHS["/status"] = {"get": _op("Is it healthy? Leader, workers, every partition's owner and lag (records and "
+                               "seconds), freshness, group sync, last verification; problems that need a person",
+                               {"200": "status|Status"})}
+PATHS["/ui"] = {"get": {"summary": "The status as one self-refreshing HTML page",
+                        "responses": {"200": {"description": "page", **_HTML}}}}
+PATHS["/ui/verification"] = {"get": {"summary": "The newest verification report (HTML)",
+                                     "responses": {"200": {"description": "report", **_HTML},
+                                                   "404": {"description": "no report", **_json("Error")}}}}
 
 
 def document() -> dict[str, Any]:

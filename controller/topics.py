@@ -81,9 +81,9 @@ def register(
             f"numPartitions is {requested_partitions} but topic {topic!r} has {info.partitions} partitions "
             f"on the source; every partition is mirrored, so send {info.partitions} or leave it out",
         )
-    outcome = kafka.ensure_topic(
-        destination_admin, config.destination, kafka.TopicInfo(target, info.partitions, info.configs)
-    )
+    safety = config.controller  # destination_replication_factor / _min_insync_replicas (0 = the source's)
+    outcome = kafka.ensure_topic(destination_admin, config.destination, kafka.for_destination(
+        info, target, safety.destination_replication_factor, safety.destination_min_insync_replicas))
     record = TopicRecord(
         topic=topic,
         destination=target,

@@ -18,9 +18,9 @@ def add_parser(sub: Any, rest_options: Callable[[argparse.ArgumentParser], None]
     gsub = groups.add_subparsers(dest="action", required=True)
     gsub.add_parser("list", help="source groups with committed offsets on mirrored topics")
     gsub.add_parser("translate", help="per partition: source commit, destination offset, behind/at/ahead, "
-                                      "records a disaster would cost").add_argument("group")
+                                      "records a disaster would cost").add_argument("group", help="consumer group id")
     sync = gsub.add_parser("sync", help="commit the translated offsets for GROUP on the destination now")
-    sync.add_argument("group")
+    sync.add_argument("group", help="consumer group id")
     sync.add_argument("--force", action="store_true", help="also move destination offsets backwards")
     groups.set_defaults(func=lambda args: _groups(args, call, table))
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 
-from common import kafka, zk
+from common import autherrors, kafka, zk
 from common.config import Config
 
 
@@ -21,8 +21,10 @@ class FatalErrors:
 
     def __init__(self) -> None:
         self.failed: str | None = None
+        self.auth = autherrors.ErrorWatch()  # a refused credential: /ready says so (issue 27)
 
     def __call__(self, err: Any) -> None:
+        self.auth(err)
         if err.fatal():
             self.failed = err.str()
 

@@ -179,7 +179,16 @@ class MirrorWorker:
     def ready(self) -> bool:
         """Registered and allowed to write: what ``/ready`` reports."""
         lease_fresh = time.monotonic() - self._lease_at < self._lease_s  # no renewal from the probe's thread
-        return self.registered.is_set() and not self._fenced and not self._session_lost and lease_fresh
+        return (self.registered.is_set() and not self._fenced and not self._session_lost and lease_fresh
+                and self.not_ready_reason is None)
+
+    @property
+    def not_ready_reason(self) -> str | None:
+        """Why the destination refuses this worker (credentials, TLS, ACLs), for ``/ready``; None when it does not."""
+        failure = self._producer_errors.auth.failure(within_s=30)
+        if failure is None:
+            return None
+        return f"cluster {self.config.destination.alias} refused our credentials: {failure[0]} failed: {failure[1]}"
 
     @property
     def session_lost(self) -> bool:

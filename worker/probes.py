@@ -40,7 +40,8 @@ def app(worker: Observed, registry: CollectorRegistry, stall_s: float,
                            {"loop_idle_s": round(idle, 1), "stall_threshold_s": stall_s})
         if path == "/ready":
             ready = worker.ready
-            return respond(start_response, ready, {"ready": ready})
+            reason = getattr(worker, "not_ready_reason", None)  # e.g. a refused credential
+            return respond(start_response, ready, {"ready": ready, **({"reason": reason} if reason else {})})
         return metrics(environ, start_response)
 
     return application

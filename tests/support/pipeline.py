@@ -70,7 +70,9 @@ class Pipeline:
             "zookeeper": {"connect": self.services["zookeeper"], "session_timeout_s": 6},
             "source": {"alias": "src", "bootstrap_servers": self.services["source"]},
             "destination": {"alias": "dst", "bootstrap_servers": self.services["destination"]},
-            "controller": {"rest_host": "127.0.0.1", "rest_port": self.rest_port, "reconcile_interval_s": 1},
+            # No heartbeat topic unless a test asks for one: tests count their pipeline's topics.
+            "controller": {"rest_host": "127.0.0.1", "rest_port": self.rest_port, "reconcile_interval_s": 1,
+                           "heartbeat_interval_s": 0},
             "worker": {"commit_interval_s": 1, "shutdown_timeout_s": 20},
         }
         for section, values in {**self.overrides, **extra}.items():

@@ -447,10 +447,10 @@ class FakeAdmin:
             raise KafkaException(KafkaError(KafkaError._TRANSPORT))
         names = [topic] if topic else list(self.topics)
         found = {
-            n: SimpleNamespace(error=None, partitions={p: None for p in range(self.topics[n])})
+            n: SimpleNamespace(error=None, partitions={p: SimpleNamespace(replicas=[1]) for p in range(self.topics[n])})
             for n in names if n in self.topics
         }
-        return SimpleNamespace(topics=found)
+        return SimpleNamespace(topics=found, brokers={1: None})  # one broker, replica of every partition
 
     def describe_configs(self, resources: list[Any]) -> dict[Any, _Future]:
         return {r: _Future(KafkaError(KafkaError._TRANSPORT)) for r in resources}  # configs are best effort

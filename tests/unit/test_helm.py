@@ -52,6 +52,8 @@ KUBE_MAX = kubernetes_validate.latest_version()
 CUSTOM_KINDS = {("monitoring.coreos.com/v1", "ServiceMonitor"), ("monitoring.coreos.com/v1", "PrometheusRule")}
 
 RELEASE = "mirror"
+# Workers are a StatefulSet by default (worker.kind): pod names are stable worker ids.
+WORKER_KIND = "StatefulSet"
 NAMESPACE = "replication"
 CONFIG_PATH = "/etc/ureplicator/config.yaml"
 STANDARD_LABELS = (
@@ -68,8 +70,9 @@ def _run_helm(helm: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 @functools.cache
-def _render(helm: str, values: Path | None, kube_version: str = KUBE_MIN) -> tuple[dict[str, Any], ...]:
-    args = ["template", RELEASE, str(CHART), "--namespace", NAMESPACE, "--kube-version", kube_version]
+def _render(helm: str, values: Path | None, kube_version: str = KUBE_MIN, release: str = RELEASE,
+            chart: Path = CHART) -> tuple[dict[str, Any], ...]:
+    args = ["template", release, str(chart), "--namespace", NAMESPACE, "--kube-version", kube_version]
     if values is not None:
         args += ["-f", str(values)]
     done = _run_helm(Path(helm), *args)
@@ -77,8 +80,9 @@ def _render(helm: str, values: Path | None, kube_version: str = KUBE_MIN) -> tup
     return tuple(doc for doc in yaml.safe_load_all(done.stdout) if doc)
 
 
-def render(helm: Path, values: Path | None, kube_version: str = KUBE_MIN) -> list[dict[str, Any]]:
-    return list(_render(str(helm), values, kube_version))
+def render(helm: Path, values: Path | None, kube_version: str = KUBE_MIN, release: str = RELEASE,
+           chart: Path = CHART) -> list[dict[str, Any]]:
+    return list(_render(str(helm), values, kube_version, release, chart))
 
 
 @functools.cache
@@ -123,7 +127,7 @@ def pod_template(workload: dict[str, Any]) -> dict[str, Any]:
 
 
 def workloads(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [d for d in docs if d["kind"] in ("Deployment", "CronJob")]
+    return [d for d in docs if d["kind"] in ("Deployment", "StatefulSet", "CronJob")]
 
 
 def container_port(container: dict[str, Any], port: int | str) -> int:
@@ -300,7 +304,8 @@ def test_chart_config_keys_are_exactly_the_loaders() -> None:
     except the keys the chart sets itself."""
     schema = json.loads((CHART / "values.schema.json").read_text())["properties"]
     chart_set = {
-        "controller": {"rest_port", "admin_token", "verification_dir"},  # ports, Secret, reports mount
+        # ports, Secret, reports mount, controller.tls Secret
+        "controller": {"rest_port", "admin_token", "verification_dir", "rest_tls_certfile", "rest_tls_keyfile"},
         "worker": {"id", "metrics_port", "route"},  # pod name, containerPorts.metrics, the pool's route
     }
     loader = {"controller": config.ControllerConfig, "worker": config.WorkerConfig}
@@ -361,7 +366,7 @@ def test_tls_files_come_from_the_named_secret_keys(helm: Path) -> None:
     assert source["ssl.certificate.location"] == "/etc/ureplicator/tls/source/client/user.crt"
     assert source["ssl.key.location"] == "/etc/ureplicator/tls/source/client/user.key"
     assert source["security.protocol"] == "SSL"
-    volumes = {v["name"]: v for v in pod_template(one(docs, "Deployment", "worker"))["spec"]["volumes"]}
+    volumes = {v["name"]: v for v in pod_template(one(docs, WORKER_KIND, "worker"))["spec"]["volumes"]}
     assert volumes["tls-source-ca"]["secret"]["secretName"] == "primary-ca"
     assert volumes["tls-source-client"]["secret"]["secretName"] == "primary-client"
 
@@ -424,7 +429,7 @@ def test_controller_probes_and_service_reach_the_rest_api(helm: Path, values: Pa
 def test_worker_probes_and_scrapes_reach_metrics(helm: Path, values: Path | None) -> None:
     docs = render(helm, values)
     metrics_port = rendered_config(docs)["worker"]["metrics_port"]
-    container = pod_template(one(docs, "Deployment", "worker"))["spec"]["containers"][0]
+    container = pod_template(one(docs, WORKER_KIND, "worker"))["spec"]["containers"][0]
     for name, path in (("readinessProbe", "/ready"), ("livenessProbe", "/healthz")):
         if values_of(values)["worker"][name]["enabled"]:
             probe = container[name]["httpGet"]
@@ -455,7 +460,8 @@ def test_service_monitors_scrape_metrics_where_each_process_serves_it(helm: Path
         services = [s for s in of_kind(docs, "Service") if _selects(monitor["spec"]["selector"]["matchLabels"],
                                                                       s["metadata"]["labels"])]
         assert len(services) == 1, f"{component}: the monitor must select one Service"
-        container = pod_template(one(docs, "Deployment", component))["spec"]["containers"][0]
+        kind = WORKER_KIND if component == "worker" else "Deployment"
+        container = pod_template(one(docs, kind, component))["spec"]["containers"][0]
         (port,) = [p for p in services[0]["spec"]["ports"] if p["name"] == endpoint["port"]]
         assert container_port(container, port["targetPort"]) == ports[component]
 
@@ -500,7 +506,7 @@ def test_the_metrics_docs_deploy_names_are_served() -> None:
 def test_workers_get_longer_to_stop_than_their_shutdown_timeout(helm: Path, values: Path | None) -> None:
     docs = render(helm, values)
     shutdown = rendered_config(docs)["worker"]["shutdown_timeout_s"]
-    grace = pod_template(one(docs, "Deployment", "worker"))["spec"]["terminationGracePeriodSeconds"]
+    grace = pod_template(one(docs, WORKER_KIND, "worker"))["spec"]["terminationGracePeriodSeconds"]
     assert grace > shutdown
 
 
@@ -543,10 +549,10 @@ def test_labels_and_selectors_pick_exactly_one_component(helm: Path, values: Pat
         if selector is not None:
             picked = [w for w, labels in pods.items() if _selects(selector, labels)]
             assert len(picked) == 1, f"{doc['kind']}/{name} selects {picked}"
-    for workload in of_kind(docs, "Deployment"):
+    for workload in of_kind(docs, "Deployment") + of_kind(docs, "StatefulSet"):
         assert _selects(workload["spec"]["selector"]["matchLabels"], pod_template(workload)["metadata"]["labels"])
     for hpa in of_kind(docs, "HorizontalPodAutoscaler"):
-        assert hpa["spec"]["scaleTargetRef"]["name"] == one(docs, "Deployment", "worker")["metadata"]["name"]
+        assert hpa["spec"]["scaleTargetRef"]["name"] == one(docs, WORKER_KIND, "worker")["metadata"]["name"]
 
 
 def _selector_of(doc: dict[str, Any]) -> dict[str, str] | None:
@@ -565,13 +571,13 @@ def _selects(selector: dict[str, str], labels: dict[str, str]) -> bool:
 
 def test_autoscaled_workers_leave_the_replica_count_to_the_hpa(helm: Path) -> None:
     scaled = render(helm, CHART / "ci" / "many-workers-values.yaml")
-    assert "replicas" not in one(scaled, "Deployment", "worker")["spec"]
+    assert "replicas" not in one(scaled, WORKER_KIND, "worker")["spec"]
     hpa = one(scaled, "HorizontalPodAutoscaler", "worker")
     assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (12, 48)
     assert {m["resource"]["name"] for m in hpa["spec"]["metrics"]} == {"cpu", "memory"}
 
     fixed = render(helm, MINIMAL_VALUES)
-    assert one(fixed, "Deployment", "worker")["spec"]["replicas"] == 3
+    assert one(fixed, WORKER_KIND, "worker")["spec"]["replicas"] == 3
     assert one(fixed, "Deployment", "controller")["spec"]["replicas"] == 2
     assert not of_kind(fixed, "HorizontalPodAutoscaler")
 
@@ -742,8 +748,8 @@ def test_notes_show_commands_the_cli_accepts(helm: Path, values: Path | None, tm
     assert done.returncode == 0, done.stderr
     notes = yaml.safe_load(done.stdout)["data"]["notes"]
 
-    commands = re.findall(r"ureplicator (topics [^'\n]*)", notes)
-    assert len(commands) >= 2, notes
+    commands = re.findall(r"ureplicator ((?:topics|status) [^'\n]*)", notes)
+    assert len(commands) >= 3, notes
     for command in commands:
         command = command.replace('"$UREPLICATOR_CONTROLLER_ADMIN_TOKEN"', "t0ken-123")
         parsed = cli._parser().parse_args(shlex.split(command))
@@ -751,6 +757,8 @@ def test_notes_show_commands_the_cli_accepts(helm: Path, values: Path | None, tm
     docs = render(helm, values)
     for kind, component in (("Deployment", "controller"), ("Service", "controller")):
         assert one(docs, kind, component)["metadata"]["name"] in notes
+    # the rollout command names the workers' real kind (a StatefulSet by default)
+    assert f"rollout status statefulset/{one(docs, WORKER_KIND, 'worker')['metadata']['name']}" in notes
 
 
 # --- the image ---------------------------------------------------------------------------------
@@ -868,3 +876,217 @@ def test_the_package_the_image_installs_has_every_data_file(tmp_path: Path) -> N
                 if line.startswith("Requires-Dist:")]
     spark = [line for line in requires if "pyspark" in line]
     assert spark and all('extra == "verifier"' in line for line in spark), "pyspark only with .[verifier]"
+
+
+# --- issue 27: stable worker ids, preflight, REST TLS, pools and routes ------------------------
+
+BASELINE = Path(__file__).parent / "helm_baseline"
+
+
+def _without_preflight(template: dict[str, Any]) -> dict[str, Any]:
+    spec = dict(template["spec"])
+    spec.pop("initContainers", None)
+    metadata = dict(template["metadata"])
+    metadata["annotations"] = {k: v for k, v in metadata.get("annotations", {}).items() if k != "checksum/config"}
+    return {**template, "spec": spec, "metadata": metadata}
+
+
+def _intended(doc: dict[str, Any]) -> dict[str, Any]:
+    """``doc`` with the changes issue 27 makes on purpose taken out (applied to old and new alike)."""
+    doc = json.loads(json.dumps(doc))
+    kind, labels = doc["kind"], doc["metadata"].get("labels", {})
+    if kind in ("Deployment", "StatefulSet") and labels.get("app.kubernetes.io/component") == "worker":
+        # 1. Workers are a StatefulSet: the pod template is today's; only the workload's kind and its
+        #    update fields (strategy -> updateStrategy, serviceName, podManagementPolicy) change.
+        spec = doc["spec"]
+        doc = {"kind": "worker-workload", "metadata": doc["metadata"], "spec": {
+            k: spec[k] for k in ("replicas", "minReadySeconds", "selector") if k in spec}}
+        doc["spec"]["template"] = _without_preflight(spec["template"])
+    elif kind == "Deployment":
+        # 2. The preflight init container (and the config checksum, since the config changed below).
+        doc["spec"]["template"] = _without_preflight(doc["spec"]["template"])
+    elif kind == "CronJob":
+        template = doc["spec"]["jobTemplate"]["spec"]["template"]
+        doc["spec"]["jobTemplate"]["spec"]["template"] = _without_preflight(template)
+    elif kind == "ServiceMonitor":
+        # 6. Every scraped series carries the pipeline label.
+        for endpoint in doc["spec"]["endpoints"]:
+            endpoint["relabelings"] = [r for r in endpoint.get("relabelings", []) if r.get("targetLabel") != "pipeline"]
+            if not endpoint["relabelings"]:
+                del endpoint["relabelings"]
+    elif kind == "HorizontalPodAutoscaler":
+        doc["spec"]["scaleTargetRef"]["kind"] = "worker-workload"
+    elif kind == "ConfigMap" and "config.yaml" in doc["data"]:
+        # 3. The restart grace default: 0 -> 120 s, so a restarted StatefulSet pod keeps its partitions;
+        #    and the new keys with their application defaults (heartbeat, RPO, destination topic safety).
+        rendered = yaml.safe_load(doc["data"]["config.yaml"])
+        for key in ("worker_restart_grace_s", "heartbeat_interval_s", "heartbeat_topic", "rpo_s",
+                    "destination_replication_factor", "destination_min_insync_replicas"):
+            rendered["controller"].pop(key, None)
+        doc["data"]["config.yaml"] = rendered
+    elif kind == "ConfigMap" and "ureplicator.json" in doc["data"]:
+        # 4. The dashboard's uid is the release's own, and a freshness row comes first (the rest moves down).
+        dashboard = json.loads(doc["data"]["ureplicator.json"])
+        dashboard.pop("uid")
+        dashboard["panels"] = [{k: v for k, v in p.items() if k != "gridPos"} for p in dashboard["panels"]
+                               if "heartbeat" not in json.dumps(p) and p["title"] != "Freshness"]
+        doc["data"]["ureplicator.json"] = dashboard
+    elif kind == "PrometheusRule":
+        # 5. New alerts (records expired, freshness above the RPO, assigned but not mirroring, group sync
+        #    stale), and a verification alert that a later successful run clears.
+        new = {"UReplicatorRecordsExpired", "UReplicatorFreshnessAboveRpo", "UReplicatorNotMirroring",
+               "UReplicatorGroupSyncStale"}
+        for group in doc["spec"]["groups"]:
+            group["rules"] = [r for r in group["rules"] if r.get("alert") not in new]
+            for rule in group["rules"]:
+                if rule.get("alert") == "UReplicatorVerificationFailed":
+                    rule["expr"] = "<changed on purpose>"
+    return doc
+
+
+def _keyed(docs: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
+    out = {}
+    for doc in docs:
+        kind = "worker-workload" if doc["kind"] in ("Deployment", "StatefulSet") and doc["metadata"]["labels"].get(
+            "app.kubernetes.io/component") == "worker" else doc["kind"]
+        out[(kind, doc["metadata"]["name"])] = doc
+    return out
+
+
+@pytest.mark.parametrize("values", CI_VALUES, ids=VALUES_IDS)
+def test_todays_values_render_todays_manifests_but_for_the_intended_changes(helm: Path, values: Path) -> None:
+    # Given the manifests today's chart rendered for each ci values file (helm_baseline/README.md)
+    before = _keyed([d for d in yaml.safe_load_all((BASELINE / f"{values.name.removesuffix('-values.yaml')}.yaml")
+                                                   .read_text()) if d])
+    # When the same values render with this chart
+    after = _keyed(render(helm, values))
+    # Then the only new object is the preflight's helm test Pod, and nothing disappeared
+    added = set(after) - set(before)
+    assert {kind for kind, _ in added} <= {"Pod"}, added
+    assert all(after[key]["metadata"]["annotations"]["helm.sh/hook"] == "test" for key in added)
+    assert set(before) - set(after) == set()
+    # And every object is unchanged except for the listed, intended changes
+    for key, old in before.items():
+        assert _intended(after[key]) == _intended(old), f"{key} changed beyond the intended changes"
+    # And the one switch is visible: the workers are a StatefulSet now (a Deployment before)
+    assert [d["kind"] for (kind, _), d in before.items() if kind == "worker-workload"] == ["Deployment"]
+    assert [d["kind"] for (kind, _), d in after.items() if kind == "worker-workload"] == ["StatefulSet"]
+
+
+def test_every_scraped_series_carries_the_pipeline(helm: Path) -> None:
+    values = next(v for v in CI_VALUES if v.name == "many-workers-values.yaml")
+    monitors = of_kind(render(helm, values), "ServiceMonitor")
+    assert len(monitors) == 2
+    for monitor in monitors:
+        (endpoint,) = monitor["spec"]["endpoints"]
+        assert endpoint["relabelings"][0] == {"targetLabel": "pipeline", "replacement": values_of(values)["pipeline"]}
+
+
+def test_statefulset_workers_have_stable_ids_and_the_deployment_stays_an_option(helm: Path, tmp_path: Path) -> None:
+    docs = render(helm, MINIMAL_VALUES)
+    workers = one(docs, "StatefulSet", "worker")
+    spec = workers["spec"]
+    # The pod name is the worker id; a StatefulSet's pod names are <name>-0..N-1 and survive restarts
+    env = {e["name"]: e for e in pod_template(workers)["spec"]["containers"][0]["env"]}
+    assert env["UREPLICATOR_WORKER_ID"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    assert spec["serviceName"] == one(docs, "Service", "worker")["metadata"]["name"]
+    assert one(docs, "Service", "worker")["spec"]["clusterIP"] == "None"
+    assert spec["podManagementPolicy"] == "Parallel" and spec["updateStrategy"]["type"] == "RollingUpdate"
+    # And the controller keeps a departed worker's partitions long enough for the pod to come back
+    assert rendered_config(docs)["controller"]["worker_restart_grace_s"] >= 60
+
+    deployment = tmp_path / "deployment.yaml"
+    deployment.write_text(MINIMAL_VALUES.read_text() + "\nworker:\n  kind: Deployment\n")
+    docs = render(helm, deployment)
+    assert one(docs, "Deployment", "worker")["spec"]["strategy"]["rollingUpdate"]["maxSurge"] == 1
+    assert not of_kind(docs, "StatefulSet")
+
+
+def test_preflight_runs_as_an_init_container_and_a_helm_test_with_each_pods_config(helm: Path) -> None:
+    docs = render(helm, next(v for v in CI_VALUES if v.name == "sasl-values.yaml"))
+    parser = cli._parser()
+    for kind, component in (("Deployment", "controller"), (WORKER_KIND, "worker")):
+        spec = pod_template(one(docs, kind, component))["spec"]
+        (init,) = spec["initContainers"]
+        main = spec["containers"][0]
+        assert init["name"] == "preflight" and init["image"] == main["image"]
+        args = parser.parse_args(init["args"])
+        assert args.command == "check" and args.config == CONFIG_PATH
+        # the same credentials (SASL password Secret) and the same mounted files as the process it guards
+        assert [e for e in init["env"] if e["name"] != "UREPLICATOR_LOG_LEVEL"] == [
+            e for e in main["env"] if e["name"].startswith(("UREPLICATOR_SOURCE", "UREPLICATOR_DESTINATION",
+                                                            "UREPLICATOR_ZOOKEEPER"))]
+        assert {m["mountPath"] for m in init["volumeMounts"]} <= {m["mountPath"] for m in main["volumeMounts"]}
+    (test_pod,) = of_kind(docs, "Pod")
+    assert test_pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    assert parser.parse_args(test_pod["spec"]["containers"][0]["args"]).command == "check"
+    assert test_pod["spec"]["restartPolicy"] == "Never"
+
+
+def test_rest_tls_comes_from_a_secret_and_the_probes_speak_https(helm: Path, tmp_path: Path) -> None:
+    values = tmp_path / "tls.yaml"
+    values.write_text(MINIMAL_VALUES.read_text() + "\ncontroller:\n  adminToken:\n    existingSecret: admin\n"
+                      "  tls:\n    enabled: true\n    existingSecret: rest-cert\n")
+    docs = render(helm, values)
+    controller = pod_template(one(docs, "Deployment", "controller"))["spec"]
+    container = controller["containers"][0]
+    rendered = rendered_config(docs)["controller"]
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in controller["volumes"]}
+    assert volumes["rest-tls"]["secret"]["secretName"] == "rest-cert"
+    assert rendered["rest_tls_certfile"] == f"{mounts['rest-tls']}/tls.crt"
+    assert rendered["rest_tls_keyfile"] == f"{mounts['rest-tls']}/tls.key"
+    assert container["readinessProbe"]["httpGet"]["scheme"] == "HTTPS"
+    assert container["livenessProbe"]["httpGet"]["scheme"] == "HTTPS"
+    values.write_text(MINIMAL_VALUES.read_text() + "\ncontroller:\n  tls:\n    enabled: true\n")
+    done = _run_helm(helm, "template", RELEASE, str(CHART), "-f", str(values))
+    assert done.returncode != 0 and "controller.tls.existingSecret: required" in done.stderr
+
+
+def test_worker_pools_render_one_workload_each_and_a_pinned_pool_sets_its_route(helm: Path, tmp_path: Path) -> None:
+    values = tmp_path / "pools.yaml"
+    values.write_text(MINIMAL_VALUES.read_text() + """
+workerPools:
+  - name: east
+    replicas: 2
+    nodeSelector: {topology.kubernetes.io/zone: east-1a}
+    route: dc1-to-dc2
+  - name: shared
+    replicas: 4
+""")
+    docs = render(helm, values)
+    pools = {d["metadata"]["name"]: d for d in of_kind(docs, WORKER_KIND)}
+    east, shared = pools[f"{RELEASE}-ureplicator-worker-east"], pools[f"{RELEASE}-ureplicator-worker-shared"]
+    assert (east["spec"]["replicas"], shared["spec"]["replicas"]) == (2, 4)
+    assert pod_template(east)["spec"]["nodeSelector"] == {"topology.kubernetes.io/zone": "east-1a"}
+    assert "nodeSelector" not in pod_template(shared)["spec"]
+    env = {p: {e["name"]: e.get("value") for e in pod_template(d)["spec"]["containers"][0]["env"]}
+           for p, d in (("east", east), ("shared", shared))}
+    assert env["east"]["UREPLICATOR_WORKER_ROUTE"] == "dc1-to-dc2" and "UREPLICATOR_WORKER_ROUTE" not in env["shared"]
+    # each workload selects its own pods only; the metrics Service and the PDB see every worker
+    for pool in (east, shared):
+        picked = [d for d in (east, shared) if _selects(pool["spec"]["selector"]["matchLabels"],
+                                                        pod_template(d)["metadata"]["labels"])]
+        assert picked == [pool]
+    metrics = one(docs, "Service", "worker")
+    assert all(_selects(metrics["spec"]["selector"], pod_template(d)["metadata"]["labels"]) for d in (east, shared))
+    for version in (KUBE_MIN, KUBE_MAX):
+        for doc in render(helm, values, version):
+            if (doc["apiVersion"], doc["kind"]) not in CUSTOM_KINDS:
+                kubernetes_validate.validate(doc, version, strict=True)
+
+
+def test_routes_render_the_clusters_and_routes_of_the_config_contract(helm: Path, tmp_path: Path) -> None:
+    values = tmp_path / "routes.yaml"
+    values.write_text(MINIMAL_VALUES.read_text() + """
+routes:
+  - {id: s-to-t, source: source, destination: target, topic_naming: prefix, forward: origin}
+""")
+    rendered = rendered_config(render(helm, values))
+    assert rendered["routes"] == [{"id": "s-to-t", "source": "source", "destination": "target",
+                                   "topic_naming": "prefix", "forward": "origin"}]
+    assert set(rendered["clusters"]) == {"source", "target"}
+    assert rendered["clusters"]["source"]["bootstrap_servers"] == rendered["source"]["bootstrap_servers"]
+    values.write_text(MINIMAL_VALUES.read_text() + "\nroutes:\n  - {id: x, source: source, destination: nowhere}\n")
+    done = _run_helm(helm, "template", RELEASE, str(CHART), "-f", str(values))
+    assert done.returncode != 0 and 'routes[0].destination: "nowhere" is not a key of clusters' in done.stderr

@@ -21,7 +21,7 @@ import yaml
 from prometheus_client import CollectorRegistry, generate_latest
 
 from tests.support.verifier_samples import sample_report
-from tests.unit.test_helm import CHART, CI_VALUES, MINIMAL_VALUES, NAMESPACE, of_kind, one, render, values_of
+from tests.unit.test_helm import CHART, CI_VALUES, MINIMAL_VALUES, NAMESPACE, RELEASE, of_kind, one, render, values_of
 
 DASHBOARD = CHART / "dashboards" / "ureplicator.json"
 SCHEMA = Path(__file__).resolve().parents[1] / "support" / "grafana-dashboard.schema.json"
@@ -32,8 +32,10 @@ METRIC = re.compile(r"\b(ureplicator_\w+)")
 @pytest.fixture(scope="session")
 def served(tmp_path_factory) -> set[str]:
     """Every ureplicator_* sample and family name the worker, controller and verification views expose."""
+    from controller import heartbeat
     from controller.metrics import ControllerMetrics
     from controller.verification_api import register_metrics
+    from failover.sync import GroupSyncMetrics
     from reports.store import ReportStore
     from worker.metrics import WorkerMetrics
 
@@ -46,7 +48,10 @@ def served(tmp_path_factory) -> set[str]:
     ReportStore(reports).save(sample_report().to_dict())
     verification = CollectorRegistry()
     register_metrics(verification, reports)
-    exposition = b"".join(generate_latest(r) for r in (worker.registry, ControllerMetrics().registry, verification))
+    controller = ControllerMetrics().registry
+    heartbeat.register_metrics(controller, "p", lambda: 3.0)
+    GroupSyncMetrics(controller)
+    exposition = b"".join(generate_latest(r) for r in (worker.registry, controller, verification))
     return set(re.findall(r"^(?:# TYPE )?(ureplicator_\w+)", exposition.decode(), re.MULTILINE))
 
 
@@ -92,6 +97,13 @@ def test_dashboard_shows_lag_throughput_latency_handoffs_and_the_verdict() -> No
         assert metric in queries, f"the dashboard has no panel on {metric}"
 
 
+def test_dashboard_shows_freshness_first() -> None:
+    panels = sorted(dashboard()["panels"], key=lambda p: (p["gridPos"]["y"], p["gridPos"]["x"]))
+    first_queries = [t["expr"] for p in panels[:3] for t in p.get("targets", [])]
+    assert panels[0]["type"] == "row" and panels[0]["title"] == "Freshness"
+    assert first_queries and all("ureplicator_heartbeat_age_seconds" in q for q in first_queries)
+
+
 def test_dashboard_queries_name_only_served_metrics(served: set[str]) -> None:
     named = {m for _, expr in dashboard_queries() for m in METRIC.findall(expr)}
     assert named and named <= served, f"not served: {sorted(named - served)}"
@@ -112,7 +124,12 @@ def test_dashboard_queries_are_valid_promql(promtool: Path, tmp_path: Path) -> N
 def test_the_chart_ships_the_dashboard_unchanged_for_grafanas_sidecar(helm: Path) -> None:
     many = next(v for v in CI_VALUES if v.name == "many-workers-values.yaml")
     (config_map,) = [d for d in of_kind(render(helm, many), "ConfigMap") if "ureplicator.json" in d["data"]]
-    assert json.loads(config_map["data"]["ureplicator.json"]) == dashboard()
+    # The same dashboard, with a uid of this release's own: two releases never share one
+    shipped = json.loads(config_map["data"]["ureplicator.json"])
+    assert shipped == {**dashboard(), "uid": f"urep-{NAMESPACE}-{RELEASE}"}
+    other = json.loads(next(d for d in of_kind(render(helm, many, release="other"), "ConfigMap")
+                            if "ureplicator.json" in d["data"])["data"]["ureplicator.json"])
+    assert other["uid"] != shipped["uid"] and len(other["uid"]) <= 40
     assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"
     assert config_map["metadata"]["namespace"] == "monitoring"
     assert not [d for d in of_kind(render(helm, MINIMAL_VALUES), "ConfigMap") if "ureplicator.json" in d["data"]]
@@ -131,7 +148,8 @@ def test_rendered_rules_pass_promtool_and_name_only_served_metrics(
     alerts = {r["alert"] for g in rule["spec"]["groups"] for r in g["rules"]}
     assert {"UReplicatorLagGrowing", "UReplicatorProduceErrors", "UReplicatorPartitionsWithoutOwner",
             "UReplicatorNoLeader", "UReplicatorReleaseCommitFailures", "UReplicatorPartitionRewinds",
-            "UReplicatorElectionErrors", "UReplicatorVerificationFailed", "UReplicatorVerificationMissing"} <= alerts
+            "UReplicatorElectionErrors", "UReplicatorVerificationFailed", "UReplicatorVerificationMissing",
+            "UReplicatorRecordsExpired", "UReplicatorFreshnessAboveRpo", "UReplicatorNotMirroring"} <= alerts
     named = {m for g in rule["spec"]["groups"] for r in g["rules"] for m in METRIC.findall(r["expr"])}
     assert named <= served, f"not served: {sorted(named - served)}"
 
@@ -197,6 +215,13 @@ def test_each_alert_fires_in_its_scenario_and_stays_quiet_when_healthy(helm: Pat
     every_10m = " ".join(str(4 * (minute // 10)) for minute in range(61))
     election_errors = f'ureplicator_controller_election_errors_total{{{controller}, pod="c-0"}}'
     replacements = f'ureplicator_worker_producer_replacements_total{{{workers}, pod="w-1"}}'
+    expired = f'ureplicator_worker_records_expired_total{{{workers}, pod="w-1", topic="orders"}}'
+    mirrored = f'ureplicator_worker_records_mirrored_total{{{workers}, pod="w-1", topic="orders"}}'
+    heartbeat_age = f'ureplicator_heartbeat_age_seconds{{{controller}, pod="c-0", pipeline="{pipeline}"}}'
+    cronjob = one(docs, "CronJob", "verifier")["metadata"]["name"]
+    failed_job = f'kube_job_status_failed{{namespace="{NAMESPACE}", job_name="{verifier_job}"}}'
+    job_start = f'kube_job_status_start_time{{namespace="{NAMESPACE}", job_name="{verifier_job}"}}'
+    last_success = f'kube_cronjob_status_last_successful_time{{namespace="{NAMESPACE}", cronjob="{cronjob}"}}'
     tests = [
         # When lag grows by 500 records a minute for 40 minutes, then it alerts; a high steady lag does not
         alert("UReplicatorLagGrowing", "40m", [(lag, "2000+500x40")],
@@ -244,6 +269,31 @@ def test_each_alert_fires_in_its_scenario_and_stays_quiet_when_healthy(helm: Pat
         alert("UReplicatorVerificationFailed", "5m",
               [(f'kube_job_status_failed{{namespace="{NAMESPACE}", job_name="{verifier_job}"}}', "1x5")],
               {**severity["critical"], "job_name": verifier_job}),
+        # When it failed after the CronJob's last success; not once a later run succeeded (the failed Job lingers)
+        alert("UReplicatorVerificationFailed", "5m",
+              [(failed_job, "1x5"), (job_start, "9000x5"), (last_success, "5000x5")],
+              {**severity["critical"], "job_name": verifier_job}),
+        alert("UReplicatorVerificationFailed", "5m",
+              [(failed_job, "1x5"), (job_start, "1000x5"), (last_success, "5000x5")], None),
+        # When retention deleted source records before they were mirrored (data loss); not when none expired
+        alert("UReplicatorRecordsExpired", "10m", [(expired, "0x5 40x5")],
+              {**severity["critical"], "topic": "orders"},
+              {**_annotations(groups, "UReplicatorRecordsExpired"),
+               "summary": "Records of orders expired on the source before they were mirrored: data loss",
+               "description": _annotations(groups, "UReplicatorRecordsExpired")["description"].replace(
+                   "{{ $value | humanize }}", "40")}),
+        alert("UReplicatorRecordsExpired", "30m", [(expired, "0x30")], None),
+        # When the newest heartbeat on the destination is older than the RPO (300 s) for 2 minutes; not at 10 s
+        alert("UReplicatorFreshnessAboveRpo", "10m", [(heartbeat_age, "10+60x10")], severity["critical"],
+              {**_annotations(groups, "UReplicatorFreshnessAboveRpo"),
+               "summary": "The destination is more than the RPO behind the source (newest heartbeat 10m 10s old)"}),
+        alert("UReplicatorFreshnessAboveRpo", "10m", [(heartbeat_age, "10x10")], None),
+        # When a topic has lag and nothing was mirrored for 10+10 minutes; not while records flow
+        alert("UReplicatorNotMirroring", "30m", [(lag, "500x30"), (mirrored, "100x30")],
+              {**severity["warning"], "topic": "orders"},
+              {**_annotations(groups, "UReplicatorNotMirroring"),
+               "summary": "orders is assigned and has lag, but nothing was mirrored for 10 minutes"}),
+        alert("UReplicatorNotMirroring", "30m", [(lag, "500x30"), (mirrored, "100+100x30")], None),
     ]
     output = _alert_test(promtool, tmp_path, groups, tests)
     assert "SUCCESS" in output

@@ -135,6 +135,12 @@ Call with (dict "role" "source" "cluster" $cluster); prints YAML.
 {{- if .Values.controller.verificationReports.enabled -}}
 {{- $_ := set $controller "verification_dir" "/reports" -}}
 {{- end -}}
+{{- with .Values.controller.tls -}}
+{{- if .enabled -}}
+{{- $_ := set $controller "rest_tls_certfile" (printf "/etc/ureplicator/tls/rest/%s" .certificate) -}}
+{{- $_ := set $controller "rest_tls_keyfile" (printf "/etc/ureplicator/tls/rest/%s" .key) -}}
+{{- end -}}
+{{- end -}}
 {{- $worker := deepCopy (.Values.worker.config | default dict) -}}
 {{- $_ := set $worker "metrics_port" .Values.worker.containerPorts.metrics -}}
 {{- $config := dict
@@ -144,7 +150,51 @@ Call with (dict "role" "source" "cluster" $cluster); prints YAML.
       "destination" $sections.destination
       "controller" $controller
       "worker" $worker -}}
+{{- if .Values.routes -}}
+{{- /* Many routes (docs/routes.md): every cluster a route names, and the routes themselves. */ -}}
+{{- $clusters := dict -}}
+{{- $routes := list -}}
+{{- range $route := .Values.routes -}}
+{{- range $key := list $route.source $route.destination -}}
+{{- $cluster := index $.Values.clusters $key -}}
+{{- $_ := set $clusters (default $key $cluster.alias) (dict
+      "bootstrap_servers" $cluster.bootstrapServers
+      "properties" (include "ureplicator.clusterProperties" (dict "role" $key "cluster" $cluster) | fromYaml)) -}}
+{{- end -}}
+{{- $entry := dict "id" $route.id
+      "source" (default $route.source (index $.Values.clusters $route.source).alias)
+      "destination" (default $route.destination (index $.Values.clusters $route.destination).alias) -}}
+{{- with $route.topic_naming }}{{ $_ := set $entry "topic_naming" . }}{{ end -}}
+{{- with $route.forward }}{{ $_ := set $entry "forward" . }}{{ end -}}
+{{- $routes = append $routes $entry -}}
+{{- end -}}
+{{- $_ := set $config "clusters" $clusters -}}
+{{- $_ := set $config "routes" $routes -}}
+{{- end -}}
 {{- toYaml $config -}}
+{{- end -}}
+
+{{/*
+`ureplicator check` before the process starts (preflight.initContainer): same image, config,
+environment and mounts as the container it guards. Call with the component's context.
+*/}}
+{{- define "ureplicator.preflightInitContainer" -}}
+{{- if .root.Values.preflight.initContainer }}
+initContainers:
+  - name: preflight
+    image: {{ include "ureplicator.image" (dict "root" .root "image" .root.Values.image) }}
+    imagePullPolicy: {{ .root.Values.image.pullPolicy }}
+    args: ["check", "--config", {{ include "ureplicator.configPath" .root | quote }}, "--timeout", {{ .root.Values.preflight.timeoutSeconds | toString | quote }}]
+    env:
+      {{- include "ureplicator.commonEnv" . | nindent 6 }}
+    {{- with .root.Values.preflight.resources }}
+    resources:
+      {{- toYaml . | nindent 6 }}
+    {{- end }}
+    {{- include "ureplicator.containerSecurityContext" .values.containerSecurityContext | trim | nindent 4 }}
+    volumeMounts:
+      {{- include "ureplicator.commonVolumeMounts" . | nindent 6 }}
+{{- end }}
 {{- end -}}
 
 {{/*

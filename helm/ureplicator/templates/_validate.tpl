@@ -12,6 +12,20 @@ looks up a cluster calls first, so no template trips over a missing cluster befo
 {{- fail (printf "%s: %q is not a key of clusters (clusters has: %s)" $key $name $names) -}}
 {{- end -}}
 {{- end -}}
+{{- /* --- routes, worker pools, REST TLS (issue 27 / routes) --- */ -}}
+{{- range $i, $route := $v.routes | default list -}}
+{{- range $side := list "source" "destination" -}}
+{{- if not (hasKey $v.clusters (index $route $side)) -}}
+{{- fail (printf "routes[%d].%s: %q is not a key of clusters (clusters has: %s)" $i $side (index $route $side) $names) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- if and $v.workerPools $v.worker.autoscaling.enabled -}}
+{{- fail "worker.autoscaling.enabled: not supported with workerPools (set each pool's replicas instead)" -}}
+{{- end -}}
+{{- if and $v.controller.tls.enabled (not $v.controller.tls.existingSecret) -}}
+{{- fail "controller.tls.existingSecret: required when controller.tls.enabled (a Secret with the certificate and key)" -}}
+{{- end -}}
 {{- if eq $v.sourceCluster $v.targetCluster -}}
 {{- fail (printf "targetCluster: must differ from sourceCluster (both are %q)" $v.sourceCluster) -}}
 {{- end -}}

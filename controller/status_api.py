@@ -1,0 +1,402 @@
+"""One answer to "is it healthy?": ``GET /status`` (JSON) and ``GET /ui`` (the same, as an HTML page).
+
+:func:`evaluate` is pure: from a :class:`View` of ZooKeeper, the leader and the verifier it
+builds the document, and lists the *problems* (what needs a person). ``ureplicator status``
+exits non-zero exactly when that list is not empty. The Blueprint reads the view (ZooKeeper,
+a source consumer for the age of the oldest unmirrored record, the verifier's summary) and
+renders it; the page uses the API's rules (read-only GETs need no token).
+
+Lag in seconds is the age of the oldest record not yet mirrored: the CreateTime of the record
+at the committed offset. It is 0 when the lag is 0 and ``None`` ("unknown") when the record
+could not be read in time.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import KafkaException, TopicPartition
+from flask import Blueprint, Response, abort, current_app, jsonify, render_template_string, send_file
+
+from common import autherrors, kafka, logs, zk
+from common.zkschema import Assignment, TopicRecord, WorkerStatus
+
+log = logs.get(__name__)
+
+# How long a worker that vanished stays on the page (as "lost") after its last sighting.
+LOST_MEMORY_S = 900.0
+# Partitions whose age the status reads per request (one fetch each); the rest say "unknown".
+MAX_AGE_PROBES = 200
+
+
+@dataclass(frozen=True)
+class View:
+    """Everything :func:`evaluate` reads; no client, no clock."""
+
+    pipeline: str
+    topics: dict[str, TopicRecord]
+    live: frozenset[str]
+    blacklisted_workers: frozenset[str]
+    blacklisted_partitions: frozenset[str]
+    assignments: dict[str, Assignment]
+    statuses: dict[str, WorkerStatus]
+    lost: dict[str, float] = field(default_factory=dict)  # worker -> last seen (epoch s), gone now
+    leader: str | None = None
+    is_leader: bool = False
+    zookeeper: str = "connected"
+    withheld: frozenset[tuple[str, int]] | None = None  # known on the leader only
+    lag_seconds: dict[tuple[str, int], float] = field(default_factory=dict)
+    noprogress_threshold_s: float = 60.0
+    group_sync_enabled: bool = False
+    group_sync_interval_s: float = 60.0
+    group_sync_last: float | None = None
+    leader_since: float | None = None
+    verification: dict[str, Any] | None = None
+    verification_configured: bool = False
+    report_url: str | None = None
+    # cluster alias -> what it said, when it refused the controller's credentials (common.autherrors)
+    auth_failures: dict[str, str] = field(default_factory=dict)
+    heartbeat_enabled: bool = False
+    freshness_s: float | None = None  # age of the newest heartbeat on the destination (controller/heartbeat.py)
+    rpo_s: float = 300.0
+
+
+def evaluate(view: View, now: float) -> dict[str, Any]:
+    """The status document; ``healthy`` is False when ``problems`` is not empty."""
+    problems: list[str] = []
+    if view.zookeeper != "connected":
+        problems.append(f"this controller's ZooKeeper session is {view.zookeeper}")
+    if view.leader is None:
+        problems.append("no controller is the leader: assignments do not change")
+    for alias, message in sorted(view.auth_failures.items()):
+        problems.append(f"cluster {alias} refused this controller's credentials: {message}")
+
+    owners = {tp: w for w, a in view.assignments.items() for tp in a.partitions}
+    applied = {tp: (w, st) for w, s in view.statuses.items() for tp, st in s.partitions.items()}
+
+    workers = _workers(view, owners, now)
+    problems += [f"worker {w['worker']} is {w['health']}: {w['detail']}" for w in workers if w["problem"]]
+
+    partitions, withheld, unowned, stuck = [], [], [], []
+    for name, record in sorted(view.topics.items()):
+        for p in range(record.partitions):
+            row = _partition(view, record, p, owners, applied, now)
+            partitions.append(row)
+            key = f"{name}:{p}"
+            if row["health"] == "withheld":
+                withheld.append(key)
+            elif row["health"] in ("unowned", "owner down"):
+                unowned.append(key)
+            elif row["health"] in ("stuck", "error"):
+                stuck.append(key)
+    if unowned:
+        problems.append(f"{len(unowned)} partition(s) are not being mirrored: {_few(unowned)}")
+    if stuck:
+        problems.append(f"{len(stuck)} partition(s) are stuck or failing: {_few(stuck)}")
+
+    group_sync = None
+    if view.group_sync_enabled:
+        age = None if not view.group_sync_last else round(now - view.group_sync_last, 1)
+        stale_after = 3 * view.group_sync_interval_s
+        stale = view.is_leader and (
+            age > stale_after if age is not None
+            else view.leader_since is not None and now - view.leader_since > stale_after
+        )
+        group_sync = {"last_sync_at": _iso(view.group_sync_last) if view.group_sync_last else None,
+                      "age_s": age, "stale": bool(stale)}
+        if stale:
+            problems.append(f"consumer-group sync has not completed for {age if age is not None else 'ever'}"
+                            f"{'s' if age is not None else ''} (interval {view.group_sync_interval_s:.0f}s)")
+
+    freshness = None
+    if view.heartbeat_enabled:
+        late = view.freshness_s is not None and view.freshness_s > view.rpo_s
+        never = view.freshness_s is None and view.leader_since is not None and now - view.leader_since > view.rpo_s
+        freshness = {"age_s": None if view.freshness_s is None else round(view.freshness_s, 1),
+                     "rpo_s": view.rpo_s, "late": late or never}
+        if late:
+            problems.append(f"freshness: the newest heartbeat on the destination is {view.freshness_s:.0f}s old "
+                            f"(RPO {view.rpo_s:.0f}s)")
+        elif never:
+            problems.append(f"freshness: no heartbeat has reached the destination in {view.rpo_s:.0f}s (RPO)")
+
+    verification = None
+    if view.verification is not None:
+        finished = view.verification.get("finished_at")
+        verification = {
+            "run_id": view.verification.get("run_id"),
+            "status": view.verification.get("status"),
+            "finished_at": finished,
+            "age_s": _age(finished, now),
+            "report": view.report_url,
+        }
+        if verification["status"] in ("FAIL", "ERROR"):
+            problems.append(f"the last verification ({verification['run_id']}) is {verification['status']}")
+
+    return {
+        "pipeline": view.pipeline,
+        "generated_at": _iso(now),
+        "healthy": not problems,
+        "problems": problems,
+        "zookeeper": view.zookeeper,
+        "leader": view.leader,
+        "workers": workers,
+        "partitions": partitions,
+        "withheld": withheld if view.withheld is not None else None,
+        "unowned": unowned,
+        "stuck": stuck,
+        "freshness": freshness,
+        "group_sync": group_sync,
+        "verification": verification,
+        "verification_configured": view.verification_configured,
+        "auth_failures": view.auth_failures,
+    }
+
+
+def _workers(view: View, owners: dict[tuple[str, int], str], now: float) -> list[dict[str, Any]]:
+    rows = []
+    names = set(view.live) | set(view.assignments) | set(view.lost) | set(view.blacklisted_workers)
+    for worker in sorted(names):
+        status = view.statuses.get(worker)
+        assignment = view.assignments.get(worker)
+        assigned = sum(1 for w in owners.values() if w == worker)
+        live = worker in view.live
+        if worker in view.blacklisted_workers:
+            health, detail, problem = "draining", "blacklisted: gets no partitions", False
+        elif not live:
+            since = view.lost.get(worker)
+            gone = f" for {now - since:.0f}s" if since else ""
+            health, problem = "lost", bool(assigned)
+            detail = (f"not running{gone}; {assigned} partition(s) wait for it (restart grace)" if assigned
+                      else f"not running{gone}; holds no partitions")
+        elif status is None:
+            health, detail, problem = "starting", "registered, no status yet", False
+        else:
+            errors = [st.error for st in status.partitions.values() if st.error]
+            synced = assignment is None or (status.generation == assignment.generation
+                                            and status.owned == assignment.partitions)
+            if errors:
+                health, detail, problem = "error", errors[0], True
+            elif not synced:
+                health, detail, problem = "syncing", "applying a new assignment", False
+            else:
+                health, detail, problem = "ok", "", False
+        rows.append({
+            "worker": worker, "live": live, "health": health, "detail": detail, "problem": problem,
+            "blacklisted": worker in view.blacklisted_workers, "assigned": assigned,
+            "applied": len(status.partitions) if status else 0,
+            "generation": status.generation if status else None,
+            "records_per_s": round(sum(s.records_per_s for s in status.partitions.values()), 1) if status else 0.0,
+            "lag": sum(max(s.lag, 0) for s in status.partitions.values()) if status else None,
+        })
+    return rows
+
+
+def _partition(view: View, record: TopicRecord, p: int, owners: dict[tuple[str, int], str],
+               applied: dict[tuple[str, int], tuple[str, Any]], now: float) -> dict[str, Any]:
+    tp = (record.topic, p)
+    owner = owners.get(tp)
+    applied_by, st = applied.get(tp, (None, None))
+    lag = st.lag if st is not None and st.lag >= 0 else None
+    if lag == 0:
+        lag_s: float | None = 0.0
+    else:
+        lag_s = view.lag_seconds.get(tp)
+    stalled_for = now - st.last_progress_at if st is not None and st.last_progress_at else None
+    if record.state == "paused":
+        health, detail = "paused", "topic paused"
+    elif f"{record.topic}:{p}" in view.blacklisted_partitions:
+        health, detail = "blacklisted", "partition blacklisted"
+    elif owner is None and view.withheld is not None and tp in view.withheld:
+        health, detail = "withheld", "in hand-off: waits for its previous owner to commit"
+    elif owner is None:
+        health, detail = "unowned", "no worker is assigned"
+    elif owner not in view.live:
+        health, detail = "owner down", f"owner {owner} is not running"
+    elif st is not None and st.error:
+        health, detail = "error", st.error
+    elif st is not None and lag and stalled_for is not None and stalled_for > view.noprogress_threshold_s:
+        health, detail = "stuck", f"no progress for {stalled_for:.0f}s with {lag} records to mirror"
+    elif applied_by is None:
+        health, detail = "starting", f"assigned to {owner}, not applied yet"
+    else:
+        health, detail = "ok", ""
+    return {
+        "topic": record.topic, "partition": p, "destination": record.destination, "owner": owner,
+        "applied_by": applied_by, "committed": st.committed if st is not None and st.committed >= 0 else None,
+        "lag_records": lag, "lag_seconds": None if lag_s is None else round(lag_s, 1),
+        "records_per_s": round(st.records_per_s, 1) if st is not None else None,
+        "last_error": st.error if st is not None else None, "health": health, "detail": detail,
+        "problem": health in ("unowned", "owner down", "error", "stuck"),
+    }
+
+
+def _finite(value: float | None) -> float | None:
+    return None if value is None or value != value else value  # NaN: no heartbeat seen yet
+
+
+def _few(items: list[str], n: int = 5) -> str:
+    return ", ".join(items[:n]) + (f" and {len(items) - n} more" if len(items) > n else "")
+
+
+def _iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="seconds")
+
+
+def _age(iso: Any, now: float) -> float | None:
+    if not isinstance(iso, str):
+        return None
+    try:
+        parsed = datetime.fromisoformat(iso.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=timezone.utc)
+    return round(now - parsed.timestamp(), 1)
+
+
+# --- reading the view ----------------------------------------------------------------------------
+
+
+class _Reader:
+    """The I/O side: ZooKeeper reads, workers' last sightings, and record ages from the source."""
+
+    def __init__(self) -> None:
+        self.reports_dir: Path | None = None
+        self._seen: dict[str, float] = {}
+        self._lock = threading.Lock()
+        self._consumer: Any = None
+        self._leader_since: float | None = None
+
+    def view(self, ctl: Any, now: float) -> View:
+        config, client, paths = ctl.config, ctl.zk, ctl.paths
+        self.reports_dir = reports_dir(ctl)
+        topics = zk.read_topics(client, paths)
+        live = frozenset(zk.live_workers(client, paths))
+        assignments = zk.read_assignments(client, paths)
+        statuses = zk.read_statuses(client, paths)
+        with self._lock:
+            for worker in live:
+                self._seen[worker] = now
+            lost = {w: t for w, t in self._seen.items() if w not in live and now - t < LOST_MEMORY_S}
+            for worker in [w for w, t in self._seen.items() if now - t >= LOST_MEMORY_S]:
+                del self._seen[worker]
+        state = ctl.leadership.state
+        if state.is_leader and self._leader_since is None:
+            self._leader_since = now
+        elif not state.is_leader:
+            self._leader_since = None
+        registry = ctl.leadership.metrics.registry
+        last_sync = registry.get_sample_value("ureplicator_groupsync_last_sync_timestamp_seconds")
+        verification, report_url = self._verification()
+        return View(
+            pipeline=config.pipeline, topics=topics, live=live,
+            blacklisted_workers=frozenset(client.get_children(paths.blacklist_workers)),
+            blacklisted_partitions=frozenset(client.get_children(paths.blacklist_partitions)),
+            assignments=assignments, statuses=statuses, lost=lost,
+            leader=ctl.leadership.leader_id(), is_leader=state.is_leader,
+            zookeeper=str(client.state).lower(),
+            withheld=frozenset(state.withheld) if state.is_leader else None,
+            lag_seconds=self._lag_seconds(ctl, statuses),
+            noprogress_threshold_s=config.controller.noprogress_threshold_s,
+            group_sync_enabled=config.controller.group_sync.enabled,
+            group_sync_interval_s=config.controller.group_sync.interval_s,
+            group_sync_last=last_sync or None, leader_since=self._leader_since,
+            verification=verification, verification_configured=self.reports_dir is not None,
+            report_url=report_url, auth_failures=self._auth_failures(ctl),
+            heartbeat_enabled=config.controller.heartbeat_interval_s > 0,
+            freshness_s=_finite(registry.get_sample_value("ureplicator_heartbeat_age_seconds",
+                                                          {"pipeline": config.pipeline})),
+            rpo_s=config.controller.rpo_s,
+        )
+
+    @staticmethod
+    def _auth_failures(ctl: Any) -> dict[str, str]:
+        """What the controller's own admin clients heard: a wrong password is not "healthy"."""
+        found = {}
+        for cluster, client in ((ctl.config.source, ctl.source_admin), (ctl.config.destination, ctl.destination_admin)):
+            watch = autherrors.watch_of(client) if client is not None else None
+            failure = watch.failure() if watch is not None else None
+            if failure is not None:
+                found[cluster.alias] = f"{failure[0]} failed: {failure[1]}"
+        return found
+
+    def _verification(self) -> tuple[dict[str, Any] | None, str | None]:
+        if self.reports_dir is None:
+            return None, None
+        from reports.store import LATEST_HTML, ReportStore
+
+        summary = ReportStore(self.reports_dir).summary()
+        url = "/ui/verification" if (self.reports_dir / LATEST_HTML).is_file() else None
+        return summary, url
+
+    def _lag_seconds(self, ctl: Any, statuses: dict[str, WorkerStatus]) -> dict[tuple[str, int], float]:
+        """Age of the record at each lagging partition's committed offset (its CreateTime)."""
+        wanted = sorted({tp: st.committed for s in statuses.values() for tp, st in s.partitions.items()
+                         if st.lag > 0 and st.committed >= 0}.items())[:MAX_AGE_PROBES]
+        if not wanted:
+            return {}
+        ages: dict[tuple[str, int], float] = {}
+        with self._lock:
+            try:
+                if self._consumer is None:
+                    # Never commits: it only reads one record per lagging partition.
+                    self._consumer = kafka.consumer(ctl.config.source, f"{ctl.config.consumer_group}.status",
+                                                    "ureplicator-status", **{"auto.offset.reset": "earliest"})
+                consumer = self._consumer
+                consumer.assign([TopicPartition(t, p, offset) for (t, p), offset in wanted])
+                deadline = time.monotonic() + 3.0
+                while len(ages) < len(wanted) and time.monotonic() < deadline:
+                    for message in consumer.consume(num_messages=len(wanted), timeout=0.5):
+                        if message.error() is None:
+                            key = (message.topic(), message.partition())
+                            if key not in ages:
+                                kind, ts = message.timestamp()
+                                if kind and ts > 0:
+                                    ages[key] = max(0.0, time.time() - ts / 1000.0)
+                consumer.unassign()
+            except KafkaException as exc:
+                log.warning("status_lag_seconds_unavailable", error=str(exc.args[0]))
+        return ages
+
+
+def reports_dir(ctl: Any) -> Path | None:
+    """``controller.verification_dir``: where ``ureplicator verify --output`` writes."""
+    directory = ctl.config.controller.verification_dir
+    return Path(directory) if directory else None
+
+
+def make_blueprint() -> Blueprint:
+    """``GET /status``, ``GET /ui`` (HTML) and ``GET /ui/verification`` (the newest report's page)."""
+    blueprint = Blueprint("status", __name__)
+    template = (Path(__file__).parent / "status_page.html").read_text(encoding="utf-8")
+    reader = _Reader()
+
+    def document() -> dict[str, Any]:
+        now = time.time()
+        return evaluate(reader.view(current_app.config["controller"], now), now)
+
+    @blueprint.get("/status")
+    def status() -> Any:
+        return jsonify(document())
+
+    @blueprint.get("/ui")
+    def page() -> Any:
+        body = render_template_string(template, status=document())  # autoescaped, as every .html
+        return Response(body, mimetype="text/html")
+
+    @blueprint.get("/ui/verification")
+    def verification_report() -> Any:
+        from reports.store import LATEST_HTML
+
+        directory = reports_dir(current_app.config["controller"])
+        if directory is None or not (directory / LATEST_HTML).is_file():
+            abort(404, "no verification report yet")
+        return send_file(directory / LATEST_HTML, mimetype="text/html")
+
+    return blueprint

@@ -1,0 +1,70 @@
+"""Freshness: the heartbeat's age on the destination grows while the only worker is stopped, and recovers."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+
+from tests.support.kafka_io import wait_for
+
+pytestmark = pytest.mark.integration
+
+
+def _freshness(pipeline) -> dict:
+    code, body = pipeline.api("GET", "/status")
+    assert code == 200, body
+    return body
+
+
+def _age_metric(pipeline) -> float | None:
+    with urllib.request.urlopen(f"{pipeline.url}/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    match = re.search(rf'^ureplicator_heartbeat_age_seconds{{pipeline="{re.escape(pipeline.name)}"}} (\S+)$', text,
+                      re.MULTILINE)
+    return float(match.group(1)) if match and match.group(1) != "NaN" else None
+
+
+def test_heartbeat_age_reflects_a_worker_stopped_for_60s_and_recovers(pipeline, services):
+    # Given a pipeline with a heartbeat every second, an RPO of 30 s and one worker
+    pipeline.start_controller(controller={"heartbeat_interval_s": 1, "rpo_s": 30})
+    worker = pipeline.start_worker("w1")
+
+    # When the leader's heartbeats flow through the pipeline, the freshness is a few seconds
+    def fresh():
+        doc = _freshness(pipeline)
+        age = (doc.get("freshness") or {}).get("age_s")
+        return doc if age is not None and age < 5 else None
+
+    doc = wait_for(fresh, 90, "heartbeats reach the destination")
+    heartbeat_topic = f"ureplicator-heartbeats-{pipeline.name}"
+    assert any(p["topic"] == heartbeat_topic for p in doc["partitions"])  # registered like any topic
+    assert doc["freshness"]["rpo_s"] == 30 and doc["freshness"]["late"] is False
+    assert _age_metric(pipeline) < 5
+
+    # When the only worker is stopped for 60 s
+    worker.terminate()
+    stopped = time.monotonic()
+    time.sleep(60)
+
+    # Then the age says so: about a minute, above the RPO, and `ureplicator status` exits 1 naming freshness
+    doc = _freshness(pipeline)
+    age = doc["freshness"]["age_s"]
+    assert 55 <= age <= 75, age
+    assert doc["freshness"]["late"] is True
+    assert any(p.startswith("freshness: the newest heartbeat on the destination is") for p in doc["problems"])
+    assert 55 <= _age_metric(pipeline) <= 75
+    result = subprocess.run([sys.executable, "-m", "cli", "status", "--url", pipeline.url, "--json"],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1 and json.loads(result.stdout)["freshness"]["late"] is True
+
+    # When the worker comes back, the freshness recovers to seconds
+    pipeline.start_worker("w1")
+    recovered = wait_for(fresh, 90, "freshness recovers after the restart")
+    assert recovered["freshness"]["late"] is False
+    assert time.monotonic() - stopped < 200
