@@ -20,8 +20,10 @@ from common.zkschema import Paths, TopicRecord, valid_topic_name
 
 log = logs.get(__name__)
 
-# Topics no replicator should copy: Kafka's own, and MirrorMaker 2's bookkeeping.
-_INTERNAL = re.compile(r"^(__.*|_schemas|.*\.internal|mm2-.*|heartbeats|.*\.checkpoints\.internal)$")
+# Topics no replicator should copy: Kafka's own, and MirrorMaker 2's bookkeeping; and other
+# pipelines' heartbeat topics (each pipeline registers its own, controller/heartbeat.py).
+_INTERNAL = re.compile(r"^(__.*|_schemas|.*\.internal|mm2-.*|heartbeats|.*\.checkpoints\.internal"
+                       r"|(.*\.)?ureplicator-heartbeats-.*)$")
 
 
 class TopicError(UReplicatorError):

@@ -68,3 +68,23 @@ def test_heartbeat_age_reflects_a_worker_stopped_for_60s_and_recovers(pipeline, 
     recovered = wait_for(fresh, 90, "freshness recovers after the restart")
     assert recovered["freshness"]["late"] is False
     assert time.monotonic() - stopped < 200
+
+
+def test_the_verifier_proves_the_heartbeat_topic_like_any_other(spark, pipeline, services, tmp_path):
+    from tests.support import verifier_env
+
+    # Given a pipeline whose leader keeps writing heartbeats, mirrored by one worker
+    pipeline.start_controller(controller={"heartbeat_interval_s": 1})
+    pipeline.start_worker("w1")
+    wait_for(lambda: ((_freshness(pipeline).get("freshness") or {}).get("age_s") or 99) < 5, 90, "heartbeats flow")
+
+    # When the verifier runs while heartbeats are still being written
+    config = pipeline.write_config("verify", controller={"heartbeat_interval_s": 1})
+    outcome = verifier_env.run_verifier(["--config", str(config)], tmp_path / "reports")
+
+    # Then the heartbeat topic verifies like any topic: records in flight are pending, none missing
+    assert outcome.status == 0, outcome.stderr
+    assert outcome.report["status"] == "OK"
+    (topic,) = [t for t in outcome.report["topics"] if t["topic"] == f"ureplicator-heartbeats-{pipeline.name}"]
+    assert topic["status"] == "OK"
+    assert outcome.report["totals"]["verified_records"] > 0
