@@ -101,6 +101,7 @@ class Leadership:
         route_node: str | None = None,
         cache: bool = True,
         primary: bool = True,
+        max_workers: int | None = None,
     ) -> None:
         self._config = config
         self._client = client
@@ -115,6 +116,9 @@ class Leadership:
         # The deployment's first route also feeds the unlabelled families (today's single-pipeline metrics).
         self._primary = primary
         self._route_label = config.route_id or "default"
+        if max_workers is None:  # the route's workers.max, when the config declares the route
+            max_workers = next((r.workers.max for r in config.routes if r.id == config.route_id), 0)
+        self._max_workers = max_workers  # 0: every registered worker takes partitions
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._connected = threading.Event()
@@ -377,7 +381,7 @@ class Leadership:
         for worker in [w for w, t in self._departed.items() if now - t >= grace]:
             del self._departed[worker]
             self._memory.pop(worker, None)
-        assignable = sorted((set(snap.registered) - snap.blacklisted) | in_grace)
+        assignable = sorted((set(snap.registered) - snap.blacklisted - self._spare(snap)) | in_grace)
 
         base = {w: self._memory.get(w, frozenset()) for w in assignable}
         base.update({w: a.partitions for w, a in written.items()})
@@ -444,6 +448,18 @@ class Leadership:
             partitions=plan.partitions,
             withheld=len(plan.withheld),
         )
+
+    def _spare(self, snap: Snapshot) -> set[str]:
+        """Workers beyond the route's ``workers.max``: they get nothing (drained like blacklisted ones).
+
+        Those already holding partitions keep their place, so the cap never moves a partition by itself.
+        """
+        active = sorted(set(snap.registered) - snap.blacklisted)
+        if not self._max_workers or len(active) <= self._max_workers:
+            return set()
+        holding = [w for w in active if _partitions(snap.written.get(w)) or self._memory.get(w)]
+        ranked = holding + [w for w in active if w not in holding]
+        return set(ranked[self._max_workers:])
 
     def _prune(self, partitions: set[TopicPartition]) -> None:
         """Forget rates, lag history and hand-off clocks of partitions whose topic went away."""

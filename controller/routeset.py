@@ -265,7 +265,8 @@ class RouteSet:
         admins = (self._admins(route.source), self._admins(route.destination)) if self._admins else None
         own = route.id == (self._config.route_id or self._config.routes[0].id)
         leader = Leadership(view, self._client, self._identifier, admins=admins, metrics=self.metrics, elect=False,
-                            route_node=self._paths.route(route.id), cache=self._cache, primary=own)
+                            route_node=self._paths.route(route.id), cache=self._cache, primary=own,
+                            max_workers=route.workers.max)
         over = threading.Event()
         thread = threading.Thread(target=self._run_route, args=(leader, fence, over), name=f"route-{route.id}",
                                   daemon=True)

@@ -76,6 +76,12 @@ def settled(pipeline: Pipeline, route: str = "") -> bool:
     return status == 200 and body["ok"] and not body["withheld"] and body["workers"]
 
 
+def settled_with(pipeline: Pipeline, workers: set[str], route: str = "") -> bool:
+    """Settled, with exactly ``workers`` registered, each written an assignment (worker processes start slowly)."""
+    rows = settled(pipeline, route)
+    return bool(rows) and {w["worker"] for w in rows} == workers and all(w["desired_generation"] for w in rows)
+
+
 def mirrored_exactly(services: dict, source: str, destination: str, topic: str, dest_topic: str,
                      partitions: int) -> bool:
     return kafka_io.end_offsets(services[source], topic, partitions) == \
@@ -93,7 +99,7 @@ def test_todays_single_pipeline_state_is_taken_over_without_a_move_or_a_copy(pip
     for worker in ("w1", "w2"):
         spawn_in(pipeline, old, worker, "worker", pipeline.write_config(worker, worker={"id": worker}))
     assert pipeline.api("POST", "/topics", {"topic": topic})[0] == 201
-    wait_for(lambda: settled(pipeline), 60, "today's assignment applied")
+    wait_for(lambda: settled_with(pipeline, {"w1", "w2"}), 60, "today's assignment applied")
     wait_for(lambda: mirrored_exactly(services, "source", "destination", topic, topic, partitions), 60, "mirrored")
     root = f"/ureplicator/{pipeline.name}"
     client = KazooClient(hosts=services["zookeeper"])
@@ -128,8 +134,7 @@ def test_todays_single_pipeline_state_is_taken_over_without_a_move_or_a_copy(pip
         # And a worker of the new code joins: it takes partitions over from today's workers and
         # continues from today's group, still copying nothing twice
         pipeline.start_worker("w3")
-        wait_for(lambda: settled(pipeline) and len(settled(pipeline)) == 3
-                 and all(w["desired_generation"] for w in settled(pipeline)), 60, "w3 settled in")
+        wait_for(lambda: settled_with(pipeline, {"w1", "w2", "w3"}), 60, "w3 settled in")
         kafka_io.produce(services["source"], topic, 400, partitions, start=800)
         wait_for(lambda: mirrored_exactly(services, "source", "destination", topic, topic, partitions), 60,
                  "mirrored with w3")
@@ -157,7 +162,7 @@ def test_adding_and_deleting_a_route_leaves_another_routes_assignment_untouched(
         pipeline.start_worker(worker)
     assert pipeline.api("POST", "/routes/default/topics", {"topic": topic})[0] == 201
     kafka_io.produce(services["source"], topic, 200, partitions)
-    wait_for(lambda: settled(pipeline, "default"), 60, "route default settled")
+    wait_for(lambda: settled_with(pipeline, {"w1", "w2"}, "default"), 60, "route default settled")
     root = f"/ureplicator/{pipeline.name}"
     client = KazooClient(hosts=services["zookeeper"])
     client.start(15)

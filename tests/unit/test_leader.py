@@ -298,3 +298,18 @@ def test_topic_sync_never_delays_reconcile(monkeypatch):
     release.set()
     # Then reconcile rounds went on while the sync hung
     assert syncing.is_set() and len(rounds) >= 5 and not runner.is_alive()
+
+
+def test_a_route_capped_at_two_workers_leaves_the_third_idle_and_never_moves_a_partition_for_it():
+    # Given a route with workers.max 2 whose two workers hold every partition
+    leader = Leadership(CONFIG, FakeKazoo(), "c1", cache=False, max_workers=2)  # type: ignore[arg-type]
+    written = {"w1": Assignment(1, frozenset({("t", 0), ("t", 1)})),
+               "w2": Assignment(1, frozenset({("t", 2), ("t", 3)}))}
+    # When a third worker registers (its name sorts first)
+    plan = leader._plan(snapshot(["a0", "w1", "w2"], written), now=1000.0)
+    # Then it gets nothing and nobody else is rewritten
+    assert plan.changed.get("a0", Assignment(0)).partitions == frozenset()
+    assert "w1" not in plan.changed and "w2" not in plan.changed
+    # and when a holder leaves, the spare takes its partitions
+    plan = leader._plan(snapshot(["a0", "w1"], {"w1": written["w1"]}), now=1001.0)
+    assert plan.changed["a0"].partitions == frozenset({("t", 2), ("t", 3)})
