@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from common import logs, signals
+from common import logs, signals, zk
 from common.config import Config, worker_id
 from worker.mirror import MirrorWorker
 
 
 def run(config: Config) -> int:
+    # The route this worker serves: declared in the file, or added through the API (read from
+    # ZooKeeper's route registry); its clusters, forwarding, paths and offsets group.
+    config = zk.route_config(config, config.worker.route)
     wid = worker_id(config)
     log = logs.get("worker", pipeline=config.pipeline, worker=wid)
     log.info("worker_starting", config=config.redacted())

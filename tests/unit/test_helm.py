@@ -505,7 +505,7 @@ def test_the_metrics_docs_deploy_names_are_served() -> None:
 @pytest.mark.parametrize("values", VALUES_FILES, ids=VALUES_IDS)
 def test_workers_get_longer_to_stop_than_their_shutdown_timeout(helm: Path, values: Path | None) -> None:
     docs = render(helm, values)
-    shutdown = rendered_config(docs)["worker"]["shutdown_timeout_s"]
+    shutdown = rendered_config(docs)["worker"]["stop_timeout_s"]
     grace = pod_template(one(docs, WORKER_KIND, "worker"))["spec"]["terminationGracePeriodSeconds"]
     assert grace > shutdown
 
@@ -675,7 +675,7 @@ BAD_VALUES = [
     ("bad-pipeline", {"pipeline": "dc1 to dc2"}, "at '/pipeline'"),
     ("bad-offset-reset", {"worker": {"config": {"auto_offset_reset": "newest"}}}, "auto_offset_reset"),
     ("short-grace-period", {"worker": {"terminationGracePeriodSeconds": 30}},
-     "worker.terminationGracePeriodSeconds: 30 must be larger than worker.config.shutdown_timeout_s"),
+     "worker.terminationGracePeriodSeconds: 30 must be larger than worker.config.stop_timeout_s"),
     ("yarn-master", {"verifier": {"spark": {"master": "yarn"}}}, "at '/verifier/spark/master'"),
     ("password-in-properties", {"clusters": {"source": {"properties": {"sasl.password": "hunter2"}}}},
      "clusters.source.properties.sasl.password: looks like a secret"),
@@ -923,6 +923,10 @@ def _intended(doc: dict[str, Any]) -> dict[str, Any]:
         for key in ("worker_restart_grace_s", "heartbeat_interval_s", "heartbeat_topic", "rpo_s",
                     "destination_replication_factor", "destination_min_insync_replicas"):
             rendered["controller"].pop(key, None)
+        # 7. worker.shutdown_timeout_s is split into four named waits (issue 25); the old key is deprecated.
+        for key in ("shutdown_timeout_s", "stop_timeout_s", "release_ack_timeout_s", "release_commit_timeout_s",
+                    "producer_stall_s"):
+            rendered.get("worker", {}).pop(key, None)
         doc["data"]["config.yaml"] = rendered
     elif kind == "ConfigMap" and "ureplicator.json" in doc["data"]:
         # 4. The dashboard's uid is the release's own, and a freshness row comes first (the rest moves down).

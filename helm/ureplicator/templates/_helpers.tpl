@@ -399,9 +399,9 @@ selector:
     {{- include "ureplicator.selectorLabels" . | nindent 4 }}
 {{- end -}}
 
-{{/* Worker grace period: the configured one, or shutdown_timeout_s + 30 (commit, deregister, close). */}}
+{{/* Worker grace period: the configured one, or stop_timeout_s (or the deprecated shutdown_timeout_s) + 30 (commit, deregister, close). */}}
 {{- define "ureplicator.workerGracePeriod" -}}
-{{- $shutdown := .Values.worker.config.shutdown_timeout_s | default 30 | float64 -}}
+{{- $shutdown := .Values.worker.config.shutdown_timeout_s | default .Values.worker.config.stop_timeout_s | default 30 | float64 -}}
 {{- if eq (toString .Values.worker.terminationGracePeriodSeconds) "" -}}
 {{- add (ceil $shutdown | int) 30 -}}
 {{- else -}}

@@ -65,10 +65,10 @@ looks up a cluster calls first, so no template trips over a missing cluster befo
 {{- end -}}
 {{- end -}}
 {{- end -}}
-{{- $shutdown := $v.worker.config.shutdown_timeout_s | default 30 | float64 -}}
+{{- $shutdown := $v.worker.config.shutdown_timeout_s | default $v.worker.config.stop_timeout_s | default 30 | float64 -}}
 {{- $grace := $v.worker.terminationGracePeriodSeconds -}}
 {{- if and (ne (toString $grace) "") (le ($grace | float64) $shutdown) -}}
-{{- fail (printf "worker.terminationGracePeriodSeconds: %v must be larger than worker.config.shutdown_timeout_s (%v), or the kubelet kills workers before they commit their offsets" $grace $shutdown) -}}
+{{- fail (printf "worker.terminationGracePeriodSeconds: %v must be larger than worker.config.stop_timeout_s (%v), or the kubelet kills workers before they commit their offsets" $grace $shutdown) -}}
 {{- end -}}
 {{- range $component := list "controller" "worker" -}}
 {{- $pdb := (index $v $component).pdb | default dict -}}
