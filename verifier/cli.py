@@ -200,8 +200,12 @@ class _SessionCache:
         except BaseException as exc:  # noqa: BLE001 - raised again by the caller's thread
             self._failure = exc
             return
+        from verifier import cds
+
+        mapped = cds.archive()
+        shared = f", classes from {mapped}" if mapped is not None else ""
         stderr_progress(f"Spark {self.spark.version} ({self.spark.sparkContext.master}) started in "
-                        f"{time.monotonic() - started:.1f}s; this process keeps it for every run")
+                        f"{time.monotonic() - started:.1f}s{shared}; this process keeps it for every run")
 
     def __call__(self) -> Any:
         if self._starting is not None:

@@ -34,7 +34,7 @@ from common import java, provenance
 from common.errors import UReplicatorError
 from reports import model
 from reports.model import BucketAggregate, BucketKey, CategoryResult, Sample
-from verifier import connector, digest
+from verifier import cds, connector, digest
 from verifier.watermarks import TopicSnapshot
 
 CONNECTOR_PACKAGE = "org.apache.spark:spark-sql-kafka-0-10_2.13:4.1.1"
@@ -85,8 +85,12 @@ def session(master: str | None = None, conf: Mapping[str, str] | None = None) ->
         "spark.driver.memory": "1g",
         "spark.redaction.regex": r"(?i)secret|password|token|access[.]?key|jaas|keystore\.key",
     }
+    java_options = []
     if LOG4J_CONFIG.is_file():  # errors only, so progress lines stay readable
-        settings["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile=file:{LOG4J_CONFIG}"
+        java_options.append(f"-Dlog4j2.configurationFile=file:{LOG4J_CONFIG}")
+    java_options += cds.java_options()
+    if java_options:
+        settings["spark.driver.extraJavaOptions"] = " ".join(java_options)
     if resolved is not None:
         settings["spark.master"] = resolved
     if "spark.jars" not in conf and "spark.jars.packages" not in conf:
