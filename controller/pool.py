@@ -9,7 +9,8 @@ wants; the leader then moves a worker only after the route's hand-off gate drain
 1. A free worker (bound to nothing, or to a route that is gone) is bound at once: to a route
    below its ``min`` first, else to the route with the most work per worker that can use one
    more (below ``max`` and below its partition count). Binding a free worker moves nothing, so
-   it is not capped. With nowhere useful to go it stays free.
+   it is not capped. With nowhere useful to go it stays free. A route with no worker reports
+   no rate or lag, so one with partitions counts as the neediest.
 2. A route over its cap (``max`` lowered, partitions gone) gives back its extra workers.
 3. A route below its ``min`` takes a worker from a route above its own ``min``.
 4. Otherwise a worker moves from route D to route R only when R's work per worker is more
@@ -66,8 +67,9 @@ def allocate(
     work = {r: d.work(catch_up_s) for r, d in demand.items()}
 
     def per_worker(route: str, count: int) -> float:
-        if count <= 0:
-            return math.inf if work[route] > 0 or demand[route].min > 0 else 0.0
+        if count <= 0:  # with no worker a route reports no rate or lag: anything to mirror makes it neediest
+            d = demand[route]
+            return math.inf if work[route] > 0 or d.min > 0 or d.partitions > 0 else 0.0
         return work[route] / count
 
     def receiver() -> str | None:
