@@ -1,0 +1,100 @@
+"""The shared worker pool on real ZooKeeper and Kafka: a worker moves between routes through the hand-off gate."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from kazoo.client import KazooClient
+
+from common.zkschema import PoolBinding
+from tests.support import kafka_io
+from tests.support.kafka_io import wait_for
+
+pytestmark = pytest.mark.integration
+
+
+def bindings(client: KazooClient, root: str) -> dict[str, str | None]:
+    node = f"{root}/pool/bindings"
+    if not client.exists(node):
+        return {}
+    return {w: PoolBinding.decode(client.get(f"{node}/{w}")[0]).route for w in client.get_children(node)}
+
+
+def holders(pipeline, route: str) -> set[str]:
+    """The workers of ``route`` that were written an assignment and applied it, with no hand-off under way."""
+    status, body = pipeline.api("GET", f"/routes/{route}/validation")
+    if status != 200 or not body["ok"] or body["withheld"]:
+        return set()
+    return {w["worker"] for w in body["workers"] if w["desired_generation"]}
+
+
+def same_records(source: str, destination: str, topic: str, dest_topic: str, partitions: int) -> None:
+    for p in range(partitions):
+        expected = [r.logical() for r in kafka_io.read_partition(source, topic, p)]
+        assert [r.logical() for r in kafka_io.read_partition(destination, dest_topic, p)] == expected, p
+
+
+def test_a_pool_worker_rebound_between_routes_under_load_loses_and_duplicates_nothing(pipeline, services):
+    # Given routes a (src -> dst) and b (dst -> src, min 0 workers) and two pool workers, both on route a
+    # while its topic is written without pause
+    topic, back, partitions = f"{pipeline.name}-pool", f"{pipeline.name}-back", 4
+    kafka_io.create_topic(services["source"], topic, partitions)
+    kafka_io.create_topic(services["destination"], back, 2)
+    pipeline.overrides = {
+        "source": None, "destination": None,
+        "clusters": {"src": {"bootstrap_servers": services["source"]},
+                     "dst": {"bootstrap_servers": services["destination"]}},
+        "routes": [{"id": "a", "source": "src", "destination": "dst"},
+                   {"id": "b", "source": "dst", "destination": "src", "topic_naming": "prefix",
+                    "workers": {"min": 0}}],
+    }
+    root = f"/ureplicator/{pipeline.name}"
+    pipeline.start_controller()
+    assert pipeline.api("POST", "/routes/a/topics", {"topic": topic})[0] == 201
+    for worker in ("p1", "p2"):
+        pipeline.start_worker(worker, worker={"pool": True})
+    written = {"count": 0}
+    loading = threading.Event()
+
+    def load() -> None:
+        while not loading.is_set():
+            kafka_io.produce(services["source"], topic, 40, partitions, start=written["count"])
+            written["count"] += 40
+            time.sleep(0.1)
+
+    writer = threading.Thread(target=load, daemon=True)
+    writer.start()
+    client = KazooClient(hosts=services["zookeeper"])
+    client.start(15)
+    try:
+        wait_for(lambda: bindings(client, root) == {"p1": "a", "p2": "a"} and holders(pipeline, "a") == {"p1", "p2"},
+                 60, "both pool workers serve route a")
+        assert pipeline.api("GET", "/routes/b")[1]["state"] == "waiting_for_workers"
+
+        # When route b gets a topic (it has partitions and no worker: the neediest route)
+        assert pipeline.api("POST", "/routes/b/topics", {"topic": back})[0] == 201
+        kafka_io.produce(services["destination"], back, 100, 2, tag="back")
+
+        # Then one worker is drained from route a through the gate and rebound to b, in-process
+        wait_for(lambda: bindings(client, root) == {"p1": "a", "p2": "b"}, 60, "p2 rebound to route b")
+        wait_for(lambda: holders(pipeline, "a") == {"p1"} and holders(pipeline, "b") == {"p2"}, 60,
+                 "each route served by one pool worker")
+        wait_for(lambda: kafka_io.end_offsets(services["destination"], back, 2)
+                 == kafka_io.end_offsets(services["source"], f"dst.{back}", 2), 60, "route b mirrored")
+        assert all(p.alive() for p in pipeline.processes)
+        time.sleep(3)  # and the pool stays as it is
+        assert bindings(client, root) == {"p1": "a", "p2": "b"}
+    finally:
+        loading.set()
+        writer.join(30)
+        client.stop()
+        client.close()
+
+    # And route a lost and duplicated nothing across the move
+    wait_for(lambda: kafka_io.end_offsets(services["source"], topic, partitions)
+             == kafka_io.end_offsets(services["destination"], topic, partitions), 60, "route a caught up")
+    assert sum(kafka_io.end_offsets(services["destination"], topic, partitions).values()) == written["count"]
+    same_records(services["source"], services["destination"], topic, topic, partitions)
+    same_records(services["destination"], services["source"], back, f"dst.{back}", 2)
