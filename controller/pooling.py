@@ -48,6 +48,7 @@ class PoolKeeper:
         self._wake = threading.Event()
         self._log = logs.get(__name__, pipeline=config.pipeline)
         self.bindings: dict[str, str | None] = {}  # what the last round left written (the API and tests read it)
+        self._active = False  # the last round found pool members or bindings
 
     def request_round(self) -> None:
         self._wake.set()
@@ -70,7 +71,8 @@ class PoolKeeper:
                 return
             except (KazooException, zk.TransactionFailed) as exc:
                 self._log.warning("pool_round_failed", error=str(exc))
-            self._wake.wait(self._config.controller.reconcile_interval_s)
+            # Without a pool only a member joining (the watch) wakes this thread: no reads at all.
+            self._wake.wait(self._config.controller.reconcile_interval_s if self._active else None)
             self._wake.clear()
 
     # --- one round ---------------------------------------------------------------------------
@@ -78,7 +80,8 @@ class PoolKeeper:
     def round(self, fence: str) -> None:
         members = sorted(self._client.get_children(self._paths.pool_workers))
         written = self._read_bindings()
-        if not members and not written:
+        self._active = bool(members or written)
+        if not self._active:
             self.bindings = {}
             return  # no pool: nothing to read (the routes' status nodes are the leader's costliest reads)
         routes = {rid: (route, record) for rid, (route, record) in self._registry().items()}

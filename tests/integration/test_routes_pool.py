@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import threading
 import time
+import urllib.request
 
 import pytest
 from kazoo.client import KazooClient
 
 from common.zkschema import PoolBinding
+from devtools.ports import free_port
 from tests.support import kafka_io
 from tests.support.kafka_io import wait_for
 
@@ -28,6 +30,14 @@ def holders(pipeline, route: str) -> set[str]:
     if status != 200 or not body["ok"] or body["withheld"]:
         return set()
     return {w["worker"] for w in body["workers"] if w["desired_generation"]}
+
+
+def ready(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/ready", timeout=2) as resp:
+            return resp.status == 200
+    except OSError:
+        return False
 
 
 def same_records(source: str, destination: str, topic: str, dest_topic: str, partitions: int) -> None:
@@ -53,8 +63,9 @@ def test_a_pool_worker_rebound_between_routes_under_load_loses_and_duplicates_no
     root = f"/ureplicator/{pipeline.name}"
     pipeline.start_controller()
     assert pipeline.api("POST", "/routes/a/topics", {"topic": topic})[0] == 201
-    for worker in ("p1", "p2"):
-        pipeline.start_worker(worker, worker={"pool": True})
+    probes = free_port()  # p2's probes: served by each mirror loop it runs, on one port
+    pipeline.start_worker("p1", worker={"pool": True})
+    pipeline.start_worker("p2", worker={"pool": True, "metrics_port": probes, "metrics_host": "127.0.0.1"})
     written = {"count": 0}
     loading = threading.Event()
 
@@ -84,6 +95,7 @@ def test_a_pool_worker_rebound_between_routes_under_load_loses_and_duplicates_no
         wait_for(lambda: kafka_io.end_offsets(services["destination"], back, 2)
                  == kafka_io.end_offsets(services["source"], f"dst.{back}", 2), 60, "route b mirrored")
         assert all(p.alive() for p in pipeline.processes)
+        wait_for(lambda: ready(probes), 30, "p2 ready again on its port after the move")
         time.sleep(3)  # and the pool stays as it is
         assert bindings(client, root) == {"p1": "a", "p2": "b"}
     finally:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -114,3 +115,30 @@ def test_with_steady_demand_the_pool_settles_and_never_undoes_a_move(situation):
     if len(workers) >= sum(min(d.min, d.cap) for d in demand.values()):
         for route, d in demand.items():
             assert counts(binding).get(route, 0) >= min(d.min, d.cap), (route, binding)
+
+
+def test_a_worker_joins_the_pool_or_pins_a_route_never_both():
+    from common import config
+    from common.errors import ConfigError
+
+    doc = {
+        "pipeline": "mesh",
+        "zookeeper": {"connect": "zk:2181"},
+        "clusters": {n: {"bootstrap_servers": f"{n}:9092"} for n in ("east", "west")},
+        "routes": [{"id": "ew", "source": "east", "destination": "west"},
+                   {"id": "we", "source": "west", "destination": "east"}],
+    }
+    assert config.from_dict({**doc, "worker": {"pool": True}}).worker.pool
+    with pytest.raises(ConfigError, match="worker.pool: a worker either serves worker.route or joins the shared pool"):
+        config.from_dict({**doc, "worker": {"pool": True, "route": "ew"}})
+    with pytest.raises(ConfigError, match="controller.pool_max_moves"):
+        config.from_dict({**doc, "controller": {"pool_max_moves": 0}})
+
+
+def test_pool_bindings_round_trip_and_refuse_a_route_that_is_not_a_string():
+    from common.zkschema import PoolBinding, SchemaError
+
+    assert PoolBinding.decode(PoolBinding("ew", "t").encode()) == PoolBinding("ew", "t")
+    assert PoolBinding.decode(PoolBinding(None).encode()).route is None
+    with pytest.raises(SchemaError):
+        PoolBinding.decode(b'{"route": 3}')
