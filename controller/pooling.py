@@ -47,7 +47,7 @@ class PoolKeeper:
         self._paths = Paths(config.pipeline_root)
         self._wake = threading.Event()
         self._log = logs.get(__name__, pipeline=config.pipeline)
-        self.bindings: dict[str, str | None] = {}  # what the last round left written (the API and tests read it)
+        self.bindings: dict[str, str | None] = {}  # the pool members' bindings as the last round left them
         self._active = False  # the last round found pool members or bindings
 
     def request_round(self) -> None:
@@ -94,9 +94,12 @@ class PoolKeeper:
             old, new = current[worker], wanted[worker]
             if old == new:
                 continue
-            if old in roots and self._registered(roots[old], worker) and not self._drained(roots[old], worker):
+            if old in roots and self._registered(roots[old], worker):
+                # Drained even when it holds nothing now: the entry keeps the route from giving it
+                # partitions until it has left.
                 self._drain(roots[old], worker, old)
-                continue
+                if not self._drained(roots[old], worker):
+                    continue
             self._bind(worker, new, fence, roots)
             written[worker] = new
         # A binding whose worker left the pool stays while it may still serve that route.
@@ -162,11 +165,13 @@ class PoolKeeper:
     # --- writing -----------------------------------------------------------------------------
 
     def _drain(self, paths: Paths, worker: str, route: str) -> None:
+        if self._client.exists(paths.blacklisted_worker(worker)):
+            return  # draining already (or blacklisted by an operator: drained all the same)
         try:
             self._client.create(paths.blacklisted_worker(worker), POOL_DRAIN, makepath=True)
             self._log.info("pool_draining", worker=worker, route=route)
         except NodeExistsError:
-            pass  # draining already (or blacklisted by an operator: drained all the same)
+            pass
 
     def _bind(self, worker: str, route: str | None, fence: str, roots: dict[str, Paths]) -> None:
         node = self._paths.pool_binding(worker)

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 from kazoo.client import KazooClient
 
 from tests.support import kafka_io
@@ -41,6 +42,15 @@ def spawn_in(pipeline: Pipeline, code: Path, label: str, role: str, config: Path
     proc = Process(label, popen, log)
     pipeline.processes.append(proc)
     return proc
+
+
+def todays_config(pipeline: Pipeline, label: str, **extra) -> Path:
+    """A config file today's code reads: without the keys added since (the heartbeat's)."""
+    doc = pipeline.config_doc(**extra)
+    doc["controller"].pop("heartbeat_interval_s", None)
+    path = pipeline.workdir / f"{pipeline.name}-{label}.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
 
 
 def wait_healthy(pipeline: Pipeline, proc: Process) -> None:
@@ -94,10 +104,10 @@ def test_todays_single_pipeline_state_is_taken_over_without_a_move_or_a_copy(pip
     topic, partitions = f"{pipeline.name}-upgrade", 4
     kafka_io.create_topic(services["source"], topic, partitions)
     kafka_io.produce(services["source"], topic, 400, partitions)
-    old_controller = spawn_in(pipeline, old, "old-controller", "controller", pipeline.write_config("old-controller"))
+    old_controller = spawn_in(pipeline, old, "old-controller", "controller", todays_config(pipeline, "old-controller"))
     wait_healthy(pipeline, old_controller)
     for worker in ("w1", "w2"):
-        spawn_in(pipeline, old, worker, "worker", pipeline.write_config(worker, worker={"id": worker}))
+        spawn_in(pipeline, old, worker, "worker", todays_config(pipeline, worker, worker={"id": worker}))
     assert pipeline.api("POST", "/topics", {"topic": topic})[0] == 201
     wait_for(lambda: settled_with(pipeline, {"w1", "w2"}), 60, "today's assignment applied")
     wait_for(lambda: mirrored_exactly(services, "source", "destination", topic, topic, partitions), 60, "mirrored")
@@ -291,11 +301,11 @@ def test_a_route_to_an_unreachable_cluster_never_holds_up_another_routes_hand_of
         client.stop()
         client.close()
     pipeline.start_controller()
-    pipeline.start_worker("w1")
+    pipeline.start_worker("w1", worker={"route": "default"})  # two routes: a worker names its own
     assert pipeline.api("POST", "/routes/default/topics", {"topic": topic})[0] == 201
     wait_for(lambda: mirrored_exactly(services, "source", "destination", topic, topic, partitions), 60, "mirrored")
     # When a second worker joins route default
-    pipeline.start_worker("w2")
+    pipeline.start_worker("w2", worker={"route": "default"})
     # Then the hand-off completes and mirroring goes on, while route "lost" only waits
     wait_for(lambda: settled(pipeline, "default") and len(settled(pipeline, "default")) == 2
              and all(w["desired_generation"] and (w["missing"], w["extra"]) == ([], [])
