@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import urllib.request
@@ -30,6 +31,18 @@ def holders(pipeline, route: str) -> set[str]:
     if status != 200 or not body["ok"] or body["withheld"]:
         return set()
     return {w["worker"] for w in body["workers"] if w["desired_generation"]}
+
+
+def events(pipeline, label: str) -> list[dict]:
+    """The JSON log lines of one of the pipeline's processes."""
+    (proc,) = [p for p in pipeline.processes if p.name == label]
+    found = []
+    for line in proc.log.read_text(errors="replace").splitlines():
+        try:
+            found.append(json.loads(line))
+        except ValueError:
+            continue
+    return found
 
 
 def ready(port: int) -> bool:
@@ -95,6 +108,9 @@ def test_a_pool_worker_rebound_between_routes_under_load_loses_and_duplicates_no
         wait_for(lambda: kafka_io.end_offsets(services["destination"], back, 2)
                  == kafka_io.end_offsets(services["source"], f"dst.{back}", 2), 60, "route b mirrored")
         assert all(p.alive() for p in pipeline.processes)
+        # p2 held none of route a's partitions when it left it (the gate had drained it)
+        left = [e for e in events(pipeline, "p2") if e.get("event") == "worker_stopped"]
+        assert left and left[0]["partitions"] == 0, left
         wait_for(lambda: ready(probes), 30, "p2 ready again on its port after the move")
         time.sleep(3)  # and the pool stays as it is
         assert bindings(client, root) == {"p1": "a", "p2": "b"}
