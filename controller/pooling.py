@@ -25,6 +25,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from datetime import datetime, timezone
+from typing import TypeVar
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
@@ -111,12 +112,9 @@ class PoolKeeper:
         self.bindings = {w: written.get(w) for w in members}
 
     def _demand(self, route: RouteConfig, record: RouteRecord, paths: Paths, members: set[str]) -> Demand:
-        try:
-            registered = self._client.get_children(paths.workers)
-            topics = zk.read_topics(self._client, paths)
-            statuses = zk.read_statuses(self._client, paths)
-        except NoNodeError:
-            registered, topics, statuses = [], {}, {}
+        registered = _or_empty(lambda: self._client.get_children(paths.workers), [])
+        topics = _or_empty(lambda: zk.read_topics(self._client, paths), {})
+        statuses = _or_empty(lambda: zk.read_statuses(self._client, paths), {})
         if record.state == "paused":
             return Demand(min=0, partitions=0)
         pinned = len([w for w in registered if w not in members])
@@ -215,3 +213,14 @@ class PoolKeeper:
                 self._client.delete(paths.blacklisted_worker(worker), version=stat.version)
         except NoNodeError:
             pass
+
+
+T = TypeVar("T")
+
+
+def _or_empty(read: Callable[[], T], empty: T) -> T:
+    """A route's children; ``empty`` while its node does not exist yet (or any more)."""
+    try:
+        return read()
+    except NoNodeError:
+        return empty

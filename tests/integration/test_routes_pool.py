@@ -126,3 +126,80 @@ def test_a_pool_worker_rebound_between_routes_under_load_loses_and_duplicates_no
     assert sum(kafka_io.end_offsets(services["destination"], topic, partitions).values()) == written["count"]
     same_records(services["source"], services["destination"], topic, topic, partitions)
     same_records(services["destination"], services["source"], back, f"dst.{back}", 2)
+
+
+def test_the_leader_rebinds_a_pool_worker_only_once_its_route_drained_it(services):
+    # Given (on real ZooKeeper, no processes) routes a and b, pool workers p1 and p2 both bound to a,
+    # p2 holding partitions of a, and route b with a topic and no worker
+    import uuid
+
+    from common import config
+    from common.zkschema import POOL_DRAIN, Assignment, PartitionStatus, Paths, RouteRecord, TopicRecord, WorkerStatus
+    from controller.pooling import PoolKeeper
+
+    cfg = config.from_dict({
+        "pipeline": f"pool{uuid.uuid4().hex[:8]}",
+        "zookeeper": {"connect": services["zookeeper"]},
+        "clusters": {"src": {"bootstrap_servers": services["source"]},
+                     "dst": {"bootstrap_servers": services["destination"]}},
+        "routes": [{"id": "a", "source": "src", "destination": "dst"},
+                   {"id": "b", "source": "dst", "destination": "src", "topic_naming": "prefix",
+                    "workers": {"min": 0}}],
+    })
+    root = Paths(cfg.pipeline_root)
+    a, b = Paths(f"{cfg.pipeline_root}/routes/a"), Paths(f"{cfg.pipeline_root}/routes/b")
+    client = KazooClient(hosts=services["zookeeper"])
+    client.start(15)
+    try:
+        fence = client.create(f"{root.election}/fence-", ephemeral=True, sequence=True, makepath=True)
+        client.create(a.topic("t"), TopicRecord("t", "t", 4).encode(), makepath=True)
+        client.create(b.topic("u"), TopicRecord("u", "dst.u", 2).encode(), makepath=True)
+        held = Assignment(3, frozenset({("t", 2), ("t", 3)}))
+        for worker in ("p1", "p2"):
+            client.create(root.pool_worker(worker), ephemeral=True, makepath=True)
+            client.create(root.pool_binding(worker), PoolBinding("a").encode(), makepath=True)
+            client.create(a.worker(worker), ephemeral=True, makepath=True)
+            client.create(a.assignment(worker), held.encode(), makepath=True)
+            status = WorkerStatus(3, {tp: PartitionStatus(records_per_s=10) for tp in held.partitions})
+            client.create(a.worker_status(worker), status.encode(), ephemeral=True, makepath=True)
+        client.create(a.blacklisted_worker("p1"), b"", makepath=True)  # an operator's entry
+        routes = {r.id: (r, RouteRecord(r.definition())) for r in cfg.routes}
+        keeper = PoolKeeper(cfg, client, lambda: routes)
+
+        # When the leader runs its rounds while route a's loop hands p2's partitions on
+        keeper.round(fence)
+        # Then p2 is asked to drain (an entry in route a), and stays bound to a while it holds anything
+        assert client.get(a.blacklisted_worker("p2"))[0] == POOL_DRAIN
+        assert bindings(client, cfg.pipeline_root) == {"p1": "a", "p2": "a"}
+        client.set(a.assignment("p2"), Assignment(4).encode())  # released by the route's loop...
+        keeper.round(fence)
+        assert bindings(client, cfg.pipeline_root)["p2"] == "a"  # ...but not yet confirmed by p2
+        client.set(a.worker_status("p2"), WorkerStatus(4).encode())
+        keeper.round(fence)
+        assert bindings(client, cfg.pipeline_root) == {"p1": "a", "p2": "b"}
+        # The drain entry stays until p2 left route a; the operator's entry is never touched
+        assert client.exists(a.blacklisted_worker("p2"))
+        client.delete(a.worker_status("p2"))
+        client.delete(a.worker("p2"))
+        keeper.round(fence)
+        assert not client.exists(a.blacklisted_worker("p2"))
+        assert client.get(a.blacklisted_worker("p1"))[0] == b""
+        # A pool worker that left keeps its binding while it is still registered in its route
+        client.delete(root.pool_worker("p1"))
+        keeper.round(fence)
+        assert bindings(client, cfg.pipeline_root)["p1"] == "a"
+        client.delete(a.worker("p1"))
+        keeper.round(fence)
+        # then it is unbound, and route a, below its minimum, takes p2 back from b (min 0); p2 is not
+        # registered in b here, so there is nothing to drain
+        assert bindings(client, cfg.pipeline_root) == {"p2": "a"}
+        # And a stale leader cannot write: its fence is gone
+        client.create(root.pool_worker("p3"), ephemeral=True)
+        client.delete(fence)
+        with pytest.raises(Exception, match="fence"):
+            keeper.round(fence)
+        assert bindings(client, cfg.pipeline_root) == {"p2": "a"}
+    finally:
+        client.delete(cfg.pipeline_root, recursive=True)
+        client.stop()
+        client.close()
