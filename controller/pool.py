@@ -132,5 +132,5 @@ def allocate(
 
 
 def _desc(route: str) -> tuple[int, ...]:
-    """Ties go to the lowest id under ``max``: negate the characters."""
+    """A deterministic tie-break for ``max`` that prefers lower ids (characters negated)."""
     return tuple(-ord(c) for c in route)

@@ -85,7 +85,7 @@ class PoolKeeper:
         if not self._active:
             self.bindings = {}
             return  # no pool: nothing to read (the routes' status nodes are the leader's costliest reads)
-        routes = {rid: (route, record) for rid, (route, record) in self._registry().items()}
+        routes = self._registry()
         roots = {rid: Paths(route_root(self._config.pipeline_root, rid)) for rid in routes}
         demand = {rid: self._demand(route, record, roots[rid], set(members)) for rid, (route, record) in routes.items()}
         current = {w: written.get(w) for w in members}

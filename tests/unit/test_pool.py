@@ -53,6 +53,14 @@ def test_no_more_workers_than_partitions_or_max():
     assert counts(allocate(["w1", "w2", "w3", "w4"], {}, demand)) == {"a": 2, "b": 1, None: 1}
 
 
+def test_a_paused_route_gives_its_pool_workers_back_one_move_per_round():
+    paused = Demand(min=0, partitions=0)  # what the leader asks for a paused route
+    current = {"w1": "a", "w2": "a"}
+    after = allocate(["w1", "w2"], current, {"a": paused, "b": Demand(max=1, partitions=4, records_per_s=5)})
+    assert after == {"w1": "a", "w2": "b"}
+    assert allocate(["w1", "w2"], after, {"a": paused, "b": Demand(max=1, partitions=4)}) == {"w1": None, "w2": "b"}
+
+
 def test_a_worker_of_a_deleted_route_is_free_again():
     assert allocate(["w1"], {"w1": "gone"}, {"a": Demand(partitions=1)}) == {"w1": "a"}
 
