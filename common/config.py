@@ -293,7 +293,7 @@ def find_route(config: Config, route_id: str) -> RouteConfig:
     if not route_id:
         if len(config.routes) != 1:
             raise ConfigError("worker.route", f"this deployment has {len(config.routes)} routes ({ids}): "
-                                              "name the one to serve")
+                                              "name the one to serve, or join the shared pool with worker.pool: true")
         return config.routes[0]
     for route in config.routes:
         if route.id == route_id:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
+import time
 from datetime import datetime, timezone
 
 from kazoo.client import KazooState
@@ -94,6 +95,7 @@ def run_pooled(config: Config) -> int:
                       metrics_port=config.worker.metrics_port)
     signals.on_stop_signals(graceful, log, "worker_signal")
     serving: _Serving | None = None
+    failed: tuple[str | None, float] = (None, 0.0)  # a route that could not be served, and when to try again
     code = 0
     try:
         _join_pool(client, paths, wid, info.encode(), stop)
@@ -112,12 +114,13 @@ def run_pooled(config: Config) -> int:
                 log.info("pool_leaving_route", route=serving.route, next=wanted)
                 serving.stop()
                 serving = None
-            if serving is None and wanted is not None:
+            if serving is None and wanted is not None and (wanted != failed[0] or time.monotonic() >= failed[1]):
                 log.info("pool_serving_route", route=wanted)
                 try:
                     serving = _Serving(config, wid, wanted)
                 except UReplicatorError as exc:  # the route cannot be served from this file: say so, wait
                     log.error("pool_route_not_served", route=wanted, error=str(exc))
+                    failed = (wanted, time.monotonic() + 10.0)
             changed.wait(1.0)
             changed.clear()
     finally:
