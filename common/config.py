@@ -119,6 +119,10 @@ class ControllerConfig:
     # 0 = the source topic's, either way capped by the destination's broker count.
     destination_replication_factor: int = 0
     destination_min_insync_replicas: int = 0
+    # --- the shared worker pool (controller/pool.py): bound workers moved to another route per round
+    # at most, and how much more work per worker the receiving route must have (0.5: 1.5x the donor's).
+    pool_max_moves: int = 1
+    pool_hysteresis: float = 0.5
 
 
 @dataclass(frozen=True)
@@ -126,6 +130,8 @@ class WorkerConfig:
     id: str = ""
     # The route this worker serves (``routes[].id``); empty: the deployment's only route.
     route: str = ""
+    # Join the deployment's shared pool instead: serve the route the leader binds it to (docs/routes.md).
+    pool: bool = False
     metrics_host: str = "0.0.0.0"
     metrics_port: int = 0
     health_stall_s: float = 120.0  # /healthz fails when the loop has not turned for this long
@@ -287,7 +293,7 @@ def find_route(config: Config, route_id: str) -> RouteConfig:
     if not route_id:
         if len(config.routes) != 1:
             raise ConfigError("worker.route", f"this deployment has {len(config.routes)} routes ({ids}): "
-                                              "name the one to serve")
+                                              "name the one to serve, or join the shared pool with worker.pool: true")
         return config.routes[0]
     for route in config.routes:
         if route.id == route_id:
@@ -506,6 +512,12 @@ def _check_routes(config: Config) -> None:
     # common.zk.route_config resolves it when the worker starts; here only its form is checked.
     if config.worker.route and not topology.ROUTE_ID_RE.match(config.worker.route):
         raise ConfigError("worker.route", f"route id {config.worker.route!r}: use 1-64 letters, digits, '_' or '-'")
+    if config.worker.route and config.worker.pool:
+        raise ConfigError("worker.pool", "a worker either serves worker.route or joins the shared pool, not both")
+    if config.controller.pool_max_moves < 1:
+        raise ConfigError("controller.pool_max_moves", "must be at least 1")
+    if config.controller.pool_hysteresis < 0:
+        raise ConfigError("controller.pool_hysteresis", "must not be negative")
     check_topology(config.clusters, config.routes)
 
 

@@ -16,6 +16,8 @@ agree on one encoding. Layout (root ``<zookeeper.root>/<pipeline>``)::
     routes/<id>                 RouteRecord (the deployment's route registry, at the pipeline root);
                                 a declared route's own state (the nodes above) lives under it,
                                 the implicit route's ("default") at the pipeline root itself
+    pool/workers/<worker-id>    EPHEMERAL WorkerInfo of a shared-pool worker (at the pipeline root)
+    pool/bindings/<worker-id>   PoolBinding written by the leader: the route that worker serves
 """
 
 from __future__ import annotations
@@ -105,6 +107,21 @@ class Paths:
 
     def route(self, route_id: str) -> str:
         return f"{self.routes}/{route_id}"
+
+    @property
+    def pool_workers(self) -> str:
+        """The shared pool's members (meaningful under the pipeline root)."""
+        return f"{self.root}/pool/workers"
+
+    def pool_worker(self, worker_id: str) -> str:
+        return f"{self.pool_workers}/{worker_id}"
+
+    @property
+    def pool_bindings(self) -> str:
+        return f"{self.root}/pool/bindings"
+
+    def pool_binding(self, worker_id: str) -> str:
+        return f"{self.pool_bindings}/{worker_id}"
 
     def blacklisted_worker(self, worker_id: str) -> str:
         return f"{self.blacklist_workers}/{worker_id}"
@@ -198,6 +215,30 @@ class RouteRecord:
         if record.state not in ("active", "paused"):
             raise SchemaError(f"route record has unknown state {record.state!r}")
         return record
+
+
+@dataclass(frozen=True)
+class PoolBinding:
+    """The route a shared-pool worker serves (None: none yet), written by the leader once it is drained."""
+
+    route: str | None = None
+    bound_at: str = ""
+
+    def encode(self) -> bytes:
+        return _dump(asdict(self))
+
+    @classmethod
+    def decode(cls, data: bytes) -> PoolBinding:
+        doc = _load(data, "pool binding")
+        route = doc.get("route")
+        if route is not None and not isinstance(route, str):
+            raise SchemaError("pool binding route must be a string or null")
+        return cls(route=route, bound_at=str(doc.get("bound_at", "")))
+
+
+# The data of a ``blacklist/workers/<id>`` entry the pool wrote to drain a worker it moves
+# (an operator's entries have none, and the pool never removes those).
+POOL_DRAIN = b"pool"
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,7 @@ from common.errors import ConfigError
 from common.zkschema import Paths, RouteRecord
 from controller.leader import Leadership, LeaderState
 from controller.metrics import ControllerMetrics
+from controller.pooling import PoolKeeper
 
 
 @dataclass
@@ -139,6 +140,7 @@ class RouteSet:
         self._session_lost = threading.Event()
         self._log = logs.get(__name__, pipeline=config.pipeline, controller=identifier)
         self._thread = threading.Thread(target=self._contend, name="leader-election", daemon=True)
+        self.pool = PoolKeeper(config, client, lambda: registry(self._config, self._client))
         client.add_listener(self._on_connection)
 
     # --- what the API reads ------------------------------------------------------------------
@@ -219,6 +221,10 @@ class RouteSet:
         self.metrics.leader.set(1)
         self._log.info("deployment_leadership_acquired", fence=fence)
         self._client.ChildrenWatch(self._paths.routes, self._on_registry)
+        # The shared pool's bindings, on a thread of their own (a drain waits on a route's hand-off).
+        pool_over = threading.Event()
+        pool_thread = threading.Thread(target=self._run_pool, args=(fence, pool_over), name="pool", daemon=True)
+        pool_thread.start()
         try:
             while not self._stop.is_set() and not self._session_lost.is_set():
                 try:
@@ -233,6 +239,9 @@ class RouteSet:
                 self._changed.wait(30.0)
                 self._changed.clear()
         finally:
+            pool_over.set()
+            self.pool.request_round()
+            pool_thread.join(5.0)
             self._is_leader = False
             self.metrics.leader.set(0)
             for route_id in self.running():
@@ -241,7 +250,14 @@ class RouteSet:
 
     def _on_registry(self, children: list[str]) -> bool:
         self._changed.set()
+        self.pool.request_round()
         return self._is_leader
+
+    def _run_pool(self, fence: str, over: threading.Event) -> None:
+        try:
+            self.pool.run(fence, over)
+        except Exception as exc:  # noqa: BLE001 - the pool's bug must not end the routes' loops
+            self._log.exception("pool_error", error=repr(exc))
 
     def _follow_registry(self, fence: str) -> None:
         """Start the routes that are new or redefined, end those deleted; leave the others alone."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -15,12 +17,12 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture(scope="module")
 def three(tmp_path_factory):
-    """ZooKeeper and clusters c1, c2, c3; stopped when the module's tests are done."""
+    """ZooKeeper and clusters c1, c2, c3 (and ``dir``, to stop one); stopped when the module's tests are done."""
     from devtools import stack
 
     directory = tmp_path_factory.mktemp("stack3")
     addresses = stack.up(directory, timeout_s=240, clusters=3)
-    yield addresses
+    yield {**addresses, "dir": directory}
     stack.down(directory)
 
 
@@ -65,4 +67,146 @@ def test_two_regions_fan_into_one_aggregate_cluster_exactly_per_partition(three,
                 assert [r.logical() for r in copied] == source
                 assert {r.provenance().origin for r in copied} == {alias}
     finally:
+        pipeline.stop_all()
+
+
+def _by_origin(cluster: str, alias: str, topic: str, partitions: int) -> dict[str, list[tuple]]:
+    """Every record of ``topic`` on ``cluster``, grouped by origin (no ``urep`` header: produced there)."""
+    found: dict[str, list[tuple]] = {}
+    for p in range(partitions):
+        for record in kafka_io.read_partition(cluster, topic, p):
+            stamp = record.provenance()
+            found.setdefault(stamp.origin if stamp else alias, []).append((record.key, record.value))
+    return found
+
+
+def test_three_clusters_active_active_copy_each_origin_record_once_everywhere_and_then_stay_still(three, tmp_path):
+    # Given one topic name on c1, c2 and c3, and six identity-named routes (every ordered pair,
+    # forward: origin), each served by one worker pinned to it
+    clusters = three["clusters"]
+    pipeline = Pipeline(services={k: three[k] for k in ("zookeeper", "source", "destination")}, workdir=tmp_path)
+    topic, partitions, batches, per_batch = f"{pipeline.name}-mesh", 2, 4, 50
+    for address in clusters.values():
+        kafka_io.create_topic(address, topic, partitions)
+    routes = [{"id": f"{a}-{b}", "source": a, "destination": b} for a in clusters for b in clusters if a != b]
+    pipeline.overrides = {
+        "source": None, "destination": None,
+        "clusters": {alias: {"bootstrap_servers": address} for alias, address in clusters.items()},
+        "routes": routes,
+    }
+    try:
+        pipeline.start_controller()
+        for route in routes:
+            pipeline.start_worker(f"w-{route['id']}", worker={"route": route["id"]})
+            assert pipeline.api("POST", f"/routes/{route['id']}/topics", {"topic": topic})[0] == 201
+        wait_for(lambda: all(r["state"] == "running" for r in pipeline.api("GET", "/routes")[1]["routes"]), 60,
+                 "every route has its worker")
+
+        # When all three clusters are written at once, in batches, while the routes mirror
+        def load(alias: str) -> None:
+            for batch in range(batches):
+                kafka_io.produce(clusters[alias], topic, per_batch, partitions, start=batch * per_batch, tag=alias)
+                time.sleep(0.3)
+
+        writers = [threading.Thread(target=load, args=(alias,)) for alias in clusters]
+        for writer in writers:
+            writer.start()
+        for writer in writers:
+            writer.join(120)
+        total = len(clusters) * batches * per_batch
+
+        def everywhere(count: int) -> bool:
+            return all(sum(kafka_io.end_offsets(a, topic, partitions).values()) == count for a in clusters.values())
+
+        wait_for(lambda: everywhere(total), 120, "every cluster holds every origin's records")
+
+        # Then each cluster holds each origin's records exactly once (the urep header names the origin)
+        for alias, address in clusters.items():
+            held = _by_origin(address, alias, topic, partitions)
+            assert sorted(held) == sorted(clusters), (alias, sorted(held))
+            for origin, records in held.items():
+                assert len(records) == len(set(records)) == batches * per_batch, (alias, origin, len(records))
+                assert all(value.startswith(f"{origin}-value-".encode()) for _, value in records)
+        # and nothing bounces on: the end offsets stay still once the load stops
+        still = {a: kafka_io.end_offsets(address, topic, partitions) for a, address in clusters.items()}
+        time.sleep(5)
+        assert {a: kafka_io.end_offsets(address, topic, partitions) for a, address in clusters.items()} == still
+    finally:
+        pipeline.stop_all()
+
+
+def test_the_same_mesh_under_transit_is_refused_naming_the_path(three, tmp_path):
+    # Given a deployment with c1 -> c2 under transit
+    clusters = three["clusters"]
+    pipeline = Pipeline(services={k: three[k] for k in ("zookeeper", "source", "destination")}, workdir=tmp_path)
+    pipeline.overrides = {
+        "source": None, "destination": None,
+        "clusters": {alias: {"bootstrap_servers": address} for alias, address in clusters.items()},
+        "routes": [{"id": "c1-c2", "source": "c1", "destination": "c2", "forward": "transit"}],
+    }
+    try:
+        pipeline.start_controller()
+        # When the rest of the six-route mesh is added under transit, one route at a time
+        for source, destination in (("c2", "c1"), ("c1", "c3")):
+            status, body = pipeline.api("POST", "/routes", {"id": f"{source}-{destination}", "source": source,
+                                                            "destination": destination, "forward": "transit"})
+            assert status == 201, body
+        status, body = pipeline.api("POST", "/routes", {"id": "c3-c1", "source": "c3", "destination": "c1",
+                                                        "forward": "transit"})
+        # Then the route that closes a loop is refused with the path; nothing else changes
+        assert status == 400, body
+        assert body["error"]["message"] == ("a record produced on c2 loops: c2/t -[c2-c1]-> c1/t -[c1-c3]-> c3/t "
+                                            "-[c3-c1]-> c1/t (route 'c3-c1' forwards transit)"), body
+        assert [r["id"] for r in pipeline.api("GET", "/routes")[1]["routes"]] == ["c1-c2", "c1-c3", "c2-c1"]
+    finally:
+        pipeline.stop_all()
+
+
+def test_a_route_whose_destination_is_stopped_leaves_the_others_mirroring(three, tmp_path):
+    # Given routes c1 -> c2 and c1 -> c3 with a worker each, both mirroring one topic
+    from devtools import stack
+
+    clusters = three["clusters"]
+    pipeline = Pipeline(services={k: three[k] for k in ("zookeeper", "source", "destination")}, workdir=tmp_path)
+    topic, partitions = f"{pipeline.name}-down", 2
+    kafka_io.create_topic(clusters["c1"], topic, partitions)
+    kafka_io.produce(clusters["c1"], topic, 100, partitions, tag="c1")
+    pipeline.overrides = {
+        "source": None, "destination": None,
+        "clusters": {alias: {"bootstrap_servers": address} for alias, address in clusters.items()},
+        "routes": [{"id": "to2", "source": "c1", "destination": "c2", "topic_naming": "prefix"},
+                   {"id": "to3", "source": "c1", "destination": "c3", "topic_naming": "prefix"}],
+    }
+    copy = f"c1.{topic}"
+    stopped = False
+    try:
+        pipeline.start_controller()
+        for route in ("to2", "to3"):
+            pipeline.start_worker(f"w-{route}", worker={"route": route})
+            assert pipeline.api("POST", f"/routes/{route}/topics", {"topic": topic})[0] == 201
+        for alias in ("c2", "c3"):
+            wait_for(lambda a=alias: sum(kafka_io.end_offsets(clusters[a], copy, partitions).values()) == 100, 90,
+                     f"mirrored to {alias}")
+
+        # When c3 stops and c1 gets new records
+        stack.stop_service(three["dir"], "c3")
+        stopped = True
+        kafka_io.produce(clusters["c1"], topic, 100, partitions, start=100, tag="c1")
+
+        # Then route c1 -> c2 mirrors them all, exactly, while c3 is down
+        wait_for(lambda: kafka_io.end_offsets(clusters["c1"], topic, partitions)
+                 == kafka_io.end_offsets(clusters["c2"], copy, partitions), 60, "c1 -> c2 kept mirroring")
+        assert sum(kafka_io.end_offsets(clusters["c2"], copy, partitions).values()) == 200
+        assert pipeline.api("GET", "/routes/to2")[1]["state"] == "running"
+
+        # And once c3 is back, route c1 -> c3 catches up with nothing lost
+        stack.start_service(three["dir"], "c3")
+        stopped = False
+        wait_for(lambda: sum(kafka_io.end_offsets(clusters["c3"], copy, partitions).values()) >= 200, 120,
+                 "c1 -> c3 caught up")
+        held = {(r.key, r.value) for p in range(partitions) for r in kafka_io.read_partition(clusters["c3"], copy, p)}
+        assert len(held) == 200
+    finally:
+        if stopped:
+            stack.start_service(three["dir"], "c3")
         pipeline.stop_all()

@@ -1,0 +1,205 @@
+"""The shared worker pool on real ZooKeeper and Kafka: a worker moves between routes through the hand-off gate."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.request
+
+import pytest
+from kazoo.client import KazooClient
+
+from common.zkschema import PoolBinding
+from devtools.ports import free_port
+from tests.support import kafka_io
+from tests.support.kafka_io import wait_for
+
+pytestmark = pytest.mark.integration
+
+
+def bindings(client: KazooClient, root: str) -> dict[str, str | None]:
+    node = f"{root}/pool/bindings"
+    if not client.exists(node):
+        return {}
+    return {w: PoolBinding.decode(client.get(f"{node}/{w}")[0]).route for w in client.get_children(node)}
+
+
+def holders(pipeline, route: str) -> set[str]:
+    """The workers of ``route`` that were written an assignment and applied it, with no hand-off under way."""
+    status, body = pipeline.api("GET", f"/routes/{route}/validation")
+    if status != 200 or not body["ok"] or body["withheld"]:
+        return set()
+    return {w["worker"] for w in body["workers"] if w["desired_generation"]}
+
+
+def events(pipeline, label: str) -> list[dict]:
+    """The JSON log lines of one of the pipeline's processes."""
+    (proc,) = [p for p in pipeline.processes if p.name == label]
+    found = []
+    for line in proc.log.read_text(errors="replace").splitlines():
+        try:
+            found.append(json.loads(line))
+        except ValueError:
+            continue
+    return found
+
+
+def ready(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/ready", timeout=2) as resp:
+            return resp.status == 200
+    except OSError:
+        return False
+
+
+def same_records(source: str, destination: str, topic: str, dest_topic: str, partitions: int) -> None:
+    for p in range(partitions):
+        expected = [r.logical() for r in kafka_io.read_partition(source, topic, p)]
+        assert [r.logical() for r in kafka_io.read_partition(destination, dest_topic, p)] == expected, p
+
+
+def test_a_pool_worker_rebound_between_routes_under_load_loses_and_duplicates_nothing(pipeline, services):
+    # Given routes a (src -> dst) and b (dst -> src, min 0 workers) and two pool workers, both on route a
+    # while its topic is written without pause
+    topic, back, partitions = f"{pipeline.name}-pool", f"{pipeline.name}-back", 4
+    kafka_io.create_topic(services["source"], topic, partitions)
+    kafka_io.create_topic(services["destination"], back, 2)
+    pipeline.overrides = {
+        "source": None, "destination": None,
+        "clusters": {"src": {"bootstrap_servers": services["source"]},
+                     "dst": {"bootstrap_servers": services["destination"]}},
+        "routes": [{"id": "a", "source": "src", "destination": "dst"},
+                   {"id": "b", "source": "dst", "destination": "src", "topic_naming": "prefix",
+                    "workers": {"min": 0}}],
+    }
+    root = f"/ureplicator/{pipeline.name}"
+    pipeline.start_controller()
+    assert pipeline.api("POST", "/routes/a/topics", {"topic": topic})[0] == 201
+    probes = free_port()  # p2's probes: served by each mirror loop it runs, on one port
+    pipeline.start_worker("p1", worker={"pool": True})
+    pipeline.start_worker("p2", worker={"pool": True, "metrics_port": probes, "metrics_host": "127.0.0.1"})
+    written = {"count": 0}
+    loading = threading.Event()
+
+    def load() -> None:
+        while not loading.is_set():
+            kafka_io.produce(services["source"], topic, 40, partitions, start=written["count"])
+            written["count"] += 40
+            time.sleep(0.1)
+
+    writer = threading.Thread(target=load, daemon=True)
+    writer.start()
+    client = KazooClient(hosts=services["zookeeper"])
+    client.start(15)
+    try:
+        wait_for(lambda: bindings(client, root) == {"p1": "a", "p2": "a"} and holders(pipeline, "a") == {"p1", "p2"},
+                 60, "both pool workers serve route a")
+        assert pipeline.api("GET", "/routes/b")[1]["state"] == "waiting_for_workers"
+
+        # When route b gets a topic (it has partitions and no worker: the neediest route)
+        assert pipeline.api("POST", "/routes/b/topics", {"topic": back})[0] == 201
+        kafka_io.produce(services["destination"], back, 100, 2, tag="back")
+
+        # Then one worker is drained from route a through the gate and rebound to b, in-process
+        wait_for(lambda: bindings(client, root) == {"p1": "a", "p2": "b"}, 60, "p2 rebound to route b")
+        wait_for(lambda: holders(pipeline, "a") == {"p1"} and holders(pipeline, "b") == {"p2"}, 60,
+                 "each route served by one pool worker")
+        wait_for(lambda: kafka_io.end_offsets(services["destination"], back, 2)
+                 == kafka_io.end_offsets(services["source"], f"dst.{back}", 2), 60, "route b mirrored")
+        assert all(p.alive() for p in pipeline.processes)
+        # p2 held none of route a's partitions when it left it (the gate had drained it)
+        left = [e for e in events(pipeline, "p2") if e.get("event") == "worker_stopped"]
+        assert left and left[0]["partitions"] == 0, left
+        wait_for(lambda: ready(probes), 30, "p2 ready again on its port after the move")
+        time.sleep(3)  # and the pool stays as it is
+        assert bindings(client, root) == {"p1": "a", "p2": "b"}
+    finally:
+        loading.set()
+        writer.join(30)
+        client.stop()
+        client.close()
+
+    # And route a lost and duplicated nothing across the move
+    wait_for(lambda: kafka_io.end_offsets(services["source"], topic, partitions)
+             == kafka_io.end_offsets(services["destination"], topic, partitions), 60, "route a caught up")
+    assert sum(kafka_io.end_offsets(services["destination"], topic, partitions).values()) == written["count"]
+    same_records(services["source"], services["destination"], topic, topic, partitions)
+    same_records(services["destination"], services["source"], back, f"dst.{back}", 2)
+
+
+def test_the_leader_rebinds_a_pool_worker_only_once_its_route_drained_it(services):
+    # Given (on real ZooKeeper, no processes) routes a and b, pool workers p1 and p2 both bound to a,
+    # p2 holding partitions of a, and route b with a topic and no worker
+    import uuid
+
+    from common import config
+    from common.zkschema import POOL_DRAIN, Assignment, PartitionStatus, Paths, RouteRecord, TopicRecord, WorkerStatus
+    from controller.pooling import PoolKeeper
+
+    cfg = config.from_dict({
+        "pipeline": f"pool{uuid.uuid4().hex[:8]}",
+        "zookeeper": {"connect": services["zookeeper"]},
+        "clusters": {"src": {"bootstrap_servers": services["source"]},
+                     "dst": {"bootstrap_servers": services["destination"]}},
+        "routes": [{"id": "a", "source": "src", "destination": "dst"},
+                   {"id": "b", "source": "dst", "destination": "src", "topic_naming": "prefix",
+                    "workers": {"min": 0}}],
+    })
+    root = Paths(cfg.pipeline_root)
+    a, b = Paths(f"{cfg.pipeline_root}/routes/a"), Paths(f"{cfg.pipeline_root}/routes/b")
+    client = KazooClient(hosts=services["zookeeper"])
+    client.start(15)
+    try:
+        fence = client.create(f"{root.election}/fence-", ephemeral=True, sequence=True, makepath=True)
+        client.create(a.topic("t"), TopicRecord("t", "t", 4).encode(), makepath=True)
+        client.create(b.topic("u"), TopicRecord("u", "dst.u", 2).encode(), makepath=True)
+        held = Assignment(3, frozenset({("t", 2), ("t", 3)}))
+        for worker in ("p1", "p2"):
+            client.create(root.pool_worker(worker), ephemeral=True, makepath=True)
+            client.create(root.pool_binding(worker), PoolBinding("a").encode(), makepath=True)
+            client.create(a.worker(worker), ephemeral=True, makepath=True)
+            client.create(a.assignment(worker), held.encode(), makepath=True)
+            status = WorkerStatus(3, {tp: PartitionStatus(records_per_s=10) for tp in held.partitions})
+            client.create(a.worker_status(worker), status.encode(), ephemeral=True, makepath=True)
+        client.create(a.blacklisted_worker("p1"), b"", makepath=True)  # an operator's entry
+        routes = {r.id: (r, RouteRecord(r.definition())) for r in cfg.routes}
+        keeper = PoolKeeper(cfg, client, lambda: routes)
+
+        # When the leader runs its rounds while route a's loop hands p2's partitions on
+        keeper.round(fence)
+        # Then p2 is asked to drain (an entry in route a), and stays bound to a while it holds anything
+        assert client.get(a.blacklisted_worker("p2"))[0] == POOL_DRAIN
+        assert bindings(client, cfg.pipeline_root) == {"p1": "a", "p2": "a"}
+        client.set(a.assignment("p2"), Assignment(4).encode())  # released by the route's loop...
+        keeper.round(fence)
+        assert bindings(client, cfg.pipeline_root)["p2"] == "a"  # ...but not yet confirmed by p2
+        client.set(a.worker_status("p2"), WorkerStatus(4).encode())
+        keeper.round(fence)
+        assert bindings(client, cfg.pipeline_root) == {"p1": "a", "p2": "b"}
+        # The drain entry stays until p2 left route a; the operator's entry is never touched
+        assert client.exists(a.blacklisted_worker("p2"))
+        client.delete(a.worker_status("p2"))
+        client.delete(a.worker("p2"))
+        keeper.round(fence)
+        assert not client.exists(a.blacklisted_worker("p2"))
+        assert client.get(a.blacklisted_worker("p1"))[0] == b""
+        # A pool worker that left keeps its binding while it is still registered in its route
+        client.delete(root.pool_worker("p1"))
+        keeper.round(fence)
+        assert bindings(client, cfg.pipeline_root)["p1"] == "a"
+        client.delete(a.worker("p1"))
+        keeper.round(fence)
+        # then it is unbound, and route a, below its minimum, takes p2 back from b (min 0); p2 is not
+        # registered in b here, so there is nothing to drain
+        assert bindings(client, cfg.pipeline_root) == {"p2": "a"}
+        # And a stale leader cannot write: its fence is gone
+        client.create(root.pool_worker("p3"), ephemeral=True)
+        client.delete(fence)
+        with pytest.raises(Exception, match="fence"):
+            keeper.round(fence)
+        assert bindings(client, cfg.pipeline_root) == {"p2": "a"}
+    finally:
+        client.delete(cfg.pipeline_root, recursive=True)
+        client.stop()
+        client.close()
