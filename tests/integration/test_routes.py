@@ -98,17 +98,6 @@ def mirrored_exactly(services: dict, source: str, destination: str, topic: str, 
         kafka_io.end_offsets(services[destination], dest_topic, partitions)
 
 
-def todays_config(pipeline: Pipeline, label: str, **extra) -> Path:
-    """A config file today's code loads: without the keys added since (its loader refuses unknown keys)."""
-    import yaml
-
-    doc = pipeline.config_doc(**extra)
-    doc["controller"].pop("heartbeat_interval_s", None)
-    path = pipeline.workdir / f"{pipeline.name}-{label}.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    return path
-
-
 def test_todays_single_pipeline_state_is_taken_over_without_a_move_or_a_copy(pipeline, services, tmp_path):
     # Given today's controller and two of today's workers mirroring a topic
     old = todays_code(tmp_path / "before-routes")
