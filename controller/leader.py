@@ -25,7 +25,7 @@ from common import logs, zk
 from common.config import Config
 from common.errors import UReplicatorError
 from common.zkschema import Assignment, Paths, TopicPartition, TopicRecord, WorkerStatus
-from controller import topics
+from controller import fencing, topics
 from controller.assignment import assign, writable
 from controller.metrics import ControllerMetrics
 from controller.zkview import RouteView
@@ -216,6 +216,8 @@ class Leadership:
         if self._election is not None:  # under a RouteSet, the deployment's leader gauge is the set's
             self.metrics.leader.set(1)
         self._log.info("leadership_acquired", fence=fence)
+        # --- exactly-once mode hook (issue 26, controller/fencing.py): the delivery mode for workers ---
+        fencing.record_mode(self._client, self._paths.root, self._config.worker.exactly_once, self._log)
         self._watch()
         syncer = None
         if self._admins is not None:

@@ -1,0 +1,132 @@
+"""Exactly-once mode on real clusters: a kill -9 mid-transaction, a restart that fences its predecessor.
+
+A ``read_committed`` reader must see every source record exactly once; a
+``read_uncommitted`` reader sees the aborted copies too, which proves an abort happened.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
+
+from common import provenance
+from tests.support import kafka_io
+from tests.support.kafka_io import wait_for
+from tests.support.load import ContinuousProducer
+
+pytestmark = pytest.mark.integration
+
+EXACT = {"exactly_once": True, "transaction_interval_ms": 2000}
+
+
+def read_sources(bootstrap: str, topic: str, partition: int, isolation: str) -> list[int]:
+    """The source offsets (from ``urep``) of one destination partition, read up to its end under ``isolation``."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "test-reader", "enable.auto.commit": False,
+                         "isolation.level": isolation, "enable.partition.eof": True})
+    try:
+        consumer.assign([TopicPartition(topic, partition, OFFSET_BEGINNING)])
+        offsets: list[int] = []
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            for msg in consumer.consume(1000, 0.5):
+                if msg.error():
+                    if msg.error().code() == KafkaError._PARTITION_EOF:
+                        return offsets
+                    continue
+                value = dict(msg.headers() or ())[provenance.HEADER]
+                offsets.append(provenance.decode(value).source_offset)
+        raise AssertionError(f"{topic}:{partition}: no end after {len(offsets)} records")
+    finally:
+        consumer.close()
+
+
+def start(pipeline, worker_id: str):  # noqa: ANN001, ANN201
+    return pipeline.start_worker(worker_id, worker=dict(EXACT))
+
+
+def test_kill_9_mid_transaction_then_a_restart_fences_the_predecessor(pipeline, services):
+    # Given an exactly-once pipeline mirroring under continuous produce (2 s transactions)
+    topic = f"{pipeline.name}-eos"
+    partitions = 2
+    kafka_io.create_topic(services["source"], topic, partitions)
+    pipeline.start_controller(worker=dict(EXACT))
+    worker = start(pipeline, "w1")
+    assert pipeline.api("POST", "/topics", {"topic": topic})[0] == 201
+    dst = services["destination"]
+    with ContinuousProducer(services["source"], topic, partitions, rate_per_s=1000) as load:
+        wait_for(lambda: sum(kafka_io.end_offsets(dst, topic, partitions, settle_s=0).values()) > 3000, 90,
+                 "several transactions committed")
+        # When the worker is killed with kill -9 in the middle of a transaction
+        time.sleep(1.0)
+        os.kill(worker.popen.pid, signal.SIGKILL)
+        worker.popen.wait(10)
+        # and restarted with the same worker id (its init_transactions fences the predecessor)
+        restarted = start(pipeline, "w1")
+        time.sleep(3)
+        load.stop()
+        sent = load.sent
+    # Then a read_committed reader sees every source record exactly once
+    wait_for(lambda: sum(len(read_sources(dst, topic, p, "read_committed")) for p in range(partitions)) >= sent,
+             120, "everything mirrored and committed")
+    lost = duplicated = aborted = 0
+    for p in range(partitions):
+        source_count = kafka_io.end_offsets(services["source"], topic, partitions)[p]
+        committed = read_sources(dst, topic, p, "read_committed")
+        everything = read_sources(dst, topic, p, "read_uncommitted")
+        lost += len(set(range(source_count)) - set(committed))
+        duplicated += len(committed) - len(set(committed))
+        aborted += len(everything) - len(committed)
+        assert committed == sorted(committed), f"{topic}:{p} reordered"
+    assert (lost, duplicated) == (0, 0), pipeline.logs()
+    # and the killed worker's open transaction was aborted: its copies are visible read_uncommitted only
+    assert aborted > 0, "no aborted copies: the kill did not land inside a transaction"
+    assert restarted.alive(), restarted.tail()
+    log = restarted.log.read_text()
+    assert '"exactly_once": true' in log and "transactions_ready" in log
+    # and the positions live in the destination's group, keyed by destination topic
+    positions = kafka_io.committed(dst, pipeline.group, topic, partitions)
+    assert all(offset > 0 for offset in positions.values()), positions
+
+
+def test_a_restart_with_the_same_worker_id_fences_its_predecessor(pipeline, services):
+    # Given a predecessor with worker w1's transactional id, in the middle of a transaction
+    topic = f"{pipeline.name}-fence"
+    kafka_io.create_topic(services["source"], topic, 1)
+    kafka_io.produce(services["source"], topic, 100, 1)
+    pipeline.start_controller(worker=dict(EXACT))
+    assert pipeline.api("POST", "/topics", {"topic": topic})[0] == 201
+    zombie = Producer({"bootstrap.servers": services["destination"], "transactional.id": f"{pipeline.group}.w1"})
+    zombie.init_transactions(30)
+    zombie.begin_transaction()
+    zombie.produce(topic, b"zombie", partition=0)
+    zombie.flush(10)
+    # When a worker starts with that worker id
+    start(pipeline, "w1")
+    wait_for(lambda: len(read_sources_or_none(services["destination"], topic)) >= 100, 90, "mirrored")
+    # Then the predecessor is fenced: its commit fails, and its record is never read committed
+    with pytest.raises(KafkaException) as failed:
+        zombie.commit_transaction(30)
+    assert failed.value.args[0].fatal() or failed.value.args[0].code() in (
+        KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH)
+    committed = read_sources_or_none(services["destination"], topic)
+    assert sorted(committed) == list(range(100))
+
+
+def read_sources_or_none(bootstrap: str, topic: str) -> list[int]:
+    """Partition 0 read committed; records without ``urep`` (the zombie's) fail the test."""
+    return read_sources(bootstrap, topic, 0, "read_committed")
+
+
+def test_a_worker_whose_mode_differs_from_the_pipeline_refuses_to_start(pipeline):
+    # Given an exactly-once pipeline (the controller recorded the mode)
+    pipeline.start_controller(worker=dict(EXACT))
+    # When an at-least-once worker starts
+    worker = pipeline.start_worker("w-alo")
+    # Then it exits with a config error naming the key
+    worker.popen.wait(60)
+    assert worker.popen.returncode != 0
+    assert "worker.exactly_once" in worker.log.read_text()
