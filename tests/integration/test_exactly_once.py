@@ -130,3 +130,32 @@ def test_a_worker_whose_mode_differs_from_the_pipeline_refuses_to_start(pipeline
     worker.popen.wait(60)
     assert worker.popen.returncode != 0
     assert "worker.exactly_once" in worker.log.read_text()
+
+
+def test_a_planned_hand_off_commits_the_transaction_before_the_release(pipeline, services):
+    # Given an exactly-once pipeline with one worker, mirroring under continuous produce
+    topic = f"{pipeline.name}-move"
+    partitions = 4
+    kafka_io.create_topic(services["source"], topic, partitions)
+    pipeline.start_controller(worker=dict(EXACT))
+    start(pipeline, "w1")
+    assert pipeline.api("POST", "/topics", {"topic": topic})[0] == 201
+    dst = services["destination"]
+    with ContinuousProducer(services["source"], topic, partitions, rate_per_s=1000) as load:
+        wait_for(lambda: sum(kafka_io.end_offsets(dst, topic, partitions, settle_s=0).values()) > 2000, 90,
+                 "mirroring")
+        # When a second worker joins and half the partitions move to it
+        start(pipeline, "w2")
+        wait_for(lambda: "partitions_released" in (pipeline.workdir / f"{pipeline.name}-w1.log").read_text(),
+                 60, "w1 released partitions")
+        time.sleep(3)
+        load.stop()
+        sent = load.sent
+    # Then a read_committed reader sees every source record exactly once, and nothing was aborted
+    wait_for(lambda: sum(len(read_sources(dst, topic, p, "read_committed")) for p in range(partitions)) >= sent,
+             120, "everything mirrored and committed")
+    for p in range(partitions):
+        source_count = kafka_io.end_offsets(services["source"], topic, partitions)[p]
+        committed = read_sources(dst, topic, p, "read_committed")
+        assert sorted(committed) == list(range(source_count)), f"{topic}:{p}: lost or duplicated"
+        assert len(read_sources(dst, topic, p, "read_uncommitted")) == len(committed), f"{topic}:{p}: aborted copies"
