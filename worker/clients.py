@@ -134,7 +134,7 @@ def pins(config: Config) -> Pins:
 
 def transactional_id(config: Config, worker_id: str) -> str:
     """Exactly-once mode: the worker's transactional id; a restart with the same id fences its predecessor."""
-    return (config.worker.transactional_id_prefix or f"{config.consumer_group}.") + worker_id
+    return kafka.transactional_id(config.worker.transactional_id_prefix, config.consumer_group, worker_id)
 
 
 def connect(config: Config, worker_id: str) -> WorkerClients:

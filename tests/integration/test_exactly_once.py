@@ -159,3 +159,39 @@ def test_a_planned_hand_off_commits_the_transaction_before_the_release(pipeline,
         committed = read_sources(dst, topic, p, "read_committed")
         assert sorted(committed) == list(range(source_count)), f"{topic}:{p}: lost or duplicated"
         assert len(read_sources(dst, topic, p, "read_uncommitted")) == len(committed), f"{topic}:{p}: aborted copies"
+
+
+def test_a_departed_workers_transactional_id_is_fenced_before_its_partitions_move(pipeline, services):
+    # Given an exactly-once pipeline with two workers, mirroring under continuous produce
+    topic = f"{pipeline.name}-depart"
+    partitions = 4
+    kafka_io.create_topic(services["source"], topic, partitions)
+    controller = pipeline.start_controller(worker=dict(EXACT))
+    doomed = start(pipeline, "w1")
+    start(pipeline, "w2")
+    assert pipeline.api("POST", "/topics", {"topic": topic})[0] == 201
+    dst = services["destination"]
+    with ContinuousProducer(services["source"], topic, partitions, rate_per_s=1000) as load:
+        wait_for(lambda: sum(kafka_io.end_offsets(dst, topic, partitions, settle_s=0).values()) > 3000, 90,
+                 "both workers mirroring")
+        # When w1 is killed with kill -9 in the middle of a transaction, and not restarted
+        time.sleep(1.0)
+        os.kill(doomed.popen.pid, signal.SIGKILL)
+        doomed.popen.wait(10)
+        # Then the leader fences w1's transactional id before w2 gets its partitions
+        wait_for(lambda: "transactional_id_fenced" in controller.log.read_text(), 60, "w1 fenced")
+        time.sleep(3)
+        load.stop()
+        sent = load.sent
+    # and, well before the transaction timeout (60 s) could have aborted w1's transaction,
+    # a read_committed reader sees every source record exactly once
+    wait_for(lambda: sum(len(read_sources(dst, topic, p, "read_committed")) for p in range(partitions)) >= sent,
+             30, "everything mirrored and committed")
+    aborted = 0
+    for p in range(partitions):
+        source_count = kafka_io.end_offsets(services["source"], topic, partitions)[p]
+        committed = read_sources(dst, topic, p, "read_committed")
+        assert sorted(committed) == list(range(source_count)), f"{topic}:{p}: lost or duplicated"
+        aborted += len(read_sources(dst, topic, p, "read_uncommitted")) - len(committed)
+    assert aborted > 0, "no aborted copies: the kill did not land inside a transaction"
+    assert '"transactional_id": "' + pipeline.group + '.w1"' in controller.log.read_text()
