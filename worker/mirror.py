@@ -690,8 +690,10 @@ class MirrorWorker:
         if self._txn is not None:
             if not self._txn.open:
                 return  # nothing was sent since the last commit
-            if self._abort_transaction(why, timeout_s=5.0) == transactions.ABORTED:
-                return  # abort instead of purge: none of the transaction's records will ever be read
+            # Abort instead of purge: none of the transaction's records will ever be read committed.
+            # An abort that fails replaced the producer; the new one's init_transactions aborts it.
+            self._abort_transaction(why, timeout_s=5.0)
+            return
         try:
             self.producer.purge(in_queue=True, in_flight=True, blocking=False)
         except KafkaException as exc:
