@@ -195,3 +195,29 @@ def test_a_departed_workers_transactional_id_is_fenced_before_its_partitions_mov
         aborted += len(read_sources(dst, topic, p, "read_uncommitted")) - len(committed)
     assert aborted > 0, "no aborted copies: the kill did not land inside a transaction"
     assert '"transactional_id": "' + pipeline.group + '.w1"' in controller.log.read_text()
+
+
+def test_switching_an_at_least_once_pipeline_to_exactly_once_loses_and_duplicates_nothing(pipeline, services):
+    # Given an at-least-once pipeline that mirrored part of a topic and was stopped gracefully
+    topic = f"{pipeline.name}-switch"
+    partitions = 2
+    kafka_io.create_topic(services["source"], topic, partitions)
+    kafka_io.produce(services["source"], topic, 2000, partitions)
+    controller = pipeline.start_controller()
+    worker = pipeline.start_worker("w1")
+    assert pipeline.api("POST", "/topics", {"topic": topic})[0] == 201
+    dst = services["destination"]
+    wait_for(lambda: sum(kafka_io.end_offsets(dst, topic, partitions, settle_s=0).values()) >= 2000, 60, "mirrored")
+    assert worker.terminate(30) == 0 and controller.terminate(30) == 0
+    # When the controller and the worker come back in exactly-once mode and more records arrive
+    kafka_io.produce(services["source"], topic, 2000, partitions, start=2000)
+    pipeline.start_controller("controller-eos", worker=dict(EXACT))
+    restarted = start(pipeline, "w1")
+    # Then each partition starts from the source group once, and a read_committed reader
+    # sees every record exactly once
+    wait_for(lambda: sum(len(read_sources(dst, topic, p, "read_committed")) for p in range(partitions)) >= 4000,
+             90, "the rest mirrored and committed")
+    for p in range(partitions):
+        committed = read_sources(dst, topic, p, "read_committed")
+        assert sorted(committed) == list(range(2000)), f"{topic}:{p}: lost or duplicated"
+    assert "transactional_start_from_source_group" in restarted.log.read_text()
