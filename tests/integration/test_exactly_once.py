@@ -221,3 +221,52 @@ def test_switching_an_at_least_once_pipeline_to_exactly_once_loses_and_duplicate
         committed = read_sources(dst, topic, p, "read_committed")
         assert sorted(committed) == list(range(2000)), f"{topic}:{p}: lost or duplicated"
     assert "transactional_start_from_source_group" in restarted.log.read_text()
+
+
+@pytest.mark.skipif(bool(os.environ.get("UREPLICATOR_TEST_STACK")),
+                    reason="freezes the destination broker: runs on a stack of its own")
+def test_zombie_frozen_with_its_destination_then_two_kill_9s_loses_and_duplicates_nothing(pipeline, services):
+    from tests.integration.test_faults import frozen, owners, service_pid
+
+    # Given two exactly-once workers mirroring under continuous load
+    topic = f"{pipeline.name}-zombie"
+    partitions = 4
+    kafka_io.create_topic(services["source"], topic, partitions)
+    controller = pipeline.start_controller(worker=dict(EXACT))
+    zombie = start(pipeline, "w1")
+    other = start(pipeline, "w2")
+    assert pipeline.api("POST", "/topics", {"topic": topic})[0] == 201
+    dst = services["destination"]
+    with ContinuousProducer(services["source"], topic, partitions, rate_per_s=1000) as load:
+        wait_for(lambda: owners(pipeline, topic) == {"w1", "w2"}, 60, "both workers mirror")
+        wait_for(lambda: sum(kafka_io.end_offsets(dst, topic, partitions, settle_s=0).values()) > 2000, 60,
+                 "mirroring")
+        # When the destination broker and then w1 are frozen past w1's session timeout
+        with frozen(service_pid(services, "destination")):
+            with frozen(zombie.popen.pid):
+                wait_for(lambda: "w1" not in owners(pipeline, topic), 60, "w1's session expired")
+            # and w1 wakes while its destination is still frozen
+            time.sleep(5)
+        # Then, once the destination is back, the leader fences w1's transactional id before w2 takes over
+        wait_for(lambda: "transactional_id_fenced" in controller.log.read_text(), 90, "w1 fenced")
+        time.sleep(5)
+        # When both workers are killed with kill -9, then restarted
+        for proc in (zombie, other):
+            os.kill(proc.popen.pid, signal.SIGKILL)
+            proc.popen.wait(10)
+        start(pipeline, "w1")
+        start(pipeline, "w2")
+        time.sleep(5)
+        load.stop()
+        sent = load.sent
+    # Then a read_committed reader sees every source record exactly once
+    wait_for(lambda: sum(len(read_sources(dst, topic, p, "read_committed")) for p in range(partitions)) >= sent,
+             180, "everything mirrored and committed")
+    lost = duplicated = 0
+    for p in range(partitions):
+        source_count = kafka_io.end_offsets(services["source"], topic, partitions)[p]
+        committed = read_sources(dst, topic, p, "read_committed")
+        lost += len(set(range(source_count)) - set(committed))
+        duplicated += len(committed) - len(set(committed))
+    print(f"zombie, exactly-once: sent {sent}, lost {lost}, duplicated {duplicated}")
+    assert (lost, duplicated) == (0, 0), pipeline.logs()
