@@ -277,6 +277,12 @@ class Handoff:
         self._log.bind(generation=change.desired.generation).info("partitions_acquired",
                                                                    partitions=fmt(change.acquired))
 
+    def close(self) -> None:
+        """Close the exactly-once offsets client, if one was opened (stopping)."""
+        client, self._offsets_client = self._offsets_client, None
+        if client is not None:
+            client.close()
+
     def abandon(self) -> None:
         """Forget the change under way (session lost, stopping): what it read is dropped."""
         self.change = None

@@ -29,7 +29,7 @@ the status node in :mod:`worker.status`. Clients come from outside
   loop only: records and the positions they complete commit in one transaction every
   ``worker.transaction_interval_ms``; a release commits it first; a fence, a lost session
   or a failed transaction aborts it, and every partition goes back to its last committed
-  position (:meth:`MirrorWorker._rewind_uncommitted`).
+  position (:meth:`MirrorWorker._revert_uncommitted`).
 """
 
 from __future__ import annotations
@@ -777,6 +777,7 @@ class MirrorWorker:
         if outcome == transactions.COMMITTED:
             for acks, position in moved:
                 acks.txn_position = position
+            self.metrics.transactions.labels(outcome).inc()
             self.committer.commit_soon()  # the copy to the source group; never waits
             return True
         if outcome == transactions.RETRY:
@@ -792,6 +793,7 @@ class MirrorWorker:
         return outcome
 
     def _after_abort(self, outcome: str, why: str) -> None:
+        self.metrics.transactions.labels(outcome).inc()
         if outcome == transactions.FATAL:
             self._replace_producer(f"transaction {why}: producer fenced or failed")  # it rewinds all
             return
@@ -892,6 +894,7 @@ class MirrorWorker:
                 self.committer.commit_now(None, timeout_s=max(5.0, deadline - time.monotonic()))
         finally:
             self.committer.close()
+            self.handoff.close()
             self._deregister()
             self.consumer.close()
             self.zk.stop()
