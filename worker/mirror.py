@@ -355,7 +355,7 @@ class MirrorWorker:
             if self.handoff.advance():
                 self._wake.set()  # a change finished: a newer assignment may be waiting
             if self.ledger.needs_rewind:
-                if txn is not None and txn.open:
+                if txn is not None and self._rewinds_due() and txn.open:
                     self._abort_transaction("rewind")  # an error taints the whole transaction
                 self.handoff.rewind(sorted(self.ledger.needs_rewind))
         owned = self.handoff.routes
@@ -764,7 +764,7 @@ class MirrorWorker:
         if txn is None or not txn.open:
             return True
         remaining = self.producer.flush(min(1.0, txn.interval_s))
-        if self.ledger.needs_rewind or self._producer_failed or self.ledger.producer_failed \
+        if self._rewinds_due() or self._producer_failed or self.ledger.producer_failed \
                 or self._producer_errors.failed:
             self._abort_transaction(why)  # a record failed: the transaction cannot hold all it should
             return True
@@ -785,6 +785,18 @@ class MirrorWorker:
         self._after_abort(outcome, why)
         return True
 
+    def _rewinds_due(self) -> bool:
+        """Whether a partition that can be sent again waits for a rewind (exactly-once mode: abort first).
+
+        A stopped partition (the destination refused a record) is never rewound, so it is
+        dropped from the set here; left in it, it would abort every transaction from now on.
+        """
+        ledger = self.ledger
+        for tp in [tp for tp in ledger.needs_rewind
+                   if (acks := ledger.partitions.get(tp)) is None or acks.error is not None]:
+            ledger.needs_rewind.discard(tp)
+        return bool(ledger.needs_rewind)
+
     def _abort_transaction(self, why: str, timeout_s: float | None = None) -> str:
         """Abort the open transaction and rewind every partition to its last committed position."""
         assert self._txn is not None
@@ -804,7 +816,13 @@ class MirrorWorker:
         rewound = self._revert_uncommitted()
         self.ledger.forget_outstanding()
         self.ledger.needs_rewind.update(rewound)
-        self.log.warning("transaction_aborted", reason=why, partitions_rewound=len(rewound))
+        exact = why not in _FENCING
+        if exact:
+            # Which record failed is not known from a run's report (nor from a failed commit): send
+            # again with a report per record, so a record the destination refuses is named and
+            # only its partition stops (then the next transaction commits without it).
+            self.ledger.exact_until = max(self.ledger.exact_until, time.monotonic() + EXACT_FOR_S)
+        self.log.warning("transaction_aborted", reason=why, partitions_rewound=len(rewound), exact=exact)
 
     def _revert_uncommitted(self) -> set[TP]:
         """Every partition's position back to what its last transaction committed; returns those to rewind.

@@ -270,3 +270,42 @@ def test_zombie_frozen_with_its_destination_then_two_kill_9s_loses_and_duplicate
         duplicated += len(committed) - len(set(committed))
     print(f"zombie, exactly-once: sent {sent}, lost {lost}, duplicated {duplicated}")
     assert (lost, duplicated) == (0, 0), pipeline.logs()
+
+
+def test_a_record_the_destination_refuses_stops_only_its_partition_after_a_few_aborts(pipeline, services):
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    # Given a destination topic with a smaller record limit and a source record above it (partition 1, offset 50)
+    topic = f"{pipeline.name}-poison"
+    kafka_io.create_topic(services["source"], topic, 2)
+    admin = AdminClient({"bootstrap.servers": services["destination"]})
+    admin.create_topics([NewTopic(topic, 2, 1, config={"max.message.bytes": "200000"})])[topic].result(30)
+    kafka_io.produce(services["source"], topic, 100, 2)
+    producer = Producer({"bootstrap.servers": services["source"]})
+    producer.produce(topic, key=b"big", value=os.urandom(500_000), partition=1)
+    producer.flush(30)
+    kafka_io.produce(services["source"], topic, 100, 2, start=100)
+    # When an exactly-once worker mirrors it
+    pipeline.start_controller(worker=dict(EXACT))
+    worker = pipeline.start_worker("w1", worker=dict(EXACT), destination={"properties": {"batch.size": "100000"}})
+    assert pipeline.api("POST", "/topics", {"topic": topic})[0] == 201
+
+    def stopped() -> dict | None:
+        body = pipeline.api("GET", f"/topics/{topic}")[1]
+        status = body["assignment"][1]["status"] or {}
+        return body if status.get("error") else None
+
+    # Then partition 1 stops, naming the refused record, and partition 0 goes on to its end
+    body = wait_for(stopped, 60, "partition 1 stopped")
+    assert body["assignment"][1]["status"]["error"].startswith("offset 50:")
+    wait_for(lambda: len(read_sources(services["destination"], topic, 0, "read_committed")) == 100, 60,
+             "partition 0 committed")
+    time.sleep(3)
+    # and a read_committed reader sees no duplicate and no gap in either partition
+    for p in range(2):
+        committed = read_sources(services["destination"], topic, p, "read_committed")
+        assert committed == list(range(len(committed))), f"{topic}:{p}"
+    positions = kafka_io.committed(services["destination"], pipeline.group, topic, 2)
+    assert positions[0] == 100 and positions[1] <= 50, positions
+    aborts = worker.log.read_text().count('"event": "transaction_aborted"')
+    assert 1 <= aborts <= 5, f"{aborts} aborts: the refused record must not abort transactions forever"
