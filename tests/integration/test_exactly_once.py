@@ -309,3 +309,32 @@ def test_a_record_the_destination_refuses_stops_only_its_partition_after_a_few_a
     assert positions[0] == 100 and positions[1] <= 50, positions
     aborts = worker.log.read_text().count('"event": "transaction_aborted"')
     assert 1 <= aborts <= 5, f"{aborts} aborts: the refused record must not abort transactions forever"
+
+
+def test_sigterm_under_load_commits_the_transaction_and_hands_off_exactly_once(pipeline, services):
+    # Given two exactly-once workers mirroring under continuous produce
+    topic = f"{pipeline.name}-term"
+    partitions = 4
+    kafka_io.create_topic(services["source"], topic, partitions)
+    pipeline.start_controller(worker=dict(EXACT))
+    leaving = start(pipeline, "w1")
+    start(pipeline, "w2")
+    assert pipeline.api("POST", "/topics", {"topic": topic})[0] == 201
+    dst = services["destination"]
+    with ContinuousProducer(services["source"], topic, partitions, rate_per_s=1000) as load:
+        wait_for(lambda: sum(kafka_io.end_offsets(dst, topic, partitions, settle_s=0).values()) > 2000, 90,
+                 "mirroring")
+        # When w1 gets SIGTERM in the middle of a transaction
+        time.sleep(1.0)
+        assert leaving.terminate(60) == 0, leaving.tail()
+        time.sleep(5)
+        load.stop()
+        sent = load.sent
+    # Then its last transaction committed (nothing aborted) and w2 went on from there: exactly once
+    wait_for(lambda: sum(len(read_sources(dst, topic, p, "read_committed")) for p in range(partitions)) >= sent,
+             120, "everything mirrored and committed")
+    for p in range(partitions):
+        source_count = kafka_io.end_offsets(services["source"], topic, partitions)[p]
+        committed = read_sources(dst, topic, p, "read_committed")
+        assert sorted(committed) == list(range(source_count)), f"{topic}:{p}: lost or duplicated"
+        assert len(read_sources(dst, topic, p, "read_uncommitted")) == len(committed), f"{topic}:{p}: aborted copies"
