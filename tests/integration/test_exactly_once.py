@@ -338,3 +338,50 @@ def test_sigterm_under_load_commits_the_transaction_and_hands_off_exactly_once(p
         committed = read_sources(dst, topic, p, "read_committed")
         assert sorted(committed) == list(range(source_count)), f"{topic}:{p}: lost or duplicated"
         assert len(read_sources(dst, topic, p, "read_uncommitted")) == len(committed), f"{topic}:{p}: aborted copies"
+
+
+def test_a_lost_session_ends_the_open_transaction_uncommitted(pipeline, services):
+    import threading
+
+    from common import config as config_module
+    from tests.integration.test_worker_fencing import expire_session
+    from worker.mirror import MirrorWorker
+
+    # Given an in-process exactly-once worker mirroring under continuous produce
+    topic = f"{pipeline.name}-lost"
+    partitions = 2
+    kafka_io.create_topic(services["source"], topic, partitions)
+    pipeline.start_controller(worker=dict(EXACT))
+    cfg = config_module.from_dict(pipeline.config_doc(worker={"id": "w1", **EXACT}))
+    worker = MirrorWorker(cfg, "w1")
+    runner = threading.Thread(target=worker.run, daemon=True)
+    runner.start()
+    assert pipeline.api("POST", "/topics", {"topic": topic})[0] == 201
+    dst = services["destination"]
+    try:
+        with ContinuousProducer(services["source"], topic, partitions, rate_per_s=1000) as load:
+            wait_for(lambda: worker.produced > 1500, 60, "mirroring")
+            def uncommitted() -> float:
+                return sum(worker.metrics.transactions.labels(o)._value.get() for o in ("aborted", "fatal"))
+
+            ended_before = uncommitted()
+            # When its ZooKeeper session expires in the middle of a transaction
+            expire_session(worker.zk, services["zookeeper"])
+            # Then its open transaction ends uncommitted: aborted by the worker, or fenced by the
+            # leader (the worker departed, so its transactional id is fenced before its partitions
+            # move; the worker then needs a new producer), and it re-registers and mirrors again
+            wait_for(lambda: uncommitted() > ended_before, 20, "transaction aborted or fenced")
+            wait_for(lambda: len(worker.owned) == partitions and not worker.session_lost, 30, "re-registered")
+            produced = worker.produced
+            wait_for(lambda: worker.produced > produced + 500, 30, "mirroring again")
+            load.stop()
+            sent = load.sent
+        wait_for(lambda: sum(len(read_sources(dst, topic, p, "read_committed")) for p in range(partitions)) >= sent,
+                 120, "everything mirrored and committed")
+        for p in range(partitions):
+            source_count = kafka_io.end_offsets(services["source"], topic, partitions)[p]
+            committed = read_sources(dst, topic, p, "read_committed")
+            assert sorted(committed) == list(range(source_count)), f"{topic}:{p}: lost or duplicated"
+    finally:
+        worker.stop()
+        runner.join(30)
