@@ -160,6 +160,15 @@ class WorkerConfig:
     # The C copy loop (worker/_native.c): auto uses it when it is built and matches the installed
     # confluent-kafka, on refuses to start without it, off keeps the Python loop.
     native_loop: str = "auto"
+    # --- exactly-once mode (issue 26; docs/architecture.md, "Exactly-once mode") ---
+    # Pipeline-wide: the controller records it in ZooKeeper and a worker whose setting differs
+    # refuses to start. Records and the source positions they complete commit in one transaction.
+    exactly_once: bool = False
+    # How often the open transaction commits (earlier when worker.max_in_flight_bytes were sent in it).
+    transaction_interval_ms: int = 1000
+    # transactional.id = prefix + worker id; empty: "<consumer group>." (unique per route).
+    transactional_id_prefix: str = ""
+    # --- end of exactly-once mode ---
 
     def __post_init__(self) -> None:
         if self.shutdown_timeout_s > 0:  # the deprecated key sets the four waits it used to mean
@@ -734,6 +743,12 @@ def _check(config: Config) -> None:
         raise ConfigError("worker.fetch_wait_ms", f"must be between 0 and 10000, got {config.worker.fetch_wait_ms}")
     if config.worker.native_loop not in ("auto", "on", "off"):
         raise ConfigError("worker.native_loop", f"must be 'auto', 'on' or 'off', got {config.worker.native_loop!r}")
+    if not 10 <= config.worker.transaction_interval_ms <= 600_000:
+        raise ConfigError("worker.transaction_interval_ms",
+                          f"must be between 10 and 600000, got {config.worker.transaction_interval_ms}")
+    if config.worker.exactly_once and config.worker.native_loop == "on":
+        raise ConfigError("worker.native_loop", "'on' cannot serve worker.exactly_once: exactly-once mode runs "
+                          "on the Python loop (the C loop has no transaction calls); use 'auto' or 'off'")
     if config.worker.auto_offset_reset not in ("earliest", "latest"):
         raise ConfigError("worker.auto_offset_reset", "must be 'earliest' or 'latest'")
     ctl = config.controller

@@ -174,6 +174,15 @@ class TopicNotFound(UReplicatorError):
     """The topic does not exist on the cluster that was asked."""
 
 
+def transactional_id(prefix: str, consumer_group: str, worker_id: str) -> str:
+    """Exactly-once mode: a worker's transactional id (``worker.transactional_id_prefix`` + worker id).
+
+    The worker's producer uses it, and the leader fences it when the worker departs
+    (controller/fencing.py); an empty prefix means ``<consumer group>.``.
+    """
+    return (prefix or f"{consumer_group}.") + worker_id
+
+
 def consumer(cluster: ClusterConfig, group_id: str, client_id: str, pinned: Mapping[str, Any] | None = None,
              **overrides: Any) -> Consumer:
     """A consumer: defaults, then ``overrides``, then the user's properties, then ``pinned`` (see :func:`pin`)."""

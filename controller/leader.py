@@ -25,7 +25,7 @@ from common import logs, zk
 from common.config import Config
 from common.errors import UReplicatorError
 from common.zkschema import Assignment, Paths, TopicPartition, TopicRecord, WorkerStatus
-from controller import topics
+from controller import fencing, topics
 from controller.assignment import assign, writable
 from controller.metrics import ControllerMetrics
 from controller.zkview import RouteView
@@ -142,6 +142,9 @@ class Leadership:
                              **({"route": config.route_id} if config.route_id else {}))
         self._thread = threading.Thread(target=self._contend, name="leader-election", daemon=True)
         client.add_listener(self._on_connection)
+        # --- exactly-once mode hook (issue 26, controller/fencing.py): fences join the gate ---
+        self._fencer = (fencing.Fencer(config, client, self._paths.root, self.request_reconcile, self._log)
+                        if config.worker.exactly_once else None)
 
     def close(self) -> None:
         """Stop listening to the session (a route removed while this replica leads)."""
@@ -216,6 +219,8 @@ class Leadership:
         if self._election is not None:  # under a RouteSet, the deployment's leader gauge is the set's
             self.metrics.leader.set(1)
         self._log.info("leadership_acquired", fence=fence)
+        # --- exactly-once mode hook (issue 26, controller/fencing.py): the delivery mode for workers ---
+        fencing.record_mode(self._client, self._paths.root, self._config.worker.exactly_once, self._log)
         self._watch()
         syncer = None
         if self._admins is not None:
@@ -406,8 +411,15 @@ class Leadership:
         self._last_desired = desired
         gated = writable(desired, _reported(snap), {w: (a.generation, a.partitions) for w, a in written.items()})
         live = set(snap.registered)
+        # --- exactly-once mode hook (issue 26, controller/fencing.py): a departed worker's partitions, and
+        # its assignment node, wait until its transactional id is fenced (a zombie cannot commit then) ---
+        unfenced: set[str] = set()
+        if self._fencer is not None:
+            unfenced = self._fencer.unfenced({w for w in written if w not in live}, live)
+            held = frozenset().union(*(_partitions(written[w]) for w in unfenced))
+            gated = {w: tps - held for w, tps in gated.items()}
         changed = [w for w in snap.registered if gated.get(w, frozenset()) != _partitions(written.get(w))]
-        departed = [w for w in written if w not in live and w not in in_grace]
+        departed = [w for w in written if w not in live and w not in in_grace and w not in unfenced]
         withheld = {tp for w in snap.registered for tp in desired.get(w, frozenset()) - gated.get(w, frozenset())}
         self._track_handoffs(withheld, now)
         self.state.withheld = sorted(withheld)

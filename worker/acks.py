@@ -66,6 +66,8 @@ class PartitionAcks(PartitionOffsets):
     outstanding_bytes: int = 0
     error: str | None = None  # the destination refused a record: the partition is stopped
     retired: bool = False
+    # Exactly-once mode: the position last committed in a transaction (an abort rewinds to it)
+    txn_position: int = -1
     report_cb: Callable[..., None] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
@@ -197,7 +199,7 @@ class AckLedger:
         self.release(tp)
         self._epoch += 1
         acks = PartitionAcks(position=position, committed=position, topic=tp[0], partition=tp[1],
-                             destination=destination, epoch=self._epoch, ledger=self)
+                             destination=destination, epoch=self._epoch, ledger=self, txn_position=position)
         self.partitions[tp] = acks
         return acks
 

@@ -75,6 +75,22 @@ class GuardedProducer:
     def close(self) -> None:
         self._producer.close()
 
+    # Exactly-once mode (worker/transactions.py): these raise; the caller classifies the error.
+    def init_transactions(self, timeout: float) -> None:
+        self._producer.init_transactions(timeout)
+
+    def begin_transaction(self) -> None:
+        self._producer.begin_transaction()
+
+    def send_offsets_to_transaction(self, offsets: list[Any], group_metadata: Any, timeout: float) -> None:
+        self._producer.send_offsets_to_transaction(offsets, group_metadata, timeout)
+
+    def commit_transaction(self, timeout: float) -> None:
+        self._producer.commit_transaction(timeout)
+
+    def abort_transaction(self, timeout: float) -> None:
+        self._producer.abort_transaction(timeout)
+
     def __len__(self) -> int:
         return len(self._producer)
 
@@ -92,6 +108,9 @@ class WorkerClients:
     make_producer: Callable[[], Any]  # a fresh producer, to replace one that failed fatally
     make_commit_client: Callable[[], Any]  # a consumer of the group, never assigned: commits and committed()
     producer_errors: FatalErrors = field(default_factory=FatalErrors)  # the producers' error_cb
+    # Exactly-once mode: a consumer of the pipeline's group on the *destination* (read_committed), whose
+    # committed() is where an acquisition starts; None in at-least-once mode.
+    make_offsets_client: Callable[[], Any] | None = None
     commit_thread: bool = True  # False: commit calls run in the caller's thread (unit tests)
     handoff_thread: bool = True  # False: an acquisition's reads run in the loop's thread (unit tests)
 
@@ -113,6 +132,11 @@ def pins(config: Config) -> Pins:
     )
 
 
+def transactional_id(config: Config, worker_id: str) -> str:
+    """Exactly-once mode: the worker's transactional id; a restart with the same id fences its predecessor."""
+    return kafka.transactional_id(config.worker.transactional_id_prefix, config.consumer_group, worker_id)
+
+
 def connect(config: Config, worker_id: str) -> WorkerClients:
     """Open the real clients; the settings are checked first, then ZooKeeper, so a bad one fails fast."""
     pinned = pins(config)
@@ -121,10 +145,19 @@ def connect(config: Config, worker_id: str) -> WorkerClients:
     consumer = kafka.consumer(config.source, config.consumer_group, client_id, pinned=pinned.consumer,
                               **{"auto.offset.reset": config.worker.auto_offset_reset})
     errors = FatalErrors()
+    exactly_once = config.worker.exactly_once
+    transactional = {"transactional.id": transactional_id(config, worker_id)} if exactly_once else {}
 
     def make_producer() -> Any:
-        return GuardedProducer(kafka.producer(config.destination, client_id, pinned=pinned.producer, error_cb=errors),
+        return GuardedProducer(kafka.producer(config.destination, client_id, pinned=pinned.producer, error_cb=errors,
+                                              **transactional),
                                errors, config.destination.properties.get("client.id", client_id))
+
+    def make_offsets_client() -> Any:
+        # Stable offsets only: committed() waits out a transaction that still holds the group's offsets.
+        return kafka.consumer(config.destination, config.consumer_group, f"{client_id}-offsets",
+                              pinned={"group.id": config.consumer_group, "enable.auto.commit": False},
+                              **{"isolation.level": "read_committed"})
 
     def make_commit_client() -> Any:
         # session.timeout.ms bounds how long librdkafka defers a commit that finds no coordinator
@@ -133,7 +166,8 @@ def connect(config: Config, worker_id: str) -> WorkerClients:
                               **{"session.timeout.ms": COMMIT_CLIENT_SESSION_TIMEOUT_MS})
 
     return WorkerClients(consumer=consumer, producer=make_producer(), zk=client, make_producer=make_producer,
-                         make_commit_client=make_commit_client, producer_errors=errors)
+                         make_commit_client=make_commit_client, producer_errors=errors,
+                         make_offsets_client=make_offsets_client if exactly_once else None)
 
 
 def check_producer_properties(properties: dict[str, Any]) -> None:

@@ -145,8 +145,12 @@ class Handoff:
         metrics: WorkerMetrics,
         log: Any,
         beside: Beside | None = None,
+        make_offsets_client: Callable[[], Any] | None = None,
     ) -> None:
         self._config = config
+        # Exactly-once mode: where acquisitions read their start (the destination's group, stable offsets)
+        self._make_offsets_client = make_offsets_client
+        self._offsets_client: Any = None
         self._paths = Paths(config.root)
         self._consumer = consumer
         self._producer = producer
@@ -163,6 +167,9 @@ class Handoff:
         self._starts: dict[TP, int] = {}  # where each acquisition started fetching (a rewind's fallback)
         # Called after this class purged the producer; the worker swaps in a fresh producer.
         self.after_purge: Callable[[str], None] = lambda why: None
+        # Exactly-once mode: True once no open transaction holds the releasing partitions' records
+        # (committed or aborted); until then the release waits, so the status drops nothing uncommitted.
+        self.before_release: Callable[[], bool] = lambda: True
         ledger.on_failure = self.stop_partition
 
     def use_producer(self, producer: Any) -> None:
@@ -233,6 +240,8 @@ class Handoff:
                 return  # the loop keeps polling for reports meanwhile
             if outstanding:
                 self._purge_unacknowledged(partitions, outstanding)
+            if not self.before_release():
+                return  # the transaction's commit is retried on the next turn
             change.commit = self._committer.begin_release(partitions,
                                                           self._config.worker.release_commit_timeout_s)
         if not change.commit.done:
@@ -267,6 +276,12 @@ class Handoff:
         change.acquire_done = True
         self._log.bind(generation=change.desired.generation).info("partitions_acquired",
                                                                    partitions=fmt(change.acquired))
+
+    def close(self) -> None:
+        """Close the exactly-once offsets client, if one was opened (stopping)."""
+        client, self._offsets_client = self._offsets_client, None
+        if client is not None:
+            client.close()
 
     def abandon(self) -> None:
         """Forget the change under way (session lost, stopping): what it read is dropped."""
@@ -340,6 +355,7 @@ class Handoff:
             start = old.position if old.position >= 0 else self._starts.get(tp, OFFSET_BEGINNING)
             acks = self._ledger.acquire(tp, old.destination, old.position)
             acks.committed = old.committed
+            acks.txn_position = old.txn_position
             self._starts[tp] = start
             self.routes[tp] = (old.destination, acks, tp[0], tp[1])
             assign.append(TopicPartition(tp[0], tp[1], start))
@@ -359,12 +375,41 @@ class Handoff:
                 initial[topic] = int(record.options.get("initial_partitions", record.partitions))
         wanted = [TopicPartition(t, p) for t, p in partitions if t in destinations]
         committed = self._committer.committed(wanted, timeout_s=_COMMITTED_TIMEOUT_S) if wanted else []
+        if wanted and self._make_offsets_client is not None:
+            committed = self._transactional_starts(committed, destinations)
         for topic, destination in destinations.items():
             # A destination grown moments ago: make the producer's metadata know every partition.
             highest = max((p for t, p in partitions if t == topic), default=-1)
             if highest >= 0:
                 self.await_partition(destination, highest, timeout_s=10.0, serve_reports=False)
         return Prepared(destinations, initial, committed)
+
+    def _transactional_starts(self, source: list[TopicPartition], destinations: dict[str, str]) -> list[TopicPartition]:
+        """Exactly-once mode: each partition starts where the destination's group says (stable offsets).
+
+        Positions commit there in the same transaction as the records. A partition the
+        destination's group has nothing for (the pipeline ran at-least-once until now) falls
+        back, once, to the source group's offset: its first transaction writes the
+        destination's, which rules from then on.
+        """
+        if self._offsets_client is None:
+            assert self._make_offsets_client is not None
+            self._offsets_client = self._make_offsets_client()
+        asked = [TopicPartition(destinations[tp.topic], tp.partition) for tp in source]
+        found = self._offsets_client.committed(asked, timeout=_COMMITTED_TIMEOUT_S)
+        starts = []
+        fallbacks = []
+        for tp, there in zip(source, found, strict=True):
+            if there.error is not None:
+                raise KafkaException(there.error)
+            if there.offset >= 0:
+                starts.append(TopicPartition(tp.topic, tp.partition, there.offset))
+            else:
+                starts.append(tp)
+                fallbacks.append((tp.topic, tp.partition))
+        if fallbacks:
+            self._log.info("transactional_start_from_source_group", partitions=fmt(fallbacks))
+        return starts
 
     def _start(self, prepared: Prepared) -> list[TP]:
         """On the loop: a fresh acquisition per partition at the committed offset, assigned at once."""

@@ -72,6 +72,11 @@ class WorkerMetrics:
             "timeout, stalled producer) or a fatal error (then every record is reported exactly for a while)",
             registry=r,
         )
+        self.transactions = Counter(
+            "ureplicator_worker_transactions",
+            "Exactly-once mode: transactions ended, by outcome (committed, aborted, fatal: producer replaced)",
+            ["outcome"], registry=r,
+        )
         self.commit_client_replacements = Counter(
             "ureplicator_worker_commit_client_replacements",
             "Commit clients (the worker's group-coordinator connection) opened anew after failed commits",

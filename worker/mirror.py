@@ -25,6 +25,11 @@ the status node in :mod:`worker.status`. Clients come from outside
   may own them now), re-register and wait for a fresh assignment.
 * Shutdown: stop fetching, wait for acks up to ``worker.stop_timeout_s``,
   commit, deregister (a fenced worker purges instead of waiting and commits nothing).
+* Exactly-once mode (``worker.exactly_once``, :mod:`worker.transactions`), on the Python
+  loop only: records and the positions they complete commit in one transaction every
+  ``worker.transaction_interval_ms``; a release commits it first; a fence, a lost session
+  or a failed transaction aborts it, and every partition goes back to its last committed
+  position (:meth:`MirrorWorker._revert_uncommitted`).
 """
 
 from __future__ import annotations
@@ -47,7 +52,7 @@ from common.config import Config
 from common.errors import ConfigError
 from common.zkschema import Assignment, Paths, RateLimit, SchemaError, WorkerInfo
 from worker import clients as worker_clients
-from worker import forwarding, native, probes
+from worker import forwarding, native, probes, transactions
 from worker.acks import EXACT_FOR_S, TP, AckLedger, PartitionAcks
 from worker.commits import Committer
 from worker.handoff import Beside, Handoff, fmt
@@ -142,13 +147,25 @@ class MirrorWorker:
                                    background=clients.commit_thread)
         self.beside = Beside(background=clients.handoff_thread, log=self.log)
         self.handoff = Handoff(config, self.consumer, self.producer, self.zk, self.ledger, self.committer,
-                               self.status, self.metrics, self.log, beside=self.beside)
+                               self.status, self.metrics, self.log, beside=self.beside,
+                               make_offsets_client=clients.make_offsets_client)
         self.handoff.after_purge = partial(self._replace_producer, purged=True)
-        self._native, native_reason = _load_native(config.worker.native_loop)
+        self._txn: transactions.Transactions | None = None
+        if config.worker.exactly_once:
+            if clients.make_offsets_client is None:
+                raise ConfigError("worker.exactly_once", "is on but the clients were opened for at-least-once mode")
+            self._txn = transactions.Transactions(config.worker.transaction_interval_ms / 1000.0,
+                                                  config.worker.max_in_flight_bytes,
+                                                  self.consumer.consumer_group_metadata, self.log)
+            self.handoff.before_release = partial(self._commit_transaction, "release")
+            # The C loop has no transaction calls: exactly-once mode runs on the Python loop.
+            self._native, native_reason = None, "worker.exactly_once runs on the Python loop"
+        else:
+            self._native, native_reason = _load_native(config.worker.native_loop)
         self._native_target: Any = None  # the confluent_kafka.Producer the C loop drives, if any
         self._bind_producer()
         self.log.info("mirror_loop", loop="native" if self._native_target is not None else "python",
-                      reason=native_reason)
+                      reason=native_reason, exactly_once=self._txn is not None)
         if config.worker.shutdown_timeout_s > 0:
             self.log.warning("config_deprecated", key="worker.shutdown_timeout_s",
                              replaced_by=["worker.stop_timeout_s", "worker.release_ack_timeout_s",
@@ -231,6 +248,7 @@ class MirrorWorker:
             started_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
             metrics_port=self.config.worker.metrics_port,
         )
+        self._check_mode()
         # An assignment left from an earlier life of this id may already be given away:
         # drop it and wait for one the leader writes for this registration.
         try:
@@ -259,6 +277,20 @@ class MirrorWorker:
         self._lease_at = time.monotonic()
         self.registered.set()
         self.log.info("worker_registered")
+
+    def _check_mode(self) -> None:
+        """Refuse to start when the pipeline's recorded delivery mode is not this worker's ``worker.exactly_once``."""
+        path = transactions.mode_path(self.paths.root)
+        try:
+            data, _ = self.zk.get(path)
+        except NoNodeError:
+            return  # no controller recorded one yet (it writes the node when its term starts)
+        recorded = transactions.decode_mode(data)
+        if recorded is not None and recorded != self.config.worker.exactly_once:
+            raise ConfigError("worker.exactly_once",
+                              f"is {str(self.config.worker.exactly_once).lower()} but the pipeline runs "
+                              f"{'exactly-once' if recorded else 'at-least-once'} ({path}, written by the "
+                              "controller): set the same worker.exactly_once on the controller and every worker")
 
     def _on_rate_limit(self, data: bytes | None, stat: object) -> bool:
         limit = RateLimit(self.config.worker.max_records_per_s, self.config.worker.max_bytes_per_s)
@@ -313,15 +345,24 @@ class MirrorWorker:
             failed = self._producer_failed or self.ledger.producer_failed or self._producer_errors.failed
             if failed:
                 self._replace_producer(failed)
+            txn = self._txn
+            if txn is not None and not txn.ready(self.producer):
+                self.producer.poll(0.5)  # init_transactions found no coordinator: ask again (nothing sent meanwhile)
+                return
             if self._wake.is_set() and self.handoff.change is None and self._connected:
                 self._wake.clear()
                 self._apply_desired()
             if self.handoff.advance():
                 self._wake.set()  # a change finished: a newer assignment may be waiting
             if self.ledger.needs_rewind:
+                if txn is not None and self._rewinds_due() and txn.open:
+                    self._abort_transaction("rewind")  # an error taints the whole transaction
                 self.handoff.rewind(sorted(self.ledger.needs_rewind))
         owned = self.handoff.routes
-        if fenced or not owned or self.ledger.in_flight_bytes >= self.config.worker.max_in_flight_bytes:
+        txn = self._txn
+        if txn is not None and not fenced and txn.due(now) and not self._commit_transaction("interval"):
+            self.producer.poll(0.05)  # reports still due, or a retriable error: no new records meanwhile
+        elif fenced or not owned or self.ledger.in_flight_bytes >= self.config.worker.max_in_flight_bytes:
             # Backpressure or fencing: no new fetches; keep serving delivery reports.
             self.producer.poll(0.05)
             if not owned and not fenced and self.handoff.change is None:
@@ -331,6 +372,8 @@ class MirrorWorker:
         elif self._may_write():  # the fence and the lease again, right before the fetch
             messages = self._fetch(self.limiter.max_batch(self.config.worker.batch_size))
             if messages:
+                if txn is not None:
+                    txn.begin(self.producer)
                 self._mirror(messages)
             self.producer.poll(0)
         if fenced:
@@ -340,7 +383,7 @@ class MirrorWorker:
         now = time.monotonic()
         self._watch_producer(now)
         interval = self.config.worker.commit_interval_s
-        if now - self._last_commit >= interval:
+        if now - self._last_commit >= interval and self._txn is None:
             self.committer.commit_soon()  # never waits: the commit thread talks to the coordinator
             self._last_commit = now
         if self.status.due(now, interval):
@@ -453,6 +496,8 @@ class MirrorWorker:
                     return  # the batch was abandoned (stop or fence while the queue was full)
                 fetched += more
                 i += 1
+        if fetched is not None and self._txn is not None:
+            self._txn.bytes += fetched
         if fetched is not None and not self.limiter.unlimited:
             self.limiter.spend(n, fetched, time.monotonic())
 
@@ -642,6 +687,13 @@ class MirrorWorker:
         self._purged = True
         if why in _FENCING:
             self.committer.cancel_queued()  # a fenced worker sends no commit it has not sent already
+        if self._txn is not None:
+            if not self._txn.open:
+                return  # nothing was sent since the last commit
+            # Abort instead of purge: none of the transaction's records will ever be read committed.
+            # An abort that fails replaced the producer; the new one's init_transactions aborts it.
+            self._abort_transaction(why, timeout_s=5.0)
+            return
         try:
             self.producer.purge(in_queue=True, in_flight=True, blocking=False)
         except KafkaException as exc:
@@ -686,6 +738,10 @@ class MirrorWorker:
         # arrive after the counts below are reset (they would drive them negative).
         del old
         self._producer_failed = self.ledger.producer_failed = self._producer_errors.failed = None
+        if self._txn is not None:
+            # The new producer's init_transactions aborts whatever the old one left open.
+            self._txn.reset()
+            rewind = self._revert_uncommitted()
         self.ledger.forget_outstanding()
         self.ledger.needs_rewind.update(rewind)
         if fatal:
@@ -693,6 +749,94 @@ class MirrorWorker:
         self.metrics.producer_replacements.inc()
         log = self.log.error if fatal else self.log.warning
         log("producer_replaced", reason=reason, unreported=unreported, partitions_rewound=len(rewind), exact=fatal)
+
+    # --- exactly-once mode (worker/transactions.py) -------------------------------------------------
+
+    def _commit_transaction(self, why: str) -> bool:
+        """Commit the open transaction with the positions its records complete; True when none is open any more.
+
+        Every delivery report is in first, so each partition's acknowledged position names
+        exactly what the transaction holds. The positions go to the destination's group,
+        keyed by destination topic and partition; once committed they are copied to the
+        source group (best effort: lag tools, the verifier, a switch back to at-least-once).
+        """
+        txn = self._txn
+        if txn is None or not txn.open:
+            return True
+        remaining = self.producer.flush(min(1.0, txn.interval_s))
+        if self._rewinds_due() or self._producer_failed or self.ledger.producer_failed \
+                or self._producer_errors.failed:
+            self._abort_transaction(why)  # a record failed: the transaction cannot hold all it should
+            return True
+        if remaining:
+            return False
+        moved = [(acks, acks.position) for acks in self.ledger.partitions.values()
+                 if acks.position >= 0 and acks.position != acks.txn_position]
+        offsets = [TopicPartition(acks.destination, acks.partition, position) for acks, position in moved]
+        outcome = txn.commit(self.producer, offsets)
+        if outcome == transactions.COMMITTED:
+            for acks, position in moved:
+                acks.txn_position = position
+            self.metrics.transactions.labels(outcome).inc()
+            self.committer.commit_soon()  # the copy to the source group; never waits
+            return True
+        if outcome == transactions.RETRY:
+            return False
+        self._after_abort(outcome, why)
+        return True
+
+    def _rewinds_due(self) -> bool:
+        """Whether a partition that can be sent again waits for a rewind (exactly-once mode: abort first).
+
+        A stopped partition (the destination refused a record) is never rewound, so it is
+        dropped from the set here; left in it, it would abort every transaction from now on.
+        """
+        ledger = self.ledger
+        for tp in [tp for tp in ledger.needs_rewind
+                   if (acks := ledger.partitions.get(tp)) is None or acks.error is not None]:
+            ledger.needs_rewind.discard(tp)
+        return bool(ledger.needs_rewind)
+
+    def _abort_transaction(self, why: str, timeout_s: float | None = None) -> str:
+        """Abort the open transaction and rewind every partition to its last committed position."""
+        assert self._txn is not None
+        outcome = self._txn.abort(self.producer, timeout_s)
+        self._after_abort(outcome, why)
+        return outcome
+
+    def _after_abort(self, outcome: str, why: str) -> None:
+        self.metrics.transactions.labels(outcome).inc()
+        if outcome == transactions.FATAL:
+            self._replace_producer(f"transaction {why}: producer fenced or failed")  # it rewinds all
+            return
+        deadline = time.monotonic() + 5.0
+        self.producer.poll(0)
+        while len(self.producer) and time.monotonic() < deadline:
+            self.producer.poll(0.05)  # the aborted records' reports: they acknowledge nothing now
+        rewound = self._revert_uncommitted()
+        self.ledger.forget_outstanding()
+        self.ledger.needs_rewind.update(rewound)
+        exact = why not in _FENCING
+        if exact:
+            # Which record failed is not known from a run's report (nor from a failed commit): send
+            # again with a report per record, so a record the destination refuses is named and
+            # only its partition stops (then the next transaction commits without it).
+            self.ledger.exact_until = max(self.ledger.exact_until, time.monotonic() + EXACT_FOR_S)
+        self.log.warning("transaction_aborted", reason=why, partitions_rewound=len(rewound), exact=exact)
+
+    def _revert_uncommitted(self) -> set[TP]:
+        """Every partition's position back to what its last transaction committed; returns those to rewind.
+
+        Stopped partitions stay stopped; releasing ones are not fetched again (their release
+        then copies the committed position to the source group).
+        """
+        releasing = self.handoff.releasing
+        rewind = set()
+        for tp, acks in self.ledger.partitions.items():
+            acks.position = acks.txn_position
+            if tp not in releasing and acks.error is None:
+                rewind.add(tp)
+        return rewind
 
     def _recover_session(self) -> None:
         """After a LOST session: purge, forget all partitions uncommitted, then re-register."""
@@ -758,12 +902,17 @@ class MirrorWorker:
             remaining = self.producer.flush(budget_s)
             if remaining:
                 log.warning("shutdown_unacknowledged", records=remaining)
+            while not fenced and self._txn is not None and not self._commit_transaction("stopping"):
+                if time.monotonic() > deadline:
+                    self._abort_transaction("stopping", timeout_s=5.0)
+                    break
             if not fenced:
                 # One budget for the whole stop, so an orchestrator's grace period can cover it;
                 # the commit always gets a few seconds, even after a flush that used it all.
                 self.committer.commit_now(None, timeout_s=max(5.0, deadline - time.monotonic()))
         finally:
             self.committer.close()
+            self.handoff.close()
             self._deregister()
             self.consumer.close()
             self.zk.stop()

@@ -68,6 +68,9 @@ class FakeKazoo:
     def DataWatch(self, path: str, func: Any) -> None:  # noqa: N802
         pass
 
+    def create(self, path: str, value: bytes = b"", makepath: bool = False) -> str:
+        return path  # the delivery-mode node (controller/fencing.py)
+
 
 def leadership(**kwargs: Any) -> Leadership:
     return Leadership(CONFIG, FakeKazoo(**kwargs), "c1", cache=False)  # type: ignore[arg-type]

@@ -1,0 +1,144 @@
+"""Exactly-once mode's transaction outcomes: each of librdkafka's error classes asks the loop for one thing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+from worker import transactions
+from worker.transactions import ABORTED, COMMITTED, FATAL, RETRY, Transactions
+
+
+class Log:
+    def __init__(self) -> None:
+        self.events: list[str] = []
+
+    def info(self, event: str, **kw: Any) -> None:
+        self.events.append(event)
+
+    warning = info
+
+
+class TxnError(KafkaError):
+    """A KafkaError whose class flags a test sets (confluent-kafka's constructor cannot set txn_requires_abort)."""
+
+    def __init__(self, code: int, *, fatal: bool = False, retriable: bool = False, abortable: bool = False) -> None:
+        super().__init__(code, "test", fatal=fatal, retriable=retriable, txn_requires_abort=abortable)
+
+
+class Producer:
+    def __init__(self, fail_commit: KafkaError | None = None, fail_abort: KafkaError | None = None) -> None:
+        self.calls: list[str] = []
+        self.offsets: list[TopicPartition] = []
+        self.fail_commit = fail_commit
+        self.fail_abort = fail_abort
+
+    def init_transactions(self, timeout: float) -> None:
+        self.calls.append("init")
+
+    def begin_transaction(self) -> None:
+        self.calls.append("begin")
+
+    def send_offsets_to_transaction(self, offsets: list[TopicPartition], metadata: Any, timeout: float) -> None:
+        self.calls.append("offsets")
+        self.offsets = offsets
+
+    def commit_transaction(self, timeout: float) -> None:
+        self.calls.append("commit")
+        if self.fail_commit is not None:
+            raise KafkaException(self.fail_commit)
+
+    def abort_transaction(self, timeout: float) -> None:
+        self.calls.append("abort")
+        if self.fail_abort is not None:
+            raise KafkaException(self.fail_abort)
+
+
+def opened(producer: Producer, clock: list[float] | None = None) -> Transactions:
+    now = clock or [0.0]
+    txn = Transactions(1.0, 1000, lambda: "group-metadata", Log(), clock=lambda: now[0])
+    assert txn.ready(producer)
+    txn.begin(producer)
+    return txn
+
+
+def test_a_transaction_is_due_after_its_interval_or_once_the_bytes_cap_was_sent():
+    clock = [0.0]
+    txn = opened(Producer(), clock)
+    assert not txn.due(0.5)
+    assert txn.due(1.0)
+    txn.bytes = 1000
+    assert txn.due(0.1)
+
+
+def test_a_commit_sends_the_positions_then_commits():
+    producer = Producer()
+    txn = opened(producer)
+    offsets = [TopicPartition("dest", 0, 42)]
+    assert txn.commit(producer, offsets) == COMMITTED
+    assert producer.calls == ["init", "begin", "offsets", "commit"]
+    assert producer.offsets == offsets and not txn.open
+
+
+@pytest.mark.parametrize(("error", "outcome", "calls"), [
+    (TxnError(KafkaError._TIMED_OUT, retriable=True), RETRY, ["init", "begin", "offsets", "commit"]),
+    (TxnError(KafkaError._STATE, abortable=True), ABORTED, ["init", "begin", "offsets", "commit", "abort"]),
+    (TxnError(KafkaError._FENCED, fatal=True), FATAL, ["init", "begin", "offsets", "commit"]),
+])
+def test_each_error_class_asks_for_its_own_recovery(error, outcome, calls):
+    producer = Producer(fail_commit=error)
+    txn = opened(producer)
+    assert txn.commit(producer, [TopicPartition("dest", 0, 1)]) == outcome
+    assert producer.calls == calls
+
+
+def test_a_fenced_producer_needs_init_transactions_again():
+    producer = Producer(fail_commit=TxnError(KafkaError._FENCED, fatal=True))
+    txn = opened(producer)
+    txn.commit(producer, [])
+    fresh = Producer()
+    assert txn.ready(fresh) and fresh.calls == ["init"]
+
+
+def test_an_abort_that_fails_is_fatal():
+    producer = Producer(fail_abort=TxnError(KafkaError._TRANSPORT, retriable=True))
+    txn = opened(producer)
+    assert txn.abort(producer) == FATAL
+
+
+def test_the_recorded_mode_decodes_or_says_nothing():
+    assert transactions.decode_mode(b'{"exactly_once": true}') is True
+    assert transactions.decode_mode(b'{"exactly_once": false}') is False
+    assert transactions.decode_mode(b"garbage") is None
+    assert transactions.decode_mode(None) is None
+
+
+def _config(**worker: Any) -> Any:
+    from common import config as config_module
+    return config_module.from_dict({
+        "pipeline": "unit",
+        "zookeeper": {"connect": "127.0.0.1:1"},
+        "source": {"alias": "src", "bootstrap_servers": "127.0.0.1:1"},
+        "destination": {"alias": "dst", "bootstrap_servers": "127.0.0.1:2"},
+        "worker": worker,
+    })
+
+
+def test_exactly_once_is_off_by_default_and_its_transactional_id_is_the_group_plus_the_worker_id():
+    from worker import clients
+    cfg = _config()
+    assert cfg.worker.exactly_once is False and cfg.worker.transaction_interval_ms == 1000
+    assert clients.transactional_id(cfg, "w1") == "ureplicator.unit.w1"
+    assert clients.transactional_id(_config(transactional_id_prefix="pay."), "w1") == "pay.w1"
+
+
+@pytest.mark.parametrize(("worker", "key"), [
+    ({"exactly_once": True, "native_loop": "on"}, "worker.native_loop"),
+    ({"transaction_interval_ms": 5}, "worker.transaction_interval_ms"),
+])
+def test_settings_exactly_once_cannot_serve_are_refused(worker, key):
+    from common.errors import ConfigError
+    with pytest.raises(ConfigError, match=key):
+        _config(**worker)

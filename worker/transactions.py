@@ -1,0 +1,147 @@
+"""Exactly-once mode's destination side: the open transaction, its commit or abort, and what each outcome asks.
+
+Records and the source positions they complete commit in one transaction on the
+destination (KIP-618's shape): the positions go to the pipeline's group *on the
+destination* through ``send_offsets_to_transaction``, keyed by destination topic and
+partition, so a ``read_committed`` reader sees a record exactly when the position after
+it is committed. librdkafka's transactional producer sorts errors into three classes
+(``INTRODUCTION.md``, "Transactional Producer"), and each outcome here names what the
+mirror loop does next:
+
+* ``COMMITTED``: the positions sent are durable; copy them to the source group (best effort).
+* ``RETRY``: a retriable error (a coordinator moving, a timeout): the same call again later.
+* ``ABORTED``: an abortable error; the transaction was aborted: rewind every partition to
+  its last committed position and go on.
+* ``FATAL``: the producer is fenced (another producer took its transactional id) or
+  fatally broken: a new producer, ``init_transactions``, rewind.
+
+Calls block the loop for at most ``timeout_s``; the loop calls them only at a transaction
+boundary (every ``worker.transaction_interval_ms``), on a release, a fence and a stop.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+COMMITTED = "committed"
+RETRY = "retry"
+ABORTED = "aborted"
+FATAL = "fatal"
+
+
+# The pipeline's delivery mode, recorded by the controller (controller/fencing.py writes the same node).
+MODE_NODE = "mode"
+
+
+def mode_path(root: str) -> str:
+    return f"{root}/{MODE_NODE}"
+
+
+def decode_mode(data: bytes | None) -> bool | None:
+    """``{"exactly_once": true|false}`` -> the flag; None when the node says nothing readable."""
+    try:
+        value = json.loads(data or b"null")
+    except ValueError:
+        return None
+    flag = value.get("exactly_once") if isinstance(value, dict) else None
+    return flag if isinstance(flag, bool) else None
+
+
+def classify(exc: KafkaException) -> str:
+    """Which of librdkafka's error classes a transactional call's error is in."""
+    err = exc.args[0]
+    if not isinstance(err, KafkaError):
+        return FATAL
+    if err.fatal() or err.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
+                                     KafkaError.INVALID_PRODUCER_EPOCH, KafkaError._FATAL):
+        return FATAL
+    if err.txn_requires_abort():
+        return ABORTED
+    if err.retriable():
+        return RETRY
+    return FATAL  # neither retriable nor abortable: start again on a new producer
+
+
+class Transactions:
+    """The transaction state of the worker's current producer (one per producer; reset on replacement)."""
+
+    def __init__(self, interval_s: float, max_bytes: int, group_metadata: Callable[[], Any], log: Any,
+                 timeout_s: float = 30.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.interval_s = interval_s
+        self.max_bytes = max_bytes
+        self._group_metadata = group_metadata  # the source consumer's: the offsets' group
+        self._log = log
+        self._timeout_s = timeout_s
+        self._clock = clock
+        self._ready: Any = None  # the producer init_transactions ran on
+        self.open = False
+        self.opened_at = 0.0
+        self.bytes = 0  # sent in the open transaction
+        self.commits = 0
+        self.aborts = 0
+
+    def reset(self) -> None:
+        """The producer was replaced: the new one needs ``init_transactions`` (which aborts what the old left open)."""
+        self._ready = None
+        self.open = False
+        self.bytes = 0
+
+    def ready(self, producer: Any) -> bool:
+        """``init_transactions`` on this producer, once; False (logged) when the destination did not answer."""
+        if self._ready is producer:
+            return True
+        try:
+            producer.init_transactions(self._timeout_s)
+        except KafkaException as exc:
+            self._log.warning("transactions_init_failed", error=str(exc.args[0]), outcome=classify(exc))
+            return False
+        self._ready = producer
+        self.open = False
+        self._log.info("transactions_ready")
+        return True
+
+    def begin(self, producer: Any) -> None:
+        """Open a transaction before the first record of an interval."""
+        if not self.open:
+            producer.begin_transaction()
+            self.open = True
+            self.opened_at = self._clock()
+            self.bytes = 0
+
+    def due(self, now: float) -> bool:
+        return self.open and (now - self.opened_at >= self.interval_s or self.bytes >= self.max_bytes)
+
+    def commit(self, producer: Any, offsets: list[TopicPartition]) -> str:
+        """Send ``offsets`` (destination topic/partition -> next source offset) and commit, all records included."""
+        try:
+            if offsets:
+                producer.send_offsets_to_transaction(offsets, self._group_metadata(), self._timeout_s)
+            producer.commit_transaction(self._timeout_s)
+        except KafkaException as exc:
+            outcome = classify(exc)
+            self._log.warning("transaction_commit_failed", error=str(exc.args[0]), outcome=outcome)
+            if outcome == ABORTED:
+                return self.abort(producer)
+            if outcome == FATAL:
+                self.reset()
+            return outcome
+        self.open = False
+        self.commits += 1
+        return COMMITTED
+
+    def abort(self, producer: Any, timeout_s: float | None = None) -> str:
+        """Abort the open transaction: none of its records is ever visible to a read_committed reader."""
+        self.aborts += 1
+        try:
+            producer.abort_transaction(self._timeout_s if timeout_s is None else timeout_s)
+        except KafkaException as exc:
+            self._log.warning("transaction_abort_failed", error=str(exc.args[0]), outcome=classify(exc))
+            self.reset()  # a new producer's init_transactions aborts it on the broker
+            return FATAL
+        self.open = False
+        return ABORTED
