@@ -771,6 +771,10 @@ def test_warm_liveness_probe_fails_only_when_no_pass_ended_for_max_age(helm: Pat
     assert command[-2] == f"/reports/{HISTORY}"  # every pass appends to it, even one that could not run
     assert int(command[-1]) == values_of(WARM_VALUES)["verifier"]["warm"]["livenessProbe"]["maxAgeSeconds"]
     assert probe["failureThreshold"] == 1 and probe["timeoutSeconds"] >= 10
+    # And its interpreter is the image's (the verifier stage builds on base, whose PATH starts at the venv)
+    assert command[0] == "python"
+    assert any(i.keyword == "ENV" and "PATH=/opt/ureplicator/venv/bin:" in i.args for i in _dockerfile_stages()["base"])
+    assert _dockerfile_stages()["verifier"][0].args.split()[0] == "base"
     if _process_one_started_s_ago() < 120:
         pytest.skip("process 1 here is younger than the ages this test uses")
     history = tmp_path / HISTORY

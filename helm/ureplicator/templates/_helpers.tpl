@@ -423,14 +423,15 @@ selector:
 {{- .Values.verifier.reports.persistence.existingClaim | default (include "ureplicator.componentName" (dict "root" . "component" "verifier-reports")) -}}
 {{- end -}}
 
+{{/* spark.local.dir and the working directory of the verifier: an emptyDir (verifier.scratch). */}}
+{{- define "ureplicator.verifierScratch" -}}/var/lib/ureplicator/spark{{- end -}}
+
 {{/*
 The verifier's container, shared by the CronJob (verifier.mode cronjob) and the warm verifier's
 Deployment (verifier.mode warm). Call with (dict "root" $ "values" .Values.verifier "component"
 "verifier" "every" <"" or a duration>): with every, `verify --every` keeps one driver and its
 SparkSession and runs an incremental pass per interval.
 */}}
-{{- define "ureplicator.verifierScratch" -}}/var/lib/ureplicator/spark{{- end -}}
-
 {{- define "ureplicator.verifierContainer" -}}
 {{- $v := .values }}
 {{- $scratch := include "ureplicator.verifierScratch" . -}}
