@@ -325,3 +325,44 @@ def test_missing_verification_alerts_after_the_configured_age(helm: Path, promto
               (f"kube_cronjob_status_last_successful_time{{{cronjob}}}", "0+60x240")], False),
     ]
     assert "SUCCESS" in _alert_test(promtool, tmp_path, groups, tests)
+
+
+def test_warm_verifier_alerts_when_its_pod_is_down_a_pass_fails_or_none_completes(
+    helm: Path, promtool: Path, tmp_path: Path
+) -> None:
+    # Given the warm verifier (a Deployment) whose reports the controllers serve
+    values = next(v for v in CI_VALUES if v.name == "warm-verifier-values.yaml")
+    docs = render(helm, values)
+    (rule,) = of_kind(docs, "PrometheusRule")
+    groups = rule["spec"]["groups"]
+    assert not [r for g in groups for r in g["rules"] if "kube_cronjob" in r["expr"] or "kube_job" in r["expr"]]
+    pipeline = values_of(values)["pipeline"]
+    age = values_of(values)["metrics"]["prometheusRule"]["verificationMaxAgeSeconds"]
+    deployment = f'namespace="{NAMESPACE}", deployment="{one(docs, "Deployment", "verifier")["metadata"]["name"]}"'
+    controller = f'namespace="{NAMESPACE}", service="{one(docs, "Service", "controller")["metadata"]["name"]}"'
+    available = f"kube_deployment_status_replicas_available{{{deployment}}}"
+    status = f'ureplicator_verification_status{{{controller}, pod="c-0"}}'
+    last_run = f'ureplicator_verification_last_run_timestamp_seconds{{{controller}, pod="c-0"}}'
+    minutes = 240
+    fresh = f"0+60x{minutes}"  # a pass ends every minute
+    stale = f"0x{minutes}"  # the last pass ended at t=0
+
+    def case(alert: str, severity: str, series: list[tuple[str, str]], fires: bool) -> dict[str, Any]:
+        labels = {"severity": severity, "pipeline": pipeline}
+        expected = [{"exp_labels": labels, "exp_annotations": _annotations(groups, alert)}] if fires else []
+        return {"interval": "1m", "input_series": [{"series": s, "values": v} for s, v in series],
+                "alert_rule_test": [{"eval_time": f"{minutes}m", "alertname": alert, "exp_alerts": expected}]}
+
+    assert age < (minutes - 60) * 60
+    tests = [
+        # When the pod is not available for over an hour
+        case("UReplicatorVerificationMissing", "warning", [(available, f"0x{minutes}"), (last_run, fresh)], True),
+        # When the pod runs but no pass has completed for longer than the configured age
+        case("UReplicatorVerificationMissing", "warning", [(available, f"1x{minutes}"), (last_run, stale)], True),
+        # Not when it runs and passes complete
+        case("UReplicatorVerificationMissing", "warning", [(available, f"1x{minutes}"), (last_run, fresh)], False),
+        # When the newest pass failed (2) or could not run (3); not while it is OK
+        case("UReplicatorVerificationFailed", "critical", [(status, f"2x{minutes}")], True),
+        case("UReplicatorVerificationFailed", "critical", [(status, f"0x{minutes}")], False),
+    ]
+    assert "SUCCESS" in _alert_test(promtool, tmp_path, groups, tests)

@@ -422,3 +422,156 @@ selector:
 {{- define "ureplicator.reportsClaim" -}}
 {{- .Values.verifier.reports.persistence.existingClaim | default (include "ureplicator.componentName" (dict "root" . "component" "verifier-reports")) -}}
 {{- end -}}
+
+{{/* spark.local.dir and the working directory of the verifier: an emptyDir (verifier.scratch). */}}
+{{- define "ureplicator.verifierScratch" -}}/var/lib/ureplicator/spark{{- end -}}
+
+{{/*
+The verifier's container, shared by the CronJob (verifier.mode cronjob) and the warm verifier's
+Deployment (verifier.mode warm). Call with (dict "root" $ "values" .Values.verifier "component"
+"verifier" "every" <"" or a duration>): with every, `verify --every` keeps one driver and its
+SparkSession and runs an incremental pass per interval.
+*/}}
+{{- define "ureplicator.verifierContainer" -}}
+{{- $v := .values }}
+{{- $scratch := include "ureplicator.verifierScratch" . -}}
+- name: verifier
+  image: {{ include "ureplicator.image" (dict "root" .root "image" $v.image) }}
+  imagePullPolicy: {{ $v.image.pullPolicy }}
+  args:
+    - verify
+    {{- with .every }}
+    - --every
+    - {{ include "ureplicator.scalar" . | quote }}
+    {{- end }}
+    - --config
+    - {{ include "ureplicator.configPath" .root | quote }}
+    - --output
+    - /reports
+    - --master
+    - {{ $v.spark.master | quote }}
+    {{- /* --conf, not spark-defaults.conf: the verifier's own defaults are passed
+           the same way and would win over a defaults file. */}}
+    {{- range $key, $value := $v.spark.conf }}
+    - --conf
+    - {{ printf "%s=%s" $key (include "ureplicator.scalar" $value) | quote }}
+    {{- end }}
+    - --conf
+    - "spark.local.dir={{ $scratch }}"
+    {{- if not (hasPrefix "local" $v.spark.master) }}
+    {{- /* Executors of the external cluster connect back to the driver in this pod
+           (at SPARK_LOCAL_IP) on fixed ports, so a NetworkPolicy can allow them. */}}
+    - --conf
+    - "spark.driver.bindAddress=0.0.0.0"
+    - --conf
+    - "spark.driver.port={{ $v.spark.driverPort }}"
+    - --conf
+    - "spark.blockManager.port={{ $v.spark.blockManagerPort }}"
+    {{- end }}
+    {{- range $v.extraArgs }}
+    - {{ . | quote }}
+    {{- end }}
+  # Spark's derby/warehouse folders land in the working directory: keep it writable.
+  workingDir: {{ $scratch }}
+  {{- if not (hasPrefix "local" $v.spark.master) }}
+  ports:
+    - name: spark-driver
+      containerPort: {{ $v.spark.driverPort }}
+      protocol: TCP
+    - name: spark-blockmgr
+      containerPort: {{ $v.spark.blockManagerPort }}
+      protocol: TCP
+  {{- end }}
+  env:
+    # The address the driver advertises to executors.
+    - name: SPARK_LOCAL_IP
+      valueFrom:
+        fieldRef:
+          fieldPath: status.podIP
+    # The root filesystem is read-only; Ivy and Python caches go under HOME.
+    - name: HOME
+      value: /tmp
+    {{- include "ureplicator.commonEnv" . | nindent 4 }}
+  {{- with $v.resources }}
+  resources:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- with .every }}
+  {{- $probe := $v.warm.livenessProbe }}
+  {{- if $probe.enabled }}
+  {{- /* Every run, even one that could not verify anything (status ERROR), appends a line to
+         history.jsonl; summary.json changes only after a completed run, so a cluster outage would
+         restart the pod for nothing. A driver that appended nothing for maxAgeSeconds, and has run
+         that long, is stuck: the CronJob's activeDeadlineSeconds, for the warm verifier. */}}
+  livenessProbe:
+    exec:
+      command:
+        - python
+        - -c
+        - {{ include "ureplicator.verifierLivenessScript" . | quote }}
+        - /reports/history.jsonl
+        - {{ $probe.maxAgeSeconds | int | toString | quote }}
+    {{- include "ureplicator.probeTiming" (omit $probe "maxAgeSeconds") | nindent 4 }}
+  {{- end }}
+  {{- end }}
+  {{- include "ureplicator.containerSecurityContext" $v.containerSecurityContext | trim | nindent 2 }}
+  volumeMounts:
+    {{- include "ureplicator.commonVolumeMounts" . | nindent 4 }}
+    - name: spark-scratch
+      mountPath: {{ $scratch }}
+    - name: reports
+      mountPath: /reports
+{{- end -}}
+
+{{/*
+The warm verifier's liveness check: exit 0 while FILE (argv 1) changed within SECONDS (argv 2), or
+the container's first process (tini) started less than SECONDS ago (its first run, a full pass,
+may take that long; an old history from before the pod does not count).
+*/}}
+{{- define "ureplicator.verifierLivenessScript" -}}
+import os, sys, time
+limit = float(sys.argv[2])
+ticks = int(open('/proc/1/stat').read().rsplit(')', 1)[1].split()[19])
+running = float(open('/proc/uptime').read().split()[0]) - ticks / os.sysconf('SC_CLK_TCK')
+try:
+    quiet = time.time() - os.stat(sys.argv[1]).st_mtime
+except OSError:
+    quiet = float('inf')
+sys.exit(0 if min(quiet, running) < limit else 1)
+{{- end -}}
+
+{{- define "ureplicator.verifierVolumes" -}}
+{{- $v := .values }}
+{{- include "ureplicator.commonVolumes" . }}
+- name: spark-scratch
+  {{- if $v.scratch.sizeLimit }}
+  emptyDir:
+    sizeLimit: {{ $v.scratch.sizeLimit }}
+  {{- else }}
+  emptyDir: {}
+  {{- end }}
+- name: reports
+  {{- if $v.reports.persistence.enabled }}
+  persistentVolumeClaim:
+    claimName: {{ include "ureplicator.reportsClaim" .root }}
+  {{- else }}
+  # Reports and the checkpoint vanish with the pod; only its status and logs remain.
+  emptyDir: {}
+  {{- end }}
+{{- end -}}
+
+{{/* A duration of `ureplicator verify --every` (90, 30s, 10m, 1h30m) in seconds. */}}
+{{- define "ureplicator.durationSeconds" -}}
+{{- $text := include "ureplicator.scalar" . | trim | lower -}}
+{{- if regexMatch "^[0-9]+(\\.[0-9]+)?$" $text -}}
+{{- $text -}}
+{{- else -}}
+{{- $units := dict "ms" 0.001 "s" 1.0 "m" 60.0 "h" 3600.0 "d" 86400.0 -}}
+{{- $total := 0.0 -}}
+{{- range $part := regexFindAll "[0-9]+(\\.[0-9]+)?(ms|s|m|h|d)" $text -1 -}}
+{{- $unit := regexFind "(ms|s|m|h|d)$" $part -}}
+{{- $total = addf $total (mulf (trimSuffix $unit $part | float64) (get $units $unit)) -}}
+{{- end -}}
+{{- $total -}}
+{{- end -}}
+{{- end -}}

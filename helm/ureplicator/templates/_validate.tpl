@@ -99,6 +99,16 @@ looks up a cluster calls first, so no template trips over a missing cluster befo
 {{- fail "controller.verificationReports.enabled: set verifier.reports.persistence.accessModes to [ReadWriteMany] (the verifier and every controller mount the claim, on any node)" -}}
 {{- end -}}
 {{- end -}}
+{{- if and $v.verifier.enabled (eq $v.verifier.mode "warm") -}}
+{{- $every := include "ureplicator.durationSeconds" $v.verifier.warm.every | float64 -}}
+{{- if le $every 0.0 -}}
+{{- fail (printf "verifier.warm.every: %v is not a positive duration (use e.g. 30s, 10m, 1h30m)" $v.verifier.warm.every) -}}
+{{- end -}}
+{{- $probe := $v.verifier.warm.livenessProbe -}}
+{{- if and $probe.enabled (le ($probe.maxAgeSeconds | float64) $every) -}}
+{{- fail (printf "verifier.warm.livenessProbe.maxAgeSeconds: %v must be larger than verifier.warm.every (%v = %vs) plus the longest pass, or the probe restarts a verifier that is only waiting for its next pass" $probe.maxAgeSeconds $v.verifier.warm.every $every) -}}
+{{- end -}}
+{{- end -}}
 {{- if and $v.controller.adminToken.existingSecret (not $v.controller.adminToken.key) -}}
 {{- fail "controller.adminToken.key: required with existingSecret" -}}
 {{- end -}}
