@@ -223,8 +223,7 @@ def test_switching_an_at_least_once_pipeline_to_exactly_once_loses_and_duplicate
     assert "transactional_start_from_source_group" in restarted.log.read_text()
 
 
-@pytest.mark.skipif(bool(os.environ.get("UREPLICATOR_TEST_STACK")),
-                    reason="freezes the destination broker: runs on a stack of its own")
+# Freezes the session's destination broker for a while (as tests/integration/test_faults.py does).
 def test_zombie_frozen_with_its_destination_then_two_kill_9s_loses_and_duplicates_nothing(pipeline, services):
     from tests.integration.test_faults import frozen, owners, service_pid
 
