@@ -48,7 +48,12 @@ from worker.offsets import PartitionOffsets
 TP = tuple[str, int]
 # Records librdkafka dropped (producer.purge, or its own purge after a fatal error) or failed
 # because the producer is fatally broken: never written, to be sent again on a sound producer.
-RESEND = frozenset({KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT, KafkaError._FATAL})
+# The producer, not the record, failed: the record is not written (or its transaction aborts),
+# so a new producer sends it again from the watermark. A fenced transactional producer reports
+# each record with an epoch error, not always with a fatal flag; that is not a poison record.
+PRODUCER_GONE = frozenset({KafkaError._FATAL, KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
+                           KafkaError.INVALID_PRODUCER_EPOCH})
+RESEND = frozenset({KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT}) | PRODUCER_GONE
 LATENCY_SAMPLE_MASK = 63  # exact mode: observe the latency of one acknowledgement in 64
 EXACT_FOR_S = 300.0  # after an error on a run, report every record individually this long
 
@@ -182,7 +187,7 @@ class AckLedger:
 
     def note_error(self, err: KafkaError) -> None:
         """Remember a fatal producer error: the worker replaces the producer on its next turn."""
-        if err.fatal() or err.code() == KafkaError._FATAL:
+        if err.fatal() or err.code() in PRODUCER_GONE:
             self.producer_failed = err.str()
 
     def exact(self, now: float) -> bool:
