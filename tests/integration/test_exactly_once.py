@@ -361,7 +361,10 @@ def test_a_lost_session_ends_the_open_transaction_uncommitted(pipeline, services
         with ContinuousProducer(services["source"], topic, partitions, rate_per_s=1000) as load:
             wait_for(lambda: worker.produced > 1500, 60, "mirroring")
             def uncommitted() -> float:
-                return sum(worker.metrics.transactions.labels(o)._value.get() for o in ("aborted", "fatal"))
+                # An abort or a fatal commit, or a producer replaced because it was fenced mid-produce:
+                # each ends the open transaction uncommitted.
+                return (sum(worker.metrics.transactions.labels(o)._value.get() for o in ("aborted", "fatal"))
+                        + worker.metrics.producer_replacements._value.get())
 
             ended_before = uncommitted()
             # When its ZooKeeper session expires in the middle of a transaction

@@ -77,6 +77,12 @@ def test_the_verifier_proves_the_heartbeat_topic_like_any_other(spark, pipeline,
     pipeline.start_controller(controller={"heartbeat_interval_s": 1})
     pipeline.start_worker("w1")
     wait_for(lambda: ((_freshness(pipeline).get("freshness") or {}).get("age_s") or 99) < 5, 90, "heartbeats flow")
+    # and the worker has committed a position (the verifier proves what is committed, no more)
+    from tests.support import kafka_io
+
+    heartbeats = f"ureplicator-heartbeats-{pipeline.name}"
+    wait_for(lambda: max(kafka_io.committed(services["source"], pipeline.group, heartbeats, 1).values()) > 0, 60,
+             "a heartbeat position committed")
 
     # When the verifier runs while heartbeats are still being written
     config = pipeline.write_config("verify", controller={"heartbeat_interval_s": 1})
@@ -85,6 +91,6 @@ def test_the_verifier_proves_the_heartbeat_topic_like_any_other(spark, pipeline,
     # Then the heartbeat topic verifies like any topic: records in flight are pending, none missing
     assert outcome.status == 0, outcome.stderr
     assert outcome.report["status"] == "OK"
-    (topic,) = [t for t in outcome.report["topics"] if t["topic"] == f"ureplicator-heartbeats-{pipeline.name}"]
+    (topic,) = [t for t in outcome.report["topics"] if t["topic"] == heartbeats]
     assert topic["status"] == "OK"
     assert outcome.report["totals"]["verified_records"] > 0
