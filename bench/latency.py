@@ -918,6 +918,12 @@ def headline(entry: dict[str, Any]) -> str | None:
         _, r = min(theirs, key=lambda item: item[1]["p99_ms"])
         if r["p50_ms"] < best["p50_ms"]:
             versus += f", whose p50 is lower than ours ({r['p50_ms']:,.1f} vs {best['p50_ms']:,.1f} ms)"
+    # And the defaults against MirrorMaker 2's defaults, when ours are behind on either percentile.
+    mm2_default = next((r for n, r in theirs if n == "mirrormaker2-default"), None)
+    if defaults is not None and mm2_default is not None and (
+            defaults["p50_ms"] > mm2_default["p50_ms"] or defaults["p99_ms"] > mm2_default["p99_ms"]):
+        versus += (f"; **with both at their defaults ureplicator is behind**: p50 {defaults['p50_ms']:,.1f} vs "
+                   f"{mm2_default['p50_ms']:,.1f} ms, p99 {defaults['p99_ms']:,.1f} vs {mm2_default['p99_ms']:,.1f} ms")
     return (f"**Headline: goal {'met' if met else 'missed'}** — ureplicator's best p99 at {GOAL_RATE:,} records/s "
             f"was {best['p99_ms']:,.1f} ms ({name}; goal < {GOAL_P99_MS:.0f} ms){with_defaults}{versus}.")
 

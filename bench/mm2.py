@@ -12,9 +12,10 @@ naming, the worker's producer settings, and only the data path switched on:
 * the source alias is fresh per run (``src<N>``), so the Connect group, its
   config/offsets/status topics are new and the run starts from offset 0.
 
-JVM: ``-Xms256m -Xmx512m`` (``connect-mirror-maker.sh`` defaults to
-``-Xms256M -Xmx2G``; 512 MB is the brief's small heap) with the G1 flags of
-``kafka-run-class.sh``, classpath from ``jvm.classpath("mirrormaker")``.
+JVM: ``-Xms256M -Xmx2G``, what ``connect-mirror-maker.sh`` gives it (a peer runs with its own
+launch settings; runs before 2026-11-25 used ``-Xmx512m``, which cost MirrorMaker 2 about
+1.5 CPU-s per million 100 B records in GC), with the G1 flags of ``kafka-run-class.sh``,
+classpath from ``jvm.classpath("mirrormaker")``.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from bench.common import PRODUCER_SETTINGS
 from devtools import jvm
 
 MAIN_CLASS = "org.apache.kafka.connect.mirror.MirrorMaker"
-HEAP = ["-Xms256m", "-Xmx512m"]
+HEAP = ["-Xms256M", "-Xmx2G"]
 # KAFKA_JVM_PERFORMANCE_OPTS of kafka-run-class.sh (what connect-mirror-maker.sh runs with).
 JVM_FLAGS = [
     "-server",
