@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,6 +80,21 @@ class Plan:
     departed: list[str]
     withheld: frozenset[TopicPartition]
     partitions: int
+
+
+def stand_for_election(election: Any, lead: Callable[[], None], log: Any, errors: Any) -> None:
+    """One turn of an election thread: wait for the lock, lead, and survive whatever ends the term.
+
+    Nothing but the caller's stop may end that thread: a dead election thread is a replica that
+    answers the API but can never lead again.
+    """
+    try:
+        election.run(lead)
+    except KazooException as exc:
+        log.warning("election_failed", error=str(exc))
+    except Exception as exc:  # noqa: BLE001 - survive anything, say what it was
+        errors.inc()
+        log.exception("election_error", error=repr(exc))
 
 
 class Leadership:
@@ -194,13 +210,7 @@ class Leadership:
         # Nothing may end this thread but stop(): a dead election thread is a replica that
         # answers the API but can never lead again.
         while not self._stop.is_set():
-            try:
-                self._election.run(self._lead)
-            except KazooException as exc:
-                self._log.warning("election_failed", error=str(exc))
-            except Exception as exc:  # noqa: BLE001 - survive anything, say what it was
-                self.metrics.election_errors.inc()
-                self._log.exception("election_error", error=repr(exc))
+            stand_for_election(self._election, self._lead, self._log, self.metrics.election_errors)
             self.state.is_leader = False
             if not self._stop.is_set():
                 self._connected.wait(1.0)

@@ -38,7 +38,7 @@ from common.config import (
 )
 from common.errors import ConfigError
 from common.zkschema import Paths, RouteRecord
-from controller.leader import Leadership, LeaderState
+from controller.leader import Leadership, LeaderState, stand_for_election
 from controller.metrics import ControllerMetrics
 from controller.pooling import PoolKeeper
 
@@ -203,13 +203,7 @@ class RouteSet:
 
     def _contend(self) -> None:
         while not self._stop.is_set():
-            try:
-                self._election.run(self._lead)
-            except KazooException as exc:
-                self._log.warning("election_failed", error=str(exc))
-            except Exception as exc:  # noqa: BLE001 - nothing but stop() may end this thread
-                self.metrics.election_errors.inc()
-                self._log.exception("election_error", error=repr(exc))
+            stand_for_election(self._election, self._lead, self._log, self.metrics.election_errors)
             self._is_leader = False
             if not self._stop.is_set():
                 time.sleep(1.0)
