@@ -58,7 +58,7 @@ def test_kill_9_mid_transaction_then_a_restart_fences_the_predecessor(pipeline, 
     assert pipeline.api("POST", "/topics", {"topic": topic})[0] == 201
     dst = services["destination"]
     with ContinuousProducer(services["source"], topic, partitions, rate_per_s=1000) as load:
-        wait_for(lambda: sum(kafka_io.end_offsets(dst, topic, partitions, settle_s=0).values()) > 3000, 90,
+        wait_for(lambda: sum(kafka_io.end_offsets(dst, topic, partitions, settle_s=20).values()) > 3000, 90,
                  "several transactions committed")
         # When the worker is killed with kill -9 in the middle of a transaction
         time.sleep(1.0)
@@ -142,7 +142,7 @@ def test_a_planned_hand_off_commits_the_transaction_before_the_release(pipeline,
     assert pipeline.api("POST", "/topics", {"topic": topic})[0] == 201
     dst = services["destination"]
     with ContinuousProducer(services["source"], topic, partitions, rate_per_s=1000) as load:
-        wait_for(lambda: sum(kafka_io.end_offsets(dst, topic, partitions, settle_s=0).values()) > 2000, 90,
+        wait_for(lambda: sum(kafka_io.end_offsets(dst, topic, partitions, settle_s=20).values()) > 2000, 90,
                  "mirroring")
         # When a second worker joins and half the partitions move to it
         start(pipeline, "w2")
@@ -172,7 +172,7 @@ def test_a_departed_workers_transactional_id_is_fenced_before_its_partitions_mov
     assert pipeline.api("POST", "/topics", {"topic": topic})[0] == 201
     dst = services["destination"]
     with ContinuousProducer(services["source"], topic, partitions, rate_per_s=1000) as load:
-        wait_for(lambda: sum(kafka_io.end_offsets(dst, topic, partitions, settle_s=0).values()) > 3000, 90,
+        wait_for(lambda: sum(kafka_io.end_offsets(dst, topic, partitions, settle_s=20).values()) > 3000, 90,
                  "both workers mirroring")
         # When w1 is killed with kill -9 in the middle of a transaction, and not restarted
         time.sleep(1.0)
@@ -207,7 +207,7 @@ def test_switching_an_at_least_once_pipeline_to_exactly_once_loses_and_duplicate
     worker = pipeline.start_worker("w1")
     assert pipeline.api("POST", "/topics", {"topic": topic})[0] == 201
     dst = services["destination"]
-    wait_for(lambda: sum(kafka_io.end_offsets(dst, topic, partitions, settle_s=0).values()) >= 2000, 60, "mirrored")
+    wait_for(lambda: sum(kafka_io.end_offsets(dst, topic, partitions, settle_s=20).values()) >= 2000, 60, "mirrored")
     assert worker.terminate(30) == 0 and controller.terminate(30) == 0
     # When the controller and the worker come back in exactly-once mode and more records arrive
     kafka_io.produce(services["source"], topic, 2000, partitions, start=2000)
@@ -238,7 +238,7 @@ def test_zombie_frozen_with_its_destination_then_two_kill_9s_loses_and_duplicate
     dst = services["destination"]
     with ContinuousProducer(services["source"], topic, partitions, rate_per_s=1000) as load:
         wait_for(lambda: owners(pipeline, topic) == {"w1", "w2"}, 60, "both workers mirror")
-        wait_for(lambda: sum(kafka_io.end_offsets(dst, topic, partitions, settle_s=0).values()) > 2000, 60,
+        wait_for(lambda: sum(kafka_io.end_offsets(dst, topic, partitions, settle_s=20).values()) > 2000, 60,
                  "mirroring")
         # When the destination broker and then w1 are frozen past w1's session timeout
         with frozen(service_pid(services, "destination")):
@@ -321,7 +321,7 @@ def test_sigterm_under_load_commits_the_transaction_and_hands_off_exactly_once(p
     assert pipeline.api("POST", "/topics", {"topic": topic})[0] == 201
     dst = services["destination"]
     with ContinuousProducer(services["source"], topic, partitions, rate_per_s=1000) as load:
-        wait_for(lambda: sum(kafka_io.end_offsets(dst, topic, partitions, settle_s=0).values()) > 2000, 90,
+        wait_for(lambda: sum(kafka_io.end_offsets(dst, topic, partitions, settle_s=20).values()) > 2000, 90,
                  "mirroring")
         # When w1 gets SIGTERM in the middle of a transaction
         time.sleep(1.0)

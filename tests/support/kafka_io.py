@@ -81,9 +81,11 @@ def produce(bootstrap: Cluster, topic: str, count: int, partitions: int, start: 
     assert producer.flush(60) == 0
 
 
-# Answers of a broker that just restarted while leadership settles: ask again, not a failure.
+# Answers of a broker that just restarted while leadership settles, or of a client whose metadata
+# has not yet caught up with a topic created a moment ago: ask again, not a failure.
 TRANSIENT = frozenset({KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
-                       KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._WAIT_COORD})
+                       KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._WAIT_COORD,
+                       KafkaError._UNKNOWN_PARTITION, KafkaError.UNKNOWN_TOPIC_OR_PART})
 
 
 def end_offsets(bootstrap: Cluster, topic: str, partitions: int, settle_s: float = 60.0) -> dict[int, int]:
