@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
 .PHONY: help install venv jars helm promtool browser image image-test test unit integration lint demo stack-up stack-down \
-	sanitize clean bench bench-throughput bench-controller-scale bench-verifier bench-latency bench-stalls drill soak
+	sanitize clean bench bench-throughput bench-eos bench-controller-scale bench-verifier bench-latency bench-stalls drill soak
 
 help:
 	@echo "make install      venv (.venv, editable, dev + verifier extras) + pinned JVM jars (.cache/jvm)"
@@ -127,7 +127,7 @@ stack-down: venv
 # its section of docs/benchmarks.md. BENCH_ARGS=--quick gives smoke runs.
 BENCH_ARGS ?=
 
-bench: bench-throughput bench-controller-scale bench-verifier bench-latency bench-stalls drill
+bench: bench-throughput bench-eos bench-controller-scale bench-verifier bench-latency bench-stalls drill
 
 # Benchmarks share the machine's cores: never run them in parallel (make -j).
 .NOTPARALLEL: bench
@@ -136,6 +136,11 @@ bench: bench-throughput bench-controller-scale bench-verifier bench-latency benc
 # skips it); BENCH_ARGS='--worker-repo DIR' measures another checkout's worker. Long (~40 min): runs niced.
 bench-throughput: install
 	nice $(BIN)/python -m bench.throughput $(BENCH_ARGS)
+
+# Exactly-once: our at-least-once and exactly-once runs against MirrorMaker 2 with
+# exactly.once.source.support=enabled, 100 B and 1 KB, one worker / task, in one run.
+bench-eos: install
+	nice $(BIN)/python -m bench.throughput --exactly-once $(BENCH_ARGS)
 
 bench-controller-scale: venv
 	$(BIN)/python -m bench.controller_scale $(BENCH_ARGS)

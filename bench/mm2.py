@@ -55,7 +55,11 @@ def producer_overrides() -> dict[str, str]:
     }
 
 
-def properties(alias: str, source: str, destination: str, topic: str, tasks_max: int = 1) -> dict[str, Any]:
+def properties(alias: str, source: str, destination: str, topic: str, tasks_max: int = 1,
+               exactly_once: bool = False) -> dict[str, Any]:
+    """``exactly_once``: KIP-618's exactly-once source support (Kafka 3.5+ in dedicated mode): each
+    task's records and source offsets commit in one transaction, one per poll (Connect's default
+    ``transaction.boundary``)."""
     flow = f"{alias}->{DESTINATION}"
     props: dict[str, Any] = {
         "clusters": f"{alias}, {DESTINATION}",
@@ -83,6 +87,9 @@ def properties(alias: str, source: str, destination: str, topic: str, tasks_max:
     }
     for key, value in producer_overrides().items():
         props[f"{DESTINATION}.producer.{key}"] = value
+    if exactly_once:
+        # Per target cluster in dedicated mode (the Kafka docs' geo-replication section, "Exactly once").
+        props[f"{DESTINATION}.exactly.once.source.support"] = "enabled"
     return props
 
 
@@ -102,10 +109,12 @@ def write_props(path: Path, props: dict[str, Any]) -> Path:
     return path
 
 
-def command(workdir: Path, alias: str, source: str, destination: str, topic: str, tasks_max: int = 1) -> list[str]:
+def command(workdir: Path, alias: str, source: str, destination: str, topic: str, tasks_max: int = 1,
+            exactly_once: bool = False) -> list[str]:
     """Write ``mm2.properties`` and ``log4j.properties`` into ``workdir``; return the java command."""
     workdir.mkdir(parents=True, exist_ok=True)
-    config = write_props(workdir / "mm2.properties", properties(alias, source, destination, topic, tasks_max))
+    config = write_props(workdir / "mm2.properties",
+                         properties(alias, source, destination, topic, tasks_max, exactly_once))
     log4j = write_props(workdir / "log4j.properties", log4j_properties(workdir / "mm2.log"))
     return [
         jvm.java_executable(),

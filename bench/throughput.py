@@ -104,6 +104,13 @@ PARTITIONS = 16
 KEY_BYTES = 8
 VARIANTS: tuple[str, ...] = ("ureplicator", "mirrormaker2", "raw")
 SCALED: tuple[str, ...] = ("ureplicator", "mirrormaker2")
+# Exactly-once variants (``--exactly-once``): ours with 1 s transactions, MirrorMaker 2 with KIP-618's
+# ``exactly.once.source.support=enabled``; measured beside our at-least-once run in one invocation.
+EOS_VARIANTS: tuple[str, ...] = ("ureplicator", "ureplicator-eos", "mirrormaker2-eos")
+ALL_VARIANTS: tuple[str, ...] = (*VARIANTS, "ureplicator-eos", "mirrormaker2-eos")
+TRANSACTION_INTERVAL_MS = 1000
+EOS_START = "<!-- eos-bench:start -->"
+EOS_END = "<!-- eos-bench:end -->"
 POLL_S = 0.5
 THREADS_EVERY_S = 1.0
 SETTLE_S = 3.0  # after the destination reached the source's end offsets: late duplicates would show by then
@@ -114,10 +121,11 @@ NOTES = REPO / "bench" / "throughput-notes.md"
 
 
 def label(variant: str, scale: int) -> str:
-    if variant == "ureplicator":
-        return f"ureplicator ({scale} worker{'s' if scale != 1 else ''})"
-    if variant == "mirrormaker2":
-        return f"MirrorMaker 2 ({scale} task{'s' if scale != 1 else ''})"
+    mode = ", exactly-once" if variant.endswith("-eos") else ""
+    if variant.startswith("ureplicator"):
+        return f"ureplicator ({scale} worker{'s' if scale != 1 else ''}{mode})"
+    if variant.startswith("mirrormaker2"):
+        return f"MirrorMaker 2 ({scale} task{'s' if scale != 1 else ''}{mode})"
     return "raw client pair"
 
 
@@ -272,7 +280,8 @@ class Edge:
 
 
 def observe(bench: Bench, run: Run, name: str, topic: str, ds: Dataset, pids: list[int], started: float,
-            alive: Callable[[], str | None], rss_pids: list[int], stop: Callable[[], None]) -> None:
+            alive: Callable[[], str | None], rss_pids: list[int], stop: Callable[[], None],
+            transactional: bool = False) -> None:
     """Measure the window, then end the run and check the destination exactly; fill ``run``.
 
     ``pids`` are the processes whose CPU counts, ``rss_pids`` those whose peak RSS does;
@@ -281,6 +290,12 @@ def observe(bench: Bench, run: Run, name: str, topic: str, ds: Dataset, pids: li
     when the window closes and verifies every destination record by identity
     (:func:`verify_prefix`); "drain" lets it mirror the whole backlog and compares the
     per-partition end offsets with the source's.
+
+    ``transactional``: the destination holds transaction markers, which take offsets but are
+    no records. The end check then reads ``read_committed`` and checks order by position
+    (:func:`verify_committed`), and every rate is scaled by records per offset it counted,
+    so markers never count as copied records (MirrorMaker 2 commits a transaction per poll,
+    so it writes more of them than we do). Only the stop end applies.
     """
     assert bench.destination is not None
     plan = bench.plan
@@ -353,11 +368,15 @@ def observe(bench: Bench, run: Run, name: str, topic: str, ds: Dataset, pids: li
         final = _settled_ends(bench, topic)
         run.extra["stop_s"] = round(time.monotonic() - stopping, 1)
         checked = time.monotonic()
-        bad = verify_prefix(bench.services["destination"], topic, final)
+        if transactional:
+            bad, records = verify_committed(bench.services["destination"], topic, final)
+            run.extra["records_per_offset"] = round(records / sum(final), 6) if sum(final) else 1.0
+        else:
+            bad, records = verify_prefix(bench.services["destination"], topic, final), sum(final)
         run.count_diff = {str(p): -n for p, n in bad.items()}
-        run.extra["end"] = {"mode": "stop", "records_checked": sum(final), "ends": final,
+        run.extra["end"] = {"mode": "stop", "records_checked": records, "ends": final,
                             "check_s": round(time.monotonic() - checked, 1)}
-        say(f"  {name}: stopped in {run.extra['stop_s']}s; {sum(final):,} destination records checked by identity "
+        say(f"  {name}: stopped in {run.extra['stop_s']}s; {records:,} destination records checked by identity "
             f"in {run.extra['end']['check_s']}s: " + ("exact" if not bad else f"MISMATCHES {bad}"))
     else:
         # The exact count check: settle, then per partition equality with the source's end offsets.
@@ -369,6 +388,11 @@ def observe(bench: Bench, run: Run, name: str, topic: str, ds: Dataset, pids: li
         run.extra["end"] = {"mode": "drain", "records_checked": sum(final), "ends": final}
     groups = thread_cpu_between(opened.threads, closed.threads)
     result: Measured = measure(opened.point, closed.point, compiler_cpu(groups))
+    if transactional:  # offsets -> records: markers are not copied records
+        factor = run.extra.get("records_per_offset", 1.0)
+        result = measure(Point(opened.point.t, round(opened.point.records * factor), opened.point.cpu_s),
+                         Point(closed.point.t, round(closed.point.records * factor), closed.point.cpu_s),
+                         compiler_cpu(groups))
     run.window_s = round(result.seconds, 3)
     run.window_records = result.records
     run.records_per_s = round(result.records_per_s, 1)
@@ -486,6 +510,47 @@ def verify_prefix(bootstrap: str, topic: str, ends: list[int], timeout_s: float 
     return bad
 
 
+def verify_committed(bootstrap: str, topic: str, ends: list[int], timeout_s: float = 900) -> tuple[dict[int, int], int]:
+    """Read every committed destination record below ``ends`` (``read_committed``); per partition, how
+    many are not the source's record at their position (the n-th record read must be the source's
+    n-th), and how many records were read. Empty: every partition holds exactly a prefix of its source
+    partition, in order, with no duplicate and no aborted copy visible."""
+    consumer = Consumer({**CONSUMER_SETTINGS, "bootstrap.servers": bootstrap, "group.id": "bench-verify",
+                         "enable.auto.commit": False, "isolation.level": "read_committed", "log_level": 2})
+    wanted = [p for p in range(PARTITIONS) if ends[p] > 0]
+    consumer.assign([TopicPartition(topic, p, 0) for p in wanted])
+    position = [0] * PARTITIONS  # records read so far per partition = the source offset expected next
+    done = {p: False for p in wanted}
+    bad: dict[int, int] = {}
+    deadline = time.monotonic() + timeout_s
+    try:
+        while not all(done.values()):
+            if time.monotonic() > deadline:
+                raise BenchError(f"reading {topic} back took longer than {timeout_s:.0f}s")
+            for msg in consumer.consume(10_000, 1.0):
+                if msg.error() is not None:
+                    continue
+                p, o = msg.partition(), msg.offset()
+                if o >= ends[p]:
+                    done[p] = True
+                    continue
+                if msg.key() != preload_key(source_index(position[p], p)):
+                    bad[p] = bad.get(p, 0) + 1
+                position[p] += 1
+                if o >= ends[p] - 1:
+                    done[p] = True
+            # A partition whose last offsets are markers has no record at ends - 1: its position says done.
+            for p in wanted:
+                if not done[p]:
+                    try:
+                        done[p] = consumer.position([TopicPartition(topic, p)])[0].offset >= ends[p]
+                    except KafkaException:
+                        pass
+    finally:
+        consumer.close()
+    return bad, sum(position)
+
+
 def _stop_all(procs: list[subprocess.Popen[bytes]]) -> None:
     """SIGTERM in reverse start order (workers before their controller), each given 30 s to finish."""
     for proc in reversed(procs):
@@ -503,11 +568,15 @@ def _peak_rss(pids: list[int]) -> int:
 # ----------------------------------------------------------------------------- variants
 
 
-def run_ureplicator(bench: Bench, ds: Dataset, rnd: int, scale: int = 1, profile_to: Path | None = None) -> Run:
+def run_ureplicator(bench: Bench, ds: Dataset, rnd: int, scale: int = 1, profile_to: Path | None = None,
+                    exactly_once: bool = False) -> Run:
     """A controller and ``scale`` workers of a fresh pipeline, registered and idle; then ``POST /topics``."""
+    variant = "ureplicator-eos" if exactly_once else "ureplicator"
     run_no = bench.next_run()
-    run = Run("ureplicator", scale, ds.label, rnd, run_no, ds.records)
-    folder = bench.run_dir(run_no, "ureplicator", scale, ds)
+    run = Run(variant, scale, ds.label, rnd, run_no, ds.records)
+    folder = bench.run_dir(run_no, variant, scale, ds)
+    # Exactly-once is pipeline-wide: the controller records the mode, the workers must agree.
+    mode = {"exactly_once": True, "transaction_interval_ms": TRANSACTION_INTERVAL_MS} if exactly_once else {}
     destination = f"{ds.topic}.urep{run_no}"
     port = free_port()
     url = f"http://127.0.0.1:{port}"
@@ -517,7 +586,7 @@ def run_ureplicator(bench: Bench, ds: Dataset, rnd: int, scale: int = 1, profile
         "source": {"alias": "src", "bootstrap_servers": bench.services["source"]},
         "destination": {"alias": "dst", "bootstrap_servers": bench.services["destination"]},
         "controller": {"rest_host": "127.0.0.1", "rest_port": port},
-        "worker": {"id": "bench-worker"},  # every other key at its default; --id per process below
+        "worker": {"id": "bench-worker", **mode},  # every other key at its default; --id per process below
     }
     config_path = folder / "pipeline.yaml"
     config_path.write_text(yaml.safe_dump(config))
@@ -532,7 +601,7 @@ def run_ureplicator(bench: Bench, ds: Dataset, rnd: int, scale: int = 1, profile
         workers = []
         for i in range(scale):
             cfg = folder / f"worker{i}.yaml"
-            cfg.write_text(yaml.safe_dump({**config, "worker": {"id": f"bench-worker-{i}"}}))
+            cfg.write_text(yaml.safe_dump({**config, "worker": {"id": f"bench-worker-{i}", **mode}}))
             worker = _spawn([*python, "worker", "--config", str(cfg)], folder / f"worker{i}.log", bench.repo)
             procs.append(worker)
             workers.append(worker)
@@ -548,9 +617,9 @@ def run_ureplicator(bench: Bench, ds: Dataset, rnd: int, scale: int = 1, profile
         checks = [_exited(p, folder / ("controller.log" if p is controller else f"worker{procs.index(p) - 1}.log"))
                   for p in procs]
         controller_rss = proc_sample(controller.pid)
-        observe(bench, run, f"ureplicator x{scale} {ds.label}", destination, ds, [p.pid for p in procs], started,
+        observe(bench, run, f"{variant} x{scale} {ds.label}", destination, ds, [p.pid for p in procs], started,
                 lambda: next((problem for check in checks if (problem := check())), None),
-                [w.pid for w in workers], lambda: _stop_all(procs))
+                [w.pid for w in workers], lambda: _stop_all(procs), transactional=exactly_once)
         run.extra.update({
             "controller_peak_rss_bytes": controller_rss.hwm_bytes if controller_rss else 0,
             "destination_topic": destination,
@@ -565,24 +634,26 @@ def run_ureplicator(bench: Bench, ds: Dataset, rnd: int, scale: int = 1, profile
     return run
 
 
-def run_mirrormaker2(bench: Bench, ds: Dataset, rnd: int, scale: int = 1) -> Run:
+def run_mirrormaker2(bench: Bench, ds: Dataset, rnd: int, scale: int = 1, exactly_once: bool = False) -> Run:
     """MirrorMaker 2, dedicated mode, ``tasks.max`` = ``scale``, identity naming."""
+    variant = "mirrormaker2-eos" if exactly_once else "mirrormaker2"
     run_no = bench.next_run()
-    run = Run("mirrormaker2", scale, ds.label, rnd, run_no, ds.records)
-    folder = bench.run_dir(run_no, "mirrormaker2", scale, ds)
+    run = Run(variant, scale, ds.label, rnd, run_no, ds.records)
+    folder = bench.run_dir(run_no, variant, scale, ds)
     alias = f"src{run_no}"
     destination = ds.topic  # IdentityReplicationPolicy
     _cleanup(bench, [destination])
     cmd = mm2.command(folder, alias, bench.services["source"], bench.services["destination"], ds.topic,
-                      tasks_max=scale)
+                      tasks_max=scale, exactly_once=exactly_once)
     popen: subprocess.Popen[bytes] | None = None
     try:
         run.load_before = load_average()
         started = time.monotonic()
         popen = _spawn(cmd, folder / "stdout.log", folder)
         mm2_process = popen
-        observe(bench, run, f"mirrormaker2 x{scale} {ds.label}", destination, ds, [popen.pid], started,
-                _mm2_alive(popen, folder / "mm2.log"), [popen.pid], lambda: _stop_all([mm2_process]))
+        observe(bench, run, f"{variant} x{scale} {ds.label}", destination, ds, [popen.pid], started,
+                _mm2_alive(popen, folder / "mm2.log"), [popen.pid], lambda: _stop_all([mm2_process]),
+                transactional=exactly_once)
         run.extra.update({"destination_topic": destination, "source_alias": alias})
     finally:
         if popen is not None:
@@ -624,6 +695,8 @@ RUNNERS: dict[str, Callable[..., Run]] = {
     "ureplicator": run_ureplicator,
     "mirrormaker2": run_mirrormaker2,
     "raw": run_raw,
+    "ureplicator-eos": lambda bench, ds, rnd, scale=1: run_ureplicator(bench, ds, rnd, scale, exactly_once=True),
+    "mirrormaker2-eos": lambda bench, ds, rnd, scale=1: run_mirrormaker2(bench, ds, rnd, scale, exactly_once=True),
 }
 
 
@@ -891,11 +964,12 @@ def summarize(runs: list[Run], datasets: list[Dataset], scales: list[int]) -> di
     out: dict[str, Any] = {"datasets": {}, "scaling": {}}
     for ds in datasets:
         per: dict[str, Any] = {}
-        for variant in VARIANTS:
+        for variant in ALL_VARIANTS:
             mine = [r for r in runs if r.dataset == ds.label and r.variant == variant and r.scale == 1]
             if mine:
                 per[variant] = _block(mine)
         u, m, w = per.get("ureplicator", {}), per.get("mirrormaker2", {}), per.get("raw", {})
+        ue, me = per.get("ureplicator-eos", {}), per.get("mirrormaker2-eos", {})
         ratios = {
             "ureplicator/mm2 records_per_s": _ratio_of(u.get("records_per_s"), m.get("records_per_s")),
             "ureplicator/mm2 cpu_s_per_m": _ratio_of(u.get("cpu_s_per_m"), m.get("cpu_s_per_m")),
@@ -904,6 +978,15 @@ def summarize(runs: list[Run], datasets: list[Dataset], scales: list[int]) -> di
             "ureplicator/raw records_per_s": _ratio_of(u.get("records_per_s"), w.get("records_per_s")),
             "ureplicator/raw cpu_s_per_m": _ratio_of(u.get("cpu_s_per_m"), w.get("cpu_s_per_m")),
         }
+        if ue or me:
+            ratios.update({
+                "ureplicator-eos/ureplicator records_per_s": _ratio_of(ue.get("records_per_s"),
+                                                                       u.get("records_per_s")),
+                "ureplicator-eos/mm2-eos records_per_s": _ratio_of(ue.get("records_per_s"), me.get("records_per_s")),
+                "ureplicator-eos/mm2-eos cpu_s_per_m": _ratio_of(ue.get("cpu_s_per_m"), me.get("cpu_s_per_m")),
+                "ureplicator-eos/mm2-eos cpu_s_per_m_without_compiler": _ratio_of(
+                    ue.get("cpu_s_per_m_without_compiler"), me.get("cpu_s_per_m_without_compiler")),
+            })
         out["datasets"][ds.label] = {"records": ds.records, "value_bytes": ds.value_bytes, "key_bytes": KEY_BYTES,
                                      "variants": per, "ratios": ratios}
     if len(scales) > 1 and datasets:
@@ -1171,6 +1254,61 @@ def render_section(entry: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def render_eos_section(entry: dict[str, Any]) -> str:
+    """Markdown for the eos-bench section of docs/benchmarks.md, from one ``--exactly-once`` entry."""
+    m = entry["machine"]
+    s = entry["settings"]
+    summary = entry["summary"]
+    lines = ["## Throughput in exactly-once mode: ureplicator vs MirrorMaker 2 (KIP-618)", ""]
+    worst_own = worst_peer = None
+    for block in summary["datasets"].values():
+        own = block["ratios"].get("ureplicator-eos/ureplicator records_per_s")
+        peer = block["ratios"].get("ureplicator-eos/mm2-eos records_per_s")
+        if own and (worst_own is None or own < worst_own[0]):
+            worst_own = (own, _dataset_name(block))
+        if peer and (worst_peer is None or peer < worst_peer[0]):
+            worst_peer = (peer, _dataset_name(block))
+    if worst_own or worst_peer:
+        parts = []
+        if worst_own:
+            parts.append(f"exactly-once runs at {_ratio(worst_own[0])} our own at-least-once rate at {worst_own[1]}")
+        if worst_peer:
+            parts.append(f"{_ratio(worst_peer[0])} MirrorMaker 2's exactly-once rate at {worst_peer[1]}")
+        lines += [f"**Headline (the least favourable reading over the datasets): {'; '.join(parts)}.**", ""]
+    lines += [
+        f"Measured {entry['date'][:10]} on {m.get('cpu_model', '?')} ({m.get('cores', '?')} cores, "
+        f"{m.get('ram_bytes', 0) / 2**30:.0f} GiB RAM; MirrorMaker 2 {m.get('mirrormaker2', '?')}), "
+        f"load average {entry['load_at_start'][0]} at the start; "
+        f"command `{entry['command']}`; results `{entry['results_file']}`. "
+        f"Warm-up {s['warmup_s']:.0f} s, window {s['steady_s']:.0f} s, {s['partitions']} partitions, one worker or "
+        f"task; ours commits a transaction every {TRANSACTION_INTERVAL_MS} ms (`worker.transaction_interval_ms`), "
+        "MirrorMaker 2 one per poll (Connect's default `transaction.boundary`). Transaction markers take offsets "
+        "but are not records: each exactly-once run reads its destination back `read_committed` at the end, checks "
+        "every partition is an in-order prefix of its source with no duplicate, and scales its rate by the records "
+        "per offset it counted.",
+        "",
+        "| dataset | variant | records/s | MB/s | CPU-s per M records | … without JIT compiler threads | "
+        "peak RSS | records checked | runs ok / failed |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for block in summary["datasets"].values():
+        for variant, v in block["variants"].items():
+            lines.append(f"| {_dataset_name(block)} | {label(variant, 1)} | {v['records_per_s']:,} | "
+                         f"{v['mb_per_s']:.2f} | {v['cpu_s_per_m']:.2f} | {v['cpu_s_per_m_without_compiler']:.2f} | "
+                         f"{v['peak_rss_mb']:.0f} MB | {v['records_checked']:,} | {v['runs']} / {v['failed']} |")
+    lines += ["", "| dataset | exactly-once / our at-least-once (rate) | ours / MirrorMaker 2, both exactly-once "
+              "(rate) | (CPU per record) | (CPU without JIT) |", "|---|---|---|---|---|"]
+    for block in summary["datasets"].values():
+        r = block["ratios"]
+        lines.append(f"| {_dataset_name(block)} | {_ratio(r.get('ureplicator-eos/ureplicator records_per_s'))} | "
+                     f"{_ratio(r.get('ureplicator-eos/mm2-eos records_per_s'))} | "
+                     f"{_ratio(r.get('ureplicator-eos/mm2-eos cpu_s_per_m'))} | "
+                     f"{_ratio(r.get('ureplicator-eos/mm2-eos cpu_s_per_m_without_compiler'))} |")
+    for note in entry.get("notes", []):
+        lines += ["", f"- {note}"]
+    return "\n".join(lines)
+
+
 def _short(errors: list[str | None], limit: int = 140) -> str:
     text = "; ".join((e or "unknown error").splitlines()[0] for e in errors)
     return (text[: limit - 1] + "…" if len(text) > limit else text).replace("|", "/")
@@ -1290,8 +1428,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="worker processes / tasks.max for the scaling curve on the first dataset "
                              "(default 1,2,4; quick 1,2; 1 = no curve)")
     parser.add_argument("--rounds", type=int, default=1, help="rounds of every run (default 1)")
-    parser.add_argument("--variants", default=",".join(VARIANTS),
-                        help="comma-separated subset of " + ",".join(VARIANTS))
+    parser.add_argument("--variants", default=None,
+                        help="comma-separated subset of " + ",".join(ALL_VARIANTS)
+                             + " (default " + ",".join(VARIANTS) + "; with --exactly-once "
+                             + ",".join(EOS_VARIANTS) + ")")
+    parser.add_argument("--exactly-once", action="store_true",
+                        help="the exactly-once comparison: our at-least-once and exactly-once runs (1 s "
+                             "transactions) against MirrorMaker 2 with exactly.once.source.support=enabled, "
+                             "one worker / task; results in throughput-eos-<date>.json and the eos-bench section")
     parser.add_argument("--datasets", default="100B,1KB", help="comma-separated subset of 100B,1KB")
     parser.add_argument("--profile", action="store_true", help="py-spy the worker in one extra untimed run")
     parser.add_argument("--end", choices=("stop", "drain"), default="stop",
@@ -1317,13 +1461,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.records_1kb = args.records_1kb or (1_500_000 if args.quick else 20_000_000)
     args.warmup = args.warmup if args.warmup is not None else (2.0 if args.quick else 40.0)
     args.steady = args.steady if args.steady is not None else (4.0 if args.quick else 60.0)
-    args.scale = _ints(args.scale or ("1,2" if args.quick else "1,2,4"))
+    args.scale = _ints(args.scale or ("1" if args.exactly_once else "1,2" if args.quick else "1,2,4"))
     if not args.scale or args.scale[0] < 1:
         parser.error("--scale takes positive integers, e.g. 1,2,4")
     if 1 not in args.scale:
         args.scale = [1, *args.scale]
-    args.variants = [v.strip() for v in args.variants.split(",") if v.strip()]
-    unknown = set(args.variants) - set(VARIANTS)
+    default = EOS_VARIANTS if args.exactly_once else VARIANTS
+    args.variants = [v.strip() for v in (args.variants or ",".join(default)).split(",") if v.strip()]
+    unknown = set(args.variants) - set(ALL_VARIANTS)
     if unknown:
         parser.error(f"unknown variant(s) {', '.join(sorted(unknown))}")
     args.datasets = [d.strip() for d in args.datasets.split(",") if d.strip()]
@@ -1394,7 +1539,10 @@ def render_file(path: Path) -> int:
     if not entries:
         say(f"no full run of the steady-window method (schema {SCHEMA}) in {path}")
         return 2
-    replace_section(DOC, START, END, render_section(entries[-1]))
+    if entries[-1].get("exactly_once"):
+        replace_section(DOC, EOS_START, EOS_END, render_eos_section(entries[-1]))
+    else:
+        replace_section(DOC, START, END, render_section(entries[-1]))
     say(f"section in {DOC.relative_to(REPO)} re-rendered from {path}")
     return 0
 
@@ -1543,6 +1691,7 @@ def main(argv: list[str] | None = None) -> int:
         "date": now.isoformat(timespec="seconds"),
         "command": " ".join(["python -m bench.throughput", *(argv if argv is not None else sys.argv[1:])]),
         "quick": args.quick,
+        "exactly_once": args.exactly_once,
         "duration_s": round(time.monotonic() - wall, 1),
         "load_at_start": load_at_start,
         "load_at_end": load_average(),
@@ -1573,10 +1722,13 @@ def main(argv: list[str] | None = None) -> int:
         "profile": profile,
         "notes": notes,
     }
-    results = RESULTS_DIR / f"throughput-{now.strftime('%Y-%m-%d')}.json"
+    kind = "throughput-eos" if args.exactly_once else "throughput"
+    results = RESULTS_DIR / f"{kind}-{now.strftime('%Y-%m-%d')}.json"
     entry["results_file"] = str(results.relative_to(REPO))
+    start, end, render = ((EOS_START, EOS_END, render_eos_section) if args.exactly_once
+                          else (START, END, render_section))
     (workdir / "result.json").write_text(json.dumps(entry, indent=2) + "\n")
-    (workdir / "section.md").write_text(render_section(entry) + "\n")
+    (workdir / "section.md").write_text(render(entry) + "\n")
     if args.no_write:
         say(f"--no-write: result and docs section left in {workdir.relative_to(REPO)}")
     elif args.quick:
@@ -1586,7 +1738,7 @@ def main(argv: list[str] | None = None) -> int:
             f"it is in {workdir.relative_to(REPO)}/section.md)")
     else:
         append_json(results, entry)
-        replace_section(DOC, START, END, render_section(entry))
+        replace_section(DOC, start, end, render(entry))
         say(f"results appended to {results.relative_to(REPO)}; section updated in {DOC.relative_to(REPO)}")
     say(f"done in {(time.monotonic() - wall) / 60:.1f} min")
     if interrupted:
