@@ -197,30 +197,45 @@ def test_a_departed_workers_transactional_id_is_fenced_before_its_partitions_mov
     assert '"transactional_id": "' + pipeline.group + '.w1"' in controller.log.read_text()
 
 
-def test_switching_an_at_least_once_pipeline_to_exactly_once_loses_and_duplicates_nothing(pipeline, services):
-    # Given an at-least-once pipeline that mirrored part of a topic and was stopped gracefully
+def test_switching_modes_both_ways_under_load_loses_and_duplicates_nothing(pipeline, services):
+    # Given an at-least-once pipeline mirroring under continuous load
     topic = f"{pipeline.name}-switch"
     partitions = 2
     kafka_io.create_topic(services["source"], topic, partitions)
-    kafka_io.produce(services["source"], topic, 2000, partitions)
-    controller = pipeline.start_controller()
-    worker = pipeline.start_worker("w1")
-    assert pipeline.api("POST", "/topics", {"topic": topic})[0] == 201
     dst = services["destination"]
-    wait_for(lambda: sum(kafka_io.end_offsets(dst, topic, partitions, settle_s=20).values()) >= 2000, 60, "mirrored")
-    assert worker.terminate(30) == 0 and controller.terminate(30) == 0
-    # When the controller and the worker come back in exactly-once mode and more records arrive
-    kafka_io.produce(services["source"], topic, 2000, partitions, start=2000)
-    pipeline.start_controller("controller-eos", worker=dict(EXACT))
-    restarted = start(pipeline, "w1")
-    # Then each partition starts from the source group once, and a read_committed reader
-    # sees every record exactly once
-    wait_for(lambda: sum(len(read_sources(dst, topic, p, "read_committed")) for p in range(partitions)) >= 4000,
-             90, "the rest mirrored and committed")
+
+    def mirrored() -> int:
+        return sum(kafka_io.end_offsets(dst, topic, partitions, settle_s=20).values())
+
+    with ContinuousProducer(services["source"], topic, partitions, rate_per_s=500) as load:
+        controller = pipeline.start_controller()
+        worker = pipeline.start_worker("w1")
+        assert pipeline.api("POST", "/topics", {"topic": topic})[0] == 201
+        wait_for(lambda: mirrored() >= 1500, 60, "mirrored at least once")
+        # When the deployment is switched to exactly-once while records keep arriving (a graceful
+        # stop of the worker and the controller, then both start in the new mode)
+        assert worker.terminate(30) == 0 and controller.terminate(30) == 0
+        controller = pipeline.start_controller("controller-eos", worker=dict(EXACT))
+        worker = start(pipeline, "w1")
+        before = mirrored()
+        wait_for(lambda: mirrored() >= before + 1500, 90, "mirrored exactly once")
+        # and switched back to at-least-once, still under load
+        assert worker.terminate(30) == 0 and controller.terminate(30) == 0
+        pipeline.start_controller("controller-alo")
+        back = pipeline.start_worker("w1-again")
+        before = mirrored()
+        wait_for(lambda: mirrored() >= before + 1500, 60, "mirrored at least once again")
+        load.stop()
+        sent = load.sent
+    # Then every source record is on the destination exactly once, in order, read_committed
+    wait_for(lambda: sum(len(read_sources(dst, topic, p, "read_committed")) for p in range(partitions)) >= sent,
+             90, "everything mirrored")
     for p in range(partitions):
         committed = read_sources(dst, topic, p, "read_committed")
-        assert sorted(committed) == list(range(2000)), f"{topic}:{p}: lost or duplicated"
-    assert "transactional_start_from_source_group" in restarted.log.read_text()
+        expected = len([i for i in range(sent) if i % partitions == p])
+        assert committed == list(range(expected)), f"{topic}:{p}: lost, duplicated or reordered"
+    assert "transactional_start_from_source_group" in worker.log.read_text()
+    assert back.alive(), back.tail()
 
 
 # Freezes the session's destination broker for a while (as tests/integration/test_faults.py does).
