@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
 from bench.common import REPO, free_port, load_average, say
 from common import provenance
@@ -508,12 +508,15 @@ class Arrivals:
     header (ureplicator); ``ident="key"`` by the load key (MirrorMaker 2).
     """
 
-    def __init__(self, bootstrap: str, ident: str = "urep", fetch_wait_ms: int = 5) -> None:
+    def __init__(self, bootstrap: str, ident: str = "urep", fetch_wait_ms: int = 5,
+                 isolation: str = "read_uncommitted") -> None:
         if ident not in ("urep", "key"):
             raise ValueError(ident)
         self.ident = ident
         self.consumer = Consumer({
             "bootstrap.servers": bootstrap,
+            # read_committed for an exactly-once pipeline: aborted copies are not arrivals.
+            "isolation.level": isolation,
             "group.id": f"bench-arrivals-{os.getpid()}-{time.time_ns()}",
             "enable.auto.commit": False,
             "enable.partition.eof": False,
@@ -636,11 +639,17 @@ class LogRead:
     urep: array = field(default_factory=lambda: array("q"))  # source offset from the header, -1 without
 
 
-def read_log(bootstrap: str, topic: str, partitions: int, timeout_s: float = 300) -> dict[int, LogRead]:
-    """Every record of every partition (offsets, key identities, provenance offsets)."""
+def read_log(bootstrap: str, topic: str, partitions: int, timeout_s: float = 300,
+             isolation: str = "read_uncommitted") -> dict[int, LogRead]:
+    """Every record of every partition (offsets, key identities, provenance offsets).
+
+    ``isolation="read_committed"`` reads what an exactly-once pipeline committed: aborted
+    copies are skipped, and a partition whose last offsets are transaction markers ends
+    when the consumer's position passes its end offset.
+    """
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-reader-{time.time_ns()}",
-                         "enable.auto.commit": False, "enable.partition.eof": False,
-                         "fetch.max.bytes": 64 * 1024 * 1024})
+                         "enable.auto.commit": False, "enable.partition.eof": True,
+                         "isolation.level": isolation, "fetch.max.bytes": 64 * 1024 * 1024})
     result = {p: LogRead() for p in range(partitions)}
     try:
         ends = {}
@@ -659,6 +668,9 @@ def read_log(bootstrap: str, topic: str, partitions: int, timeout_s: float = 300
                 raise BenchError(f"reading {topic} timed out; partitions {sorted(remaining)} unfinished")
             for msg in consumer.consume(5000, 0.5):
                 if msg.error() is not None:
+                    # At the end (markers after the last record included): the partition is read.
+                    if msg.error().code() == KafkaError._PARTITION_EOF and msg.offset() >= ends[msg.partition()]:
+                        remaining.discard(msg.partition())
                     continue
                 p, offset = msg.partition(), msg.offset()
                 if offset >= ends[p]:

@@ -33,6 +33,7 @@ import os
 import random
 import re
 import signal
+import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -63,6 +64,10 @@ from devtools import stack
 
 START = "<!-- soak:start -->"
 END = "<!-- soak:end -->"
+# ``--exactly-once``: its own results file and section; duplicates must be 0, read read_committed.
+EOS_START = "<!-- soak-eos:start -->"
+EOS_END = "<!-- soak-eos:end -->"
+TRANSACTION_INTERVAL_MS = 1000
 PARTITIONS = drill_module.PARTITIONS
 SESSION_S = 10.0  # the bench pipeline's zookeeper.session_timeout_s (the default)
 COMMIT_INTERVAL_S = 5.0  # the bench pipeline's worker.commit_interval_s (the default)
@@ -171,8 +176,12 @@ class Soak:
 def run_soak(services: dict[str, str], root: Path, workdir: Path, stamp: str, args: argparse.Namespace,
              rng: random.Random) -> dict[str, Any]:
     processes = Processes(workdir)
-    pipeline = Pipeline(services, processes, f"soak{stamp[-7:-1]}")
-    arrivals = Arrivals(services["destination"], ident="urep")
+    exact = args.exactly_once
+    overrides = ({"worker": {"exactly_once": True, "transaction_interval_ms": TRANSACTION_INTERVAL_MS}}
+                 if exact else None)
+    isolation = "read_committed" if exact else "read_uncommitted"
+    pipeline = Pipeline(services, processes, f"soak{stamp[-7:-1]}", overrides=overrides)
+    arrivals = Arrivals(services["destination"], ident="urep", isolation=isolation)
     topic = f"soak-{stamp}"
     load: Load | None = None
     out: dict[str, Any] = {"topic": topic}
@@ -204,10 +213,11 @@ def run_soak(services: dict[str, str], root: Path, workdir: Path, stamp: str, ar
         arrivals.stop()
         pipeline.stop_all()
         source = read_log(services["source"], topic, PARTITIONS)
-        destination = read_log(services["destination"], topic, PARTITIONS)
+        destination = read_log(services["destination"], topic, PARTITIONS, isolation=isolation)
         out["comparison"] = compare(source, destination, by="urep").to_json()
         out["corrupted"] = corrupted(source, destination)
-        out["duplicates_bound_per_fault"] = int(args.rate * DUPLICATES_BOUND_S)
+        out["exactly_once"] = exact
+        out["duplicates_bound_per_fault"] = 0 if exact else int(args.rate * DUPLICATES_BOUND_S)
         out["acknowledged"] = drill_module._acked_check(result, topic, source, destination)
         drill_module._dups_per_step(drill.steps, arrivals, topic)
         out["verifier"] = (drill_module.run_verifier(pipeline.config_path, workdir / "verification", 900)
@@ -256,6 +266,8 @@ def judge(soak: dict[str, Any]) -> tuple[int, str]:
     over = [s["name"] for s in soak.get("steps", []) if bound is not None and s.get("duplicates", 0) > bound]
     if over:
         problems.append(f"duplicates above {bound:,} after {', '.join(over)}")
+    if soak.get("exactly_once") and c["duplicated"]:
+        problems.append(f"{c['duplicated']:,} records duplicated in exactly-once mode")
     if problems:
         return 1, "FAIL: " + "; ".join(problems)
     return drill_module.verdict(soak)
@@ -266,23 +278,32 @@ def render(entry: dict[str, Any]) -> str:
     c = s["comparison"]
     counts: dict[str, int] = {}
     worst: dict[str, int] = {}
+    gaps: dict[str, list[float]] = {}
     for step in s.get("steps", []):
         kind = " ".join(w for w in step["name"].split() if not re.fullmatch(r"[wc]\d+", w))
         counts[kind] = counts.get(kind, 0) + 1
         worst[kind] = max(worst.get(kind, 0), step.get("duplicates", 0))
+        if step.get("max_gap_s") is not None:
+            gaps.setdefault(kind, []).append(step["max_gap_s"])
+    exact = bool(s.get("exactly_once"))
     bound = s.get("duplicates_bound_per_fault")
     corrupt = s.get("corrupted", {}).get("records")
     lines = [
-        "## Soak",
+        "## Soak, exactly-once mode" if exact else "## Soak",
         "",
-        f"`make soak MINUTES={entry['setup']['minutes']:g} SEED={entry['seed']}` on {entry['date'][:10]} "
+        f"`make soak MINUTES={entry['setup']['minutes']:g} SEED={entry['seed']}"
+        + (" BENCH_ARGS=--exactly-once" if exact else "") + f"` on {entry['date'][:10]} "
         f"({entry['machine'].get('cores', '?')} CPUs, load {'/'.join(f'{v:.1f}' for v in entry['load_at_start'])} "
         f"at the start): {entry['setup']['rate']:,} records/s into {PARTITIONS} partitions, 2 controllers, "
-        f"{len(WORKERS)} workers, {len(s.get('steps', []))} faults.",
+        f"{len(WORKERS)} workers, {len(s.get('steps', []))} faults"
+        + (f"; `worker.exactly_once: true`, {TRANSACTION_INTERVAL_MS} ms transactions, the destination read "
+           "`read_committed`" if exact else "") + ".",
         "",
-        "| fault | times | most duplicates after one |",
-        "|---|---|---|",
-        *[f"| {k} | {v} | {worst[k]:,} |" for k, v in sorted(counts.items())],
+        "| fault | times | most duplicates after one | longest gap of any partition (median, max over the faults) |",
+        "|---|---|---|---|",
+        *[f"| {k} | {v} | {worst[k]:,} | " + (f"{statistics.median(gaps[k]):.1f} s, {max(gaps[k]):.1f} s"
+                                             if gaps.get(k) else "n/a") + " |"
+          for k, v in sorted(counts.items())],
         "",
         f"Result: {c['records']:,} source records, lost **{c['lost']}**, reordered **{c['reordered']}**, "
         + (f"corrupted **{corrupt}**, " if corrupt is not None else "")
@@ -290,11 +311,15 @@ def render(entry: dict[str, Any]) -> str:
         + (f" (bound per fault: {bound:,} = {DUPLICATES_BOUND_S:g} s of the load)" if bound is not None else "")
         + "; verifier: "
         f"{s['verifier'].get('verdict_line') or s['verifier'].get('skipped') or s['verifier'].get('error')}. "
-        f"Verdict: **{entry['verdict']}**. Duplicates are the at-least-once cost of the faults that cut a "
-        "worker off without a final commit (kill -9, a freeze past the session, ZooKeeper restarts) or make "
-        "it purge and rewind (a fence): each repeats up to `worker.commit_interval_s` (5 s) of its "
-        "partitions plus what was in flight; the verifier reports them as WARN, never FAIL. "
-        "Results: `bench/results/soak-<date>.json`.",
+        f"Verdict: **{entry['verdict']}**. "
+        + ("In exactly-once mode any duplicate fails the run: a fault aborts the open transaction, and the "
+           "aborted copies are invisible to a `read_committed` reader. Results: "
+           "`bench/results/soak-eos-<date>.json`." if exact else
+           "Duplicates are the at-least-once cost of the faults that cut a "
+           "worker off without a final commit (kill -9, a freeze past the session, ZooKeeper restarts) or make "
+           "it purge and rewind (a fence): each repeats up to `worker.commit_interval_s` (5 s) of its "
+           "partitions plus what was in flight; the verifier reports them as WARN, never FAIL. "
+           "Results: `bench/results/soak-<date>.json`."),
     ]
     return "\n".join(lines)
 
@@ -307,6 +332,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--no-verify", dest="verify", action="store_false", help="skip the PySpark verifier")
     parser.add_argument("--broker-heap", default="384m")
     parser.add_argument("--no-write", action="store_true", help="print only; no JSON, no docs section")
+    parser.add_argument("--exactly-once", action="store_true",
+                        help="the pipeline in exactly-once mode (1 s transactions): 0 duplicates read_committed; "
+                             "results in soak-eos-<date>.json and their own docs section")
     return parser.parse_args(argv)
 
 
@@ -339,7 +367,9 @@ def main(argv: list[str] | None = None) -> int:
         "benchmark": "soak", "date": now.isoformat(timespec="seconds"), "seed": seed,
         "machine": machine_info(), "load_at_start": load_average(),
         "setup": {"minutes": args.minutes, "rate": args.rate, "partitions": PARTITIONS, "workers": len(WORKERS),
-                  "controllers": 2, "pipeline_config": "defaults (session 10 s, commit interval 5 s)"},
+                  "controllers": 2, "exactly_once": args.exactly_once,
+                  "pipeline_config": "defaults (session 10 s, commit interval 5 s)"
+                  + (f", exactly_once with {TRANSACTION_INTERVAL_MS} ms transactions" if args.exactly_once else "")},
     }
 
     def go() -> dict[str, Any]:
@@ -349,7 +379,9 @@ def main(argv: list[str] | None = None) -> int:
             entry["soak"] = run_soak(services, root, workdir, stamp, args, rng)
         return entry
 
-    return run_and_record(go, prefix="soak", start=START, end=END, render=render,
+    exact = args.exactly_once
+    return run_and_record(go, prefix="soak-eos" if exact else "soak", start=EOS_START if exact else START,
+                          end=EOS_END if exact else END, render=render,
                           summary=lambda e: print_summary(e, seed), no_write=args.no_write,
                           failed=f"FAILED (seed {seed})", failed_status=2)
 

@@ -59,3 +59,29 @@ def test_the_docs_section_shows_corruption_the_bound_and_the_worst_fault_of_each
     assert "`make soak MINUTES=30 SEED=7`" in text
     assert "| kill -9 worker | 2 | 20 |" in text
     assert "corrupted **0**" in text and "bound per fault: 20" in text
+
+
+def test_in_exactly_once_mode_one_duplicate_fails_the_run():
+    status, text = judge(soak(exactly_once=True, duplicates_bound_per_fault=0,
+                              comparison={"records": 100, "lost": 0, "reordered": 0, "duplicated": 1},
+                              steps=[{"name": "kill -9 worker w1", "duplicates": 0}]))
+    assert status == 1 and "1 records duplicated in exactly-once mode" in text
+
+
+def test_the_exactly_once_section_names_its_mode_and_the_longest_gaps_per_fault_kind():
+    from bench.soak import render
+
+    entry = {
+        "seed": 7, "date": "2026-11-25T19:00:00+00:00", "machine": {"cores": 2}, "load_at_start": [1.0, 2.0, 3.0],
+        "setup": {"minutes": 30, "rate": 1000}, "verdict": "OK",
+        "soak": soak(exactly_once=True, duplicates_bound_per_fault=0,
+                     comparison={"records": 100, "lost": 0, "reordered": 0, "duplicated": 0},
+                     steps=[{"name": "zookeeper restart", "duplicates": 0, "max_gap_s": 0.4},
+                            {"name": "zookeeper restart", "duplicates": 0, "max_gap_s": 0.9},
+                            {"name": "zookeeper restart", "duplicates": 0, "max_gap_s": 0.5}],
+                     verifier={"exit_status": 0, "verdict_line": "OK"}),
+    }
+    text = render(entry)
+    assert text.startswith("## Soak, exactly-once mode")
+    assert "BENCH_ARGS=--exactly-once" in text and "read_committed" in text
+    assert "| zookeeper restart | 3 | 0 | 0.5 s, 0.9 s |" in text
