@@ -14,7 +14,7 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from common import provenance
-from tests.support import kafka_io
+from tests.support import kafka_io, verifier_env
 from tests.support.kafka_io import wait_for
 from tests.support.load import ContinuousProducer
 
@@ -239,7 +239,7 @@ def test_switching_modes_both_ways_under_load_loses_and_duplicates_nothing(pipel
 
 
 # Freezes the session's destination broker for a while (as tests/integration/test_faults.py does).
-def test_zombie_frozen_with_its_destination_then_two_kill_9s_loses_and_duplicates_nothing(pipeline, services):
+def test_zombie_frozen_with_its_destination_then_two_kill_9s_loses_and_duplicates_nothing(pipeline, services, tmp_path):
     from tests.integration.test_faults import frozen, owners, service_pid
 
     # Given two exactly-once workers mirroring under continuous load
@@ -284,6 +284,16 @@ def test_zombie_frozen_with_its_destination_then_two_kill_9s_loses_and_duplicate
         duplicated += len(committed) - len(set(committed))
     print(f"zombie, exactly-once: sent {sent}, lost {lost}, duplicated {duplicated}")
     assert (lost, duplicated) == (0, 0), pipeline.logs()
+    # And the verifier (read_committed in an exactly-once pipeline, where a duplicate is a FAIL) says OK
+    # once the positions copied to the source group reach the end of every partition
+    ends = kafka_io.end_offsets(services["source"], topic, partitions)
+    wait_for(lambda: kafka_io.committed(services["source"], pipeline.group, topic, partitions) == ends, 60,
+             "positions copied to the source group")
+    config = pipeline.write_config("verify", worker=dict(EXACT))
+    outcome = verifier_env.run_verifier(["--config", str(config), "--topic", topic], tmp_path / "reports")
+    assert outcome.status == 0, outcome.stdout + outcome.stderr
+    assert outcome.report["status"] == "OK", outcome.report["totals"]
+    assert outcome.report["totals"]["verified_records"] == sum(ends.values())
 
 
 def test_a_record_the_destination_refuses_stops_only_its_partition_after_a_few_aborts(pipeline, services):
