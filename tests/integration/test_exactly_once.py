@@ -412,3 +412,38 @@ def test_a_lost_session_ends_the_open_transaction_uncommitted(pipeline, services
     finally:
         worker.stop()
         runner.join(30)
+
+
+def test_zookeeper_away_past_the_lease_aborts_then_resumes_exactly_once(pipeline, services):
+    # Not on a shared stack: it restarts ZooKeeper.
+    from devtools import stack
+
+    # Given an exactly-once worker under load, with a 15 s session (a lease of 10 s)
+    topic = f"{pipeline.name}-zkaway"
+    partitions = 2
+    kafka_io.create_topic(services["source"], topic, partitions)
+    session = {"zookeeper": {"connect": services["zookeeper"], "session_timeout_s": 15}}
+    pipeline.start_controller(worker=dict(EXACT), **session)
+    worker = pipeline.start_worker("w1", worker=dict(EXACT), **session)
+    assert pipeline.api("POST", "/topics", {"topic": topic})[0] == 201
+    dst = services["destination"]
+    with ContinuousProducer(services["source"], topic, partitions, rate_per_s=500) as load:
+        wait_for(lambda: sum(kafka_io.end_offsets(dst, topic, partitions, settle_s=20).values()) > 1000, 60,
+                 "mirroring")
+        # When ZooKeeper is away longer than the lease but shorter than the session
+        stack.stop_service(services["dir"], "zookeeper")
+        wait_for(lambda: "transaction_aborted" in worker.log.read_text(), 30, "the stale lease's abort")
+        stack.start_service(services["dir"], "zookeeper")
+        # Then the worker resumes: new transactions commit after the abort
+        aborted_at = sum(len(read_sources(dst, topic, p, "read_committed")) for p in range(partitions))
+        wait_for(lambda: sum(len(read_sources(dst, topic, p, "read_committed")) for p in range(partitions))
+                 > aborted_at + 1000, 60, "committed again after the abort")
+        load.stop()
+        sent = load.sent
+    # And every record is there exactly once, in order
+    wait_for(lambda: sum(len(read_sources(dst, topic, p, "read_committed")) for p in range(partitions)) >= sent,
+             90, "everything mirrored")
+    for p in range(partitions):
+        committed = read_sources(dst, topic, p, "read_committed")
+        expected = len([i for i in range(sent) if i % partitions == p])
+        assert committed == list(range(expected)), f"{topic}:{p}: lost, duplicated or reordered"
