@@ -45,7 +45,7 @@ from typing import Any
 
 from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, KafkaError, KafkaException, TopicPartition
 from kazoo.client import KazooState
-from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError, RolledBackError
+from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError, RolledBackError
 
 from common import httpserve, logs, provenance
 from common.config import Config
@@ -271,12 +271,37 @@ class MirrorWorker:
             # A previous session's nodes with our id are still there until it expires: wait it out.
             if not isinstance(failures[0], NodeExistsError) or time.monotonic() > deadline or self._stop.is_set():
                 raise failures[0]
+            if self._drop_own_stale_nodes():
+                continue
             time.sleep(0.5)
         self.zk.DataWatch(self.paths.assignment(self.worker_id), self._on_assignment)
         self.zk.DataWatch(self.paths.rate_limit, self._on_rate_limit)
         self._lease_at = time.monotonic()
         self.registered.set()
         self.log.info("worker_registered")
+
+    def _drop_own_stale_nodes(self) -> bool:
+        """Delete our id's nodes that *this* session created before registering; True if one was.
+
+        A status write sent before a session expired is answered after the new session is
+        up: its NoNode answer makes the status publisher create the node, ephemeral, in the
+        new session (the soak's worker-and-destination freeze, exactly-once mode). That
+        node never expires while we live, so waiting it out would refuse the registration
+        for good. A node of another session (our previous life) is still waited out.
+        """
+        session = self.zk.client_id[0] if self.zk.client_id else None
+        dropped = False
+        for path in (self.paths.worker(self.worker_id), self.paths.worker_status(self.worker_id)):
+            try:
+                _, stat = self.zk.get(path)
+                if session is not None and stat.ephemeralOwner == session:
+                    self.zk.delete(path, version=stat.version)
+                    dropped = True
+            except (NoNodeError, BadVersionError):
+                pass  # gone or rewritten meanwhile: the next attempt tells
+        if dropped:
+            self.log.info("stale_own_nodes_dropped", session=hex(session or 0))
+        return dropped
 
     def _check_mode(self) -> None:
         """Refuse to start when the pipeline's recorded delivery mode is not this worker's ``worker.exactly_once``."""

@@ -70,3 +70,25 @@ def test_expired_session_stops_writing_until_reregistered(pipeline, services):
     finally:
         worker.stop()
         runner.join(30)
+
+
+def test_a_status_node_our_new_session_created_early_does_not_block_the_registration(pipeline, services):
+    # Given a worker whose new session already holds its status node: a status write sent
+    # before the old session expired was answered NoNode afterwards, and the publisher
+    # created the node in the new session (seen in the exactly-once soak)
+    pipeline.start_controller()
+    cfg = config_module.from_dict(pipeline.config_doc(worker={"id": "w-early", "commit_interval_s": 1}))
+    worker = MirrorWorker(cfg, "w-early")
+    try:
+        status_path = worker.paths.worker_status("w-early")
+        worker.zk.create(status_path, b"{}", ephemeral=True, makepath=True)
+        # When it registers (with a short wait for another session's nodes)
+        worker.register(wait_s=3)
+        # Then the registration and a fresh status are there, both of this session
+        session = worker.zk.client_id[0]
+        for path in (worker.paths.worker("w-early"), status_path):
+            data, stat = worker.zk.get(path)
+            assert stat.ephemeralOwner == session and data != b"{}", path
+    finally:
+        worker.stop()
+        worker.zk.stop()
