@@ -86,7 +86,7 @@ integration: venv jars browser
 	$(BIN)/python -m pytest tests/integration -q $(PYTEST_ARGS)
 
 test: venv jars helm promtool browser
-	$(BIN)/python -m pytest tests -q -ra $(PYTEST_ARGS)
+	$(BIN)/python -m pytest tests -q -ra --durations=30 $(PYTEST_ARGS)
 
 lint: venv
 	$(BIN)/ruff check .
