@@ -31,8 +31,11 @@ of ``docs/benchmarks.md``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -96,6 +99,19 @@ class Drill:
         wait_for(lambda: self.flowing_since(since), timeout_s, what, 0.2)
         return time.time()
 
+    def diagnose(self, name: str) -> None:
+        """A step that never recovered: the stalled partitions' ends, and every process's thread stacks."""
+        recent = time.time() - 10
+        stalled = [p for p in range(PARTITIONS) if self.arrivals.last_arrival((self.topic, p)) <= recent]
+        ends = end_offsets(self.services["destination"], self.topic, PARTITIONS)
+        seen = [len(self.arrivals.logs[(self.topic, p)].idents) for p in stalled]
+        say(f"  {name}: partitions without an arrival for 10 s: {stalled}; their destination end offsets "
+            f"{[ends[p] for p in stalled] if ends else 'unknown'}; records the reader saw there {seen}")
+        for proc in [*self.pipeline.workers.values(), *self.pipeline.controllers.values()]:
+            with contextlib.suppress(OSError):
+                os.kill(proc.pid, signal.SIGUSR1)  # faulthandler: thread stacks into the process's log
+        time.sleep(1)
+
     def step(self, name: str, kill: Callable[[], Any], restart: Callable[[], Any],
              recovered: Callable[[], bool] | None = None) -> None:
         """Kill, stay down ``--down`` seconds, restart, wait until every partition flows again."""
@@ -109,7 +125,11 @@ class Drill:
         t_ready = time.time()  # the restarted component answers (broker ready, process registered)
         if recovered is not None:
             wait_for(recovered, 120, f"{name}: recovered", 0.3)
-        flowing = self.wait_flowing(t_ready, 180, f"{name}: every partition flowing again")
+        try:
+            flowing = self.wait_flowing(t_ready, 180, f"{name}: every partition flowing again")
+        except BenchError:
+            self.diagnose(name)
+            raise
         time.sleep(self.args.settle)
         t1 = time.time()
         gaps = [longest_gap(self.arrivals.logs[(self.topic, p)].arrivals, t0, t1, 0.5) for p in range(PARTITIONS)]

@@ -447,3 +447,40 @@ def test_zookeeper_away_past_the_lease_aborts_then_resumes_exactly_once(pipeline
         committed = read_sources(dst, topic, p, "read_committed")
         expected = len([i for i in range(sent) if i % partitions == p])
         assert committed == list(range(expected)), f"{topic}:{p}: lost, duplicated or reordered"
+
+
+def test_a_source_broker_restart_under_load_resumes_exactly_once(pipeline, services):
+    # Not on a shared stack: it restarts the source broker.
+    from devtools import stack
+
+    # Given an exactly-once worker mirroring under continuous load
+    topic = f"{pipeline.name}-eossrc"
+    partitions = 2
+    kafka_io.create_topic(services["source"], topic, partitions)
+    pipeline.start_controller(worker=dict(EXACT))
+    start(pipeline, "w1")
+    assert pipeline.api("POST", "/topics", {"topic": topic})[0] == 201
+    dst = services["destination"]
+
+    def committed_copies() -> int:
+        return sum(len(read_sources(dst, topic, p, "read_committed")) for p in range(partitions))
+
+    with ContinuousProducer(services["source"], topic, partitions, rate_per_s=500) as load:
+        wait_for(lambda: committed_copies() > 1000, 60, "mirroring")
+        # When the source broker restarts (the load producer retries meanwhile)
+        stack.stop_service(services["dir"], "source")
+        try:
+            time.sleep(2)
+        finally:
+            stack.start_service(services["dir"], "source")
+        before = committed_copies()
+        # Then transactions commit again
+        wait_for(lambda: committed_copies() > before + 1000, 90, "committed again after the restart")
+        load.stop()
+        sent = load.sent
+    # And every record is there exactly once, in order
+    wait_for(lambda: committed_copies() >= sent, 90, "everything mirrored")
+    for p in range(partitions):
+        committed = read_sources(dst, topic, p, "read_committed")
+        expected = len([i for i in range(sent) if i % partitions == p])
+        assert committed == list(range(expected)), f"{topic}:{p}: lost, duplicated or reordered"
