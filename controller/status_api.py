@@ -25,6 +25,7 @@ from flask import Blueprint, Response, abort, current_app, jsonify, render_templ
 
 from common import autherrors, kafka, logs, zk
 from common.zkschema import Assignment, TopicRecord, WorkerStatus
+from controller import heartbeat
 
 log = logs.get(__name__)
 
@@ -63,6 +64,8 @@ class View:
     auth_failures: dict[str, str] = field(default_factory=dict)
     heartbeat_enabled: bool = False
     freshness_s: float | None = None  # age of the newest heartbeat on the destination (controller/heartbeat.py)
+    # per route: the age of the newest heartbeat on its destination (None: none seen yet)
+    freshness_routes: dict[str, float | None] = field(default_factory=dict)
     rpo_s: float = 300.0
 
 
@@ -118,12 +121,17 @@ def evaluate(view: View, now: float) -> dict[str, Any]:
         late = view.freshness_s is not None and view.freshness_s > view.rpo_s
         never = view.freshness_s is None and view.leader_since is not None and now - view.leader_since > view.rpo_s
         freshness = {"age_s": None if view.freshness_s is None else round(view.freshness_s, 1),
-                     "rpo_s": view.rpo_s, "late": late or never}
+                     "rpo_s": view.rpo_s, "late": late or never,
+                     "routes": {r: None if a is None else round(a, 1)
+                                for r, a in sorted(view.freshness_routes.items())}}
+        # With several routes the stalest one is the pipeline's freshness: name it.
+        stalest = [r for r, a in view.freshness_routes.items() if a is None or a == view.freshness_s]
+        which = f" (route {', '.join(sorted(stalest))})" if len(view.freshness_routes) > 1 and stalest else ""
         if late:
             problems.append(f"freshness: the newest heartbeat on the destination is {view.freshness_s:.0f}s old "
-                            f"(RPO {view.rpo_s:.0f}s)")
+                            f"(RPO {view.rpo_s:.0f}s){which}")
         elif never:
-            problems.append(f"freshness: no heartbeat has reached the destination in {view.rpo_s:.0f}s (RPO)")
+            problems.append(f"freshness: no heartbeat has reached the destination in {view.rpo_s:.0f}s (RPO){which}")
 
     verification = None
     if view.verification is not None:
@@ -236,8 +244,11 @@ def _partition(view: View, record: TopicRecord, p: int, owners: dict[tuple[str, 
     }
 
 
-def _finite(value: float | None) -> float | None:
-    return None if value is None or value != value else value  # NaN: no heartbeat seen yet
+def _stalest(ages: dict[str, float | None]) -> float | None:
+    """The pipeline's freshness: its stalest route's age; None while a route has seen no heartbeat yet."""
+    if not ages or any(a is None for a in ages.values()):
+        return None
+    return max(a for a in ages.values() if a is not None)
 
 
 def _few(items: list[str], n: int = 5) -> str:
@@ -294,6 +305,7 @@ class _Reader:
         registry = ctl.leadership.metrics.registry
         last_sync = registry.get_sample_value("ureplicator_groupsync_last_sync_timestamp_seconds")
         verification, report_url = self._verification()
+        route_ages = heartbeat.ages(registry, config.pipeline)
         return View(
             pipeline=config.pipeline, topics=topics, live=live,
             blacklisted_workers=frozenset(client.get_children(paths.blacklist_workers)),
@@ -310,8 +322,7 @@ class _Reader:
             verification=verification, verification_configured=self.reports_dir is not None,
             report_url=report_url, auth_failures=self._auth_failures(ctl),
             heartbeat_enabled=config.controller.heartbeat_interval_s > 0,
-            freshness_s=_finite(registry.get_sample_value("ureplicator_heartbeat_age_seconds",
-                                                          {"pipeline": config.pipeline})),
+            freshness_s=_stalest(route_ages), freshness_routes=route_ages,
             rpo_s=config.controller.rpo_s,
         )
 
