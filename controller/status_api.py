@@ -244,6 +244,25 @@ def _partition(view: View, record: TopicRecord, p: int, owners: dict[tuple[str, 
     }
 
 
+def auth_failures(ctl: Any) -> dict[str, str]:
+    """Per cluster alias, what the controller's own admin clients heard when a cluster refused its
+    credentials or an ACL (common.autherrors): a wrong password is not "healthy". Every cluster a
+    declared route touches is asked, through the controller's shared admin clients."""
+    admins = {ctl.config.source.alias: ctl.source_admin, ctl.config.destination.alias: ctl.destination_admin}
+    if ctl.admins_for is not None:
+        for route in ctl.config.routes:
+            for alias in (route.source, route.destination):
+                if alias not in admins and alias in ctl.config.clusters:
+                    admins[alias] = ctl.admins_for(alias)
+    found = {}
+    for alias, client in sorted(admins.items()):
+        watch = autherrors.watch_of(client) if client is not None else None
+        failure = watch.failure() if watch is not None else None
+        if failure is not None:
+            found[alias] = f"{failure[0]} failed: {failure[1]}"
+    return found
+
+
 def _stalest(ages: dict[str, float | None]) -> float | None:
     """The pipeline's freshness: its stalest route's age; None while a route has seen no heartbeat yet."""
     if not ages or any(a is None for a in ages.values()):
@@ -320,22 +339,11 @@ class _Reader:
             group_sync_interval_s=config.controller.group_sync.interval_s,
             group_sync_last=last_sync or None, leader_since=self._leader_since,
             verification=verification, verification_configured=self.reports_dir is not None,
-            report_url=report_url, auth_failures=self._auth_failures(ctl),
+            report_url=report_url, auth_failures=auth_failures(ctl),
             heartbeat_enabled=config.controller.heartbeat_interval_s > 0,
             freshness_s=_stalest(route_ages), freshness_routes=route_ages,
             rpo_s=config.controller.rpo_s,
         )
-
-    @staticmethod
-    def _auth_failures(ctl: Any) -> dict[str, str]:
-        """What the controller's own admin clients heard: a wrong password is not "healthy"."""
-        found = {}
-        for cluster, client in ((ctl.config.source, ctl.source_admin), (ctl.config.destination, ctl.destination_admin)):
-            watch = autherrors.watch_of(client) if client is not None else None
-            failure = watch.failure() if watch is not None else None
-            if failure is not None:
-                found[cluster.alias] = f"{failure[0]} failed: {failure[1]}"
-        return found
 
     def _verification(self) -> tuple[dict[str, Any] | None, str | None]:
         if self.reports_dir is None:
