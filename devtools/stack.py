@@ -474,6 +474,10 @@ def _zookeeper_command(java: str, root: Path) -> list[str]:
     svc = _svc_dir(root, "zookeeper")
     return [
         java,
+        # C1 only: a (re)start is mostly class loading and warm-up, and the Netty factory the TLS port
+        # needs made it about 2 s slower on a loaded 2-core box (3.2 s -> 5.9 s, 7 restarts each); a
+        # test ZooKeeper's load never needs C2. Fault tests restart it and expect a short outage.
+        "-XX:TieredStopAtLevel=1",
         "-Xms32m",
         f"-Xmx{ZOOKEEPER_HEAP}",
         *_COMMON_JVM_FLAGS,
