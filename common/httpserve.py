@@ -10,6 +10,7 @@ timeouts and bounded request sizes, and no dependency beyond itself.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import select
 import socket
@@ -78,15 +79,40 @@ def serve(app: WSGIApp, host: str, port: int, name: str, tls: tuple[str, str] | 
     """Serve ``app`` on ``host:port``; with ``tls`` (certificate chain, key: PEM files) HTTPS only."""
     if tls is None:
         return Server(app, host, port, name, **options)
-    backend = Server(app, "127.0.0.1", 0, name, **options)
+    peers: dict[int, tuple[str, int]] = {}
+    backend = Server(_front_peer(app, peers), "127.0.0.1", 0, name, **options)
     try:
-        return TlsServer(backend, host, port, tls[0], tls[1], name, timeout_s=options.get("timeout_s", 30))
+        return TlsServer(backend, host, port, tls[0], tls[1], name, timeout_s=options.get("timeout_s", 30),
+                         peers=peers)
     except BaseException:
         backend.shutdown()
         raise
 
 
 # --- TLS ----------------------------------------------------------------------------------------
+
+
+def _front_peer(app: WSGIApp, peers: dict[int, tuple[str, int]]) -> WSGIApp:
+    """The real client of a request relayed by our TLS front, instead of the front's 127.0.0.1.
+
+    The front records, per loopback port it relays from, the peer it accepted (``peers``); a
+    request arriving from one of those ports gets that peer as ``REMOTE_ADDR``/``REMOTE_PORT``.
+    No header is read: X-Forwarded-For from outside is never trusted (waitress drops it), and a
+    local process that connects to the backend directly keeps its own loopback address.
+    """
+
+    def middleware(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        if environ.get("REMOTE_ADDR") == "127.0.0.1":
+            try:
+                peer = peers.get(int(environ.get("REMOTE_PORT") or -1))
+            except ValueError:
+                peer = None
+            if peer is not None:
+                environ = {**environ, "REMOTE_ADDR": peer[0], "REMOTE_PORT": str(peer[1])}
+        return app(environ, start_response)
+
+    return middleware
+
 
 _TLS_HANDSHAKE = 0x16  # the first byte of every TLS ClientHello record
 
@@ -102,11 +128,12 @@ class TlsServer:
     """
 
     def __init__(self, backend: Server, host: str, port: int, certfile: str, keyfile: str, name: str,
-                 timeout_s: float = 30.0) -> None:
+                 timeout_s: float = 30.0, peers: dict[int, tuple[str, int]] | None = None) -> None:
         self._context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         self._context.minimum_version = ssl.TLSVersion.TLSv1_2
         self._context.load_cert_chain(certfile, keyfile)
         self._backend = backend
+        self._peers = peers if peers is not None else {}  # relay's loopback port -> the real client
         self._timeout_s = timeout_s
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self._listener = socket.create_server((host, port), family=family, backlog=128)
@@ -119,6 +146,9 @@ class TlsServer:
     def shutdown(self, timeout_s: float = 5.0) -> None:
         self._closed.set()
         try:
+            # close() alone does not wake a thread blocked in accept() on Linux: shutdown() does.
+            with contextlib.suppress(OSError):
+                self._listener.shutdown(socket.SHUT_RDWR)
             self._listener.close()
         finally:
             self._thread.join(timeout_s)
@@ -143,7 +173,12 @@ class TlsServer:
                 return
             tls = self._context.wrap_socket(conn, server_side=True)
             with tls, socket.create_connection(("127.0.0.1", self._backend.server_port), timeout=5) as backend:
-                self._relay(tls, backend)
+                relay_port = backend.getsockname()[1]
+                self._peers[relay_port] = (str(peer[0]), int(peer[1]))
+                try:
+                    self._relay(tls, backend)
+                finally:
+                    self._peers.pop(relay_port, None)
         except (OSError, ssl.SSLError) as exc:
             self._log.debug("tls_connection_failed", client=str(peer[0]), error=str(exc))
         finally:

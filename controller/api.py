@@ -696,18 +696,23 @@ _meta = Blueprint("meta", __name__)
 
 @_meta.get("/health")
 def health() -> Any:
+    """Readiness: ZooKeeper connected, a leader elected, and no cluster refusing this controller's
+    credentials. A refused credential is "credentials refused" (503), never "ok"; liveness
+    (/healthz) stays 200, since a restart cannot fix a password (docs/api.md)."""
     ctl = _ctl()
     connected = ctl.zk.state == KazooState.CONNECTED
     leader = ctl.leadership.leader_id() if connected else None
-    healthy = connected and leader is not None
+    refused = status_api.auth_failures(ctl)
+    status = "unavailable" if not connected or leader is None else "credentials refused" if refused else "ok"
     body = {
-        "status": "ok" if healthy else "unavailable",
+        "status": status,
         "zookeeper": str(ctl.zk.state).lower(),
         "leader": leader,
         "is_leader": ctl.leadership.state.is_leader,
         "generation": ctl.leadership.state.generation,
+        "auth_failures": refused,
     }
-    return jsonify(body), (200 if healthy else 503)
+    return jsonify(body), (200 if status == "ok" else 503)
 
 
 @_meta.get("/healthz")

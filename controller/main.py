@@ -60,7 +60,7 @@ def run(config: Config) -> int:
     )
     groups = groups_api.start(config, client, leadership, controller.extra_blueprints)
     # --- freshness: the heartbeat through the pipeline (controller/heartbeat.py) ---
-    heartbeat = heartbeat_module.start(config, client, leadership, source_admin, destination_admin)
+    heartbeat = heartbeat_module.start(config, client, leadership, admin_for)
     try:
         server = serve(create_app(controller), config.controller.rest_host, config.controller.rest_port,
                        timeout_s=int(config.controller.request_timeout_s))

@@ -47,8 +47,9 @@ SCHEMAS: dict[str, Any] = {
     })}}),
     "Removed": _obj({"topic": _STR, "removed": _BOOL}),
     "Health": _obj({
-        "status": {"enum": ["ok", "unavailable"]}, "zookeeper": _STR, "leader": _NSTR,
+        "status": {"enum": ["ok", "unavailable", "credentials refused"]}, "zookeeper": _STR, "leader": _NSTR,
         "is_leader": _BOOL, "generation": _INT,
+        "auth_failures": {"type": "object", "additionalProperties": _STR},
     }),
     "Liveness": _obj({"status": _STR, "election_thread": _BOOL}),
     "Instances": _obj({"instances": {"type": "array", "items": _obj({
@@ -184,7 +185,8 @@ PATHS: dict[str, dict[str, Any]] = {
         "post": _op("Pause or resume a topic (action: pause|resume)", {"200": "topic|TopicRecord"}, (400, 404),
                     None, True),
     },
-    "/health": {"get": _op("ZooKeeper connected and a leader known", {"200": "healthy|Health", "503": "not|Health"})},
+    "/health": {"get": _op("Readiness: ZooKeeper connected, a leader known, no cluster refusing the credentials",
+                           {"200": "healthy|Health", "503": "not|Health"})},
     "/healthz": {"get": _op("Liveness: the election thread runs (independent of ZooKeeper)",
                             {"200": "alive|Liveness", "503": "stopped|Liveness"})},
     "/instances": {

@@ -79,6 +79,10 @@ def check_zookeeper(config: Config, timeout_s: float) -> tuple[list[Finding], di
         client.start(timeout=timeout_s)
     except KazooTimeoutError:
         client.close()
+        tls_error = zktls.handshake_error(config)
+        if tls_error:
+            return [Finding(target, "fail", f"ZooKeeper TLS to {zkc.connect} refused: {tls_error} "
+                            "(check zookeeper.tls_ca, zookeeper.tls_certfile and zookeeper.tls_keyfile)")], {}
         return [Finding(target, "fail", f"ZooKeeper at {zkc.connect} did not answer within {timeout_s:.0f}s"
                         f"{' (zookeeper.tls is on: is the port a TLS port?)' if zktls.options(config) else ''}")], {}
     except AuthFailedError as exc:

@@ -25,6 +25,7 @@ from flask import Blueprint, Response, abort, current_app, jsonify, render_templ
 
 from common import autherrors, kafka, logs, zk
 from common.zkschema import Assignment, TopicRecord, WorkerStatus
+from controller import heartbeat
 
 log = logs.get(__name__)
 
@@ -63,6 +64,8 @@ class View:
     auth_failures: dict[str, str] = field(default_factory=dict)
     heartbeat_enabled: bool = False
     freshness_s: float | None = None  # age of the newest heartbeat on the destination (controller/heartbeat.py)
+    # per route: the age of the newest heartbeat on its destination (None: none seen yet)
+    freshness_routes: dict[str, float | None] = field(default_factory=dict)
     rpo_s: float = 300.0
 
 
@@ -118,12 +121,17 @@ def evaluate(view: View, now: float) -> dict[str, Any]:
         late = view.freshness_s is not None and view.freshness_s > view.rpo_s
         never = view.freshness_s is None and view.leader_since is not None and now - view.leader_since > view.rpo_s
         freshness = {"age_s": None if view.freshness_s is None else round(view.freshness_s, 1),
-                     "rpo_s": view.rpo_s, "late": late or never}
+                     "rpo_s": view.rpo_s, "late": late or never,
+                     "routes": {r: None if a is None else round(a, 1)
+                                for r, a in sorted(view.freshness_routes.items())}}
+        # With several routes the stalest one is the pipeline's freshness: name it.
+        stalest = [r for r, a in view.freshness_routes.items() if a is None or a == view.freshness_s]
+        which = f" (route {', '.join(sorted(stalest))})" if len(view.freshness_routes) > 1 and stalest else ""
         if late:
             problems.append(f"freshness: the newest heartbeat on the destination is {view.freshness_s:.0f}s old "
-                            f"(RPO {view.rpo_s:.0f}s)")
+                            f"(RPO {view.rpo_s:.0f}s){which}")
         elif never:
-            problems.append(f"freshness: no heartbeat has reached the destination in {view.rpo_s:.0f}s (RPO)")
+            problems.append(f"freshness: no heartbeat has reached the destination in {view.rpo_s:.0f}s (RPO){which}")
 
     verification = None
     if view.verification is not None:
@@ -236,8 +244,30 @@ def _partition(view: View, record: TopicRecord, p: int, owners: dict[tuple[str, 
     }
 
 
-def _finite(value: float | None) -> float | None:
-    return None if value is None or value != value else value  # NaN: no heartbeat seen yet
+def auth_failures(ctl: Any) -> dict[str, str]:
+    """Per cluster alias, what the controller's own admin clients heard when a cluster refused its
+    credentials or an ACL (common.autherrors): a wrong password is not "healthy". Every cluster a
+    declared route touches is asked, through the controller's shared admin clients."""
+    admins = {ctl.config.source.alias: ctl.source_admin, ctl.config.destination.alias: ctl.destination_admin}
+    if ctl.admins_for is not None:
+        for route in ctl.config.routes:
+            for alias in (route.source, route.destination):
+                if alias not in admins and alias in ctl.config.clusters:
+                    admins[alias] = ctl.admins_for(alias)
+    found = {}
+    for alias, client in sorted(admins.items()):
+        watch = autherrors.watch_of(client) if client is not None else None
+        failure = watch.failure() if watch is not None else None
+        if failure is not None:
+            found[alias] = f"{failure[0]} failed: {failure[1]}"
+    return found
+
+
+def _stalest(ages: dict[str, float | None]) -> float | None:
+    """The pipeline's freshness: its stalest route's age; None while a route has seen no heartbeat yet."""
+    if not ages or any(a is None for a in ages.values()):
+        return None
+    return max(a for a in ages.values() if a is not None)
 
 
 def _few(items: list[str], n: int = 5) -> str:
@@ -294,6 +324,7 @@ class _Reader:
         registry = ctl.leadership.metrics.registry
         last_sync = registry.get_sample_value("ureplicator_groupsync_last_sync_timestamp_seconds")
         verification, report_url = self._verification()
+        route_ages = heartbeat.ages(registry, config.pipeline)
         return View(
             pipeline=config.pipeline, topics=topics, live=live,
             blacklisted_workers=frozenset(client.get_children(paths.blacklist_workers)),
@@ -308,23 +339,11 @@ class _Reader:
             group_sync_interval_s=config.controller.group_sync.interval_s,
             group_sync_last=last_sync or None, leader_since=self._leader_since,
             verification=verification, verification_configured=self.reports_dir is not None,
-            report_url=report_url, auth_failures=self._auth_failures(ctl),
+            report_url=report_url, auth_failures=auth_failures(ctl),
             heartbeat_enabled=config.controller.heartbeat_interval_s > 0,
-            freshness_s=_finite(registry.get_sample_value("ureplicator_heartbeat_age_seconds",
-                                                          {"pipeline": config.pipeline})),
+            freshness_s=_stalest(route_ages), freshness_routes=route_ages,
             rpo_s=config.controller.rpo_s,
         )
-
-    @staticmethod
-    def _auth_failures(ctl: Any) -> dict[str, str]:
-        """What the controller's own admin clients heard: a wrong password is not "healthy"."""
-        found = {}
-        for cluster, client in ((ctl.config.source, ctl.source_admin), (ctl.config.destination, ctl.destination_admin)):
-            watch = autherrors.watch_of(client) if client is not None else None
-            failure = watch.failure() if watch is not None else None
-            if failure is not None:
-                found[cluster.alias] = f"{failure[0]} failed: {failure[1]}"
-        return found
 
     def _verification(self) -> tuple[dict[str, Any] | None, str | None]:
         if self.reports_dir is None:

@@ -1,9 +1,13 @@
-"""Make a throwaway certificate authority and a broker certificate for the local stack's TLS listeners.
+"""Make a throwaway certificate authority, a broker certificate and a client certificate for the local stack's TLS.
 
 PEM files only: the brokers read them with ``ssl.keystore.type=PEM``, librdkafka with
 ``ssl.ca.location``, and the verifier's Java client with ``ssl.truststore.type=PEM``, so no
 keytool and no keystore password are needed. The broker certificate names 127.0.0.1 and
 localhost, the addresses the stack listens on and advertises, so hostname verification stays on.
+ZooKeeper's secureClientPort serves the same broker certificate and asks every client for one of
+its own (mutual TLS, ZooKeeper's default): ``client-cert.pem`` / ``client-key.pem``, for
+``zookeeper.tls_certfile`` / ``zookeeper.tls_keyfile``. It names the same hosts because ZooKeeper
+also checks a client certificate against the address the client connects from.
 """
 
 from __future__ import annotations
@@ -23,14 +27,18 @@ VALID_FOR = datetime.timedelta(days=30)  # a test stack lives minutes; an old fo
 
 @dataclass(frozen=True)
 class BrokerTls:
-    """Where the files are: the CA certificate clients trust, the broker's key + certificate chain."""
+    """Where the files are: the CA certificate clients trust, the broker's key + certificate chain,
+    and a client certificate with its key (separate files, as kazoo's certfile/keyfile take them)."""
 
     ca: Path
     keystore: Path
+    client_cert: Path | None = None
+    client_key: Path | None = None
 
 
 def write(folder: Path, hosts: tuple[str, ...] = ("127.0.0.1", "localhost")) -> BrokerTls:
-    """Write ``ca.pem`` and ``broker.pem`` (unencrypted key, then certificate, then CA) into ``folder``."""
+    """Write ``ca.pem``, ``broker.pem`` (unencrypted key, then certificate, then CA), ``client-cert.pem``
+    and ``client-key.pem`` into ``folder``."""
     folder.mkdir(parents=True, exist_ok=True)
     now = datetime.datetime.now(datetime.timezone.utc)
     ca_key = _key()
@@ -44,28 +52,42 @@ def write(folder: Path, hosts: tuple[str, ...] = ("127.0.0.1", "localhost")) -> 
         .sign(ca_key, hashes.SHA256())
     )
     broker_key = _key()
+    broker_cert = _leaf(hosts, ca_name, ca_key, broker_key, ExtendedKeyUsageOID.SERVER_AUTH, now)
+    client_key = _key()
+    client_cert = _leaf(hosts, ca_name, ca_key, client_key, ExtendedKeyUsageOID.CLIENT_AUTH, now)
+    ca_pem = ca_cert.public_bytes(serialization.Encoding.PEM)
+    files = BrokerTls(ca=folder / "ca.pem", keystore=folder / "broker.pem",
+                      client_cert=folder / "client-cert.pem", client_key=folder / "client-key.pem")
+    files.ca.write_bytes(ca_pem)
+    files.keystore.write_bytes(_pem_key(broker_key) + broker_cert.public_bytes(serialization.Encoding.PEM) + ca_pem)
+    files.keystore.chmod(0o600)
+    (folder / "client-cert.pem").write_bytes(client_cert.public_bytes(serialization.Encoding.PEM))
+    (folder / "client-key.pem").write_bytes(_pem_key(client_key))
+    (folder / "client-key.pem").chmod(0o600)
+    return files
+
+
+def _leaf(hosts: tuple[str, ...], ca_name: x509.Name, ca_key: rsa.RSAPrivateKey, key: rsa.RSAPrivateKey,
+          usage: x509.ObjectIdentifier, now: datetime.datetime) -> x509.Certificate:
+    """A certificate for ``hosts`` signed by the CA, for one use (server or client authentication)."""
     names: list[x509.GeneralName] = []
     for host in hosts:
         try:
             names.append(x509.IPAddress(ipaddress.ip_address(host)))
         except ValueError:
             names.append(x509.DNSName(host))
-    broker_cert = (
-        _builder(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, hosts[0])]), ca_name, broker_key, now)
+    return (
+        _builder(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, hosts[0])]), ca_name, key, now)
         .add_extension(x509.SubjectAlternativeName(names), critical=False)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
         .sign(ca_key, hashes.SHA256())
     )
-    ca_pem = ca_cert.public_bytes(serialization.Encoding.PEM)
-    files = BrokerTls(ca=folder / "ca.pem", keystore=folder / "broker.pem")
-    files.ca.write_bytes(ca_pem)
-    key_pem = broker_key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    )
-    files.keystore.write_bytes(key_pem + broker_cert.public_bytes(serialization.Encoding.PEM) + ca_pem)
-    files.keystore.chmod(0o600)
-    return files
+
+
+def _pem_key(key: rsa.RSAPrivateKey) -> bytes:
+    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                             serialization.NoEncryption())
 
 
 def _key() -> rsa.RSAPrivateKey:

@@ -2,7 +2,9 @@
 
 With ``secure``, each broker also gets a SASL_SSL listener (SCRAM-SHA-512, a certificate from a
 throwaway CA made by devtools.certs) next to its PLAINTEXT one, and one SCRAM user created when
-its storage is formatted; stack.json's ``secure`` block says how to connect (docs/security.md).
+its storage is formatted; ZooKeeper also opens a ``secureClientPort`` (TLS through Netty, the
+same CA, a client certificate required). stack.json's ``secure`` block says how to connect
+(docs/security.md).
 """
 
 from __future__ import annotations
@@ -387,6 +389,31 @@ def secure_client_properties(secure: dict[str, Any]) -> dict[str, str]:
     }
 
 
+def secure_zookeeper(secure: dict[str, Any]) -> dict[str, Any]:
+    """The ``zookeeper`` config section (all but timeouts and auth) for the TLS port in stack.json's ``secure``."""
+    return {"connect": secure["zookeeper"], "tls": True, "tls_ca": secure["ca"],
+            "tls_certfile": secure["client_certfile"], "tls_keyfile": secure["client_keyfile"]}
+
+
+def _zookeeper_tls(secure_port: int, tls: BrokerTls) -> dict[str, Any]:
+    """zoo.cfg entries for a TLS client port next to the plain one.
+
+    Only the Netty connection factory speaks TLS (it then serves the plain port as well). Keys that
+    zoo.cfg does not know become ``zookeeper.*`` system properties, which is where ZooKeeper's X509
+    settings are read from. The keystore is the brokers' PEM file; clients must present a
+    certificate from the same CA (``ssl.clientAuth`` defaults to need).
+    """
+    return {
+        "secureClientPort": secure_port,
+        "secureClientPortAddress": HOST,
+        "serverCnxnFactory": "org.apache.zookeeper.server.NettyServerCnxnFactory",
+        "ssl.keyStore.location": str(tls.keystore),
+        "ssl.keyStore.type": "PEM",
+        "ssl.trustStore.location": str(tls.ca),
+        "ssl.trustStore.type": "PEM",
+    }
+
+
 def _log4j_properties(name: str) -> str:
     # Console only: stdout is the service log, so there is a single writer to the file.
     return _props(
@@ -447,6 +474,10 @@ def _zookeeper_command(java: str, root: Path) -> list[str]:
     svc = _svc_dir(root, "zookeeper")
     return [
         java,
+        # C1 only: a (re)start is mostly class loading and warm-up, and the Netty factory the TLS port
+        # needs made it about 2 s slower on a loaded 2-core box (3.2 s -> 5.9 s, 7 restarts each); a
+        # test ZooKeeper's load never needs C2. Fault tests restart it and expect a short outage.
+        "-XX:TieredStopAtLevel=1",
         "-Xms32m",
         f"-Xmx{ZOOKEEPER_HEAP}",
         *_COMMON_JVM_FLAGS,
@@ -535,6 +566,25 @@ def _zookeeper_ok(port: int) -> bool:
         return False
 
 
+def _zookeeper_tls_ok(port: int, secure: dict[str, Any]) -> bool:
+    """A TLS handshake with a client certificate succeeds on ZooKeeper's secure port."""
+    import ssl
+
+    context = ssl.create_default_context(cafile=secure["ca"])
+    context.load_cert_chain(secure["client_certfile"], secure["client_keyfile"])
+    try:
+        with socket.create_connection((HOST, port), timeout=1) as raw, \
+                context.wrap_socket(raw, server_hostname=HOST) as sock:
+            sock.settimeout(1)
+            # Under TLS 1.3 a refused client certificate shows only at the first read, so
+            # this sends a 4-letter word; the server may answer or just close: both mean served.
+            sock.sendall(b"srvr")
+            sock.recv(1)
+            return True
+    except (OSError, ssl.SSLError):
+        return False
+
+
 def _tcp_open(port: int) -> bool:
     try:
         with socket.create_connection((HOST, port), timeout=0.5):
@@ -567,13 +617,16 @@ class _KafkaProbe:
 
 
 def _wait_ready(root: Path, name: str, pid: int, port: int, deadline: float, log_offset: int = 0,
-                client: dict[str, str] | None = None) -> None:
+                client: dict[str, str] | None = None, zookeeper_tls: dict[str, Any] | None = None) -> None:
     probe = _KafkaProbe(port, client) if name != "zookeeper" else None
     while True:
         if not _alive(pid):
             raise StackError(f"{name} exited during startup; " + _failure_report(_log_path(root, name), log_offset))
         remaining = deadline - time.monotonic()
-        ok = probe.ready(remaining) if probe is not None else _zookeeper_ok(port)
+        if probe is not None:
+            ok = probe.ready(remaining)
+        else:
+            ok = _zookeeper_tls_ok(port, zookeeper_tls) if zookeeper_tls else _zookeeper_ok(port)
         if ok:
             return
         if time.monotonic() >= deadline:
@@ -659,8 +712,10 @@ def up(
     destination, c3..cN are services of those names.
 
     extra_config adds/overrides zoo.cfg or server.properties entries per service.
-    secure adds a SASL_SSL listener per broker and a "secure" block: {"source": address,
-    "destination": address, "ca": PEM path, "mechanism", "username", "password"}.
+    secure adds a SASL_SSL listener per broker, a TLS port to ZooKeeper, and a "secure" block:
+    {"source": address, "destination": address, "c3"...: address, "zookeeper": TLS address,
+    "ca": PEM path, "client_certfile", "client_keyfile" (ZooKeeper's client certificate),
+    "mechanism", "username", "password"}.
     Raises StackError, after stopping whatever it started, when anything fails; also
     when a stack is already running in dir.
     """
@@ -693,7 +748,7 @@ def up(
         if secure:
             try:
                 taken = {*client_ports.values(), *controller_ports.values()}
-                secure_ports = dict(zip(broker_names, free_ports(len(broker_names), taken), strict=True))
+                secure_ports = dict(zip(services, free_ports(len(services), taken), strict=True))
             except NoFreePorts as exc:
                 raise StackError(str(exc)) from None
 
@@ -707,10 +762,12 @@ def up(
 
             tls = certs.write(root / "tls")
             secure_block = {
-                **{name: _address(secure_ports[name]) for name in broker_names},
-                "ca": str(tls.ca), "mechanism": SECURE_MECHANISM, "username": SECURE_USER,
+                **{name: _address(secure_ports[name]) for name in services},
+                "ca": str(tls.ca), "client_certfile": str(tls.client_cert), "client_keyfile": str(tls.client_key),
+                "mechanism": SECURE_MECHANISM, "username": SECURE_USER,
                 "password": secrets.token_urlsafe(18),
             }
+            extra["zookeeper"] = {**_zookeeper_tls(secure_ports["zookeeper"], tls), **extra.get("zookeeper", {})}
             for name in broker_names:
                 listener = _secure_listener(client_ports[name], secure_ports[name], controller_ports[name], tls)
                 extra[name] = {**listener, **extra.get(name, {})}
@@ -755,11 +812,14 @@ def up(
                 _wait_ready(root, name, svc["pid"], svc["port"], deadline)
                 _say(f"{name} ready in {time.monotonic() - launch_times[name]:.1f}s")
             if secure_block is not None:
+                _wait_ready(root, "zookeeper", state["services"]["zookeeper"]["pid"], secure_ports["zookeeper"],
+                            deadline, zookeeper_tls=secure_block)
                 for name in broker_names:  # a SCRAM login over TLS, as every secure client will do it
                     svc = state["services"][name]
                     _wait_ready(root, name, svc["pid"], secure_ports[name], deadline,
                                 client=secure_client_properties(secure_block))
-                _say(f"SASL_SSL listeners ready ({SECURE_MECHANISM}, user {SECURE_USER}, CA {secure_block['ca']})")
+                _say(f"SASL_SSL listeners and ZooKeeper TLS on {secure_block['zookeeper']} ready "
+                     f"({SECURE_MECHANISM}, user {SECURE_USER}, CA {secure_block['ca']})")
         except BaseException:
             # No orphan JVM: whatever this call started goes, the logs stay.
             _kill([p for p in launched if _alive(p)])
@@ -853,7 +913,7 @@ def start_service(dir: Path, name: str, timeout_s: float = 60) -> str:
         state, svc = _service_state(root, name)
         if _owned(svc.get("pid"), svc["config"]):
             return str(svc["address"])
-        ports = [p for p in (svc["port"], svc.get("controller_port")) if p]
+        ports = [p for p in (svc["port"], svc.get("controller_port"), svc.get("secure_port")) if p]
         # Sockets of the previous process can linger for a moment after it is gone.
         grace = time.monotonic() + min(5.0, timeout_s / 2)
         busy = [p for p in ports if not _port_free(p)]

@@ -15,8 +15,9 @@ from tests.support.pipeline import Pipeline
 def services(tmp_path_factory):
     """Start the stack once (same code as `ureplicator stack up --secure`); stop it at the end.
 
-    Each broker has a SASL_SSL listener next to its PLAINTEXT one: ``services["secure"]`` says
-    how to reach it (tests/integration/test_security.py), without starting more brokers.
+    Each broker has a SASL_SSL listener next to its PLAINTEXT one, and ZooKeeper a TLS port next to
+    its plain one: ``services["secure"]`` says how to reach them (tests/integration/test_security.py,
+    test_zookeeper_tls.py), without starting more services.
     """
     from devtools import stack
 

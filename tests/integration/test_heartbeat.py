@@ -11,6 +11,7 @@ import urllib.request
 
 import pytest
 
+from tests.support import kafka_io
 from tests.support.kafka_io import wait_for
 
 pytestmark = pytest.mark.integration
@@ -22,11 +23,11 @@ def _freshness(pipeline) -> dict:
     return body
 
 
-def _age_metric(pipeline) -> float | None:
+def _age_metric(pipeline, route: str = "default") -> float | None:
     with urllib.request.urlopen(f"{pipeline.url}/metrics", timeout=10) as resp:
         text = resp.read().decode()
-    match = re.search(rf'^ureplicator_heartbeat_age_seconds{{pipeline="{re.escape(pipeline.name)}"}} (\S+)$', text,
-                      re.MULTILINE)
+    labels = f'pipeline="{re.escape(pipeline.name)}",route="{route}"'
+    match = re.search(rf"^ureplicator_heartbeat_age_seconds{{{labels}}} (\S+)$", text, re.MULTILINE)
     return float(match.group(1)) if match and match.group(1) != "NaN" else None
 
 
@@ -78,8 +79,6 @@ def test_the_verifier_proves_the_heartbeat_topic_like_any_other(spark, pipeline,
     pipeline.start_worker("w1")
     wait_for(lambda: ((_freshness(pipeline).get("freshness") or {}).get("age_s") or 99) < 5, 90, "heartbeats flow")
     # and the worker has committed a position (the verifier proves what is committed, no more)
-    from tests.support import kafka_io
-
     heartbeats = f"ureplicator-heartbeats-{pipeline.name}"
     wait_for(lambda: max(kafka_io.committed(services["source"], pipeline.group, heartbeats, 1).values()) > 0, 60,
              "a heartbeat position committed")
@@ -94,3 +93,37 @@ def test_the_verifier_proves_the_heartbeat_topic_like_any_other(spark, pipeline,
     (topic,) = [t for t in outcome.report["topics"] if t["topic"] == heartbeats]
     assert topic["status"] == "OK"
     assert outcome.report["totals"]["verified_records"] > 0
+
+
+def test_each_route_has_its_own_heartbeat_age_and_a_stopped_routes_grows_alone(pipeline, services):
+    # Given one deployment with a route each way between two clusters, a heartbeat every second,
+    # and a worker pinned to each route
+    pipeline.overrides = {
+        "source": None, "destination": None,
+        "clusters": {"src": {"bootstrap_servers": services["source"]},
+                     "dst": {"bootstrap_servers": services["destination"]}},
+        "routes": [{"id": "default", "source": "src", "destination": "dst"},
+                   {"id": "back", "source": "dst", "destination": "src"}],
+    }
+    pipeline.start_controller(controller={"heartbeat_interval_s": 1, "rpo_s": 6})
+    pipeline.start_worker("w-default", worker={"route": "default"})
+    back = pipeline.start_worker("w-back", worker={"route": "back"})
+
+    # When heartbeats flow on both routes, each has its own gauge, a few seconds old
+    def both_fresh() -> bool:
+        ages = [_age_metric(pipeline, route) for route in ("default", "back")]
+        return all(age is not None and age < 4 for age in ages)
+
+    wait_for(both_fresh, 90, "heartbeats reach both routes' destinations")
+    # each route's topic is its own: the back route's heartbeats are written on dst, the default's mirrored there
+    assert kafka_io.end_offsets(services["destination"], f"ureplicator-heartbeats-{pipeline.name}.back", 1)[0] > 0
+
+    # When the back route's only worker stops
+    back.terminate()
+
+    # Then its age grows past the RPO and the status names it, while the default route stays fresh
+    doc = wait_for(lambda: (d := _freshness(pipeline))["freshness"]["late"] and d, 60, "the back route is late")
+    assert (_age_metric(pipeline, "back") or 0) > 6
+    assert _age_metric(pipeline, "default") < 4
+    assert doc["freshness"]["routes"]["default"] < 4
+    assert any(p.startswith("freshness:") and p.endswith("(route back)") for p in doc["problems"]), doc["problems"]

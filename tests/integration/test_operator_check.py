@@ -110,6 +110,33 @@ def test_rest_api_says_authentication_failed_not_did_not_answer(pipeline, servic
     assert any(p.startswith("cluster dst refused this controller's credentials: authentication failed")
                for p in problems), problems
 
+    # And its readiness answer (/health, the chart's readiness probe) is 503 "credentials refused", naming
+    # the cluster and librdkafka's reason, with ZooKeeper and the leader still reported as fine
+    code, health = _get(f"{pipeline.url}/health")
+    assert (code, health["status"]) == (503, "credentials refused"), health
+    assert list(health["auth_failures"]) == ["dst"]
+    assert health["auth_failures"]["dst"].startswith("authentication failed: ")
+    assert "SASL authentication error" in health["auth_failures"]["dst"]
+    assert health["zookeeper"] == "connected" and health["leader"] is not None
+    assert "not-the-password" not in json.dumps(health)
+    # And liveness stays 200: restarting the pod cannot fix a password
+    assert _get(f"{pipeline.url}/healthz") == (200, {"status": "ok", "election_thread": True})
+    # And `ureplicator health` exits non-zero
+    result = subprocess.run([sys.executable, "-m", "cli", "health", "--url", pipeline.url],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1, result.stdout + result.stderr
+
+
+def _get(url: str) -> tuple[int, dict]:
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
 
 def test_check_with_the_wrong_zookeeper_credential_says_zookeeper_refused_the_write(pipeline, services):
     # Given a pipeline whose nodes a controller secured with a ZooKeeper digest credential
@@ -161,3 +188,4 @@ def test_a_worker_the_destination_refuses_is_not_ready_and_says_why(pipeline, se
     assert "SASL authentication error" in body["reason"]
     # And the worker with the right password is ready, with no reason given
     assert wait_for(lambda: ready(good_port) == (200, {"ready": True}), 60, "w2 ready")
+

@@ -49,7 +49,7 @@ def served(tmp_path_factory) -> set[str]:
     verification = CollectorRegistry()
     register_metrics(verification, reports)
     controller = ControllerMetrics().registry
-    heartbeat.register_metrics(controller, "p", lambda: 3.0)
+    heartbeat.HeartbeatMetrics(controller, "p").track("default", lambda: 3.0)
     GroupSyncMetrics(controller)
     exposition = b"".join(generate_latest(r) for r in (worker.registry, controller, verification))
     return set(re.findall(r"^(?:# TYPE )?(ureplicator_\w+)", exposition.decode(), re.MULTILINE))
@@ -217,7 +217,9 @@ def test_each_alert_fires_in_its_scenario_and_stays_quiet_when_healthy(helm: Pat
     replacements = f'ureplicator_worker_producer_replacements_total{{{workers}, pod="w-1"}}'
     expired = f'ureplicator_worker_records_expired_total{{{workers}, pod="w-1", topic="orders"}}'
     mirrored = f'ureplicator_worker_records_mirrored_total{{{workers}, pod="w-1", topic="orders"}}'
-    heartbeat_age = f'ureplicator_heartbeat_age_seconds{{{controller}, pod="c-0", pipeline="{pipeline}"}}'
+    heartbeat_age = (f'ureplicator_heartbeat_age_seconds{{{controller}, pod="c-0", pipeline="{pipeline}", '
+                     'route="default"}')
+    other_route = heartbeat_age.replace('route="default"', 'route="b2c"')
     cronjob = one(docs, "CronJob", "verifier")["metadata"]["name"]
     failed_job = f'kube_job_status_failed{{namespace="{NAMESPACE}", job_name="{verifier_job}"}}'
     job_start = f'kube_job_status_start_time{{namespace="{NAMESPACE}", job_name="{verifier_job}"}}'
@@ -284,10 +286,18 @@ def test_each_alert_fires_in_its_scenario_and_stays_quiet_when_healthy(helm: Pat
                    "{{ $value | humanize }}", "40")}),
         alert("UReplicatorRecordsExpired", "30m", [(expired, "0x30")], None),
         # When the newest heartbeat on the destination is older than the RPO (300 s) for 2 minutes; not at 10 s
-        alert("UReplicatorFreshnessAboveRpo", "10m", [(heartbeat_age, "10+60x10")], severity["critical"],
+        alert("UReplicatorFreshnessAboveRpo", "10m", [(heartbeat_age, "10+60x10")],
+              {**severity["critical"], "route": "default"},
               {**_annotations(groups, "UReplicatorFreshnessAboveRpo"),
-               "summary": "The destination is more than the RPO behind the source (newest heartbeat 10m 10s old)"}),
+               "summary": "Route default: the destination is more than the RPO behind the source "
+                          "(newest heartbeat 10m 10s old)"}),
         alert("UReplicatorFreshnessAboveRpo", "10m", [(heartbeat_age, "10x10")], None),
+        # With two routes, a fresh one does not hide a stale one: the alert names the stale route
+        alert("UReplicatorFreshnessAboveRpo", "10m", [(heartbeat_age, "10x10"), (other_route, "10+60x10")],
+              {**severity["critical"], "route": "b2c"},
+              {**_annotations(groups, "UReplicatorFreshnessAboveRpo"),
+               "summary": "Route b2c: the destination is more than the RPO behind the source "
+                          "(newest heartbeat 10m 10s old)"}),
         # When a topic has lag and nothing was mirrored for 10+10 minutes; not while records flow
         alert("UReplicatorNotMirroring", "30m", [(lag, "500x30"), (mirrored, "100x30")],
               {**severity["warning"], "topic": "orders"},

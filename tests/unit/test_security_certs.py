@@ -61,3 +61,31 @@ def test_the_stack_client_properties_map_to_the_java_client_the_verifier_uses():
         "ssl.truststore.type": "PEM",
         "ssl.truststore.location": "/s/tls/ca.pem",
     }
+
+
+def test_client_certificate_is_for_client_authentication_and_chains_to_the_ca(tmp_path: Path):
+    from cryptography.x509.oid import ExtendedKeyUsageOID
+
+    files = certs.write(tmp_path / "tls")
+    ca = x509.load_pem_x509_certificate(files.ca.read_bytes())
+    assert files.client_cert is not None and files.client_key is not None
+    leaf = x509.load_pem_x509_certificate(files.client_cert.read_bytes())
+    assert leaf.issuer == ca.subject
+    usage = leaf.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    assert list(usage) == [ExtendedKeyUsageOID.CLIENT_AUTH]
+    key = serialization.load_pem_private_key(files.client_key.read_bytes(), password=None)
+    assert key.public_key().public_numbers() == leaf.public_key().public_numbers()
+    assert files.client_key.stat().st_mode & 0o077 == 0
+
+
+def test_zookeeper_secure_port_uses_netty_and_the_stack_pem_files(tmp_path: Path):
+    tls = certs.BrokerTls(ca=tmp_path / "ca.pem", keystore=tmp_path / "broker.pem")
+    cfg = stack._zoo_cfg(tmp_path, 2181, stack._zookeeper_tls(2281, tls))
+    assert (cfg["clientPort"], cfg["secureClientPort"]) == (2181, 2281)
+    assert cfg["serverCnxnFactory"] == "org.apache.zookeeper.server.NettyServerCnxnFactory"
+    assert (cfg["ssl.keyStore.location"], cfg["ssl.trustStore.location"]) == (str(tls.keystore), str(tls.ca))
+    assert cfg["ssl.keyStore.type"] == cfg["ssl.trustStore.type"] == "PEM"
+    secure = {"zookeeper": "127.0.0.1:2281", "ca": "/t/ca.pem", "client_certfile": "/t/c.pem",
+              "client_keyfile": "/t/k.pem"}
+    assert stack.secure_zookeeper(secure) == {"connect": "127.0.0.1:2281", "tls": True, "tls_ca": "/t/ca.pem",
+                                              "tls_certfile": "/t/c.pem", "tls_keyfile": "/t/k.pem"}
