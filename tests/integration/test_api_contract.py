@@ -105,6 +105,10 @@ def test_every_endpoint_answers_per_the_document(contract_pipeline, services):
         ("GET", f"/routes/default/topics/{topic}", None, 200),
         ("GET", f"/topics/{topic}?src=src&dst=dst", None, 200),
         ("GET", "/routes/default/validation", None, 200),
+        ("GET", "/routes/default/groups", None, 200),
+        ("GET", "/routes/default/verification", None, 404),  # no controller.verification_dir here
+        ("GET", f"/routes/default/offset/{topic}/1", None, 200),
+        ("GET", f"/topics/{topic}?route=default", None, 200),
         ("GET", "/routes/nope/topics", None, 404),
         ("POST", "/routes", {"id": "x", "source": "src", "destination": "nowhere"}, 400),
         ("POST", "/routes", {"id": "x", "source": "src", "destination": "dst"}, 400),
@@ -121,6 +125,8 @@ def test_every_endpoint_answers_per_the_document(contract_pipeline, services):
         ("POST", "/routes/back/pause", None, 200),
         ("POST", "/routes/back/resume", None, 200),
         ("GET", "/routes/back/instances", None, 200),
+        ("GET", "/routes/back/groups", None, 200),  # translated between dst and src, with its own reader
+        ("GET", "/groups", None, 400),
         ("DELETE", "/routes/back", None, 200),
         ("GET", "/routes/back", None, 404),
     ]
