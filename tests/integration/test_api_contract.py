@@ -140,7 +140,7 @@ def test_every_endpoint_answers_per_the_document(contract_pipeline, services):
     # And /metrics is Prometheus text with the controller's metrics
     with urllib.request.urlopen(f"{pipeline.url}/metrics", timeout=5) as resp:
         text = resp.read().decode()
-    assert "ureplicator_controller_leader 1.0" in text
+    assert 'ureplicator_controller_leader{route="default"} 1.0' in text
     assert "ureplicator_controller_rebalances_total" in text
 
 

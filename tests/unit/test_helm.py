@@ -489,7 +489,10 @@ def test_the_metrics_docs_deploy_names_are_served() -> None:
         server.shutdown()
         thread.join(timeout=10)
     # The controller's /metrics route renders its registry with the same generate_latest.
-    exposition += generate_latest(ControllerMetrics().registry).decode()
+    controller = ControllerMetrics()
+    controller.handoff.labels("default").observe(0.2)  # per route: a child per route, like the worker's
+    controller.rebalances.labels("default").inc()
+    exposition += generate_latest(controller.registry).decode()
 
     # Sample names (…_total, …_bucket) and family names (# TYPE lines) both count.
     served = set(re.findall(r"^(?:# TYPE )?(ureplicator_(?:worker|controller)_\w+)", exposition, re.MULTILINE))

@@ -48,7 +48,10 @@ def served(tmp_path_factory) -> set[str]:
     ReportStore(reports).save(sample_report().to_dict())
     verification = CollectorRegistry()
     register_metrics(verification, reports)
-    controller = ControllerMetrics().registry
+    metrics = ControllerMetrics()
+    metrics.handoff.labels("default").observe(0.2)  # the controller's families are per route
+    metrics.rebalances.labels("default").inc()
+    controller = metrics.registry
     heartbeat.register_metrics(controller, "p", lambda: 3.0)
     GroupSyncMetrics(controller)
     exposition = b"".join(generate_latest(r) for r in (worker.registry, controller, verification))
