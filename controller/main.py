@@ -16,7 +16,7 @@ from common.config import Config, check_rest_exposure, route_view
 from controller import groups_api
 from controller import heartbeat as heartbeat_module
 from controller.api import Controller, create_app, route_of_request, serve
-from controller.routeset import RouteSet, register_declared
+from controller.routeset import RouteSet, register_declared, registry
 from controller.verification_api import make_blueprint, register_metrics
 
 
@@ -45,7 +45,7 @@ def run(config: Config) -> int:
     destination_admin = admin_for(config.destination.alias)
     leadership = RouteSet(config, client, identifier, admins=admin_for)
     reports_dir = Path(config.controller.verification_dir) if config.controller.verification_dir else None
-    register_metrics(leadership.metrics.registry, reports_dir)
+    register_metrics(leadership.metrics.registry, reports_dir, routes=lambda: registry(config, client))
     controller = Controller(
         config=config,
         zk=client,

@@ -12,12 +12,14 @@ for a declared route. ``register_metrics`` adds the
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 from flask import Blueprint, jsonify, request
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, Metric
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from common.config import IMPLICIT_ROUTE
 from reports.metrics import VerificationCollector
@@ -78,8 +80,40 @@ def make_blueprint(reports_dir: Path | None, route_of: Callable[[], str] | None 
     return blueprint
 
 
-def register_metrics(registry: CollectorRegistry, reports_dir: Path | None) -> VerificationCollector:
-    """Add the verification gauges to ``registry`` (read from the reports directory on every scrape)."""
-    collector = VerificationCollector(Path(reports_dir) if reports_dir is not None else None)
+class RouteVerificationCollector(Collector):
+    """The verification gauges of every route, each series labelled with its ``route``.
+
+    ``routes()`` names the deployment's routes at scrape time; each route's newest report is
+    read from its own directory (:func:`route_reports_dir`).
+    """
+
+    def __init__(self, reports_dir: Path, routes: Callable[[], Iterable[str]]) -> None:
+        self.reports_dir = reports_dir
+        self.routes = routes
+
+    def collect(self) -> Iterator[Metric]:
+        merged: dict[str, GaugeMetricFamily] = {}
+        for route in sorted(self.routes()):
+            for family in VerificationCollector(route_reports_dir(self.reports_dir, route)).collect():
+                for sample in family.samples:
+                    labels = list(sample.labels)
+                    out = merged.setdefault(family.name, GaugeMetricFamily(
+                        family.name, family.documentation, labels=[*labels, "route"]))
+                    out.add_metric([*(sample.labels[k] for k in labels), route], sample.value)
+        yield from merged.values()
+
+
+def register_metrics(registry: CollectorRegistry, reports_dir: Path | None,
+                     routes: Callable[[], Iterable[str]] | None = None) -> Collector:
+    """Add the verification gauges to ``registry`` (read from the reports directory on every scrape).
+
+    With ``routes`` (the controller's), one series per route, labelled ``route``; without, the
+    directory's own reports, unlabelled.
+    """
+    collector: Collector
+    if routes is not None and reports_dir is not None:
+        collector = RouteVerificationCollector(Path(reports_dir), routes)
+    else:
+        collector = VerificationCollector(Path(reports_dir) if reports_dir is not None else None)
     registry.register(collector)
     return collector

@@ -234,3 +234,23 @@ def test_a_write_to_one_route_leaves_the_others_state_alone():
     assert api.call("GET", "/routes/a2b/blacklist")[1]["topics"] == []
     assert api.call("GET", "/routes/b2c/admin/rate_limit")[1]["records_per_s"] == 5
     assert api.call("GET", "/routes/a2b/admin/rate_limit")[1]["records_per_s"] == 0
+
+
+def test_the_verification_gauges_carry_the_route_whose_reports_they_read(tmp_path):
+    from prometheus_client import CollectorRegistry
+
+    from controller.verification_api import register_metrics
+    from reports.store import ReportStore
+    from tests.support.verifier_samples import sample_report
+
+    # Given the implicit route's reports in the directory itself and route a2b's in <dir>/a2b
+    ReportStore(tmp_path).save(sample_report().to_dict())
+    ReportStore(tmp_path / "a2b").save(sample_report().to_dict())
+    registry = CollectorRegistry()
+    register_metrics(registry, tmp_path, routes=lambda: ["default", "a2b", "b2c"])
+    # Then each route's verdict is its own series; a route without a report has none
+    for route in ("default", "a2b"):
+        assert registry.get_sample_value("ureplicator_verification_status", {"route": route}) is not None
+        assert registry.get_sample_value("ureplicator_verification_records",
+                                         {"category": "verified", "route": route}) is not None
+    assert registry.get_sample_value("ureplicator_verification_status", {"route": "b2c"}) is None
