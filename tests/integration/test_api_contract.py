@@ -48,6 +48,9 @@ class Contract:
 def contract_pipeline(pipeline, services):
     pipeline.start_controller()
     pipeline.start_worker("w1")
+    # The calls below drain and whitelist w1: it must have registered first (a start takes a second or two)
+    kafka_io.wait_for(lambda: [r["worker"] for r in pipeline.api("GET", "/instances")[1].get("instances", [])]
+                      == ["w1"], 30, "worker w1 registered")
     status, doc = pipeline.api("GET", "/openapi.json")
     assert status == 200
     jsonschema.Draft202012Validator.check_schema({"$defs": doc["components"]["schemas"]})
