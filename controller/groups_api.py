@@ -21,7 +21,7 @@ from flask import Blueprint, jsonify, request
 from kazoo.client import KazooClient
 
 from common import zk
-from common.config import Config
+from common.config import IMPLICIT_ROUTE, Config
 from common.zkschema import Paths
 from controller.api import ApiError, requires_admin, route_of_request
 from controller.leader import Leadership
@@ -119,8 +119,9 @@ def start(config: Config, client: KazooClient, leadership: Leadership, blueprint
     groups = GroupOffsets(config, _destinations(client, Paths(config.root)))
     sync = None
     if config.controller.group_sync.enabled:
-        sync = GroupSync(config.controller.group_sync, groups, lambda: leadership.state.is_leader,
-                         GroupSyncMetrics(leadership.metrics.registry), config.pipeline)
+        metrics = GroupSyncMetrics(leadership.metrics.registry, config.route_id or IMPLICIT_ROUTE)
+        sync = GroupSync(config.controller.group_sync, groups, lambda: leadership.state.is_leader, metrics,
+                         config.pipeline)
         sync.start()
     running = Running(groups, sync, config.route_id)
     blueprints.append(make_blueprint(running.for_route))
