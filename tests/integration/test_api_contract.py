@@ -129,6 +129,14 @@ def test_every_endpoint_answers_per_the_document(contract_pipeline, services):
         ("POST", "/routes/back/resume", None, 200),
         ("GET", "/routes/back/instances", None, 200),
         ("GET", "/routes/back/groups", None, 200),  # translated between dst and src, with its own reader
+        # A route no worker serves is waiting_for_workers: every endpoint of it answers, none with a 500
+        ("GET", "/routes/back", None, 200),
+        ("GET", "/routes/back/validation", None, 200),
+        ("GET", "/routes/back/noprogress", None, 200),
+        ("GET", "/routes/back/offset", None, 200),
+        ("GET", "/routes/back/admin/workloadinfo", None, 200),
+        ("GET", "/routes/back/blacklist", None, 200),
+        ("GET", "/routes/back/verification", None, 404),
         ("GET", "/groups", None, 400),
         ("DELETE", "/routes/back", None, 200),
         ("GET", "/routes/back", None, 404),
