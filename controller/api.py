@@ -93,6 +93,8 @@ class Controller:
     source_consumer: Any = None  # group ureplicator.<pipeline>: reads committed offsets, never commits
     consumer_lock: threading.Lock = field(default_factory=threading.Lock)
     extra_blueprints: list[Blueprint] = field(default_factory=list)
+    # Blueprints of one route's endpoints (groups, verification): served bare and under /routes/<id>/.
+    route_blueprints: list[Blueprint] = field(default_factory=list)
     admins_for: Callable[[str], Any] | None = None
     consumer_for: Callable[[Config], Any] | None = None
     _consumers: dict[str, tuple[Any, threading.Lock]] = field(default_factory=dict)
@@ -155,10 +157,10 @@ def create_app(controller: Controller) -> Flask:
     app.url_map.strict_slashes = False
     from controller import routes_api  # it builds on this module's errors and guards
 
-    for blueprint in (_topics, _instances, _offsets, _admin, _meta, routes_api.blueprint,
-                      *controller.extra_blueprints):
+    scoped = (*_ROUTE_SCOPED, *controller.route_blueprints)
+    for blueprint in (*scoped, _meta, routes_api.blueprint, *controller.extra_blueprints):
         app.register_blueprint(blueprint)
-    for blueprint in _ROUTE_SCOPED:  # every route's endpoints, also under /routes/<id>/
+    for blueprint in scoped:  # every route's endpoints, also under /routes/<id>/
         app.register_blueprint(blueprint, url_prefix="/routes/<route_id>", name=f"route_{blueprint.name}")
     app.url_value_preprocessor(_pop_route)
     # --- the operator's view: GET /status, the /ui page (controller/status_api.py) ---
@@ -187,6 +189,11 @@ def _ctl() -> Controller:
 def _pop_route(endpoint: str | None, values: dict[str, Any] | None) -> None:
     if values and "route_id" in values and endpoint and endpoint.startswith("route_"):
         g.route_id = values.pop("route_id")
+
+
+def route_of_request() -> Any:
+    """The route context of this request (for blueprints of other modules): see :func:`_rt`."""
+    return _rt()
 
 
 def _rt() -> Any:

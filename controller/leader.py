@@ -116,7 +116,6 @@ class Leadership:
         elect: bool = True,
         route_node: str | None = None,
         cache: bool = True,
-        primary: bool = True,
         max_workers: int | None = None,
     ) -> None:
         self._config = config
@@ -129,8 +128,6 @@ class Leadership:
         self._cache = cache  # follow the route's nodes with a RouteView (False: read them every round)
         self._view: RouteView | None = None
         self._paused = False  # the route's registry node says paused (followed by a DataWatch)
-        # The deployment's first route also feeds the unlabelled families (today's single-pipeline metrics).
-        self._primary = primary
         self._route_label = config.route_id or "default"
         if max_workers is None:  # the route's workers.max, when the config declares the route
             max_workers = next((r.workers.max for r in config.routes if r.id == config.route_id), 0)
@@ -226,8 +223,7 @@ class Leadership:
         self._last_desired = {}  # a new term starts from what ZooKeeper holds
         self._last_balance = time.time()
         self.state.is_leader = True
-        if self._election is not None:  # under a RouteSet, the deployment's leader gauge is the set's
-            self.metrics.leader.set(1)
+        self.metrics.leader.labels(self._route_label).set(1)
         self._log.info("leadership_acquired", fence=fence)
         # --- exactly-once mode hook (issue 26, controller/fencing.py): the delivery mode for workers ---
         fencing.record_mode(self._client, self._paths.root, self._config.worker.exactly_once, self._log)
@@ -264,8 +260,7 @@ class Leadership:
                 self._view.close()
                 self._view = None
             self.state.is_leader = False
-            if self._election is not None:
-                self.metrics.leader.set(0)
+            self.metrics.forget_route(self._route_label)
             self._log.info("leadership_released")
             if syncer is not None:
                 syncer.join(1.0)  # admin calls may be in flight; the thread exits after them
@@ -437,9 +432,7 @@ class Leadership:
         self.state.unassigned = len(partitions) - self.state.assigned
         self.state.live_workers = len(snap.registered)
         self.state.last_reconcile = now
-        if self._primary:
-            self.metrics.observe(self.state)
-        self.metrics.observe_route(self._route_label, self.state, snap.paused)
+        self.metrics.observe(self._route_label, self.state, snap.paused)
         generation = self.state.generation + 1
         return Plan(
             changed={w: Assignment(generation, gated.get(w, frozenset())) for w in changed},
@@ -459,8 +452,8 @@ class Leadership:
         generation = next(iter(plan.changed.values())).generation if plan.changed else self.state.generation + 1
         self.state.generation = generation
         self.state.rebalances += 1
-        if self._primary:
-            self.metrics.rebalances.inc()
+        self.metrics.rebalances.labels(self._route_label).inc()
+        self.metrics.generation.labels(self._route_label).set(generation)
         self._log.info(
             "assignment_written",
             generation=generation,
@@ -527,8 +520,7 @@ class Leadership:
             self._withheld_since.setdefault(tp, now)
         for tp in [tp for tp in self._withheld_since if tp not in withheld]:
             elapsed = now - self._withheld_since.pop(tp)
-            if self._primary:
-                self.metrics.handoff.observe(elapsed)
+            self.metrics.handoff.labels(self._route_label).observe(elapsed)
 
 
 def autobalancing(client: KazooClient, paths: Paths) -> bool:

@@ -15,8 +15,8 @@ from common import kafka, logs, signals, zk
 from common.config import Config, check_rest_exposure, route_view
 from controller import groups_api
 from controller import heartbeat as heartbeat_module
-from controller.api import Controller, create_app, serve
-from controller.routeset import RouteSet, register_declared
+from controller.api import Controller, create_app, route_of_request, serve
+from controller.routeset import RouteSet, register_declared, registry
 from controller.verification_api import make_blueprint, register_metrics
 
 
@@ -45,7 +45,7 @@ def run(config: Config) -> int:
     destination_admin = admin_for(config.destination.alias)
     leadership = RouteSet(config, client, identifier, admins=admin_for)
     reports_dir = Path(config.controller.verification_dir) if config.controller.verification_dir else None
-    register_metrics(leadership.metrics.registry, reports_dir)
+    register_metrics(leadership.metrics.registry, reports_dir, routes=lambda: registry(config, client))
     controller = Controller(
         config=config,
         zk=client,
@@ -53,12 +53,12 @@ def run(config: Config) -> int:
         source_admin=source_admin,
         destination_admin=destination_admin,
         source_consumer=kafka.consumer(config.source, config.consumer_group, f"ureplicator-controller-{identifier}"),
-        extra_blueprints=[make_blueprint(reports_dir)],
+        route_blueprints=[make_blueprint(reports_dir, lambda: route_of_request().config.route_id)],
         admins_for=admin_for,
         consumer_for=lambda view: kafka.consumer(view.source, view.consumer_group,
                                                  f"ureplicator-controller-{identifier}"),
     )
-    groups = groups_api.start(config, client, leadership, controller.extra_blueprints)
+    groups = groups_api.start(config, client, leadership, controller.route_blueprints)
     # --- freshness: the heartbeat through the pipeline (controller/heartbeat.py) ---
     heartbeat = heartbeat_module.start(config, client, leadership, admin_for)
     try:

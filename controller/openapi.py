@@ -241,7 +241,9 @@ PATHS: dict[str, dict[str, Any]] = {
 # The endpoints of one route: served bare (the only route; or named by ?route=<id> or
 # ?src=<alias>&dst=<alias>; a 400 lists the routes when there are several) and under /routes/{route}.
 ROUTE_SCOPED = ("/topics", "/topics/{topic}", "/topics/{topic}/{action}", "/instances", "/instances/{worker}",
-                "/validation", "/offset", "/offset/{topic}/{partition}", "/noprogress", "/blacklist", "/admin/{op}")
+                "/validation", "/offset", "/offset/{topic}/{partition}", "/noprogress", "/blacklist", "/admin/{op}",
+                "/groups", "/groups/{group}/translation", "/groups/{group}/sync", "/verification",
+                "/verification/history")
 
 ROUTES: dict[str, dict[str, Any]] = {
     "/clusters": {"get": _op("The deployment's clusters (aliases and bootstrap servers; no properties)",

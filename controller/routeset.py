@@ -212,7 +212,6 @@ class RouteSet:
         self._session_lost.clear()
         fence = f"{self._election.lock.path}/{self._election.lock.node}"
         self._is_leader = True
-        self.metrics.leader.set(1)
         self._log.info("deployment_leadership_acquired", fence=fence)
         self._client.ChildrenWatch(self._paths.routes, self._on_registry)
         # The shared pool's bindings, on a thread of their own (a drain waits on a route's hand-off).
@@ -237,7 +236,6 @@ class RouteSet:
             self.pool.request_round()
             pool_thread.join(5.0)
             self._is_leader = False
-            self.metrics.leader.set(0)
             for route_id in self.running():
                 self._end(route_id)
             self._log.info("deployment_leadership_released")
@@ -273,9 +271,8 @@ class RouteSet:
             self._log.warning("route_not_served", route=route.id, error=exc.reason)
             return
         admins = (self._admins(route.source), self._admins(route.destination)) if self._admins else None
-        own = route.id == (self._config.route_id or self._config.routes[0].id)
         leader = Leadership(view, self._client, self._identifier, admins=admins, metrics=self.metrics, elect=False,
-                            route_node=self._paths.route(route.id), cache=self._cache, primary=own,
+                            route_node=self._paths.route(route.id), cache=self._cache,
                             max_workers=route.workers.max)
         over = threading.Event()
         thread = threading.Thread(target=self._run_route, args=(leader, fence, over), name=f"route-{route.id}",

@@ -24,6 +24,7 @@ from confluent_kafka import KafkaException, TopicPartition
 from flask import Blueprint, Response, abort, current_app, jsonify, render_template_string, send_file
 
 from common import autherrors, kafka, logs, zk
+from common.config import IMPLICIT_ROUTE
 from common.zkschema import Assignment, TopicRecord, WorkerStatus
 from controller import heartbeat
 
@@ -322,7 +323,8 @@ class _Reader:
         elif not state.is_leader:
             self._leader_since = None
         registry = ctl.leadership.metrics.registry
-        last_sync = registry.get_sample_value("ureplicator_groupsync_last_sync_timestamp_seconds")
+        last_sync = registry.get_sample_value("ureplicator_groupsync_last_sync_timestamp_seconds",
+                                              {"route": config.route_id or IMPLICIT_ROUTE})
         verification, report_url = self._verification()
         route_ages = heartbeat.ages(registry, config.pipeline)
         return View(

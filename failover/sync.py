@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
@@ -24,28 +25,30 @@ from failover.translation import AHEAD, eligible_group
 
 
 class GroupSyncMetrics:
-    """``ureplicator_groupsync_*`` in the controller's registry."""
+    """``ureplicator_groupsync_*`` in the controller's registry, labelled with the ``route`` the sync serves."""
 
-    def __init__(self, registry: CollectorRegistry) -> None:
-        self.groups_synced = Counter(
-            "ureplicator_groupsync_groups_synced", "Groups whose offsets a sync round wrote on the destination",
-            registry=registry)
-        self.offsets_committed = Counter(
-            "ureplicator_groupsync_offsets_committed", "Partition offsets written on the destination",
-            registry=registry)
-        self.groups_skipped = Counter(
-            "ureplicator_groupsync_groups_skipped", "Groups left alone: active on the destination",
-            registry=registry)
-        self.errors = Counter("ureplicator_groupsync_errors", "Groups whose sync failed", registry=registry)
-        self.partitions_ahead = Gauge(
+    def __init__(self, registry: CollectorRegistry, route: str = "default") -> None:
+        def counter(name: str, doc: str) -> Any:
+            return Counter(name, doc, ["route"], registry=registry).labels(route)
+
+        def gauge(name: str, doc: str) -> Any:
+            return Gauge(name, doc, ["route"], registry=registry).labels(route)
+
+        self.groups_synced = counter(
+            "ureplicator_groupsync_groups_synced", "Groups whose offsets a sync round wrote on the destination")
+        self.offsets_committed = counter(
+            "ureplicator_groupsync_offsets_committed", "Partition offsets written on the destination")
+        self.groups_skipped = counter(
+            "ureplicator_groupsync_groups_skipped", "Groups left alone: active on the destination")
+        self.errors = counter("ureplicator_groupsync_errors", "Groups whose sync failed")
+        self.partitions_ahead = gauge(
             "ureplicator_groupsync_partitions_ahead",
-            "Partitions where a synced group committed past what is mirrored (last round)", registry=registry)
-        self.records_ahead = Gauge(
+            "Partitions where a synced group committed past what is mirrored (last round)")
+        self.records_ahead = gauge(
             "ureplicator_groupsync_ahead_records",
-            "Source offsets groups committed that are not mirrored yet (last round)", registry=registry)
-        self.last_sync = Gauge(
-            "ureplicator_groupsync_last_sync_timestamp_seconds", "End of the last completed sync round",
-            registry=registry)
+            "Source offsets groups committed that are not mirrored yet (last round)")
+        self.last_sync = gauge(
+            "ureplicator_groupsync_last_sync_timestamp_seconds", "End of the last completed sync round")
 
 
 class GroupSync:

@@ -48,6 +48,9 @@ class Contract:
 def contract_pipeline(pipeline, services):
     pipeline.start_controller()
     pipeline.start_worker("w1")
+    # The calls below drain and whitelist w1: it must have registered first (a start takes a second or two)
+    kafka_io.wait_for(lambda: [r["worker"] for r in pipeline.api("GET", "/instances")[1].get("instances", [])]
+                      == ["w1"], 30, "worker w1 registered")
     status, doc = pipeline.api("GET", "/openapi.json")
     assert status == 200
     jsonschema.Draft202012Validator.check_schema({"$defs": doc["components"]["schemas"]})
@@ -105,6 +108,10 @@ def test_every_endpoint_answers_per_the_document(contract_pipeline, services):
         ("GET", f"/routes/default/topics/{topic}", None, 200),
         ("GET", f"/topics/{topic}?src=src&dst=dst", None, 200),
         ("GET", "/routes/default/validation", None, 200),
+        ("GET", "/routes/default/groups", None, 200),
+        ("GET", "/routes/default/verification", None, 404),  # no controller.verification_dir here
+        ("GET", f"/routes/default/offset/{topic}/1", None, 200),
+        ("GET", f"/topics/{topic}?route=default", None, 200),
         ("GET", "/routes/nope/topics", None, 404),
         ("POST", "/routes", {"id": "x", "source": "src", "destination": "nowhere"}, 400),
         ("POST", "/routes", {"id": "x", "source": "src", "destination": "dst"}, 400),
@@ -121,6 +128,16 @@ def test_every_endpoint_answers_per_the_document(contract_pipeline, services):
         ("POST", "/routes/back/pause", None, 200),
         ("POST", "/routes/back/resume", None, 200),
         ("GET", "/routes/back/instances", None, 200),
+        ("GET", "/routes/back/groups", None, 200),  # translated between dst and src, with its own reader
+        # A route no worker serves is waiting_for_workers: every endpoint of it answers, none with a 500
+        ("GET", "/routes/back", None, 200),
+        ("GET", "/routes/back/validation", None, 200),
+        ("GET", "/routes/back/noprogress", None, 200),
+        ("GET", "/routes/back/offset", None, 200),
+        ("GET", "/routes/back/admin/workloadinfo", None, 200),
+        ("GET", "/routes/back/blacklist", None, 200),
+        ("GET", "/routes/back/verification", None, 404),
+        ("GET", "/groups", None, 400),
         ("DELETE", "/routes/back", None, 200),
         ("GET", "/routes/back", None, 404),
     ]
@@ -134,7 +151,7 @@ def test_every_endpoint_answers_per_the_document(contract_pipeline, services):
     # And /metrics is Prometheus text with the controller's metrics
     with urllib.request.urlopen(f"{pipeline.url}/metrics", timeout=5) as resp:
         text = resp.read().decode()
-    assert "ureplicator_controller_leader 1.0" in text
+    assert 'ureplicator_controller_leader{route="default"} 1.0' in text
     assert "ureplicator_controller_rebalances_total" in text
 
 

@@ -122,10 +122,18 @@ def test_global_flags_work_in_any_position(calls, capsys, argv):
     assert capsys.readouterr().out.lstrip().startswith("{")  # --json took effect
 
 
-@pytest.mark.parametrize("argv", [["--route", "east", "offsets"], ["offsets", "--route", "east"]])
-def test_route_prefixes_route_paths_but_not_deployment_paths(calls, argv):
+@pytest.mark.parametrize(("argv", "path"), [
+    (["--route", "east", "offsets"], "/routes/east/offset"),
+    (["offsets", "--route", "east"], "/routes/east/offset"),
+    (["--route", "east", "groups", "list"], "/routes/east/groups"),
+    (["groups", "sync", "g1", "--route", "east", "--json"], "/routes/east/groups/g1/sync"),
+    (["--route", "east", "verification", "history"], "/routes/east/verification/history?limit=20"),
+    (["--route", "east", "blacklist", "list"], "/routes/east/blacklist"),
+    (["--route", "east", "workload"], "/routes/east/admin/workloadinfo"),
+])
+def test_route_prefixes_route_paths_but_not_deployment_paths(calls, argv, path):
     cli.main(argv)
-    assert calls[-1][1] == "/routes/east/offset"
+    assert calls[-1][1] == path
     cli.main(["status", "--route", "east"])
     assert calls[-1][1] == "/status"
 

@@ -59,7 +59,7 @@ def _app_rules() -> list[str]:
     from controller.verification_api import make_blueprint
 
     stub = Controller(config=None, zk=None, leadership=None, source_admin=None, destination_admin=None,  # type: ignore[arg-type]
-                      extra_blueprints=[make_blueprint(None), groups_api.make_blueprint(None)])  # type: ignore[arg-type]
+                      route_blueprints=[make_blueprint(None), groups_api.make_blueprint(None)])  # type: ignore[arg-type]
     return sorted({r.rule for r in create_app(stub).url_map.iter_rules() if r.endpoint != "static"})
 
 

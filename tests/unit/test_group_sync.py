@@ -53,7 +53,7 @@ def test_a_round_syncs_eligible_groups_skips_active_ones_and_counts_partitions_a
     assert outcomes == {"audit": "synced", "billing": "synced", "broken": "failed", "reports": "active"}
 
     def value(name: str) -> float:
-        return registry.get_sample_value(name) or 0.0
+        return registry.get_sample_value(name, {"route": "default"}) or 0.0
 
     assert value("ureplicator_groupsync_groups_synced_total") == 2
     assert value("ureplicator_groupsync_offsets_committed_total") == 2

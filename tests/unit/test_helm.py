@@ -126,6 +126,17 @@ def pod_template(workload: dict[str, Any]) -> dict[str, Any]:
     return workload["spec"]["template"]
 
 
+def _component(doc: dict[str, Any]) -> str | None:
+    return doc["metadata"].get("labels", {}).get("app.kubernetes.io/component")
+
+
+def worker_pools(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The worker workloads: one, or one per ``workerPools`` entry."""
+    pools = [d for d in of_kind(docs, WORKER_KIND) if _component(d) == "worker"]
+    assert pools, "no worker workload"
+    return pools
+
+
 def workloads(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [d for d in docs if d["kind"] in ("Deployment", "StatefulSet", "CronJob")]
 
@@ -429,16 +440,18 @@ def test_controller_probes_and_service_reach_the_rest_api(helm: Path, values: Pa
 def test_worker_probes_and_scrapes_reach_metrics(helm: Path, values: Path | None) -> None:
     docs = render(helm, values)
     metrics_port = rendered_config(docs)["worker"]["metrics_port"]
-    container = pod_template(one(docs, WORKER_KIND, "worker"))["spec"]["containers"][0]
-    for name, path in (("readinessProbe", "/ready"), ("livenessProbe", "/healthz")):
-        if values_of(values)["worker"][name]["enabled"]:
-            probe = container[name]["httpGet"]
-            assert probe["path"] == path and _served_by_worker(path)
-            assert container_port(container, probe["port"]) == metrics_port
     service = [s for s in of_kind(docs, "Service") if s["metadata"]["name"].endswith("-worker-metrics")]
     assert len(service) == 1 and service[0]["spec"]["clusterIP"] == "None"
     (port,) = service[0]["spec"]["ports"]
-    assert container_port(container, port["targetPort"]) == metrics_port
+    for pool in worker_pools(docs):
+        container = pod_template(pool)["spec"]["containers"][0]
+        pooled = any(e["name"] == "UREPLICATOR_WORKER_POOL" for e in container["env"])
+        for name, path in (("readinessProbe", "/ready"), ("livenessProbe", "/healthz")):
+            if values_of(values)["worker"][name]["enabled"] and not pooled:  # a pool worker: no HTTP until bound
+                probe = container[name]["httpGet"]
+                assert probe["path"] == path and _served_by_worker(path)
+                assert container_port(container, probe["port"]) == metrics_port
+        assert container_port(container, port["targetPort"]) == metrics_port
 
 
 @pytest.mark.parametrize("values", VALUES_FILES, ids=VALUES_IDS)
@@ -489,7 +502,10 @@ def test_the_metrics_docs_deploy_names_are_served() -> None:
         server.shutdown()
         thread.join(timeout=10)
     # The controller's /metrics route renders its registry with the same generate_latest.
-    exposition += generate_latest(ControllerMetrics().registry).decode()
+    controller = ControllerMetrics()
+    controller.handoff.labels("default").observe(0.2)  # per route: a child per route, like the worker's
+    controller.rebalances.labels("default").inc()
+    exposition += generate_latest(controller.registry).decode()
 
     # Sample names (…_total, …_bucket) and family names (# TYPE lines) both count.
     served = set(re.findall(r"^(?:# TYPE )?(ureplicator_(?:worker|controller)_\w+)", exposition, re.MULTILINE))
@@ -506,8 +522,8 @@ def test_the_metrics_docs_deploy_names_are_served() -> None:
 def test_workers_get_longer_to_stop_than_their_shutdown_timeout(helm: Path, values: Path | None) -> None:
     docs = render(helm, values)
     shutdown = rendered_config(docs)["worker"]["stop_timeout_s"]
-    grace = pod_template(one(docs, WORKER_KIND, "worker"))["spec"]["terminationGracePeriodSeconds"]
-    assert grace > shutdown
+    for pool in worker_pools(docs):
+        assert pod_template(pool)["spec"]["terminationGracePeriodSeconds"] > shutdown
 
 
 def _image_user() -> int:
@@ -548,6 +564,10 @@ def test_labels_and_selectors_pick_exactly_one_component(helm: Path, values: Pat
         selector = _selector_of(doc)
         if selector is not None:
             picked = [w for w, labels in pods.items() if _selects(selector, labels)]
+            if doc["kind"] in ("PodDisruptionBudget", "Service") and _component(doc) == "worker":
+                # the workers' PDB and metrics Service span every worker pool, and nothing else
+                assert picked == sorted(p["metadata"]["name"] for p in worker_pools(docs)), picked
+                continue
             assert len(picked) == 1, f"{doc['kind']}/{name} selects {picked}"
     for workload in of_kind(docs, "Deployment") + of_kind(docs, "StatefulSet"):
         assert _selects(workload["spec"]["selector"]["matchLabels"], pod_template(workload)["metadata"]["labels"])
@@ -921,8 +941,9 @@ def test_notes_show_commands_the_cli_accepts(helm: Path, values: Path | None, tm
     docs = render(helm, values)
     for kind, component in (("Deployment", "controller"), ("Service", "controller")):
         assert one(docs, kind, component)["metadata"]["name"] in notes
-    # the rollout command names the workers' real kind (a StatefulSet by default)
-    assert f"rollout status statefulset/{one(docs, WORKER_KIND, 'worker')['metadata']['name']}" in notes
+    # the rollout command names the workers' real kind (a StatefulSet by default), for each pool
+    for pool in worker_pools(docs):
+        assert f"rollout status statefulset/{pool['metadata']['name']}" in notes
 
 
 # --- the image ---------------------------------------------------------------------------------
@@ -1098,17 +1119,28 @@ def _intended(doc: dict[str, Any]) -> dict[str, Any]:
         dashboard.pop("uid")
         dashboard["panels"] = [{k: v for k, v in p.items() if k != "gridPos"} for p in dashboard["panels"]
                                if "heartbeat" not in json.dumps(p) and p["title"] != "Freshness"]
+        # 9. (issue 24) A route variable; the controller and verification panels show one series per route.
+        dashboard["templating"]["list"] = [v for v in dashboard["templating"]["list"] if v["name"] != "route"]
+        for panel in dashboard["panels"]:
+            if re.search(r"ureplicator_(controller|verification)_", json.dumps(panel.get("targets", []))):
+                panel["targets"] = panel["description"] = "<changed on purpose>"
         doc["data"]["ureplicator.json"] = dashboard
     elif kind == "PrometheusRule":
         # 5. New alerts (records expired, freshness above the RPO, assigned but not mirroring, group sync
         #    stale), and a verification alert that a later successful run clears.
+        # 8. (issue 24) Controller series carry `route`: the controller's alerts fire per route, and a
+        #    route without workers has an alert of its own (then it is not "partitions without owner").
         new = {"UReplicatorRecordsExpired", "UReplicatorFreshnessAboveRpo", "UReplicatorNotMirroring",
-               "UReplicatorGroupSyncStale"}
+               "UReplicatorGroupSyncStale", "UReplicatorRouteWaitingForWorkers"}
+        per_route = {"UReplicatorVerificationFailed", "UReplicatorVerificationMissing", "UReplicatorNoLeader",
+                     "UReplicatorPartitionsWithoutOwner"}
         for group in doc["spec"]["groups"]:
             group["rules"] = [r for r in group["rules"] if r.get("alert") not in new]
             for rule in group["rules"]:
-                if rule.get("alert") == "UReplicatorVerificationFailed":
+                if rule.get("alert") in per_route:
                     rule["expr"] = "<changed on purpose>"
+                if rule.get("alert") == "UReplicatorPartitionsWithoutOwner":
+                    rule["annotations"] = "<changed on purpose>"
     return doc
 
 
@@ -1122,7 +1154,7 @@ def _keyed(docs: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
 
 
 # ci values files added after the baseline: they render objects the baseline never had.
-NEW_SINCE_BASELINE = {"warm-verifier"}
+NEW_SINCE_BASELINE = {"warm-verifier", "routes"}
 BASELINE_VALUES = [v for v in CI_VALUES if v.name.removesuffix("-values.yaml") not in NEW_SINCE_BASELINE]
 
 
@@ -1256,17 +1288,122 @@ workerPools:
                 kubernetes_validate.validate(doc, version, strict=True)
 
 
+_TWO_ROUTES = """
+routes:
+  - {id: s-to-t, source: source, destination: target}
+  - {id: t-to-s, source: target, destination: source, topic_naming: prefix}
+"""
+
+
+def _worker_env(workload: dict[str, Any]) -> dict[str, str | None]:
+    return {e["name"]: e.get("value") for e in pod_template(workload)["spec"]["containers"][0]["env"]}
+
+
+def test_route_less_pools_start_shared_pool_workers_that_are_ready_while_waiting_for_a_binding(
+    helm: Path, tmp_path: Path
+) -> None:
+    # Given two declared routes, a pool pinned to one of them and a pool without a route
+    values = tmp_path / "pools.yaml"
+    values.write_text(MINIMAL_VALUES.read_text() + _TWO_ROUTES + """
+workerPools:
+  - {name: east, replicas: 2, route: s-to-t}
+  - {name: shared, replicas: 4}
+""")
+    docs = render(helm, values)
+    pools = {d["metadata"]["name"].rsplit("-", 1)[1]: d for d in of_kind(docs, WORKER_KIND)}
+    # Then the route-less pool joins the shared pool and the pinned one does not
+    assert _worker_env(pools["shared"])["UREPLICATOR_WORKER_POOL"] == "true"
+    assert "UREPLICATOR_WORKER_ROUTE" not in _worker_env(pools["shared"])
+    assert "UREPLICATOR_WORKER_POOL" not in _worker_env(pools["east"])
+    # And each worker loads the rendered config as what it is: a pool worker, or pinned to its route
+    path = tmp_path / "config.yaml"
+    path.write_text(_config_text(docs))
+    for name, pooled, route in (("shared", True, ""), ("east", False, "s-to-t")):
+        container = pod_template(pools[name])["spec"]["containers"][0]
+        cfg = config.load(path, env=pod_environment(container, pod_name=f"mirror-worker-{name}-0"))
+        assert (cfg.worker.pool, cfg.worker.route) == (pooled, route)
+    # And waiting for a binding is not "unready": the pool's pods carry no HTTP probes (a worker serves
+    # /ready only while it mirrors a route), so neither a rolling update nor OrderedReady waits on one
+    shared = pod_template(pools["shared"])["spec"]["containers"][0]
+    assert "readinessProbe" not in shared and "livenessProbe" not in shared
+    east = pod_template(pools["east"])["spec"]["containers"][0]
+    assert east["readinessProbe"]["httpGet"]["path"] == "/ready"
+    for version in (KUBE_MIN, KUBE_MAX):
+        for doc in render(helm, values, version):
+            if (doc["apiVersion"], doc["kind"]) not in CUSTOM_KINDS:
+                kubernetes_validate.validate(doc, version, strict=True)
+
+
+def test_with_routes_and_no_pools_the_workers_are_the_shared_pool_and_without_routes_they_stay_pinned(
+    helm: Path, tmp_path: Path
+) -> None:
+    values = tmp_path / "routes.yaml"
+    values.write_text(MINIMAL_VALUES.read_text() + _TWO_ROUTES)
+    assert _worker_env(one(render(helm, values), WORKER_KIND, "worker"))["UREPLICATOR_WORKER_POOL"] == "true"
+    # today's values: one route, the workers serve it as before
+    container = pod_template(one(render(helm, MINIMAL_VALUES), WORKER_KIND, "worker"))["spec"]["containers"][0]
+    assert "UREPLICATOR_WORKER_POOL" not in _worker_env(one(render(helm, MINIMAL_VALUES), WORKER_KIND, "worker"))
+    assert container["readinessProbe"]["httpGet"]["path"] == "/ready"
+    # a pool may join the shared pool without declared routes (routes added through the API)
+    values.write_text(MINIMAL_VALUES.read_text() + "\nworkerPools:\n  - {name: any, replicas: 1, pool: true}\n")
+    (pool,) = of_kind(render(helm, values), WORKER_KIND)
+    assert _worker_env(pool)["UREPLICATOR_WORKER_POOL"] == "true"
+
+
+@pytest.mark.parametrize(("pools", "message"), [
+    ("  - {name: a, replicas: 1, route: s-to-t, pool: true}",
+     "workerPools[0]: a pool serves its route or joins the shared pool (pool: true), not both"),
+    ("  - {name: a, replicas: 1, pool: false}",
+     "workerPools[0]: with 2 routes a worker serves one (route: <id>) or joins the shared pool"),
+])
+def test_a_pool_that_cannot_serve_is_refused_naming_it(helm: Path, tmp_path: Path, pools: str, message: str) -> None:
+    values = tmp_path / "bad.yaml"
+    values.write_text(MINIMAL_VALUES.read_text() + _TWO_ROUTES + "workerPools:\n" + pools + "\n")
+    done = _run_helm(helm, "template", RELEASE, str(CHART), "-f", str(values))
+    assert done.returncode != 0 and message in done.stderr, done.stderr
+
+
+def test_every_cluster_of_every_route_gets_its_secrets_and_files_in_every_process(helm: Path, tmp_path: Path) -> None:
+    # Given three clusters (SCRAM over TLS, mutual TLS with a key password, plain SASL) and three routes
+    values = CHART / "ci" / "routes-values.yaml"
+    v = values_of(values)
+    docs = render(helm, values)
+    path = tmp_path / "config.yaml"
+    path.write_text(_config_text(docs))
+    for workload in workloads(docs):
+        spec = pod_template(workload)["spec"]
+        volumes = {vol["name"]: vol for vol in spec["volumes"]}
+        container = spec["containers"][0]
+        loaded = config.load(path, env=pod_environment(container, pod_name="mirror-worker-0"))
+        # Then each process loads every route, and each cluster has its credentials and mounted files
+        assert [r.id for r in loaded.routes] == [r["id"] for r in v["routes"]]
+        for key in {side for r in v["routes"] for side in (r["source"], r["destination"])}:
+            cluster = v["clusters"][key]
+            properties = loaded.clusters[cluster.get("alias", key)].properties
+            _assert_secrets_arrive(cluster, properties)
+            _assert_files_are_mounted(properties, container, volumes)
+
+
 def test_routes_render_the_clusters_and_routes_of_the_config_contract(helm: Path, tmp_path: Path) -> None:
     values = tmp_path / "routes.yaml"
     values.write_text(MINIMAL_VALUES.read_text() + """
 routes:
   - {id: s-to-t, source: source, destination: target, topic_naming: prefix, forward: origin}
 """)
-    rendered = rendered_config(render(helm, values))
+    docs = render(helm, values)
+    rendered = rendered_config(docs)
     assert rendered["routes"] == [{"id": "s-to-t", "source": "source", "destination": "target",
                                    "topic_naming": "prefix", "forward": "origin"}]
     assert set(rendered["clusters"]) == {"source", "target"}
-    assert rendered["clusters"]["source"]["bootstrap_servers"] == rendered["source"]["bootstrap_servers"]
+    # Next to routes the loader refuses source/destination sections and the controller's naming
+    assert "source" not in rendered and "destination" not in rendered
+    assert "topic_naming" not in rendered["controller"]
+    path = tmp_path / "config.yaml"
+    path.write_text(_config_text(docs))
+    container = pod_template(one(docs, "Deployment", "controller"))["spec"]["containers"][0]
+    loaded = config.load(path, env=pod_environment(container, pod_name="mirror-controller-0"))
+    assert [r.id for r in loaded.routes] == ["s-to-t"]
+    assert loaded.source.bootstrap_servers == "source-kafka-bootstrap:9092"
     values.write_text(MINIMAL_VALUES.read_text() + "\nroutes:\n  - {id: x, source: source, destination: nowhere}\n")
     done = _run_helm(helm, "template", RELEASE, str(CHART), "-f", str(values))
     assert done.returncode != 0 and 'routes[0].destination: "nowhere" is not a key of clusters' in done.stderr

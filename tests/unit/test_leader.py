@@ -316,3 +316,37 @@ def test_a_route_capped_at_two_workers_leaves_the_third_idle_and_never_moves_a_p
     # and when a holder leaves, the spare takes its partitions
     plan = leader._plan(snapshot(["a0", "w1"], {"w1": written["w1"]}), now=1001.0)
     assert plan.changed["a0"].partitions == frozenset({("t", 2), ("t", 3)})
+
+
+def test_every_controller_series_names_its_route_and_a_routes_series_go_when_it_stops():
+    from prometheus_client import generate_latest
+
+    from controller.metrics import ControllerMetrics
+
+    # Given the implicit route (today's config) and a declared route reconciled by one replica
+    metrics = ControllerMetrics()
+    routed = config_module.route_view(config_module.from_dict({
+        "pipeline": "unit", "zookeeper": {"connect": "127.0.0.1:1"},
+        "clusters": {"a": {"bootstrap_servers": "127.0.0.1:1"}, "b": {"bootstrap_servers": "127.0.0.1:2"}},
+        "routes": [{"id": "a2b", "source": "a", "destination": "b"}],
+    }), "a2b")
+    today = Leadership(CONFIG, FakeKazoo(), "c1", cache=False, metrics=metrics)  # type: ignore[arg-type]
+    other = Leadership(routed, FakeKazoo(), "c1", cache=False, metrics=metrics,  # type: ignore[arg-type]
+                       elect=False)
+    # When each plans a round: two workers on one, none on the other
+    today._plan(snapshot(["w1", "w2"], {}), now=1000.0)
+    other._plan(snapshot([], {}, topics={"t": 3}), now=1000.0)
+    text = generate_latest(metrics.registry).decode()
+    # Then every series carries its route, the implicit one as "default" (but the one election's errors)
+    samples = [line for line in text.splitlines() if line.startswith("ureplicator_controller_")
+               and not line.startswith("ureplicator_controller_election_errors")]
+    assert samples and all('route="' in line for line in samples), samples
+    assert 'ureplicator_controller_live_workers{route="default"} 2.0' in text
+    assert 'ureplicator_controller_unassigned_partitions{route="a2b"} 3.0' in text
+    assert 'ureplicator_controller_route_waiting_for_workers{route="a2b"} 1.0' in text
+    assert 'ureplicator_controller_route_waiting_for_workers{route="default"} 0.0' in text
+    assert 'ureplicator_controller_leader{route="a2b"} 1.0' in text
+    # And once a route stops, its series are gone and the other's stay
+    metrics.forget_route("a2b")
+    text = generate_latest(metrics.registry).decode()
+    assert 'route="a2b"' not in text and 'ureplicator_controller_live_workers{route="default"} 2.0' in text

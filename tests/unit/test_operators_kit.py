@@ -48,7 +48,10 @@ def served(tmp_path_factory) -> set[str]:
     ReportStore(reports).save(sample_report().to_dict())
     verification = CollectorRegistry()
     register_metrics(verification, reports)
-    controller = ControllerMetrics().registry
+    metrics = ControllerMetrics()
+    metrics.handoff.labels("default").observe(0.2)  # the controller's families are per route
+    metrics.rebalances.labels("default").inc()
+    controller = metrics.registry
     heartbeat.HeartbeatMetrics(controller, "p").track("default", lambda: 3.0)
     GroupSyncMetrics(controller)
     exposition = b"".join(generate_latest(r) for r in (worker.registry, controller, verification))
@@ -97,6 +100,15 @@ def test_dashboard_shows_lag_throughput_latency_handoffs_and_the_verdict() -> No
         assert metric in queries, f"the dashboard has no panel on {metric}"
 
 
+def test_dashboard_has_a_route_variable_and_every_per_route_panel_filters_on_it() -> None:
+    variables = {v["name"]: v for v in dashboard()["templating"]["list"]}
+    assert variables["route"]["includeAll"] and variables["route"]["multi"]
+    assert "ureplicator_controller_" in variables["route"]["definition"]
+    per_route = [(ref, expr) for ref, expr in dashboard_queries()
+                 if re.search(r"ureplicator_(controller|verification)_", expr)]
+    assert per_route and all('route=~"$route"' in expr for _, expr in per_route), per_route
+
+
 def test_dashboard_shows_freshness_first() -> None:
     panels = sorted(dashboard()["panels"], key=lambda p: (p["gridPos"]["y"], p["gridPos"]["x"]))
     first_queries = [t["expr"] for p in panels[:3] for t in p.get("targets", [])]
@@ -111,7 +123,7 @@ def test_dashboard_queries_name_only_served_metrics(served: set[str]) -> None:
 
 def test_dashboard_queries_are_valid_promql(promtool: Path, tmp_path: Path) -> None:
     # Grafana's variables become what they expand to with "All" selected.
-    concrete = {"$__rate_interval": "5m", "$namespace": ".*", "$topic": ".*"}
+    concrete = {"$__rate_interval": "5m", "$namespace": ".*", "$topic": ".*", "$route": ".*"}
     rules = []
     for ref, expr in dashboard_queries():
         for variable, value in concrete.items():
@@ -149,7 +161,8 @@ def test_rendered_rules_pass_promtool_and_name_only_served_metrics(
     assert {"UReplicatorLagGrowing", "UReplicatorProduceErrors", "UReplicatorPartitionsWithoutOwner",
             "UReplicatorNoLeader", "UReplicatorReleaseCommitFailures", "UReplicatorPartitionRewinds",
             "UReplicatorElectionErrors", "UReplicatorVerificationFailed", "UReplicatorVerificationMissing",
-            "UReplicatorRecordsExpired", "UReplicatorFreshnessAboveRpo", "UReplicatorNotMirroring"} <= alerts
+            "UReplicatorRecordsExpired", "UReplicatorFreshnessAboveRpo", "UReplicatorNotMirroring",
+            "UReplicatorRouteWaitingForWorkers"} <= alerts
     named = {m for g in rule["spec"]["groups"] for r in g["rules"] for m in METRIC.findall(r["expr"])}
     assert named <= served, f"not served: {sorted(named - served)}"
 
@@ -208,7 +221,9 @@ def test_each_alert_fires_in_its_scenario_and_stays_quiet_when_healthy(helm: Pat
         "description": _annotations(groups, "UReplicatorLagGrowing")["description"].replace(
             "{{ $value | humanize }}", "5k"),
     }
-    leader = f"ureplicator_controller_leader{{{controller}, pod=\"c-%d\"}}"
+    leader = f"ureplicator_controller_leader{{{controller}, pod=\"c-%d\", route=\"%s\"}}"
+    unassigned = f'ureplicator_controller_unassigned_partitions{{{controller}, pod="c-0", route="east"}}'
+    waiting = f'ureplicator_controller_route_waiting_for_workers{{{controller}, pod="c-0", route="%s"}}'
     release_failures = f'ureplicator_worker_release_commit_failures_total{{{workers}, pod="w-1"}}'
     rewinds = f'ureplicator_worker_partition_rewinds_total{{{workers}, pod="w-%d"}}'
     # A ZooKeeper blip rewinds all of a worker's partitions at once (4 here): every 10 minutes, or once
@@ -229,9 +244,12 @@ def test_each_alert_fires_in_its_scenario_and_stays_quiet_when_healthy(helm: Pat
         alert("UReplicatorLagGrowing", "40m", [(lag, "2000+500x40")],
               {**severity["warning"], "topic": "orders", "partition": "3"}, lag_annotations),
         alert("UReplicatorLagGrowing", "40m", [(lag, "50000x40")], None),
-        # When no controller leads (two replicas at 0), or controllers vanish; not when exactly one leads
-        alert("UReplicatorNoLeader", "10m", [(leader % 0, "0x10"), (leader % 1, "0x10")], severity["critical"]),
-        alert("UReplicatorNoLeader", "10m", [(leader % 0, "1x10"), (leader % 1, "0x10")], None),
+        # When no controller leads, or two lead a route, or controllers vanish; not when exactly one leads each
+        alert("UReplicatorNoLeader", "10m", [(leader % (0, "east"), "0x10")],
+              {**severity["critical"], "route": "east"}),
+        alert("UReplicatorNoLeader", "10m", [(leader % (0, "east"), "1x10"), (leader % (1, "east"), "1x10")],
+              {**severity["critical"], "route": "east"}),
+        alert("UReplicatorNoLeader", "10m", [(leader % (0, "east"), "1x10"), (leader % (0, "west"), "1x10")], None),
         # When a worker released partitions without their final commit lately; not for one long ago
         alert("UReplicatorReleaseCommitFailures", "10m", [(release_failures, "0x5 2x5")],
               {**severity["warning"], "pod": "w-1"},
@@ -254,13 +272,19 @@ def test_each_alert_fires_in_its_scenario_and_stays_quiet_when_healthy(helm: Pat
               {**_annotations(groups, "UReplicatorElectionErrors"),
                "summary": "The election thread of controller c-0 hit unexpected errors"}),
         alert("UReplicatorElectionErrors", "10m", [(election_errors, "0x10")], None),
-        # When partitions stay unassigned longer than a hand-off; not for a brief hand-off
-        alert("UReplicatorPartitionsWithoutOwner", "10m",
-              [(f"ureplicator_controller_unassigned_partitions{{{controller}, pod=\"c-0\"}}", "3x10")],
-              severity["warning"], {**_annotations(groups, "UReplicatorPartitionsWithoutOwner"),
-                                    "summary": "3 source partitions have no worker"}),
-        alert("UReplicatorPartitionsWithoutOwner", "10m",
-              [(f"ureplicator_controller_unassigned_partitions{{{controller}, pod=\"c-0\"}}", "0 0 0 0 0 0 0 3 0 0 0")],
+        # When partitions of a route stay unassigned longer than a hand-off; not for a brief hand-off
+        alert("UReplicatorPartitionsWithoutOwner", "10m", [(unassigned, "3x10"), (waiting % "east", "0x10")],
+              {**severity["warning"], "route": "east"},
+              {**_annotations(groups, "UReplicatorPartitionsWithoutOwner"),
+               "summary": "3 source partitions of route east have no worker"}),
+        alert("UReplicatorPartitionsWithoutOwner", "10m", [(unassigned, "0 0 0 0 0 0 0 3 0 0 0")], None),
+        # When an active route has no worker at all for 10 minutes: that alert, not the one above
+        alert("UReplicatorRouteWaitingForWorkers", "15m", [(unassigned, "3x15"), (waiting % "east", "1x15")],
+              {**severity["warning"], "route": "east"},
+              {**_annotations(groups, "UReplicatorRouteWaitingForWorkers"),
+               "summary": "Route east is active and no worker serves it"}),
+        alert("UReplicatorPartitionsWithoutOwner", "15m", [(unassigned, "3x15"), (waiting % "east", "1x15")], None),
+        alert("UReplicatorRouteWaitingForWorkers", "15m", [(waiting % "east", "0x15"), (waiting % "west", "1x5 0x10")],
               None),
         # When the newest verification FAILed; not when it was OK or WARN
         alert("UReplicatorVerificationFailed", "5m",

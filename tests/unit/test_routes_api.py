@@ -16,7 +16,7 @@ from tests.unit.test_api_errors import TOKEN, FakeLeadership
 
 
 class Api:
-    def __init__(self, routes: list[dict[str, Any]]) -> None:
+    def __init__(self, routes: list[dict[str, Any]], route_blueprints: list[Any] | None = None) -> None:
         cfg = config_module.from_dict({
             "pipeline": "unit",
             "zookeeper": {"connect": "127.0.0.1:1"},
@@ -37,7 +37,7 @@ class Api:
         self.controller = Controller(config=cfg, zk=self.zk, leadership=self.leadership,  # type: ignore[arg-type]
                                      source_admin=admins[cfg.routes[0].source],
                                      destination_admin=admins[cfg.routes[0].destination],
-                                     admins_for=admins.__getitem__)
+                                     admins_for=admins.__getitem__, route_blueprints=route_blueprints or [])
         self.client = create_app(self.controller).test_client()
 
     def call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
@@ -159,3 +159,98 @@ def test_the_cli_lists_adds_pauses_and_refuses_routes(api, capsys):
         assert "routes add: 400: route 'c2b': unknown cluster alias 'x'" in capsys.readouterr().err
     finally:
         server.shutdown()
+
+
+class RouteGroups:
+    """A route's group translator, as far as routing goes: it answers with the clusters it translates between."""
+
+    def __init__(self, route: Any) -> None:
+        self.route = route.config
+
+    def list_groups(self) -> list[dict[str, Any]]:
+        return [{"group": f"{self.route.source.alias}->{self.route.destination.alias}", "state": "empty",
+                 "mirrored_partitions": 0}]
+
+
+def _scoped_api(routes: list[dict[str, Any]], reports: Any) -> Api:
+    from controller import groups_api
+    from controller.api import route_of_request
+    from controller.verification_api import make_blueprint
+
+    return Api(routes, [make_blueprint(reports, lambda: route_of_request().config.route_id),
+                        groups_api.make_blueprint(RouteGroups)])
+
+
+def _report(directory: Any, run_id: str) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "summary.json").write_text(json.dumps({"run_id": run_id, "status": "OK"}))
+
+
+def test_groups_and_verification_are_served_per_route_and_a_bare_call_names_the_routes(tmp_path):
+    # Given two routes, each with its own verification reports (<dir>/<route id>/)
+    api = _scoped_api([{"id": "a2b", "source": "a", "destination": "b"},
+                       {"id": "b2c", "source": "b", "destination": "c", "topic_naming": "prefix"}], tmp_path)
+    _report(tmp_path / "a2b", "run-a2b")
+    _report(tmp_path / "b2c", "run-b2c")
+    # Then each route's groups are translated between its own clusters, and its own report is served
+    assert api.call("GET", "/routes/a2b/groups")[1]["groups"][0]["group"] == "a->b"
+    assert api.call("GET", "/routes/b2c/groups")[1]["groups"][0]["group"] == "b->c"
+    assert api.call("GET", "/groups?src=b&dst=c")[1]["groups"][0]["group"] == "b->c"
+    assert api.call("GET", "/routes/a2b/verification")[1]["run_id"] == "run-a2b"
+    assert api.call("GET", "/verification?route=b2c")[1]["run_id"] == "run-b2c"
+    assert api.call("GET", "/routes/b2c/verification/history")[0] == 404  # no run in b2c's history yet
+    # And a bare call, or a sync, that names no route gets a 400 listing them; an unknown route a 404
+    for method, path in (("GET", "/verification"), ("GET", "/groups"), ("POST", "/groups/g/sync")):
+        status, body = api.call(method, path)
+        assert status == 400 and "a2b, b2c" in body["error"]["message"], (path, body)
+    assert api.call("GET", "/routes/nope/groups")[0] == 404
+
+
+def test_the_implicit_route_reads_todays_verification_directory(tmp_path):
+    api = _scoped_api([{"id": "default", "source": "a", "destination": "b"}], tmp_path)
+    _report(tmp_path, "run-today")
+    assert api.call("GET", "/verification")[1]["run_id"] == "run-today"
+    assert api.call("GET", "/routes/default/verification")[1]["run_id"] == "run-today"
+    assert api.call("GET", "/routes/default/groups")[1]["groups"][0]["group"] == "a->b"
+
+
+@pytest.mark.parametrize("path", ["/topics", "/instances", "/validation", "/offset", "/noprogress", "/blacklist",
+                                  "/admin/autobalancing_status", "/admin/workloadinfo", "/admin/rate_limit"])
+def test_every_route_endpoint_answers_under_its_route_and_its_bare_read_names_the_routes(path):
+    api = Api([{"id": "a2b", "source": "a", "destination": "b"}, {"id": "b2c", "source": "b", "destination": "c"}])
+    status, body = api.call("GET", path)
+    assert status == 400 and "a2b, b2c" in body["error"]["message"]
+    status, body = api.call("GET", f"/routes/b2c{path}")
+    assert status in (200, 503), body  # /offset: no source consumer in this unit test, a 503 that says so
+    assert api.call("GET", f"/routes/nope{path}")[0] == 404
+
+
+def test_a_write_to_one_route_leaves_the_others_state_alone():
+    api = Api([{"id": "a2b", "source": "a", "destination": "b"}, {"id": "b2c", "source": "b", "destination": "c"}])
+    assert api.call("POST", "/blacklist", {"topic": "t", "op": "blacklist"})[0] == 400
+    assert api.call("POST", "/routes/b2c/blacklist", {"topic": "t", "op": "blacklist"})[0] == 200
+    assert api.call("POST", "/admin/rate_limit?src=b&dst=c", {"records_per_s": 5, "bytes_per_s": 0})[0] == 200
+    assert api.call("GET", "/routes/b2c/blacklist")[1]["topics"] == ["t"]
+    assert api.call("GET", "/routes/a2b/blacklist")[1]["topics"] == []
+    assert api.call("GET", "/routes/b2c/admin/rate_limit")[1]["records_per_s"] == 5
+    assert api.call("GET", "/routes/a2b/admin/rate_limit")[1]["records_per_s"] == 0
+
+
+def test_the_verification_gauges_carry_the_route_whose_reports_they_read(tmp_path):
+    from prometheus_client import CollectorRegistry
+
+    from controller.verification_api import register_metrics
+    from reports.store import ReportStore
+    from tests.support.verifier_samples import sample_report
+
+    # Given the implicit route's reports in the directory itself and route a2b's in <dir>/a2b
+    ReportStore(tmp_path).save(sample_report().to_dict())
+    ReportStore(tmp_path / "a2b").save(sample_report().to_dict())
+    registry = CollectorRegistry()
+    register_metrics(registry, tmp_path, routes=lambda: ["default", "a2b", "b2c"])
+    # Then each route's verdict is its own series; a route without a report has none
+    for route in ("default", "a2b"):
+        assert registry.get_sample_value("ureplicator_verification_status", {"route": route}) is not None
+        assert registry.get_sample_value("ureplicator_verification_records",
+                                         {"category": "verified", "route": route}) is not None
+    assert registry.get_sample_value("ureplicator_verification_status", {"route": "b2c"}) is None

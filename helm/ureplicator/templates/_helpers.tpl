@@ -75,13 +75,34 @@ app.kubernetes.io/part-of: ureplicator
 {{- define "ureplicator.configPath" -}}/etc/ureplicator/config.yaml{{- end -}}
 
 {{/*
-The two clusters this release uses, by config section:
-[["source", <cluster>, <key in clusters>], ["destination", <cluster>, <key>]].
+The clusters this release uses: [[<role>, <cluster>, <key in clusters>, <env prefix of its secret
+properties>], ...]. Without `routes`, the config's two sections: roles "source" and "destination"
+(UREPLICATOR_SOURCE_PROPERTIES_*). With `routes`, every cluster a route names, in order, each under
+`clusters.<alias>` of the config (UREPLICATOR_CLUSTERS_<ALIAS>_PROPERTIES_*), its role a DNS-safe
+form of its key (the TLS volumes' names and directories).
 Call as `include "ureplicator.roles" . | fromJsonArray`; it validates the values first.
 */}}
 {{- define "ureplicator.roles" -}}
 {{- include "ureplicator.validate" . -}}
-{{- list (list "source" (index .Values.clusters .Values.sourceCluster) .Values.sourceCluster) (list "destination" (index .Values.clusters .Values.targetCluster) .Values.targetCluster) | toJson -}}
+{{- if .Values.routes -}}
+{{- $roles := list -}}
+{{- $seen := dict -}}
+{{- range $route := .Values.routes -}}
+{{- range $key := list $route.source $route.destination -}}
+{{- if not (hasKey $seen $key) -}}
+{{- $_ := set $seen $key true -}}
+{{- $cluster := index $.Values.clusters $key -}}
+{{- $alias := default $key $cluster.alias -}}
+{{- $role := $key | lower | replace "_" "-" | replace "." "-" | trunc 40 | trimSuffix "-" -}}
+{{- $env := printf "UREPLICATOR_CLUSTERS_%s_PROPERTIES_" ($alias | upper | replace "-" "_") -}}
+{{- $roles = append $roles (list $role $cluster $key $env) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- $roles | toJson -}}
+{{- else -}}
+{{- list (list "source" (index .Values.clusters .Values.sourceCluster) .Values.sourceCluster "UREPLICATOR_SOURCE_PROPERTIES_") (list "destination" (index .Values.clusters .Values.targetCluster) .Values.targetCluster "UREPLICATOR_DESTINATION_PROPERTIES_") | toJson -}}
+{{- end -}}
 {{- end -}}
 
 {{/*
@@ -122,13 +143,15 @@ Call with (dict "role" "source" "cluster" $cluster); prints YAML.
 {{/* The config file every process reads (docs/configuration.md); only keys the loader knows. */}}
 {{- define "ureplicator.config" -}}
 {{- $sections := dict -}}
+{{- $clusters := dict -}}
 {{- range $pair := include "ureplicator.roles" . | fromJsonArray -}}
 {{- $role := index $pair 0 -}}
 {{- $cluster := index $pair 1 -}}
-{{- $_ := set $sections $role (dict
-      "alias" (default (index $pair 2) $cluster.alias)
-      "bootstrap_servers" $cluster.bootstrapServers
-      "properties" (include "ureplicator.clusterProperties" (dict "role" $role "cluster" $cluster) | fromYaml)) -}}
+{{- $alias := default (index $pair 2) $cluster.alias -}}
+{{- $properties := include "ureplicator.clusterProperties" (dict "role" $role "cluster" $cluster) | fromYaml -}}
+{{- $_ := set $sections $role (dict "alias" $alias "bootstrap_servers" $cluster.bootstrapServers
+      "properties" $properties) -}}
+{{- $_ := set $clusters $alias (dict "bootstrap_servers" $cluster.bootstrapServers "properties" $properties) -}}
 {{- end -}}
 {{- $controller := deepCopy (.Values.controller.config | default dict) -}}
 {{- $_ := set $controller "rest_port" .Values.controller.containerPorts.http -}}
@@ -151,16 +174,15 @@ Call with (dict "role" "source" "cluster" $cluster); prints YAML.
       "controller" $controller
       "worker" $worker -}}
 {{- if .Values.routes -}}
-{{- /* Many routes (docs/routes.md): every cluster a route names, and the routes themselves. */ -}}
-{{- $clusters := dict -}}
+{{- /* Many routes (docs/routes.md): every cluster a route names, and the routes themselves. The
+       config then has no source/destination sections, and naming is set per route, not on the
+       controller (common.config refuses both next to routes). */ -}}
+{{- $_ := unset $config "source" -}}
+{{- $_ := unset $config "destination" -}}
+{{- $_ := unset $controller "topic_naming" -}}
+{{- $_ := unset $controller "topic_mapping" -}}
 {{- $routes := list -}}
 {{- range $route := .Values.routes -}}
-{{- range $key := list $route.source $route.destination -}}
-{{- $cluster := index $.Values.clusters $key -}}
-{{- $_ := set $clusters (default $key $cluster.alias) (dict
-      "bootstrap_servers" $cluster.bootstrapServers
-      "properties" (include "ureplicator.clusterProperties" (dict "role" $key "cluster" $cluster) | fromYaml)) -}}
-{{- end -}}
 {{- $entry := dict "id" $route.id
       "source" (default $route.source (index $.Values.clusters $route.source).alias)
       "destination" (default $route.destination (index $.Values.clusters $route.destination).alias) -}}
@@ -205,7 +227,7 @@ and the verifier all connect to both clusters.
 */}}
 {{- define "ureplicator.clusterEnv" -}}
 {{- range $pair := include "ureplicator.roles" . | fromJsonArray }}
-{{- $prefix := printf "UREPLICATOR_%s_PROPERTIES_" (index $pair 0 | upper) }}
+{{- $prefix := index $pair 3 }}
 {{- $cluster := index $pair 1 }}
 {{- $auth := $cluster.authentication | default dict }}
 {{- if has ($auth.type | default "none") (list "plain" "scram-sha-256" "scram-sha-512") }}

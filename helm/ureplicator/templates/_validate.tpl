@@ -20,6 +20,14 @@ looks up a cluster calls first, so no template trips over a missing cluster befo
 {{- end -}}
 {{- end -}}
 {{- end -}}
+{{- range $i, $pool := $v.workerPools | default list -}}
+{{- if and $pool.route $pool.pool -}}
+{{- fail (printf "workerPools[%d]: a pool serves its route or joins the shared pool (pool: true), not both" $i) -}}
+{{- end -}}
+{{- if and (hasKey $pool "pool") (not $pool.pool) (not $pool.route) (gt (len ($v.routes | default list)) 1) -}}
+{{- fail (printf "workerPools[%d]: with %d routes a worker serves one (route: <id>) or joins the shared pool (leave pool unset or true)" $i (len $v.routes)) -}}
+{{- end -}}
+{{- end -}}
 {{- if and $v.workerPools $v.worker.autoscaling.enabled -}}
 {{- fail "worker.autoscaling.enabled: not supported with workerPools (set each pool's replicas instead)" -}}
 {{- end -}}
@@ -34,7 +42,11 @@ looks up a cluster calls first, so no template trips over a missing cluster befo
 {{- if eq $sourceAlias $targetAlias -}}
 {{- fail (printf "clusters.%s.alias: the source and target aliases are both %q; they must differ (the provenance header and loop prevention use them)" $v.targetCluster $targetAlias) -}}
 {{- end -}}
-{{- range $name := list $v.sourceCluster $v.targetCluster -}}
+{{- $used := list $v.sourceCluster $v.targetCluster -}}
+{{- range $route := $v.routes | default list -}}
+{{- $used = append (append $used $route.source) $route.destination -}}
+{{- end -}}
+{{- range $name := $used | uniq -}}
 {{- $c := index $v.clusters $name -}}
 {{- $where := printf "clusters.%s" $name -}}
 {{- $auth := $c.authentication | default dict -}}
