@@ -51,9 +51,22 @@ TP = tuple[str, int]
 # The producer, not the record, failed: the record is not written (or its transaction aborts),
 # so a new producer sends it again from the watermark. A fenced transactional producer reports
 # each record with an epoch error, not always with a fatal flag; that is not a poison record.
+# The producer's sequence state broke (a destination restart mid-transaction, then an abort
+# and a rewind): the broker refuses the *producer*, not the record.
 PRODUCER_GONE = frozenset({KafkaError._FATAL, KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
-                           KafkaError.INVALID_PRODUCER_EPOCH})
+                           KafkaError.INVALID_PRODUCER_EPOCH, KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                           KafkaError.UNKNOWN_PRODUCER_ID})
 RESEND = frozenset({KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT}) | PRODUCER_GONE
+
+
+def resend(err: KafkaError) -> bool:
+    """Whether a failed record is sent again (the producer failed) rather than named as refused (it did).
+
+    A fatal error is the producer's by definition, whatever code the record carries.
+    """
+    return err.code() in RESEND or err.fatal()
+
+
 LATENCY_SAMPLE_MASK = 63  # exact mode: observe the latency of one acknowledgement in 64
 EXACT_FOR_S = 300.0  # after an error on a run, report every record individually this long
 
@@ -114,7 +127,7 @@ class PartitionAcks(PartitionOffsets):
                 # watermark, with a callback per record, so a refused record is named exactly.
                 ledger.needs_rewind.add(self.tp)
                 ledger.note_error(err)
-                if err.code() not in RESEND:
+                if not resend(err):
                     ledger.go_exact(self, first, err.str())
             return
         in_flight = self.in_flight
@@ -144,7 +157,7 @@ class PartitionAcks(PartitionOffsets):
             if ledger is None:
                 return
             ledger.note_error(err)
-            if err.code() in RESEND:
+            if resend(err):
                 ledger.needs_rewind.add(self.tp)  # not written: send again from the watermark
             else:
                 ledger.on_failure(self, offset, err.str())

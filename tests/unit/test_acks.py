@@ -116,6 +116,23 @@ def test_a_fatal_error_in_a_report_asks_for_a_new_producer():
     assert ledger.producer_failed and ledger.needs_rewind == {("t", 0)} and acks.error is None
 
 
+@pytest.mark.parametrize("err", [
+    KafkaError(KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER, "out of order sequence number"),
+    KafkaError(KafkaError.UNKNOWN_PRODUCER_ID, "unknown producer id"),
+    KafkaError(KafkaError.MSG_SIZE_TOO_LARGE, "any code, but fatal", fatal=True),
+])
+def test_a_broken_producer_sequence_resends_the_record_and_never_stops_its_partition(err):
+    # Seen after a destination restart mid-transaction: an abort, a rewind, then the broker
+    # refused the producer's sequence; the old ledger named the record refused and stopped it
+    failures = []
+    ledger = AckLedger(on_failure=lambda acks, offset, reason: failures.append(offset))
+    acks = ledger.acquire(("t", 0), "t", position=0)
+    acks.sent_record(0, 1)
+    acks.report(0, 1, err, msg())
+    assert failures == [] and acks.error is None
+    assert ledger.needs_rewind == {("t", 0)} and ledger.producer_failed
+
+
 def test_destination_properties_cannot_void_the_producer_guarantees():
     check_producer_properties({"enable.idempotence": "true", "acks": "-1", "linger.ms": "5"})
     for name, value in (("enable.idempotence", "false"), ("enable.gapless.guarantee", False), ("acks", "1")):
