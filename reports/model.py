@@ -370,6 +370,8 @@ class Report:
     spark: dict[str, str]
     bucket_size: int
     topics: list[TopicReport] = field(default_factory=list)
+    route: str = ""  # the route verified (docs/routes.md); "default": a config without routes
+    forward: str = ""  # its forwarding policy, which decides which source records are expected
 
     @property
     def status(self) -> str:
@@ -386,6 +388,7 @@ class Report:
             "status": self.status,
             "mode": run_mode(t["mode"] for t in topics),
             "pipeline": self.pipeline,
+            **({"route": self.route, "forward": self.forward} if self.route else {}),
             "group": self.group,
             "clusters": self.clusters,
             "spark": self.spark,

@@ -30,6 +30,7 @@ final class DigestReader implements PartitionReader<InternalRow> {
     static final int SKIPPED = 2;
     static final int EXPIRED = 3;
     static final int OLD = 4;
+    static final int FOREIGN = 5;
     static final int UNREADABLE = 10;
     static final int OTHER_PARTITION = 11;
     static final int NO_SOURCE_PARTITION = 12;
@@ -173,9 +174,12 @@ final class DigestReader implements PartitionReader<InternalRow> {
         long o = r.offset();
         int p = chunk.partition();
         int cls;
-        byte[] urep = plan.skipOrigin == null ? null : RecordDigest.lastUrep(r.headers());
+        boolean rule = plan.skipOrigin != null || plan.keepOrigin != null;
+        byte[] urep = rule ? RecordDigest.lastUrep(r.headers()) : null;
+        boolean readable = urep != null && RecordDigest.valid(urep);
         long verifyTo = DigestSource.Plan.at(plan.verifyTo, p);
-        if (urep != null && RecordDigest.valid(urep) && RecordDigest.originIs(urep, plan.skipOrigin)) {
+        if (readable && (plan.keepOrigin != null ? !RecordDigest.originIs(urep, plan.keepOrigin)
+                                                 : RecordDigest.originIs(urep, plan.skipOrigin))) {
             cls = SKIPPED;
         } else if (verifyTo != DigestSource.Plan.ABSENT && o < verifyTo) {
             cls = VERIFIED;
@@ -196,7 +200,10 @@ final class DigestReader implements PartitionReader<InternalRow> {
         long so = valid ? RecordDigest.sourceOffset(urep) : 0L;
         long end = DigestSource.Plan.at(plan.end, dp);
         int cls;
-        if (!valid || so < 0) {
+        if (plan.hopSource != null && (valid ? RecordDigest.otherHop(urep, plan.hopSource)
+                                              : r.headers().lastHeader(RecordDigest.HEADER) == null)) {
+            cls = FOREIGN;
+        } else if (!valid || so < 0) {
             cls = UNREADABLE;
         } else if (RecordDigest.sourcePartition(urep) != dp) {
             cls = OTHER_PARTITION;
