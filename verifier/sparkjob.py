@@ -47,6 +47,7 @@ SKIPPED = 2  # source records from the destination cluster: loop prevention keep
 EXPIRED = 3  # destination copies of source offsets below the source's log start
 OLD = 4  # destination copies of source offsets an earlier run verified (incremental runs)
 FOREIGN = 5  # destination records a declared route did not write (produced there, or another route's copies)
+ORDER = 6  # digest reader only: one row per destination chunk, the order proof of its attributed copies
 UNREADABLE = 10  # destination records with no readable urep header; this and the next three are orphans
 OTHER_PARTITION = 11
 NO_SOURCE_PARTITION = 12
@@ -601,7 +602,11 @@ def _sql_bucket_rows(
 
 def _destination_buckets(result: BucketPass, rows: Iterable[Any]) -> None:
     deltas: dict[int, set[int]] = {}
+    chunks: dict[int, list[tuple[int, bool, int, int]]] = {}
     for r in rows:
+        if r.cls == ORDER:
+            chunks.setdefault(r.p, []).append((r.bucket, r.xor == 1, r.first, r.last))
+            continue
         result.destination_records += r.n
         if r.cls in ATTRIBUTED:
             deltas.setdefault(r.p, set()).update((r.delta_min, r.delta_max))
@@ -617,7 +622,7 @@ def _destination_buckets(result: BucketPass, rows: Iterable[Any]) -> None:
             result.orphans[r.p] = result.orphans.get(r.p, 0) + r.n
         elif r.cls == FOREIGN:
             result.foreign[r.p] = result.foreign.get(r.p, 0) + r.n
-    result.unordered = {p for p, found in deltas.items() if not _in_order(found)}
+    result.unordered = {p for p, found in deltas.items() if not _in_order(found) and not _ascending(chunks.get(p))}
 
 
 def _in_order(deltas: set[int]) -> bool:
@@ -629,6 +634,24 @@ def _in_order(deltas: set[int]) -> bool:
     replays, loop-prevented records, a real reordering) makes pass 2 order the first copies exactly.
     """
     return len(deltas) <= 1
+
+
+def _ascending(chunks: list[tuple[int, bool, int, int]] | None) -> bool:
+    """Whether the digest reader's per-chunk order rows prove the attributed copies in source order.
+
+    Each chunk says whether the source offsets of its attributed copies rise strictly in destination order;
+    chunks in destination order that each rise, and each start above the previous one's last, rise as a whole:
+    neither reordered nor duplicated, gaps or not (compaction, transactions, loop-skipped records). The
+    reader proves it while reading, so such a partition needs no pass-2 re-read of the destination.
+    """
+    if not chunks:
+        return False
+    previous = None
+    for _, rising, first, last in sorted(chunks):
+        if not rising or (previous is not None and first <= previous):
+            return False
+        previous = last
+    return True
 
 
 # --- pass 2: records ---------------------------------------------------------------------------
