@@ -176,11 +176,10 @@ def check_family(
     records = frames[0]
     for frame in frames[1:]:
         records = records.unionByName(frame)
-    records = records.persist()
-    try:
-        _judge(spark, family, records, bounds, committed, result)
-    finally:
-        records.unpersist()
+    # Checkpointed (in the executors' block managers): later steps join these tables several times, and
+    # re-deriving them each time would make Spark analyse a plan that doubles with every hop resolved.
+    records = records.localCheckpoint()
+    _judge(spark, family, records, bounds, committed, result)
     return result
 
 
@@ -214,63 +213,60 @@ def _judge(
         .withColumn("state", F.expr(
             "CASE WHEN es IS NULL THEN 'unexpected' WHEN start IS NULL THEN 'unresolved' "
             "WHEN so < start THEN 'expired' WHEN so >= stop THEN 'after_snapshot' ELSE 'ok' END"))
-        .persist()
+        .localCheckpoint()
     )
-    try:
-        for r in copies.groupBy("c", "state").count().collect():
-            counts = result["clusters"][r.c]
-            counts["copies"] += r["count"]
-            if r.state != "ok":
-                counts[r.state] += r["count"]
-        unexpected_rows = copies.filter(F.col("state") == "unexpected")
-        usable = copies.filter(F.col("state") == "ok")
-        direct = usable.filter(F.col("hc") == F.col("oc")).select(
-            "c", "t", "p", "o", F.col("oc").alias("origin"), F.col("oc").alias("kc"), F.col("ets").alias("kt"),
-            F.col("sp").alias("kp"), F.col("so").alias("ko"),
-        )
-        resolved = originals.unionByName(direct)
-        pending = usable.filter(F.col("hc") != F.col("oc")).select(
-            "c", "t", "p", "o", F.col("oc").alias("origin"), F.col("hc").alias("lc"), F.col("ets").alias("lt"),
-            F.col("sp").alias("lp"), F.col("so").alias("lo"),
-        )
-        for _ in range(len({c for c, _ in family.nodes})):  # one join per further hop (a loop resolves too)
-            lookup = resolved.select(F.col("c").alias("lc"), F.col("t").alias("lt"), F.col("p").alias("lp"),
-                                     F.col("o").alias("lo"), *key)
-            found = pending.join(lookup, ["lc", "lt", "lp", "lo"], "left")
-            resolved = resolved.unionByName(found.filter(F.col("kc").isNotNull()).select(
-                "c", "t", "p", "o", "origin", *key))
-            pending = found.filter(F.col("kc").isNull()).drop(*key)
-        resolved = resolved.persist()
-        for r in pending.groupBy("c").count().collect():  # relayed copies whose source record was not read
-            result["clusters"][r.c]["unresolved"] += r["count"]
-        for r in originals.groupBy("c").count().collect():
-            result["clusters"][r.c]["originals"] += r["count"]
-        actual = resolved.groupBy("c", "t", *key).agg(F.count(F.lit(1)).alias("n"))
-        expected = _expected(spark, family, resolved, committed)
-        joined = actual.join(expected, ["c", "t", *key], "full_outer").fillna(0, ["n", "low", "high"])
-        verdict = joined.withColumn("problem", F.expr(
-            "CASE WHEN n < low THEN 'missing' WHEN high = 0 AND n > 0 THEN 'unexpected' "
-            "WHEN n > high THEN 'duplicate' END")).filter(F.col("problem").isNotNull())
-        verdict = verdict.withColumn("extra", F.expr(
-            "CASE problem WHEN 'missing' THEN low - n WHEN 'duplicate' THEN n - high ELSE n END"))
-        for r in verdict.groupBy("c", "problem").agg(F.sum("extra").alias("n")).collect():
-            result["clusters"][r.c][r.problem] += int(r.n)
-        for r in verdict.orderBy("c", "problem", *key).limit(SAMPLES).collect():
-            result["samples"].append({
-                "cluster": r.c, "topic": r.t, "problem": r.problem, "origin": r.kc, "origin_topic": r.kt,
-                "partition": r.kp, "offset": r.ko, "copies": int(r.n), "expected_at_least": int(r.low),
-                "expected_at_most": int(r.high),
-            })
-        for r in unexpected_rows.orderBy("c", "p", "o").limit(SAMPLES).collect():
-            result["samples"].append({
-                "cluster": r.c, "topic": r.t, "problem": "unexpected", "origin": r.oc, "partition": r.p,
-                "offset": r.o, "note": f"no route from {r.hc} writes {r.c}/{r.t}",
-            })
-        for r in records.groupBy("c").count().collect():
-            result["clusters"][r.c]["records"] += r["count"]
-        resolved.unpersist()
-    finally:
-        copies.unpersist()
+    for r in copies.groupBy("c", "state").count().collect():
+        counts = result["clusters"][r.c]
+        counts["copies"] += r["count"]
+        if r.state != "ok":
+            counts[r.state] += r["count"]
+    unexpected_rows = copies.filter(F.col("state") == "unexpected")
+    usable = copies.filter(F.col("state") == "ok")
+    direct = usable.filter(F.col("hc") == F.col("oc")).select(
+        "c", "t", "p", "o", F.col("oc").alias("origin"), F.col("oc").alias("kc"), F.col("ets").alias("kt"),
+        F.col("sp").alias("kp"), F.col("so").alias("ko"),
+    )
+    resolved = originals.unionByName(direct).localCheckpoint()
+    pending = usable.filter(F.col("hc") != F.col("oc")).select(
+        "c", "t", "p", "o", F.col("oc").alias("origin"), F.col("hc").alias("lc"), F.col("ets").alias("lt"),
+        F.col("sp").alias("lp"), F.col("so").alias("lo"),
+    )
+    for _ in range(len({c for c, _ in family.nodes})):  # one join per further hop (a loop resolves too)
+        if pending.isEmpty():
+            break
+        lookup = resolved.select(F.col("c").alias("lc"), F.col("t").alias("lt"), F.col("p").alias("lp"),
+                                 F.col("o").alias("lo"), *key)
+        found = pending.join(lookup, ["lc", "lt", "lp", "lo"], "left")
+        resolved = resolved.unionByName(found.filter(F.col("kc").isNotNull()).select(
+            "c", "t", "p", "o", "origin", *key)).localCheckpoint()
+        pending = found.filter(F.col("kc").isNull()).drop(*key).localCheckpoint()
+    for r in pending.groupBy("c").count().collect():  # relayed copies whose source record was not read
+        result["clusters"][r.c]["unresolved"] += r["count"]
+    for r in originals.groupBy("c").count().collect():
+        result["clusters"][r.c]["originals"] += r["count"]
+    actual = resolved.groupBy("c", "t", *key).agg(F.count(F.lit(1)).alias("n"))
+    expected = _expected(spark, family, resolved, committed)
+    joined = actual.join(expected, ["c", "t", *key], "full_outer").fillna(0, ["n", "low", "high"])
+    verdict = joined.withColumn("problem", F.expr(
+        "CASE WHEN n < low THEN 'missing' WHEN high = 0 AND n > 0 THEN 'unexpected' "
+        "WHEN n > high THEN 'duplicate' END")).filter(F.col("problem").isNotNull())
+    verdict = verdict.withColumn("extra", F.expr(
+        "CASE problem WHEN 'missing' THEN low - n WHEN 'duplicate' THEN n - high ELSE n END")).localCheckpoint()
+    for r in verdict.groupBy("c", "problem").agg(F.sum("extra").alias("n")).collect():
+        result["clusters"][r.c][r.problem] += int(r.n)
+    for r in verdict.orderBy("c", "problem", *key).limit(SAMPLES).collect():
+        result["samples"].append({
+            "cluster": r.c, "topic": r.t, "problem": r.problem, "origin": r.kc, "origin_topic": r.kt,
+            "partition": r.kp, "offset": r.ko, "copies": int(r.n), "expected_at_least": int(r.low),
+            "expected_at_most": int(r.high),
+        })
+    for r in unexpected_rows.orderBy("c", "p", "o").limit(SAMPLES).collect():
+        result["samples"].append({
+            "cluster": r.c, "topic": r.t, "problem": "unexpected", "origin": r.oc, "partition": r.p,
+            "offset": r.o, "note": f"no route from {r.hc} writes {r.c}/{r.t}",
+        })
+    for r in records.groupBy("c").count().collect():
+        result["clusters"][r.c]["records"] += r["count"]
 
 
 def _expected(spark: Any, family: Family, resolved: Any, committed: Mapping[Edge, Mapping[int, int | None]]) -> Any:
