@@ -265,8 +265,8 @@ def _judge(
             "cluster": r.c, "topic": r.t, "problem": "unexpected", "origin": r.oc, "partition": r.p,
             "offset": r.o, "note": f"no route from {r.hc} writes {r.c}/{r.t}",
         })
-    for r in records.groupBy("c").count().collect():
-        result["clusters"][r.c]["records"] += r["count"]
+    for counts in result["clusters"].values():
+        counts["records"] = counts["originals"] + counts["copies"]
 
 
 def _expected(spark: Any, family: Family, resolved: Any, committed: Mapping[Edge, Mapping[int, int | None]]) -> Any:
