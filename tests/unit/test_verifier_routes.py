@@ -37,6 +37,8 @@ def test_the_implicit_route_keeps_todays_paths_and_a_declared_route_its_own_dire
     assert view.route_id in ("", config_module.IMPLICIT_ROUTE)
     assert cli.route_output(Path("out"), view.route_id) == Path("out")
     assert route_rule(view).forward == "transit" and not route_rule(view).attribute
+    # (a declared route "default", which takes over the implicit route's state, keeps its reports too)
+    assert cli.route_output(Path("out"), config_module.IMPLICIT_ROUTE) == Path("out")
     # and a declared route reports under its id, with its own policy and destination attribution
     assert cli.route_output(Path("out"), "c1-c2") == Path("out/c1-c2")
     declared = _config([{"id": "c1-c2", "source": "c1", "destination": "c2"}])
