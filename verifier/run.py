@@ -188,7 +188,8 @@ def route_id(config: Config) -> str:
 def route_rule(config: Config) -> RouteRule:
     """The route's forwarding policy, and whether its destination records need attributing (declared routes:
     the destination topic may also hold records produced there or copied by other routes)."""
-    return RouteRule(config.source.alias, config.destination.alias, config.forward, config.declared_routes)
+    declared = config.declared_routes or route_id(config) != IMPLICIT_ROUTE  # or a route added through the API
+    return RouteRule(config.source.alias, config.destination.alias, config.forward, declared)
 
 
 def _load_checkpoint(
