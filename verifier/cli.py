@@ -253,10 +253,9 @@ def routes_to_verify(args: argparse.Namespace, config: config_module.Config) -> 
             raise ConfigError("--all-routes", "--checkpoint and --group name one route's; each route keeps its "
                                               "own (OUTPUT/<route id>/checkpoint.json, its own group)")
         views = [config_module.route_view(config, r.id) for r in config.routes]
-        if config.declared_routes:
-            known = {r.id for r in config.routes}
-            for route_id in sorted(set(_registered_routes(config, args.timeout)) - known):
-                views.append(zk.route_config(config, route_id, args.timeout))
+        known = {r.id for r in config.routes}
+        for route_id in sorted(set(_registered_routes(config, args.timeout)) - known):
+            views.append(zk.route_config(config, route_id, args.timeout))
         return views
     if args.route:
         try:

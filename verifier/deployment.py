@@ -307,10 +307,9 @@ def deployment_edges(config: Config, timeout_s: float) -> tuple[list[Edge], list
     views = [config_module.route_view(config, r.id) for r in config.routes]
     client = zk.connect(config, timeout_s, read_only=True)
     try:
-        if config.declared_routes:
-            known = {r.id for r in config.routes}
-            for route_id in sorted(set(zk.read_routes(client, Paths(config.pipeline_root))) - known):
-                views.append(zk.route_config(config, route_id, timeout_s))
+        known = {r.id for r in config.routes}
+        for route_id in sorted(set(zk.read_routes(client, Paths(config.pipeline_root))) - known):
+            views.append(zk.route_config(config, route_id, timeout_s))
         edges = []
         for view in views:
             try:
