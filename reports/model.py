@@ -18,8 +18,9 @@ PENDING    source record at or above the watermark (not verified yet)   source
 EXPIRED    destination record whose source offset is below log start    source
 COMPACTED  record one side no longer holds while it holds a later       source
            record with the same key (compacted topics only)
-SKIPPED    source record that came from the destination cluster (its    source
-           urep origin): loop prevention does not mirror it back
+SKIPPED    source record the route's forwarding policy does not copy    source
+           (transit: its urep origin is the destination; origin: its
+           urep origin is another cluster than the source)
 ========== ============================================================ ==========
 
 A partition FAILs on MISSING, CORRUPTED, ORPHAN or REORDERED; duplicates
@@ -370,6 +371,8 @@ class Report:
     spark: dict[str, str]
     bucket_size: int
     topics: list[TopicReport] = field(default_factory=list)
+    route: str = ""  # the route verified (docs/routes.md); "default": a config without routes
+    forward: str = ""  # its forwarding policy, which decides which source records are expected
 
     @property
     def status(self) -> str:
@@ -386,6 +389,7 @@ class Report:
             "status": self.status,
             "mode": run_mode(t["mode"] for t in topics),
             "pipeline": self.pipeline,
+            **({"route": self.route, "forward": self.forward} if self.route else {}),
             "group": self.group,
             "clusters": self.clusters,
             "spark": self.spark,

@@ -5,6 +5,13 @@ reason is on stderr: config, ZooKeeper or a cluster unreachable, Spark or its
 Kafka connector missing, a topic that does not exist). Progress goes to
 stderr, a one-line verdict per run to stdout, reports to ``--output``.
 
+One run verifies one route (``--route``; ``--all-routes`` each in turn). The
+implicit route of a config without ``routes`` (``default``) keeps its reports
+and checkpoint in ``--output`` itself, as before routes; a declared route keeps
+them in ``--output/<route id>/`` (what the controller serves for
+``/routes/<id>/verification``). ``--deployment`` runs the deployment-level
+check instead (verifier/deployment.py).
+
 Wiring into another argparse tree (``ureplicator verify``)::
 
     verify = subparsers.add_parser("verify", help=...)
@@ -27,7 +34,7 @@ from typing import Any
 
 from common import config as config_module
 from common import logs
-from common.errors import UReplicatorError
+from common.errors import ConfigError, UReplicatorError
 from reports import model
 from reports.store import ReportStore, error_entry
 from verifier import checkpoint, kafka_options
@@ -82,6 +89,16 @@ def _positive(text: str) -> int:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", "-c", help="pipeline YAML config (UREPLICATOR_* variables override it)")
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--route", "-r", default="", metavar="ID",
+                       help="the route to verify (default: the deployment's only route); its reports and "
+                       "checkpoint go to OUTPUT/ID/ (the implicit route of a config without routes: OUTPUT)")
+    which.add_argument("--all-routes", action="store_true",
+                       help="verify every route (the config's and those added through the REST API), one after "
+                       "another; the exit status is the worst route's")
+    which.add_argument("--deployment", action="store_true",
+                       help="check the whole deployment instead: every origin record exactly once on every "
+                       "cluster its routes should bring it to, and nowhere else (docs/verification.md)")
     parser.add_argument(
         "--topic", "-t", action="append", default=[], metavar="TOPIC[=DESTINATION]",
         help="topic to verify (repeatable); default every topic the pipeline mirrors (from ZooKeeper). "
@@ -222,7 +239,80 @@ class _SessionCache:
         return self.spark
 
 
+def route_output(output: Path, route_id: str) -> Path:
+    """Where a route's reports and checkpoint live: OUTPUT for the implicit route, OUTPUT/<id> for another."""
+    return output if route_id in ("", config_module.IMPLICIT_ROUTE) else output / route_id
+
+
+def routes_to_verify(args: argparse.Namespace, config: config_module.Config) -> list[config_module.Config]:
+    """The route views this run verifies: ``--route``, every route with ``--all-routes``, else the only one."""
+    from common import zk
+
+    if args.all_routes:
+        if args.checkpoint is not None or args.group is not None:
+            raise ConfigError("--all-routes", "--checkpoint and --group name one route's; each route keeps its "
+                                              "own (OUTPUT/<route id>/checkpoint.json, its own group)")
+        views = [config_module.route_view(config, r.id) for r in config.routes]
+        known = {r.id for r in config.routes}
+        for route_id in sorted(set(_registered_routes(config, args.timeout)) - known):
+            views.append(zk.route_config(config, route_id, args.timeout))
+        return views
+    if args.route:
+        try:
+            return [zk.route_config(config, args.route, args.timeout)]
+        except ConfigError as exc:
+            ids = ", ".join(r.id for r in config.routes)
+            raise ConfigError("--route", f"{exc.reason} (the config's routes: {ids})") from None
+    if len(config.routes) > 1:
+        ids = ", ".join(r.id for r in config.routes)
+        raise ConfigError("--route", f"this deployment has {len(config.routes)} routes ({ids}): name one with "
+                                     "--route ID, or verify each with --all-routes")
+    return [config]
+
+
+def _registered_routes(config: config_module.Config, timeout_s: float) -> list[str]:
+    """Route ids in the deployment's registry (routes added through ``POST /routes``)."""
+    from common import zk
+    from common.zkschema import Paths
+
+    client = zk.connect(config, timeout_s, read_only=True)
+    try:
+        return sorted(zk.read_routes(client, Paths(config.pipeline_root)))
+    finally:
+        client.stop()
+        client.close()
+
+
 def run_once(args: argparse.Namespace, spark: Callable[[], Any]) -> int:
+    """One run: the deployment check, or each chosen route in turn; the worst exit status."""
+    from verifier.run import iso, new_run_id
+
+    if getattr(args, "deployment", False):
+        from verifier import deployment
+
+        return deployment.run(args, spark)
+    started = datetime.now(timezone.utc)
+    if isinstance(spark, _SessionCache):
+        spark.prefetch()
+    config = None
+    try:
+        config = config_module.load(args.config)
+        logs.register_secrets(config_module.secret_values(config))
+        views = routes_to_verify(args, config)
+    except (UReplicatorError, OSError) as exc:
+        print(f"ureplicator verify: {exc}", file=sys.stderr, flush=True)
+        if config is None or not config.declared_routes:  # a declared route's failure is not the implicit one's
+            try:
+                ReportStore(args.output).append(error_entry(new_run_id(started), iso(started),
+                                                            iso(datetime.now(timezone.utc)), 0.0, str(exc)))
+            except OSError:
+                pass  # the reports directory itself is the problem; stderr has the reason
+        return 2
+    statuses = [_run_route(args, spark, view, len(views) > 1) for view in views]
+    return max(statuses, default=0)
+
+
+def _run_route(args: argparse.Namespace, spark: Callable[[], Any], config: config_module.Config, named: bool) -> int:
     # Imported here so that building the argument parser (``ureplicator --help``) stays cheap.
     from confluent_kafka import KafkaException
 
@@ -232,12 +322,14 @@ def run_once(args: argparse.Namespace, spark: Callable[[], Any]) -> int:
 
     started = datetime.now(timezone.utc)
     clock = time.monotonic()
-    store = ReportStore(args.output)
-    if isinstance(spark, _SessionCache):
-        spark.prefetch()
+    route_id = runner.route_id(config)
+    output = route_output(args.output, route_id)
+    store = ReportStore(output)
+    prefix = f"route {route_id}: " if named else ""
+    if named:
+        stderr_progress(f"route {route_id} ({config.source.alias} -> {config.destination.alias}, "
+                        f"forward {config.forward}), reports in {output}")
     try:
-        config = config_module.load(args.config)
-        logs.register_secrets(config_module.secret_values(config))
         extra: dict[str, dict[str, str]] = {"source": {}, "destination": {}}
         for item in args.kafka_option:
             side, key, value = kafka_options.parse_option(item)
@@ -253,7 +345,7 @@ def run_once(args: argparse.Namespace, spark: Callable[[], Any]) -> int:
         clusters.check_reachable()
         group = args.group or config.consumer_group
         incremental = runner.Incremental(
-            args.checkpoint or args.output / checkpoint.FILE_NAME, full=args.full, full_every_s=args.full_every
+            args.checkpoint or output / checkpoint.FILE_NAME, full=args.full, full_every_s=args.full_every
         )
         with checkpoint.CheckpointFile(incremental.path).exclusive():
             report = runner.verify(
@@ -264,7 +356,7 @@ def run_once(args: argparse.Namespace, spark: Callable[[], Any]) -> int:
     except (UReplicatorError, OSError, KafkaException) as exc:
         # KafkaException: librdkafka refused a client property of the config.
         reason = str(exc.args[0]) if isinstance(exc, KafkaException) and exc.args else str(exc)
-        print(f"ureplicator verify: {reason}", file=sys.stderr, flush=True)
+        print(f"ureplicator verify: {prefix}{reason}", file=sys.stderr, flush=True)
         try:
             store.append(error_entry(new_run_id(started), iso(started), iso(datetime.now(timezone.utc)),
                                      time.monotonic() - clock, reason))
@@ -273,7 +365,8 @@ def run_once(args: argparse.Namespace, spark: Callable[[], Any]) -> int:
         return 2
     totals = document["totals"]
     print(
-        f"{document['status']}: {totals['verified_records']:,} records verified in {totals['topics']} topic(s), "
+        f"{prefix}{document['status']}: {totals['verified_records']:,} records verified in "
+        f"{totals['topics']} topic(s), "
         f"{sum(totals['partitions'].values())} partition(s) ({totals['partitions']['FAIL']} FAIL, "
         f"{totals['partitions']['WARN']} WARN) in {document['duration_s']:.1f}s; report {path}",
         flush=True,

@@ -19,9 +19,12 @@ import logging
 import os
 import sys
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from verifier.watermarks import TopicSnapshot
+
+if TYPE_CHECKING:
+    from verifier.sparkjob import RouteRule
 
 FORMAT = "io.ureplicator.digest.DigestSource"
 READER_ENV = "UREPLICATOR_VERIFIER_READER"
@@ -92,7 +95,7 @@ def bucket_rows(
     ranges: Mapping[int, tuple[int, int]],
     snap: TopicSnapshot,
     bucket_size: int,
-    skip_origin: str = "",
+    rule: RouteRule | None = None,
     tuning: Mapping[str, str] | None = None,
 ) -> Any:
     """Pass-1 rows (p, cls, bucket, n, high, low, xor, first, last, first_do, delta_min, delta_max) of one side."""
@@ -110,8 +113,13 @@ def bucket_rows(
         .option("kafka.bootstrap.servers", side.bootstrap_servers)
     )
     if which == "source":
-        reader = reader.option("skip.origin", skip_origin.encode().hex())
+        if rule is not None and rule.forward == "origin":
+            reader = reader.option("keep.origin", rule.source.encode().hex())
+        elif rule is not None:
+            reader = reader.option("skip.origin", rule.destination.encode().hex())
     else:
+        if rule is not None and rule.attribute:
+            reader = reader.option("hop.source", rule.source.encode().hex())
         reader = (
             reader.option("verify.from", _listed({p: w.verify_from for p, w in parts.items()}))
             .option("log.start", _listed({p: w.log_start for p, w in parts.items()}))

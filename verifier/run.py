@@ -17,14 +17,14 @@ from typing import Any
 from kazoo.exceptions import NoNodeError
 
 from common import zk
-from common.config import ClusterConfig, Config
+from common.config import IMPLICIT_ROUTE, ClusterConfig, Config
 from common.errors import UReplicatorError
 from common.zkschema import Paths
 from reports import model
 from reports.model import CategoryResult, PartitionReport, Report, TopicReport, Watermarks
 from verifier import checkpoint, digest, kafka_options, sparkjob
 from verifier.checkpoint import Checkpoint, CheckpointFile, Decision, TopicIdentity
-from verifier.sparkjob import BucketPass, ClassAggregate, KafkaSide, RecordPlan, SparkUnavailable
+from verifier.sparkjob import BucketPass, ClassAggregate, KafkaSide, RecordPlan, RouteRule, SparkUnavailable
 from verifier.watermarks import Clusters, TopicMissing, TopicSnapshot
 
 Progress = Callable[[str], None]
@@ -143,10 +143,11 @@ def verify(
     run_id = new_run_id(started)
     stored, unusable = _load_checkpoint(incremental, config, group, progress)
     saving = threading.Lock()
+    rule = route_rule(config)
 
     def one(index: int, target: Target) -> TopicReport:
         label = f"[{index}/{len(targets)}] {target.topic}"
-        job = _TopicJob(clusters, sides, target, group, bucket_size, label, progress)
+        job = _TopicJob(clusters, sides, target, group, bucket_size, label, progress, rule)
         if incremental is not None:
             job.checkpointed = _Checkpointed(stored, incremental, unusable, started, saving)
         return job.run(spark)
@@ -162,6 +163,8 @@ def verify(
         finished_at=iso(finished),
         duration_s=time.monotonic() - clock,
         pipeline=config.pipeline,
+        route=route_id(config),
+        forward=config.forward,
         group=group,
         clusters={
             "source": {"alias": config.source.alias, "bootstrap_servers": config.source.bootstrap_servers},
@@ -175,6 +178,18 @@ def verify(
         bucket_size=bucket_size,
         topics=topics,
     )
+
+
+def route_id(config: Config) -> str:
+    """The id of the route ``config`` is the view of (``default`` for a config without routes)."""
+    return config.route_id or IMPLICIT_ROUTE
+
+
+def route_rule(config: Config) -> RouteRule:
+    """The route's forwarding policy, and whether its destination records need attributing (declared routes:
+    the destination topic may also hold records produced there or copied by other routes)."""
+    declared = config.declared_routes or route_id(config) != IMPLICIT_ROUTE  # or a route added through the API
+    return RouteRule(config.source.alias, config.destination.alias, config.forward, declared)
 
 
 def _load_checkpoint(
@@ -243,6 +258,7 @@ class _TopicJob:
     bucket_size: int
     label: str
     progress: Progress
+    rule: RouteRule | None = None
     checkpointed: _Checkpointed | None = None
 
     def run(self, spark: Any) -> TopicReport:
@@ -304,7 +320,7 @@ def _passes(spark: Any, job: _TopicJob, report: TopicReport) -> None:
         if only is not None:
             snap = snap.only(only)
         _announce(snap, label, progress, decision if attempt == 1 else None)
-        buckets = sparkjob.bucket_pass(spark, sides[0], sides[1], snap, bucket_size)
+        buckets = sparkjob.bucket_pass(spark, sides[0], sides[1], snap, bucket_size, job.rule)
         plan = RecordPlan(
             mismatched=model.mismatched_buckets(buckets.source, buckets.destination),
             ordering=buckets.unordered,
@@ -318,7 +334,7 @@ def _passes(spark: Any, job: _TopicJob, report: TopicReport) -> None:
                 f"out of order, {len(plan.orphans)} with orphans: checking those records "
                 f"({time.monotonic() - clock:.1f}s)"
             )
-            findings = sparkjob.record_pass(spark, sides[0], sides[1], snap, bucket_size, plan)
+            findings = sparkjob.record_pass(spark, sides[0], sides[1], snap, bucket_size, plan, job.rule)
         reports.update({r.partition: r for r in _partition_reports(snap, buckets, plan, findings, group)})
         seen.update(snap.partitions)
         first_unverified = {p: o for p, o in first_unverified.items() if p not in snap.destination_ranges()}
@@ -445,6 +461,9 @@ def _partition_reports(
     keys = set(buckets.source) | set(buckets.destination)
     mismatched = set(plan.mismatched)
     for p, report in reports.items():
+        if buckets.foreign.get(p):
+            report.notes.append(f"{buckets.foreign[p]} destination record(s) not written by this route (produced "
+                                "on the destination, or copied by another route): not this route's to verify")
         report.verified_records = buckets.verified.get(p, 0)
         report.buckets = sum(1 for k in keys if k[0] == p)
         report.buckets_mismatched = sum(1 for k in mismatched if k[0] == p)

@@ -46,6 +46,8 @@ PENDING = 1  # at or above it: not committed by the replicator yet
 SKIPPED = 2  # source records from the destination cluster: loop prevention keeps them there
 EXPIRED = 3  # destination copies of source offsets below the source's log start
 OLD = 4  # destination copies of source offsets an earlier run verified (incremental runs)
+FOREIGN = 5  # destination records a declared route did not write (produced there, or another route's copies)
+ORDER = 6  # digest reader only: one row per destination chunk, the order proof of its attributed copies
 UNREADABLE = 10  # destination records with no readable urep header; this and the next three are orphans
 OTHER_PARTITION = 11
 NO_SOURCE_PARTITION = 12
@@ -215,6 +217,57 @@ def _int_map(values: Mapping[int, int]) -> str:
     return f"map({pairs})"
 
 
+# --- the route's rule ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RouteRule:
+    """Which source records the route copies and which destination records are its own.
+
+    ``forward`` is the worker's policy (worker/forwarding.py): under ``transit`` a source record whose
+    readable ``urep`` origin is the destination is not copied; under ``origin`` one whose readable origin
+    is not the source. Those are SKIPPED. ``attribute`` (declared routes): the destination topic may hold
+    records this route did not write (produced on the destination, or copied by another route into an
+    identity-named topic); a record with no ``urep`` header or a version 2 ``urep`` naming another hop
+    source is FOREIGN, neither verified nor an orphan. The implicit route keeps today's rule: every
+    destination record is the route's.
+    """
+
+    source: str
+    destination: str
+    forward: str = "transit"
+    attribute: bool = False
+
+    def skipped_sql(self) -> str:
+        """SQL: whether a source record (``_urep`` = its last urep value) is one the route does not copy."""
+        if self.forward == "origin":
+            if not self.source:
+                return "false"
+            return f"coalesce({_UREP_VALID} AND NOT {_origin_is(self.source)}, false)"
+        if not self.destination:
+            return "false"
+        return f"coalesce({_UREP_VALID} AND {_origin_is(self.destination)}, false)"
+
+    def skipped_note(self) -> str:
+        if self.forward == "origin":
+            return (f"the source record did not originate on {self.source} and the route forwards origin only: "
+                    "it should not have been copied")
+        return f"the source record came from {self.destination}: loop prevention should have kept it there"
+
+
+def _other_hop(source: str) -> str:
+    """SQL: whether a valid urep is a version 2 value naming another hop source than ``source``."""
+    raw = source.encode()
+    at = f"15 + {_ORIGIN_LENGTH}"
+    return (f"(substr(_urep, 1, 1) = X'02' AND NOT (substr(_urep, {at}, 1) = X'{len(raw):02X}' "
+            f"AND substr(_urep, {at} + 1, {len(raw)}) = X'{raw.hex()}'))")
+
+
+def default_rule(source: KafkaSide, destination: KafkaSide) -> RouteRule:
+    """Today's single pipeline: transit, every destination record the route's."""
+    return RouteRule(source.alias, destination.alias)
+
+
 # --- reading -----------------------------------------------------------------------------------
 
 
@@ -331,18 +384,15 @@ def _source_records(
     side: KafkaSide,
     snap: TopicSnapshot,
     ranges: Mapping[int, tuple[int, int]] | Iterable[tuple[int, int, int]],
-    skip_origin: str,
+    rule: RouteRule,
     with_key: bool = False,
 ) -> Any:
-    """(p, o, h, cls[, k]): content hash per source record; SKIPPED when it came from ``skip_origin``,
-    else VERIFIED in the partition's verified range and PENDING above it."""
+    """(p, o, h, cls[, k]): content hash per source record; SKIPPED when the route does not copy it
+    (``rule``), else VERIFIED in the partition's verified range and PENDING above it."""
     from pyspark.sql import functions as F
 
     verify_to = {p: w.verify_to for p, w in snap.partitions.items()}
-    if skip_origin:
-        looped = f"coalesce({_UREP_VALID} AND {_origin_is(skip_origin)}, false)"
-    else:
-        looped = "false"
+    looped = rule.skipped_sql()
     return (
         _with_header_columns(read(spark, side, snap.topic, ranges), _LAST_UREP)
         .select(
@@ -359,7 +409,12 @@ def _source_records(
 
 
 def _destination_records(
-    spark: Any, side: KafkaSide, snap: TopicSnapshot, partitions: Iterable[int] | None = None, with_key: bool = False
+    spark: Any,
+    side: KafkaSide,
+    snap: TopicSnapshot,
+    partitions: Iterable[int] | None = None,
+    with_key: bool = False,
+    rule: RouteRule | None = None,
 ) -> Any:
     """(dp, do, sp, so, dh, cls[, k]): each destination record, its provenance and its class."""
     from pyspark.sql import functions as F
@@ -377,8 +432,11 @@ def _destination_records(
         f"CASE WHEN substr(_urep, 10, 4) = try_element_at({own}, partition + 1) THEN CAST(partition AS BIGINT) "
         f"ELSE {_UREP_PARTITION} END"
     )
+    foreign = ""
+    if rule is not None and rule.attribute:
+        foreign = (f"WHEN (_valid AND {_other_hop(rule.source)}) OR (NOT _valid AND _upos = 0) THEN {FOREIGN} ")
     cls = (
-        f"CASE WHEN NOT _valid OR so < 0 THEN {UNREADABLE} "
+        f"CASE {foreign}WHEN NOT _valid OR so < 0 THEN {UNREADABLE} "
         f"WHEN sp <> dp THEN {OTHER_PARTITION} "
         f"WHEN {end} IS NULL THEN {NO_SOURCE_PARTITION} "
         f"WHEN so >= {end} THEN {BEYOND_END} "
@@ -396,11 +454,12 @@ def _destination_records(
             F.expr(f"CASE WHEN {_UREP_VALID} THEN {_UREP_OFFSET} END").alias("so"),
             F.expr(CONTENT_HASH).alias("dh"),
             F.expr(_UREP_VALID).alias("_valid"),
+            *([F.expr(_other_hop(rule.source)).alias("_other"), F.col("_upos")] if foreign else []),
             *([F.col("key").alias("k")] if with_key else []),
         )
         .withColumn("sp", F.expr("CASE WHEN _spu >= 2147483648 THEN _spu - 4294967296 ELSE _spu END"))
-        .withColumn("cls", F.expr(cls))
-        .drop("_spu", "_valid")
+        .withColumn("cls", F.expr(cls.replace(_other_hop(rule.source), "_other") if foreign else cls))
+        .drop("_spu", "_valid", "_other", "_upos")
     )
 
 
@@ -448,6 +507,7 @@ class BucketPass:
     expired: dict[int, list[ClassAggregate]] = field(default_factory=dict)  # destination records < L
     skipped: dict[int, list[ClassAggregate]] = field(default_factory=dict)  # source records from the destination
     orphans: dict[int, int] = field(default_factory=dict)  # destination records of orphan classes
+    foreign: dict[int, int] = field(default_factory=dict)  # destination records another writer wrote (RouteRule)
     # Copies of source offsets an earlier run verified (incremental runs): their buckets.
     old: dict[BucketKey, int] = field(default_factory=dict)
     # Partitions whose attributed copies are not provably in source order (see _in_order).
@@ -461,10 +521,16 @@ class BucketPass:
 
 
 def bucket_pass(
-    spark: Any, source: KafkaSide, destination: KafkaSide, snap: TopicSnapshot, bucket_size: int
+    spark: Any,
+    source: KafkaSide,
+    destination: KafkaSide,
+    snap: TopicSnapshot,
+    bucket_size: int,
+    rule: RouteRule | None = None,
 ) -> BucketPass:
     """Per side, one aggregate per (partition, class, bucket): from the digest reader when this session has
     it (verifier/digest.py), else with SQL over Spark's Kafka source. Both give the same rows."""
+    rule = rule or default_rule(source, destination)
     result = BucketPass()
     src_ranges = {p: (min(w.verify_from, w.end), w.end) for p, w in snap.partitions.items()}
     if digest.available(spark):
@@ -472,17 +538,17 @@ def bucket_pass(
 
         # Both sides in one Spark job: one round of scheduling and one collect per topic.
         src = digest.bucket_rows(
-            spark, source, snap.topic, "source", src_ranges, snap, bucket_size, destination.alias, READ_TUNING
+            spark, source, snap.topic, "source", src_ranges, snap, bucket_size, rule, READ_TUNING
         ).withColumn("side", F.lit(0))
         dst = digest.bucket_rows(
             spark, destination, snap.destination, "destination", snap.destination_ranges(), snap, bucket_size,
-            tuning=READ_TUNING,
+            rule, READ_TUNING,
         ).withColumn("side", F.lit(1))
         rows = src.unionByName(dst).collect()
         src_rows = [r for r in rows if r.side == 0]
         dst_rows = [r for r in rows if r.side == 1]
     else:
-        src_rows, dst_rows = _sql_bucket_rows(spark, source, destination, snap, bucket_size, src_ranges)
+        src_rows, dst_rows = _sql_bucket_rows(spark, source, destination, snap, bucket_size, src_ranges, rule)
     for r in src_rows:
         result.source_records += r.n
         if r.cls == VERIFIED:
@@ -502,11 +568,12 @@ def _sql_bucket_rows(
     snap: TopicSnapshot,
     bucket_size: int,
     src_ranges: Mapping[int, tuple[int, int]],
+    rule: RouteRule,
 ) -> tuple[list[Any], list[Any]]:
     """Pass 1 in SQL over Spark's Kafka source: the digest reader's rows, one record at a time."""
     from pyspark.sql import functions as F
 
-    src = _source_records(spark, source, snap, src_ranges, destination.alias).withColumn(
+    src = _source_records(spark, source, snap, src_ranges, rule).withColumn(
         "bh", F.expr("xxhash64(h, o)")
     )
     src_rows = (
@@ -516,7 +583,7 @@ def _sql_bucket_rows(
     )
     attributed = F.col("cls").isin(*ATTRIBUTED)
     dst = (
-        _destination_records(spark, destination, snap)
+        _destination_records(spark, destination, snap, rule=rule)
         .withColumn("bucket", F.when(F.col("cls").isin(VERIFIED, OLD), F.expr(f"so div {bucket_size}"))
                     .otherwise(F.lit(-1)))
         .withColumn("bh", F.expr("xxhash64(dh, so)"))
@@ -535,7 +602,11 @@ def _sql_bucket_rows(
 
 def _destination_buckets(result: BucketPass, rows: Iterable[Any]) -> None:
     deltas: dict[int, set[int]] = {}
+    chunks: dict[int, list[tuple[int, bool, int, int]]] = {}
     for r in rows:
+        if r.cls == ORDER:
+            chunks.setdefault(r.p, []).append((r.bucket, r.xor == 1, r.first, r.last))
+            continue
         result.destination_records += r.n
         if r.cls in ATTRIBUTED:
             deltas.setdefault(r.p, set()).update((r.delta_min, r.delta_max))
@@ -549,7 +620,9 @@ def _destination_buckets(result: BucketPass, rows: Iterable[Any]) -> None:
             result.expired.setdefault(r.p, []).append(ClassAggregate(r.n, r.first, r.last))
         elif r.cls in ORPHAN_CLASSES:
             result.orphans[r.p] = result.orphans.get(r.p, 0) + r.n
-    result.unordered = {p for p, found in deltas.items() if not _in_order(found)}
+        elif r.cls == FOREIGN:
+            result.foreign[r.p] = result.foreign.get(r.p, 0) + r.n
+    result.unordered = {p for p, found in deltas.items() if not _in_order(found) and not _ascending(chunks.get(p))}
 
 
 def _in_order(deltas: set[int]) -> bool:
@@ -561,6 +634,24 @@ def _in_order(deltas: set[int]) -> bool:
     replays, loop-prevented records, a real reordering) makes pass 2 order the first copies exactly.
     """
     return len(deltas) <= 1
+
+
+def _ascending(chunks: list[tuple[int, bool, int, int]] | None) -> bool:
+    """Whether the digest reader's per-chunk order rows prove the attributed copies in source order.
+
+    Each chunk says whether the source offsets of its attributed copies rise strictly in destination order;
+    chunks in destination order that each rise, and each start above the previous one's last, rise as a whole:
+    neither reordered nor duplicated, gaps or not (compaction, transactions, loop-skipped records). The
+    reader proves it while reading, so such a partition needs no pass-2 re-read of the destination.
+    """
+    if not chunks:
+        return False
+    previous = None
+    for _, rising, first, last in sorted(chunks):
+        if not rising or (previous is not None and first <= previous):
+            return False
+        previous = last
+    return True
 
 
 # --- pass 2: records ---------------------------------------------------------------------------
@@ -617,15 +708,22 @@ class RecordPlan:
 
 
 def record_pass(
-    spark: Any, source: KafkaSide, destination: KafkaSide, snap: TopicSnapshot, bucket_size: int, plan: RecordPlan
+    spark: Any,
+    source: KafkaSide,
+    destination: KafkaSide,
+    snap: TopicSnapshot,
+    bucket_size: int,
+    plan: RecordPlan,
+    rule: RouteRule | None = None,
 ) -> dict[int, dict[str, CategoryResult]]:
     """Classify the records of the planned buckets and partitions; per partition, per category."""
     from pyspark import StorageLevel
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
+    rule = rule or default_rule(source, destination)
     dst = _destination_records(
-        spark, destination, snap, plan.destination_partitions(), with_key=snap.compacted
+        spark, destination, snap, plan.destination_partitions(), with_key=snap.compacted, rule=rule
     ).persist(StorageLevel.MEMORY_AND_DISK)
     findings = None
     try:
@@ -645,9 +743,9 @@ def record_pass(
             )
         )
         if plan.mismatched:
-            parts.extend(_bucket_findings(spark, source, destination, snap, bucket_size, plan, dst))
+            parts.extend(_bucket_findings(spark, source, destination, snap, bucket_size, plan, dst, rule))
         if plan.old:
-            parts.extend(_old_copy_findings(spark, source, destination, snap, bucket_size, plan, dst))
+            parts.extend(_old_copy_findings(spark, source, destination, snap, bucket_size, plan, dst, rule))
         if plan.ordering:
             first = (
                 dst.filter(F.col("cls").isin(*ATTRIBUTED) & F.col("dp").isin(*sorted(plan.ordering)))
@@ -681,6 +779,7 @@ def _bucket_findings(
     bucket_size: int,
     plan: RecordPlan,
     dst: Any,
+    rule: RouteRule,
 ) -> list[Any]:
     """MISSING, in-range ORPHAN, CORRUPTED, DUPLICATE (and COMPACTED) rows of the mismatched buckets."""
     from pyspark.sql import Window
@@ -688,9 +787,8 @@ def _bucket_findings(
 
     keyed = snap.compacted
     buckets = F.broadcast(spark.createDataFrame([(int(p), int(b)) for p, b in plan.mismatched], "bp int, bb bigint"))
-    origin = destination.alias
     src = (
-        _source_records(spark, source, snap, plan.source_ranges(snap, bucket_size), origin, with_key=keyed)
+        _source_records(spark, source, snap, plan.source_ranges(snap, bucket_size), rule, with_key=keyed)
         .filter(F.col("cls").isin(VERIFIED, SKIPPED))
         .withColumn("bucket", F.expr(f"o div {bucket_size}"))
         .join(buckets, (F.col("p") == F.col("bp")) & (F.col("bucket") == F.col("bb")), "left_semi")
@@ -711,7 +809,7 @@ def _bucket_findings(
     looped = joined.filter(F.col("do").isNotNull() & skipped).select(  # mirrored back to where it came from
         F.col("dp").alias("p"), F.lit(model.ORPHAN).alias("category"), F.col("do").alias("key"),
         F.col("dp").alias("sp"), "so", "do", "sh", "dh",
-        F.lit(f"the source record came from {origin}: loop prevention should have kept it there").alias("note"),
+        F.lit(rule.skipped_note()).alias("note"),
     )
     if keyed:
         # Compaction may remove a record on either side once that side holds a later one with the same key.
@@ -724,7 +822,7 @@ def _bucket_findings(
         whole = {p: (snap.partitions[p].log_start, snap.partitions[p].end)
                  for p, _ in plan.mismatched if p in snap.partitions}
         later_src = (
-            _source_records(spark, source, snap, whole, origin, with_key=True)
+            _source_records(spark, source, snap, whole, rule, with_key=True)
             .groupBy(F.col("p").alias("lp"), F.col("k").alias("lk"))
             .agg(F.max("o").alias("later"))
         )
@@ -772,6 +870,7 @@ def _old_copy_findings(
     bucket_size: int,
     plan: RecordPlan,
     dst: Any,
+    rule: RouteRule,
 ) -> list[Any]:
     """Late copies of source offsets an earlier run verified: each is a DUPLICATE (the first copy was
     verified then), also CORRUPTED when its content differs from the source record's, an ORPHAN when
@@ -779,7 +878,7 @@ def _old_copy_findings(
     loop prevention should have kept it at the source."""
     from pyspark.sql import functions as F
 
-    src = _source_records(spark, source, snap, plan.old_ranges(snap, bucket_size), destination.alias).select(
+    src = _source_records(spark, source, snap, plan.old_ranges(snap, bucket_size), rule).select(
         "p", "o", F.col("h").alias("sh"), F.col("cls").alias("scls")
     )
     late = dst.filter(F.col("cls") == OLD).select("dp", "do", "so", "dh")
@@ -801,8 +900,7 @@ def _old_copy_findings(
         F.col("dp").alias("p"), F.lit(model.ORPHAN).alias("category"), F.col("do").alias("key"),
         F.col("dp").alias("sp"), "so", "do", "sh", "dh",
         F.when(F.col("o").isNull(), F.lit("no source record has this offset"))
-        .otherwise(F.lit(f"the source record came from {destination.alias}: loop prevention should have kept "
-                         "it there")).alias("note"),
+        .otherwise(F.lit(rule.skipped_note())).alias("note"),
     )
     return [duplicate, corrupted, orphan]
 

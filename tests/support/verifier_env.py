@@ -140,14 +140,16 @@ class Outcome:
         raise AssertionError(f"no partition {topic}:{partition} in the report")
 
 
-def run_verifier(args: list[str], output: Path) -> Outcome:
-    """Run ``python -m verifier`` in this process (sharing the session's SparkSession); validate the report."""
+def run_verifier(args: list[str], output: Path, route: str = "") -> Outcome:
+    """Run ``python -m verifier`` in this process (sharing the session's SparkSession); validate the report
+    (for ``route``, the one in its reports directory under ``output``)."""
     from verifier import cli
 
     out, err = io.StringIO(), io.StringIO()
+    route_args = ["--route", route] if route else []
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        status = cli.main([*args, "--output", str(output), "--conf", "spark.sql.shuffle.partitions=2"])
-    latest = output / "latest.json"
+        status = cli.main([*args, *route_args, "--output", str(output), "--conf", "spark.sql.shuffle.partitions=2"])
+    latest = cli.route_output(output, route) / "latest.json"
     report = None
     if status != 2 or latest.exists():
         report = json.loads(latest.read_text())

@@ -45,3 +45,15 @@ def test_the_digest_jar_is_found_beside_the_connector_first(tmp_path):
 
     shipped = str(tmp_path / connector.DIGEST_JAR)
     assert connector.digest_jar([str(tmp_path / "kafka-clients.jar"), shipped]) == shipped
+
+
+def test_chunk_order_rows_prove_order_across_gaps_and_refuse_a_step_back():
+    from verifier.sparkjob import _ascending
+
+    # Given chunks in destination order (start, rising, first source offset, last source offset)
+    gapped = [(0, True, 0, 97), (100, True, 120, 400), (200, True, 401, 405)]
+    assert _ascending(gapped)  # gaps between source offsets are no disorder
+    assert _ascending(list(reversed(gapped)))  # the rows' order does not matter, the chunk start does
+    assert not _ascending([(0, True, 0, 97), (100, True, 97, 400)])  # a chunk starts at or below the last
+    assert not _ascending([(0, True, 0, 97), (100, False, 120, 400)])  # a chunk fell back inside
+    assert not _ascending(None) and not _ascending([])  # no proof (Spark's Kafka source gives none)

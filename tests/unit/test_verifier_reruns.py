@@ -70,7 +70,7 @@ def test_only_the_partitions_whose_log_start_moved_are_verified_again(monkeypatc
 
     clusters = _Retention()
 
-    def bucket_pass(spark, source, destination, snap, bucket_size):
+    def bucket_pass(spark, source, destination, snap, bucket_size, rule=None):
         clusters.snapshots.append(sorted(snap.partitions))
         # partition 1's first bucket differs: records vanished while they were read
         found = BucketPass(verified={p: 100 for p in snap.partitions})

@@ -470,6 +470,11 @@ SparkSession and runs an incremental pass per interval.
     - {{ include "ureplicator.configPath" .root | quote }}
     - --output
     - /reports
+    {{- if gt (len (.root.Values.routes | default list)) 1 }}
+    {{- /* Each route in turn, its reports in /reports/<route id>/ (what the controller serves for
+           /routes/<id>/verification); one route keeps /reports itself. */}}
+    - --all-routes
+    {{- end }}
     - --master
     - {{ $v.spark.master | quote }}
     {{- /* --conf, not spark-defaults.conf: the verifier's own defaults are passed

@@ -30,6 +30,10 @@ final class DigestReader implements PartitionReader<InternalRow> {
     static final int SKIPPED = 2;
     static final int EXPIRED = 3;
     static final int OLD = 4;
+    static final int FOREIGN = 5;
+    // One row per destination chunk: whether its attributed copies' source offsets rise strictly in
+    // destination order (xor 1) and their first and last source offset; bucket is the chunk's start.
+    static final int ORDER = 6;
     static final int UNREADABLE = 10;
     static final int OTHER_PARTITION = 11;
     static final int NO_SOURCE_PARTITION = 12;
@@ -43,6 +47,11 @@ final class DigestReader implements PartitionReader<InternalRow> {
     private Aggregate last;
     private Iterator<Aggregate> rows;
     private InternalRow current;
+    // The order proof of this chunk (destination side): attributed copies seen, the last source offset.
+    private long orderCount;
+    private long orderFirst;
+    private long orderLast = Long.MIN_VALUE;
+    private boolean ascending = true;
 
     DigestReader(DigestSource.Plan plan, DigestSource.Chunk chunk) {
         this.plan = plan;
@@ -98,6 +107,13 @@ final class DigestReader implements PartitionReader<InternalRow> {
     public boolean next() {
         if (rows == null) {
             read();
+            if (!source && orderCount > 0) {
+                Aggregate order = group(ORDER, chunk.start());
+                order.n = orderCount;
+                order.xor = ascending ? 1L : 0L;
+                order.bound(orderFirst);
+                order.bound(orderLast);
+            }
             List<Aggregate> ordered = new ArrayList<>(groups.values());
             rows = ordered.iterator();
         }
@@ -173,9 +189,12 @@ final class DigestReader implements PartitionReader<InternalRow> {
         long o = r.offset();
         int p = chunk.partition();
         int cls;
-        byte[] urep = plan.skipOrigin == null ? null : RecordDigest.lastUrep(r.headers());
+        boolean rule = plan.skipOrigin != null || plan.keepOrigin != null;
+        byte[] urep = rule ? RecordDigest.lastUrep(r.headers()) : null;
+        boolean readable = urep != null && RecordDigest.valid(urep);
         long verifyTo = DigestSource.Plan.at(plan.verifyTo, p);
-        if (urep != null && RecordDigest.valid(urep) && RecordDigest.originIs(urep, plan.skipOrigin)) {
+        if (readable && (plan.keepOrigin != null ? !RecordDigest.originIs(urep, plan.keepOrigin)
+                                                 : RecordDigest.originIs(urep, plan.skipOrigin))) {
             cls = SKIPPED;
         } else if (verifyTo != DigestSource.Plan.ABSENT && o < verifyTo) {
             cls = VERIFIED;
@@ -196,7 +215,10 @@ final class DigestReader implements PartitionReader<InternalRow> {
         long so = valid ? RecordDigest.sourceOffset(urep) : 0L;
         long end = DigestSource.Plan.at(plan.end, dp);
         int cls;
-        if (!valid || so < 0) {
+        if (plan.hopSource != null && (valid ? RecordDigest.otherHop(urep, plan.hopSource)
+                                              : r.headers().lastHeader(RecordDigest.HEADER) == null)) {
+            cls = FOREIGN;
+        } else if (!valid || so < 0) {
             cls = UNREADABLE;
         } else if (RecordDigest.sourcePartition(urep) != dp) {
             cls = OTHER_PARTITION;
@@ -222,6 +244,12 @@ final class DigestReader implements PartitionReader<InternalRow> {
         }
         a.firstDo = Math.min(a.firstDo, d);
         if (cls == EXPIRED || cls == PENDING || cls == VERIFIED) {
+            if (orderCount++ == 0) {
+                orderFirst = so;
+            } else if (so <= orderLast) {
+                ascending = false;
+            }
+            orderLast = so;
             a.hasDelta = true;
             a.deltaMin = Math.min(a.deltaMin, d - so);
             a.deltaMax = Math.max(a.deltaMax, d - so);

@@ -156,6 +156,11 @@ public final class DigestSource implements TableProvider {
         final long[] logStart;
         final long[] end;
         final byte[] skipOrigin;  // source side: records whose urep origin is this alias are SKIPPED
+        // Source side, forward: origin: records whose readable urep names another origin are SKIPPED.
+        final byte[] keepOrigin;
+        // Destination side of a declared route: records this route did not write (no urep header, or a
+        // version 2 urep naming another hop source) are FOREIGN, neither verified nor orphans.
+        final byte[] hopSource;
 
         private Plan(Map<String, String> o) {
             side = required(o, "side");
@@ -178,6 +183,10 @@ public final class DigestSource implements TableProvider {
             end = perPartition(o.get("end"));
             String origin = o.getOrDefault("skip.origin", "");
             skipOrigin = origin.isEmpty() ? null : hex(origin);
+            String keep = o.getOrDefault("keep.origin", "");
+            keepOrigin = keep.isEmpty() ? null : hex(keep);
+            String hop = o.getOrDefault("hop.source", "");
+            hopSource = hop.isEmpty() ? null : hex(hop);
             consumer = new HashMap<>();
             for (Map.Entry<String, String> e : o.entrySet()) {
                 if (e.getKey().startsWith("kafka.")) {

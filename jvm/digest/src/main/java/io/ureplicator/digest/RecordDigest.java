@@ -138,6 +138,27 @@ final class RecordDigest {
         return ByteBuffer.wrap(urep, 9, 4).getInt();
     }
 
+    /**
+     * Whether a valid urep was written by another hop than the one from {@code source}: a version 2 value
+     * naming another hop source alias. A version 1 value names no hop (written before routes): not foreign.
+     */
+    static boolean otherHop(byte[] urep, byte[] source) {
+        if (urep[0] != 2) {
+            return false;
+        }
+        int at = 14 + (urep[13] & 0xff);
+        int m = urep[at] & 0xff;
+        if (m != source.length) {
+            return true;
+        }
+        for (int i = 0; i < m; i++) {
+            if (urep[at + 1 + i] != source[i]) {
+                return true;
+            }
+        }
+        return false;
+    }
+
     /** Whether a valid urep names {@code origin} as the record's origin cluster alias. */
     static boolean originIs(byte[] urep, byte[] origin) {
         int n = urep[13] & 0xff;
