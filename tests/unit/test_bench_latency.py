@@ -262,3 +262,19 @@ def test_the_headline_reads_the_goal_least_favourably() -> None:
     entry["variants"][0]["rates"][1]["sustained"] = False  # type: ignore[index]
     assert latency.headline(entry) == ("**Headline: goal missed** — no ureplicator variant sustained 20,000 "
                                        "records/s; MirrorMaker 2's best: p99 60.0 ms (mirrormaker2-low-latency).")
+
+
+def test_mirrormaker2s_producer_overrides_are_named_in_the_settings_table_not_called_defaults() -> None:
+    entry = _entry()
+    entry["variants"].append(  # type: ignore[union-attr]
+        {"variant": "mirrormaker2-default", "settings": {}, "idle_cpu_percent": 1.0,
+         "properties": {"destination.producer.linger.ms": "5", "clusters": "src1, destination"},
+         "rates": [_rate(5000, 25.0), _rate(20000, 40.0)]})
+    rows = latency.render(entry).splitlines()
+    assert "| mirrormaker2-default | the worker's producer settings: `linger.ms=5` |" in rows
+    # A run's own setting is shown and not repeated from the properties.
+    low = {"variant": "mirrormaker2-low-latency", "settings": {"destination.producer.linger.ms": 0},
+           "properties": {"destination.producer.linger.ms": "0", "destination.producer.acks": "all"}}
+    assert latency.settings_cell(low) == ("`destination.producer.linger.ms=0`; the worker's producer settings: "
+                                          "`acks=all`")
+    assert "| ureplicator-default | defaults |" in rows
