@@ -87,7 +87,7 @@ def fill(services: dict[str, str], topic: str, records: int, partitions: int, va
     destination = Producer({"bootstrap.servers": services["destination"], **settings})
     filler = (b"0123456789abcdef" * (value_bytes // 16 + 1))[:value_bytes]
     base_ts = int(time.time() * 1000) - first - records
-    stamp = provenance.encoder("src")
+    stamp = provenance.encoder("src", "src")  # copies made by the route src -> dst (the hop source is src)
     started = time.monotonic()
     for i in range(first, first + records):
         partition = i % partitions
