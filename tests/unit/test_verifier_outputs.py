@@ -74,6 +74,14 @@ def test_html_puts_the_verdict_first_then_failures_then_the_chart_and_escapes_te
     assert "http://" not in page.replace('xmlns="http://www.w3.org/2000/svg"', "")  # self-contained
 
 
+def test_html_names_the_route_and_its_forwarding_policy_when_the_report_has_them():
+    doc = _doc()
+    doc.update({"route": "dc1-to-dc2", "forward": "origin"})
+    page = html.render(doc, [])
+    assert "Verification of pipeline p, route dc1-to-dc2" in page and "forwarding <code>origin</code>" in page
+    assert "route" not in html.render(_doc(), []).split("</h1>")[0]
+
+
 def test_chart_without_history_says_so():
     assert "No earlier runs" in html.chart([])
 
