@@ -1,4 +1,4 @@
-"""Routes that need three clusters: a stack of its own (`stack up --clusters 3`) for this module only."""
+"""Routes that need three clusters: the session's three-cluster stack (``three`` in tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -13,17 +13,6 @@ from tests.support.kafka_io import wait_for
 from tests.support.pipeline import Pipeline
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def three(tmp_path_factory):
-    """ZooKeeper and clusters c1, c2, c3 (and ``dir``, to stop one); stopped when the module's tests are done."""
-    from devtools import stack
-
-    directory = tmp_path_factory.mktemp("stack3")
-    addresses = stack.up(directory, timeout_s=240, clusters=3)
-    yield {**addresses, "dir": directory}
-    stack.down(directory)
 
 
 def test_two_regions_fan_into_one_aggregate_cluster_exactly_per_partition(three, tmp_path: Path):

@@ -1,4 +1,4 @@
-"""The verifier over routes, on the shared stack's three clusters with a real controller and workers.
+"""The verifier over routes, on the session's three-cluster stack (``three``) with a real controller and workers.
 
 One deployment, mirrored once (module fixture): c1 <-> c2 active-active and c2 -> c3, identity-named, every
 route ``forward: origin``. Then: each route verifies on its own (its reports under OUTPUT/<route>/), the
@@ -25,8 +25,9 @@ PARTITIONS, PER_CLUSTER = 2, 60
 
 
 @pytest.fixture(scope="module")
-def mesh(services, tmp_path_factory):
+def mesh(three, tmp_path_factory):
     """The deployment above, mirrored and stopped; yields (config path, topic, clusters)."""
+    services = three
     clusters = services["clusters"]
     workdir = tmp_path_factory.mktemp("mesh")
     pipeline = Pipeline(services={k: v for k, v in services.items() if k != "dir"}, workdir=workdir)
