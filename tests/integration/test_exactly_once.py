@@ -44,6 +44,21 @@ def read_sources(bootstrap: str, topic: str, partition: int, isolation: str) -> 
         consumer.close()
 
 
+def committed_copies(bootstrap: str, topic: str, partitions: int) -> int:
+    """How many records a ``read_committed`` reader sees on the destination topic."""
+    return sum(len(read_sources(bootstrap, topic, p, "read_committed")) for p in range(partitions))
+
+
+def assert_each_record_once_in_order(bootstrap: str, topic: str, partitions: int, sent: int,
+                                     timeout_s: float = 90) -> None:
+    """Every record the load sent (round robin) is there ``read_committed``, exactly once and in order."""
+    wait_for(lambda: committed_copies(bootstrap, topic, partitions) >= sent, timeout_s, "everything mirrored")
+    for p in range(partitions):
+        committed = read_sources(bootstrap, topic, p, "read_committed")
+        expected = len([i for i in range(sent) if i % partitions == p])
+        assert committed == list(range(expected)), f"{topic}:{p}: lost, duplicated or reordered"
+
+
 def start(pipeline, worker_id: str):  # noqa: ANN001, ANN201
     return pipeline.start_worker(worker_id, worker=dict(EXACT))
 
@@ -228,12 +243,7 @@ def test_switching_modes_both_ways_under_load_loses_and_duplicates_nothing(pipel
         load.stop()
         sent = load.sent
     # Then every source record is on the destination exactly once, in order, read_committed
-    wait_for(lambda: sum(len(read_sources(dst, topic, p, "read_committed")) for p in range(partitions)) >= sent,
-             90, "everything mirrored")
-    for p in range(partitions):
-        committed = read_sources(dst, topic, p, "read_committed")
-        expected = len([i for i in range(sent) if i % partitions == p])
-        assert committed == list(range(expected)), f"{topic}:{p}: lost, duplicated or reordered"
+    assert_each_record_once_in_order(dst, topic, partitions, sent)
     assert "transactional_start_from_source_group" in worker.log.read_text()
     assert back.alive(), back.tail()
 
@@ -435,18 +445,13 @@ def test_zookeeper_away_past_the_lease_aborts_then_resumes_exactly_once(pipeline
         wait_for(lambda: "transaction_aborted" in worker.log.read_text(), 30, "the stale lease's abort")
         stack.start_service(services["dir"], "zookeeper")
         # Then the worker resumes: new transactions commit after the abort
-        aborted_at = sum(len(read_sources(dst, topic, p, "read_committed")) for p in range(partitions))
-        wait_for(lambda: sum(len(read_sources(dst, topic, p, "read_committed")) for p in range(partitions))
-                 > aborted_at + 1000, 60, "committed again after the abort")
+        aborted_at = committed_copies(dst, topic, partitions)
+        wait_for(lambda: committed_copies(dst, topic, partitions) > aborted_at + 1000, 60,
+                 "committed again after the abort")
         load.stop()
         sent = load.sent
     # And every record is there exactly once, in order
-    wait_for(lambda: sum(len(read_sources(dst, topic, p, "read_committed")) for p in range(partitions)) >= sent,
-             90, "everything mirrored")
-    for p in range(partitions):
-        committed = read_sources(dst, topic, p, "read_committed")
-        expected = len([i for i in range(sent) if i % partitions == p])
-        assert committed == list(range(expected)), f"{topic}:{p}: lost, duplicated or reordered"
+    assert_each_record_once_in_order(dst, topic, partitions, sent)
 
 
 def test_a_source_broker_restart_under_load_resumes_exactly_once(pipeline, services):
@@ -462,26 +467,20 @@ def test_a_source_broker_restart_under_load_resumes_exactly_once(pipeline, servi
     assert pipeline.api("POST", "/topics", {"topic": topic})[0] == 201
     dst = services["destination"]
 
-    def committed_copies() -> int:
-        return sum(len(read_sources(dst, topic, p, "read_committed")) for p in range(partitions))
-
     with ContinuousProducer(services["source"], topic, partitions, rate_per_s=500) as load:
-        wait_for(lambda: committed_copies() > 1000, 60, "mirroring")
+        wait_for(lambda: committed_copies(dst, topic, partitions) > 1000, 60, "mirroring")
         # When the source broker restarts (the load producer retries meanwhile)
         stack.stop_service(services["dir"], "source")
         try:
             time.sleep(2)
         finally:
             stack.start_service(services["dir"], "source")
-        before = committed_copies()
+        before = committed_copies(dst, topic, partitions)
         # Then transactions commit again
-        wait_for(lambda: committed_copies() > before + 1000, 90, "committed again after the restart")
+        wait_for(lambda: committed_copies(dst, topic, partitions) > before + 1000, 90,
+                 "committed again after the restart")
         load.stop()
         sent = load.sent
     # And every record is there exactly once, in order
-    wait_for(lambda: committed_copies() >= sent, 90, "everything mirrored")
-    for p in range(partitions):
-        committed = read_sources(dst, topic, p, "read_committed")
-        expected = len([i for i in range(sent) if i % partitions == p])
-        assert committed == list(range(expected)), f"{topic}:{p}: lost, duplicated or reordered"
+    assert_each_record_once_in_order(dst, topic, partitions, sent)
 
