@@ -81,6 +81,20 @@ PARTITIONS = 16
 TAG = 7
 
 
+def transactions_tool(bootstrap: str, args: list[str], timeout_s: float = 60) -> str:
+    """The output of Kafka's ``kafka-transactions.sh`` (TransactionsCommand, from the pinned jars)."""
+    from devtools import jvm
+
+    cmd = [jvm.java_executable(), "-cp", jvm.classpath("kafka"), "org.apache.kafka.tools.TransactionsCommand",
+           "--bootstrap-server", bootstrap, *args]
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
+    except (OSError, subprocess.TimeoutExpired, jvm.JvmError) as exc:
+        return f"(could not run: {exc})"
+    lines = [line for line in (done.stdout + done.stderr).splitlines() if not line.startswith("log4j:")]
+    return "\n".join(lines).strip() or f"(no output, exit {done.returncode})"
+
+
 class Drill:
     def __init__(self, services: dict[str, str], root: Path, pipeline: Pipeline, arrivals: Arrivals, topic: str,
                  args: argparse.Namespace) -> None:
@@ -110,6 +124,10 @@ class Drill:
         for proc in [*self.pipeline.workers.values(), *self.pipeline.controllers.values()]:
             with contextlib.suppress(OSError):
                 os.kill(proc.pid, signal.SIGUSR1)  # faulthandler: thread stacks into the process's log
+        # A last stable offset held back by a transaction nobody finishes (exactly-once mode):
+        # Kafka's own tool names it, with its producer id and start offset.
+        for args in (["list"], ["find-hanging", "--broker-id", "1"]):
+            say(f"  kafka-transactions {' '.join(args)}:\n{transactions_tool(self.services['destination'], args)}")
         time.sleep(1)
 
     def step(self, name: str, kill: Callable[[], Any], restart: Callable[[], Any],
