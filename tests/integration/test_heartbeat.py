@@ -98,13 +98,9 @@ def test_the_verifier_proves_the_heartbeat_topic_like_any_other(spark, pipeline,
 def test_each_route_has_its_own_heartbeat_age_and_a_stopped_routes_grows_alone(pipeline, services):
     # Given one deployment with a route each way between two clusters, a heartbeat every second,
     # and a worker pinned to each route
-    pipeline.overrides = {
-        "source": None, "destination": None,
-        "clusters": {"src": {"bootstrap_servers": services["source"]},
-                     "dst": {"bootstrap_servers": services["destination"]}},
-        "routes": [{"id": "default", "source": "src", "destination": "dst"},
-                   {"id": "back", "source": "dst", "destination": "src"}],
-    }
+    pipeline.declare_routes({"src": services["source"], "dst": services["destination"]}, [
+        {"id": "default", "source": "src", "destination": "dst"},
+        {"id": "back", "source": "dst", "destination": "src"}])
     pipeline.start_controller(controller={"heartbeat_interval_s": 1, "rpo_s": 6})
     pipeline.start_worker("w-default", worker={"route": "default"})
     back = pipeline.start_worker("w-back", worker={"route": "back"})

@@ -329,13 +329,9 @@ def test_active_active_in_one_deployment_copies_each_record_once_each_way_and_th
         kafka_io.create_topic(services[side], topic, partitions)
     kafka_io.produce(services["source"], topic, 100, partitions, tag="src")
     kafka_io.produce(services["destination"], topic, 100, partitions, tag="dst")
-    pipeline.overrides = {
-        "source": None, "destination": None,
-        "clusters": {"src": {"bootstrap_servers": services["source"]},
-                     "dst": {"bootstrap_servers": services["destination"]}},
-        "routes": [{"id": "default", "source": "src", "destination": "dst"},
-                   {"id": "back", "source": "dst", "destination": "src"}],
-    }
+    pipeline.declare_routes({"src": services["source"], "dst": services["destination"]}, [
+        {"id": "default", "source": "src", "destination": "dst"},
+        {"id": "back", "source": "dst", "destination": "src"}])
     pipeline.start_controller()
     pipeline.start_worker("w-default", worker={"route": "default"})
     pipeline.start_worker("w-back", worker={"route": "back"})

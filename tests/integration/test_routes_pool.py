@@ -65,14 +65,10 @@ def test_a_pool_worker_rebound_between_routes_under_load_loses_and_duplicates_no
     topic, back, partitions = f"{pipeline.name}-pool", f"{pipeline.name}-back", 4
     kafka_io.create_topic(services["source"], topic, partitions)
     kafka_io.create_topic(services["destination"], back, 2)
-    pipeline.overrides = {
-        "source": None, "destination": None,
-        "clusters": {"src": {"bootstrap_servers": services["source"]},
-                     "dst": {"bootstrap_servers": services["destination"]}},
-        "routes": [{"id": "a", "source": "src", "destination": "dst"},
-                   {"id": "b", "source": "dst", "destination": "src", "topic_naming": "prefix",
-                    "workers": {"min": 0}}],
-    }
+    pipeline.declare_routes({"src": services["source"], "dst": services["destination"]}, [
+        {"id": "a", "source": "src", "destination": "dst"},
+        {"id": "b", "source": "dst", "destination": "src", "topic_naming": "prefix",
+         "workers": {"min": 0}}])
     root = f"/ureplicator/{pipeline.name}"
     pipeline.start_controller()
     assert pipeline.api("POST", "/routes/a/topics", {"topic": topic})[0] == 201

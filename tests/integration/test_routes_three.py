@@ -23,12 +23,8 @@ def test_two_regions_fan_into_one_aggregate_cluster_exactly_per_partition(three,
     for alias in ("c1", "c2"):
         kafka_io.create_topic(clusters[alias], topic, partitions)
         kafka_io.produce(clusters[alias], topic, 150, partitions, tag=alias)
-    pipeline.overrides = {
-        "source": None, "destination": None,
-        "clusters": {alias: {"bootstrap_servers": address} for alias, address in clusters.items()},
-        "routes": [{"id": "us", "source": "c1", "destination": "c3", "topic_naming": "prefix"},
-                   {"id": "eu", "source": "c2", "destination": "c3", "topic_naming": "prefix"}],
-    }
+    pipeline.declare_routes(clusters, [{"id": "us", "source": "c1", "destination": "c3", "topic_naming": "prefix"},
+                   {"id": "eu", "source": "c2", "destination": "c3", "topic_naming": "prefix"}])
     try:
         pipeline.start_controller()
         assert [c["alias"] for c in pipeline.api("GET", "/clusters")[1]["clusters"]] == ["c1", "c2", "c3"]
@@ -78,11 +74,7 @@ def test_three_clusters_active_active_copy_each_origin_record_once_everywhere_an
     for address in clusters.values():
         kafka_io.create_topic(address, topic, partitions)
     routes = [{"id": f"{a}-{b}", "source": a, "destination": b} for a in clusters for b in clusters if a != b]
-    pipeline.overrides = {
-        "source": None, "destination": None,
-        "clusters": {alias: {"bootstrap_servers": address} for alias, address in clusters.items()},
-        "routes": routes,
-    }
+    pipeline.declare_routes(clusters, routes)
     try:
         pipeline.start_controller()
         for route in routes:
@@ -128,11 +120,7 @@ def test_the_same_mesh_under_transit_is_refused_naming_the_path(three, tmp_path)
     # Given a deployment with c1 -> c2 under transit
     clusters = three["clusters"]
     pipeline = Pipeline(services={k: three[k] for k in ("zookeeper", "source", "destination")}, workdir=tmp_path)
-    pipeline.overrides = {
-        "source": None, "destination": None,
-        "clusters": {alias: {"bootstrap_servers": address} for alias, address in clusters.items()},
-        "routes": [{"id": "c1-c2", "source": "c1", "destination": "c2", "forward": "transit"}],
-    }
+    pipeline.declare_routes(clusters, [{"id": "c1-c2", "source": "c1", "destination": "c2", "forward": "transit"}])
     try:
         pipeline.start_controller()
         # When the rest of the six-route mesh is added under transit, one route at a time
@@ -160,12 +148,8 @@ def test_a_route_whose_destination_is_stopped_leaves_the_others_mirroring(three,
     topic, partitions = f"{pipeline.name}-down", 2
     kafka_io.create_topic(clusters["c1"], topic, partitions)
     kafka_io.produce(clusters["c1"], topic, 100, partitions, tag="c1")
-    pipeline.overrides = {
-        "source": None, "destination": None,
-        "clusters": {alias: {"bootstrap_servers": address} for alias, address in clusters.items()},
-        "routes": [{"id": "to2", "source": "c1", "destination": "c2", "topic_naming": "prefix"},
-                   {"id": "to3", "source": "c1", "destination": "c3", "topic_naming": "prefix"}],
-    }
+    pipeline.declare_routes(clusters, [{"id": "to2", "source": "c1", "destination": "c2", "topic_naming": "prefix"},
+                   {"id": "to3", "source": "c1", "destination": "c3", "topic_naming": "prefix"}])
     copy = f"c1.{topic}"
     stopped = False
     try:

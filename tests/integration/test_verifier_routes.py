@@ -37,11 +37,7 @@ def mesh(three, tmp_path_factory):
     for alias in ("c1", "c2"):
         kafka_io.produce(clusters[alias], topic, PER_CLUSTER, PARTITIONS, tag=alias)
     routes = [{"id": f"{a}-{b}", "source": a, "destination": b} for a, b in ROUTES]
-    pipeline.overrides = {
-        "source": None, "destination": None,
-        "clusters": {alias: {"bootstrap_servers": address} for alias, address in clusters.items()},
-        "routes": routes,
-    }
+    pipeline.declare_routes(clusters, routes)
     try:
         pipeline.start_controller()
         for route in routes:

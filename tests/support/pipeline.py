@@ -124,6 +124,14 @@ class Pipeline:
         worker = {"id": worker_id, **extra.pop("worker", {})}
         return self._spawn(worker_id, ["worker", "--config", str(self.write_config(worker_id, worker=worker, **extra))])
 
+    def declare_routes(self, clusters: dict[str, str], routes: list[dict[str, Any]]) -> None:
+        """Every later process gets ``clusters`` (alias -> bootstrap) and ``routes`` instead of source/destination."""
+        self.overrides = {
+            **self.overrides, "source": None, "destination": None,
+            "clusters": {alias: {"bootstrap_servers": address} for alias, address in clusters.items()},
+            "routes": routes,
+        }
+
     def api(self, method: str, path: str, body: Any = None, token: str | None = None) -> tuple[int, Any]:
         return request(f"{self.url}{path}", method, body, token)
 
