@@ -22,7 +22,9 @@ help:
 	@echo "make stack-up / stack-down   a local stack for manual work (.cache/stack/stack.json)"
 	@echo "make bench        every benchmark (BENCH_ARGS=--quick for smoke runs); results in docs/benchmarks.md"
 	@echo "make drill        failure drill under load, ending with the verifier's verdict"
+	@echo "make bench-eos    exactly-once throughput: ours (at-least-once, exactly-once) vs MirrorMaker 2 exactly-once"
 	@echo "make soak         random faults for MINUTES=30 under load (SEED=n replays), then compare + verify"
+	@echo "                  (BENCH_ARGS=--exactly-once: the pipeline in exactly-once mode, read read_committed)"
 
 # What `make demo` needs: Python and Java/Maven, no Go (helm and promtool are for `make test`).
 install: venv jars
