@@ -1,4 +1,9 @@
-"""The admin REST API (Flask app factory) with uReplicator's paths and bodies, JSON everywhere.
+"""The admin REST API's Flask app factory: route contexts, JSON errors, the admin guard, health and metrics.
+
+The endpoints are Blueprints of their own modules: ``topics_api`` (topics,
+offsets, progress), ``instances_api`` (workers, validation), ``admin_api``
+(blacklist, admin operations), ``routes_api``, ``groups_api``,
+``verification_api`` and ``status_api``.
 
 Every replica serves it; writes become desired state in ZooKeeper and the
 leader turns them into assignments. Errors are
@@ -11,24 +16,22 @@ from __future__ import annotations
 
 import hmac
 import threading
-import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from confluent_kafka import KafkaException, TopicPartition
 from flask import Blueprint, Flask, Response, current_app, g, jsonify, request
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
+from kazoo.exceptions import KazooException, NoNodeError
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from werkzeug.exceptions import HTTPException
 
-from common import autherrors, httpserve, logs, zk
+from common import httpserve, logs, zk
 from common.config import Config, RouteConfig, route_view
 from common.errors import ClusterUnavailable, ConfigError, UReplicatorError
-from common.zkschema import Paths, RateLimit, SchemaError, TopicRecord, valid_topic_name, valid_worker_id
+from common.zkschema import Paths, TopicRecord, valid_topic_name, valid_worker_id
 from controller import status_api, topics
-from controller.leader import LeaderState, autobalancing
+from controller.leader import LeaderState
 from controller.openapi import document
 
 log = logs.get(__name__)
@@ -155,9 +158,11 @@ def create_app(controller: Controller) -> Flask:
     app.config["controller"] = controller
     app.json.sort_keys = False  # type: ignore[attr-defined]
     app.url_map.strict_slashes = False
-    from controller import routes_api  # it builds on this module's errors and guards
+    # They build on this module's errors and guards, hence imported here.
+    from controller import admin_api, instances_api, routes_api, topics_api
 
-    scoped = (*_ROUTE_SCOPED, *controller.route_blueprints)
+    own = (topics_api.blueprint, instances_api.blueprint, topics_api.offsets, admin_api.blueprint)
+    scoped = (*own, *controller.route_blueprints)
     for blueprint in (*scoped, _meta, routes_api.blueprint, *controller.extra_blueprints):
         app.register_blueprint(blueprint)
     for blueprint in scoped:  # every route's endpoints, also under /routes/<id>/
@@ -307,393 +312,11 @@ def _wake() -> None:
     _rt().leadership.request_reconcile()
 
 
-# --- topics --------------------------------------------------------------------------------
-
-_topics = Blueprint("topics", __name__)
-
-
-@_topics.get("/topics")
-def list_topics() -> Any:
-    ctl = _rt()
-    records = zk.read_topics(ctl.zk, ctl.paths)
-    return jsonify({"topics": [asdict(r) for _, r in sorted(records.items())]})
-
-
-def _add(topic: str, body: dict[str, Any]) -> Any:
-    ctl = _rt()
-    destination = body.get("destination")
-    if destination is not None:
-        destination = _topic_name(destination, "destination")
-    record, outcome = topics.register(
-        ctl.config, ctl.zk, ctl.source_admin, ctl.destination_admin,
-        topic, _positive_int(body, "numPartitions"), destination,
-    )
-    _wake()
-    return jsonify({**asdict(record), "destination_topic": outcome}), 201
-
-
-@_topics.post("/topics")
-@requires_admin
-def add_topic() -> Any:
-    """Start mirroring a source topic: ``{"topic": "t", "numPartitions": 8}``."""
-    body = _json_body()
-    return _add(_topic_name(body.get("topic")), body)
-
-
-@_topics.post("/topics/<topic>")
-@requires_admin
-def add_named_topic(topic: str) -> Any:
-    return _add(_topic_name(topic), _json_body(optional=True))
-
-
-@_topics.put("/topics")
-@requires_admin
-def expand_topic() -> Any:
-    """Grow a mirrored topic after its source grew: ``{"topic": "t", "numPartitions": 16}``."""
-    ctl = _rt()
-    body = _json_body()
-    topic = _topic_name(body.get("topic"))
-    record = topics.expand(ctl.config, ctl.zk, ctl.source_admin, ctl.destination_admin, topic,
-                           _positive_int(body, "numPartitions"))
-    _wake()
-    return jsonify(asdict(record))
-
-
-@_topics.get("/topics/<topic>")
-def show_topic(topic: str) -> Any:
-    ctl = _rt()
-    record = _record(topic)
-    owners = {
-        tp: worker
-        for worker, assignment in zk.read_assignments(ctl.zk, ctl.paths).items()
-        for tp in assignment.partitions
-        if tp[0] == topic
-    }
-    statuses = zk.read_statuses(ctl.zk, ctl.paths)
-    partitions = []
-    for p in range(record.partitions):
-        applied_by = next((w for w, s in statuses.items() if (topic, p) in s.partitions), None)
-        status = statuses[applied_by].partitions[(topic, p)] if applied_by else None
-        partitions.append({
-            "partition": p,
-            "worker": owners.get((topic, p)),
-            "applied_by": applied_by,
-            "status": asdict(status) if status else None,
-        })
-    return jsonify({**asdict(record), "assignment": partitions})
-
-
-@_topics.delete("/topics/<topic>")
-@requires_admin
-def remove_topic(topic: str) -> Any:
-    """Stop mirroring; the destination topic and its data stay."""
-    ctl = _rt()
-    # Blacklisted in the same write, so that auto-whitelisting never re-adds what an operator removed.
-    try:
-        removed = zk.remove_topic(ctl.zk, ctl.paths, _topic_name(topic))
-    except zk.TransactionFailed as exc:
-        raise ApiError(409, str(exc)) from None
-    if not removed:
-        raise ApiError(404, f"topic {topic!r} is not mirrored")
-    _wake()
-    log.info("topic_removed", topic=topic)
-    return jsonify({"topic": topic, "removed": True})
-
-
-@_topics.post("/topics/<topic>/<action>")
-@requires_admin
-def pause_or_resume(topic: str, action: str) -> Any:
-    if action not in ("pause", "resume"):
-        raise ApiError(404, f"unknown topic action {action!r} (use pause or resume)")
-    _record(topic)
-    record = topics.set_state(_rt().config, _rt().zk, topic, "paused" if action == "pause" else "active")
-    _wake()
-    return jsonify(asdict(record))
-
-
-# --- workers -------------------------------------------------------------------------------
-
-_instances = Blueprint("instances", __name__)
-
-
-@_instances.get("/instances")
-def list_instances() -> Any:
-    ctl = _rt()
-    workers = zk.live_workers(ctl.zk, ctl.paths)
-    blacklisted = sorted(ctl.zk.get_children(ctl.paths.blacklist_workers))
-    assignments = zk.read_assignments(ctl.zk, ctl.paths)
-    statuses = zk.read_statuses(ctl.zk, ctl.paths)
-    rows = []
-    for worker in sorted(set(workers) | set(blacklisted)):
-        status = statuses.get(worker)
-        assignment = assignments.get(worker)
-        rows.append({
-            "worker": worker,
-            "live": worker in workers,
-            "blacklisted": worker in blacklisted,
-            "assigned": len(assignment.partitions) if assignment else 0,
-            "applied": len(status.partitions) if status else 0,
-            "generation": status.generation if status else None,
-            "bytes_per_s": round(sum(s.bytes_per_s for s in status.partitions.values()), 1) if status else 0.0,
-            "records_per_s": round(sum(s.records_per_s for s in status.partitions.values()), 1) if status else 0.0,
-        })
-    return jsonify({"instances": rows})
-
-
-@_instances.post("/instances")
-@requires_admin
-def rebalance_now() -> Any:
-    """Ask the leader to rebalance now (also when auto-balancing is off)."""
-    ctl = _rt()
-    _put(ctl, ctl.paths.rebalance_request, str(time.time()).encode())
-    _wake()
-    return jsonify({"rebalance": "requested"}), 202
-
-
-@_instances.post("/instances/<worker>")
-@requires_admin
-def whitelist_worker(worker: str) -> Any:
-    ctl = _rt()
-    try:
-        ctl.zk.delete(ctl.paths.blacklisted_worker(_worker_name(worker)))
-    except NoNodeError:
-        raise ApiError(404, f"worker {worker!r} is not blacklisted") from None
-    _wake()
-    return jsonify({"worker": worker, "blacklisted": False})
-
-
-@_instances.delete("/instances/<worker>")
-@requires_admin
-def blacklist_worker(worker: str) -> Any:
-    """Drain a worker: its partitions are handed off gracefully and it gets no new ones."""
-    ctl = _rt()
-    name = _worker_name(worker)
-    if name not in zk.live_workers(ctl.zk, ctl.paths):
-        raise ApiError(404, f"worker {worker!r} is not registered")
-    try:
-        ctl.zk.create(ctl.paths.blacklisted_worker(name))
-    except NodeExistsError:
-        raise ApiError(409, f"worker {worker!r} is already blacklisted") from None
-    _wake()
-    return jsonify({"worker": worker, "blacklisted": True})
-
-
-@_instances.get("/validation")
-def validation() -> Any:
-    """Desired (written) vs applied (status) assignment per worker."""
-    ctl = _rt()
-    assignments = zk.read_assignments(ctl.zk, ctl.paths)
-    statuses = zk.read_statuses(ctl.zk, ctl.paths)
-    rows, mismatched = [], 0
-    for worker in sorted(set(assignments) | set(statuses)):
-        desired = assignments[worker].partitions if worker in assignments else frozenset()
-        applied = statuses[worker].owned if worker in statuses else frozenset()
-        ok = desired == applied and (
-            worker not in statuses or worker not in assignments
-            or statuses[worker].generation == assignments[worker].generation
-        )
-        mismatched += not ok
-        rows.append({
-            "worker": worker,
-            "desired_generation": assignments[worker].generation if worker in assignments else None,
-            "applied_generation": statuses[worker].generation if worker in statuses else None,
-            "missing": [f"{t}:{p}" for t, p in sorted(desired - applied)],
-            "extra": [f"{t}:{p}" for t, p in sorted(applied - desired)],
-            "ok": ok,
-        })
-    state = ctl.leadership.state
-    return jsonify({
-        "ok": mismatched == 0,
-        "mismatched_workers": mismatched,
-        "withheld": [f"{t}:{p}" for t, p in state.withheld] if state.is_leader else None,
-        "workers": rows,
-    })
-
-
-# --- offsets -------------------------------------------------------------------------------
-
-_offsets = Blueprint("offsets", __name__)
-
-
-def _offset_rows(pairs: list[tuple[str, int]]) -> list[dict[str, Any]]:
-    ctl = _rt()
-    if ctl.source_consumer is None:
-        raise ApiError(503, "no source consumer configured")
-    rows = []
-    with ctl.consumer_lock:  # librdkafka handles are not for concurrent use
-        try:
-            committed = ctl.source_consumer.committed([TopicPartition(t, p) for t, p in pairs], timeout=10)
-            for tp in committed:
-                low, high = ctl.source_consumer.get_watermark_offsets(TopicPartition(tp.topic, tp.partition),
-                                                                      timeout=10)
-                offset = tp.offset if tp.offset >= 0 else None
-                rows.append({
-                    "topic": tp.topic,
-                    "partition": tp.partition,
-                    "committed": offset,
-                    "log_start": low,
-                    "end": high,
-                    "lag": high - (offset if offset is not None else low),
-                })
-        except KafkaException as exc:
-            src = ctl.config.source  # the source admin client's error watch knows a refused credential
-            raise ApiError(503, autherrors.describe(src.alias, src.bootstrap_servers, exc.args[0],
-                                                    autherrors.watch_of(ctl.source_admin))) from None
-    return rows
-
-
-@_offsets.get("/offset")
-def all_offsets() -> Any:
-    ctl = _rt()
-    pairs = [(name, p) for name, r in sorted(zk.read_topics(ctl.zk, ctl.paths).items()) for p in range(r.partitions)]
-    rows = _offset_rows(pairs) if pairs else []
-    return jsonify({"group": ctl.config.consumer_group, "offsets": rows, "total_lag": sum(r["lag"] for r in rows)})
-
-
-@_offsets.get("/offset/<topic>/<partition>")
-def one_offset(topic: str, partition: str) -> Any:
-    record = _record(topic)
-    if not partition.isdigit() or int(partition) >= record.partitions:
-        raise ApiError(404, f"topic {topic!r} has no partition {partition!r}")
-    return jsonify({"group": _rt().config.consumer_group, **_offset_rows([(topic, int(partition))])[0]})
-
-
-@_offsets.get("/noprogress")
-def no_progress() -> Any:
-    """Partitions with lag whose position has not moved for ``controller.noprogress_threshold_s``,
-    and active partitions no worker reports owning."""
-    ctl = _rt()
-    threshold = ctl.config.controller.noprogress_threshold_s
-    now = time.time()
-    statuses = zk.read_statuses(ctl.zk, ctl.paths)
-    owned = {}
-    stalled = []
-    for worker, status in statuses.items():
-        for (t, p), st in status.partitions.items():
-            owned[(t, p)] = worker
-            if st.error or (st.lag > 0 and st.last_progress_at and now - st.last_progress_at > threshold):
-                stalled.append({
-                    "topic": t, "partition": p, "worker": worker, "lag": st.lag, "error": st.error,
-                    "stalled_for_s": round(now - st.last_progress_at, 1) if st.last_progress_at else None,
-                })
-    unowned = [
-        {"topic": name, "partition": p}
-        for name, record in sorted(zk.read_topics(ctl.zk, ctl.paths).items())
-        if record.state == "active"
-        for p in range(record.partitions)
-        if (name, p) not in owned
-    ]
-    return jsonify({"threshold_s": threshold, "stalled": stalled, "unowned": unowned})
-
-
-# --- blacklist and admin -------------------------------------------------------------------
-
-_admin = Blueprint("admin", __name__)
-
-
-@_admin.get("/blacklist")
-def get_blacklist() -> Any:
-    ctl = _rt()
-    parts = []
-    for entry in sorted(ctl.zk.get_children(ctl.paths.blacklist_partitions)):
-        topic, _, partition = entry.rpartition(":")
-        parts.append({"topic": topic, "partition": int(partition)})
-    return jsonify({
-        "topics": sorted(ctl.zk.get_children(ctl.paths.blacklist_topics)),
-        "partitions": parts,
-        "workers": sorted(ctl.zk.get_children(ctl.paths.blacklist_workers)),
-    })
-
-
-@_admin.post("/blacklist")
-@requires_admin
-def change_blacklist() -> Any:
-    """``{"topic": t, "partition": p?, "op": "blacklist"|"whitelist"}`` (query parameters work too)."""
-    ctl = _rt()
-    body = _json_body(optional=True) or dict(request.args)
-    op = body.get("op")
-    if op not in ("blacklist", "whitelist"):
-        raise ApiError(400, "op must be 'blacklist' or 'whitelist'")
-    topic = _topic_name(body.get("topic"))
-    partition = body.get("partition")
-    if partition is not None:
-        partition = _non_negative_int(body, "partition")
-        path = ctl.paths.blacklisted_partition(topic, partition)
-    else:
-        path = ctl.paths.blacklisted_topic(topic)
-    if op == "blacklist":
-        ctl.zk.ensure_path(path)
-    else:
-        try:
-            ctl.zk.delete(path)
-        except NoNodeError:
-            raise ApiError(404, f"{topic}{'' if partition is None else f':{partition}'} is not blacklisted") from None
-    _wake()
-    return jsonify({"topic": topic, "partition": partition, "blacklisted": op == "blacklist"})
-
-
-_ADMIN_GET = ("autobalancing_status", "workloadinfo", "rate_limit")
-_ADMIN_POST = ("enable_autobalancing", "disable_autobalancing", "rate_limit")
-
-
-@_admin.get("/admin/<op>")
-def admin_get(op: str) -> Any:
-    ctl = _rt()
-    if op not in _ADMIN_GET:
-        raise ApiError(404, f"unknown admin operation {op!r} (GET: {', '.join(_ADMIN_GET)})")
-    if op == "autobalancing_status":
-        return jsonify({"autobalancing": autobalancing(ctl.zk, ctl.paths)})
-    if op == "rate_limit":
-        return jsonify(asdict(_rate_limit(ctl)))
-    statuses = zk.read_statuses(ctl.zk, ctl.paths)
-    return jsonify({
-        "workers": {
-            w: {
-                "bytes_per_s": round(sum(p.bytes_per_s for p in s.partitions.values()), 1),
-                "records_per_s": round(sum(p.records_per_s for p in s.partitions.values()), 1),
-                "partitions": len(s.partitions),
-                "lag": sum(max(p.lag, 0) for p in s.partitions.values()),
-            }
-            for w, s in sorted(statuses.items())
-        }
-    })
-
-
-@_admin.post("/admin/<op>")
-@requires_admin
-def admin_post(op: str) -> Any:
-    ctl = _rt()
-    if op not in _ADMIN_POST:
-        raise ApiError(404, f"unknown admin operation {op!r} (POST: {', '.join(_ADMIN_POST)})")
-    if op == "rate_limit":
-        body = _json_body()
-        unknown = set(body) - {"records_per_s", "bytes_per_s"}
-        if unknown:
-            raise ApiError(400, f"unknown rate limit keys: {', '.join(sorted(map(str, unknown)))}")
-        limit = RateLimit(_non_negative_int(body, "records_per_s"), _non_negative_int(body, "bytes_per_s"))
-        _put(ctl, ctl.paths.rate_limit, limit.encode())
-        return jsonify(asdict(limit))
-    enabled = op == "enable_autobalancing"
-    _put(ctl, ctl.paths.autobalancing, b"true" if enabled else b"false")
-    _wake()
-    return jsonify({"autobalancing": enabled})
-
-
 def _put(ctl: Any, path: str, data: bytes) -> None:
     try:
         ctl.zk.set(path, data)
     except NoNodeError:
         ctl.zk.create(path, data, makepath=True)
-
-
-def _rate_limit(ctl: Any) -> RateLimit:
-    try:
-        return RateLimit.decode(ctl.zk.get(ctl.paths.rate_limit)[0])
-    except (NoNodeError, SchemaError):
-        return RateLimit(ctl.config.worker.max_records_per_s, ctl.config.worker.max_bytes_per_s)
-
-
-_ROUTE_SCOPED = (_topics, _instances, _offsets, _admin)
 
 
 # --- health, metrics, OpenAPI --------------------------------------------------------------
