@@ -1,7 +1,10 @@
 """ZooKeeper layout of a pipeline: node paths and the JSON documents stored at them.
 
 Pure: no ZooKeeper client here, so the controller, the worker and the tests
-agree on one encoding. Layout (root ``<zookeeper.root>/<pipeline>``)::
+agree on one encoding. Each document is one dataclass below; pydantic reads its
+annotations to validate, decode and encode it (``TypeAdapter``: no second
+hand-written copy of the shape), and the dataclasses stay plain to build and compare.
+Layout (root ``<zookeeper.root>/<pipeline>``)::
 
     election/                   leader election (kazoo Election)
     topics/<topic>              TopicRecord
@@ -22,16 +25,18 @@ agree on one encoding. Layout (root ``<zookeeper.root>/<pipeline>``)::
 
 from __future__ import annotations
 
-import json
 import re
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Literal, TypeVar
+
+from pydantic import ConfigDict, Field, TypeAdapter, ValidationError
 
 # Kafka's own rule for topic names (kafka.common.internals.Topic).
 _TOPIC_RE = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 _WORKER_RE = re.compile(r"^[a-zA-Z0-9._:-]{1,200}$")
 
 TopicPartition = tuple[str, int]
+_T = TypeVar("_T")
 
 
 class SchemaError(ValueError):
@@ -151,6 +156,10 @@ class Paths:
         ]
 
 
+State = Literal["active", "paused"]
+NonNegative = Annotated[int, Field(ge=0)]
+
+
 @dataclass(frozen=True)
 class TopicRecord:
     """A mirrored topic as desired by the operator."""
@@ -158,30 +167,16 @@ class TopicRecord:
     topic: str
     destination: str
     partitions: int
-    state: str = "active"  # active | paused
+    state: State = "active"
     added_at: str = ""
     options: dict[str, Any] = field(default_factory=dict)
 
     def encode(self) -> bytes:
-        return _dump(asdict(self))
+        return _TOPIC.dump_json(self)
 
     @classmethod
     def decode(cls, data: bytes) -> TopicRecord:
-        doc = _load(data, "topic record")
-        try:
-            record = cls(
-                topic=str(doc["topic"]),
-                destination=str(doc["destination"]),
-                partitions=int(doc["partitions"]),
-                state=str(doc.get("state", "active")),
-                added_at=str(doc.get("added_at", "")),
-                options=dict(doc.get("options") or {}),
-            )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise SchemaError(f"topic record lacks or mistypes {exc}") from None
-        if record.state not in ("active", "paused"):
-            raise SchemaError(f"topic record has unknown state {record.state!r}")
-        return record
+        return _decode(_TOPIC, data, "topic record")
 
 
 @dataclass(frozen=True)
@@ -189,7 +184,7 @@ class RouteRecord:
     """A route in the registry: its definition (``common.config.RouteConfig.definition``) and run state."""
 
     definition: dict[str, Any]
-    state: str = "active"  # active | paused
+    state: State = "active"
     declared_in: str = "api"  # config | api: where it was declared first
     created_at: str = ""
 
@@ -198,23 +193,11 @@ class RouteRecord:
         return str(self.definition.get("id", ""))
 
     def encode(self) -> bytes:
-        return _dump(asdict(self))
+        return _ROUTE.dump_json(self)
 
     @classmethod
     def decode(cls, data: bytes) -> RouteRecord:
-        doc = _load(data, "route record")
-        try:
-            record = cls(
-                definition=dict(doc["definition"]),
-                state=str(doc.get("state", "active")),
-                declared_in=str(doc.get("declared_in", "api")),
-                created_at=str(doc.get("created_at", "")),
-            )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise SchemaError(f"route record lacks or mistypes {exc}") from None
-        if record.state not in ("active", "paused"):
-            raise SchemaError(f"route record has unknown state {record.state!r}")
-        return record
+        return _decode(_ROUTE, data, "route record")
 
 
 @dataclass(frozen=True)
@@ -225,20 +208,24 @@ class PoolBinding:
     bound_at: str = ""
 
     def encode(self) -> bytes:
-        return _dump(asdict(self))
+        return _BINDING.dump_json(self)
 
     @classmethod
     def decode(cls, data: bytes) -> PoolBinding:
-        doc = _load(data, "pool binding")
-        route = doc.get("route")
-        if route is not None and not isinstance(route, str):
-            raise SchemaError("pool binding route must be a string or null")
-        return cls(route=route, bound_at=str(doc.get("bound_at", "")))
+        return _decode(_BINDING, data, "pool binding")
 
 
 # The data of a ``blacklist/workers/<id>`` entry the pool wrote to drain a worker it moves
 # (an operator's entries have none, and the pool never removes those).
 POOL_DRAIN = b"pool"
+
+
+@dataclass(frozen=True)
+class _AssignmentDoc:
+    """The JSON of an :class:`Assignment`: partitions grouped by topic."""
+
+    generation: int
+    partitions: dict[str, list[int]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -249,15 +236,12 @@ class Assignment:
     partitions: frozenset[TopicPartition] = frozenset()
 
     def encode(self) -> bytes:
-        return _dump({"generation": self.generation, "partitions": group_by_topic(self.partitions)})
+        return _ASSIGNMENT.dump_json(_AssignmentDoc(self.generation, group_by_topic(self.partitions)))
 
     @classmethod
     def decode(cls, data: bytes) -> Assignment:
-        doc = _load(data, "assignment")
-        try:
-            return cls(int(doc["generation"]), ungroup(doc.get("partitions") or {}))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise SchemaError(f"assignment lacks or mistypes {exc}") from None
+        doc = _decode(_ASSIGNMENT, data, "assignment")
+        return cls(doc.generation, ungroup(doc.partitions))
 
 
 @dataclass(frozen=True)
@@ -271,27 +255,18 @@ class WorkerInfo:
     metrics_port: int = 0
 
     def encode(self) -> bytes:
-        return _dump(asdict(self))
+        return _WORKER.dump_json(self)
 
     @classmethod
     def decode(cls, data: bytes) -> WorkerInfo:
-        doc = _load(data, "worker registration")
-        try:
-            return cls(
-                host=str(doc["host"]),
-                pid=int(doc["pid"]),
-                version=str(doc["version"]),
-                started_at=str(doc["started_at"]),
-                metrics_port=int(doc.get("metrics_port", 0)),
-            )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise SchemaError(f"worker registration lacks or mistypes {exc}") from None
+        return _decode(_WORKER, data, "worker registration")
 
 
 @dataclass(frozen=True)
 class PartitionStatus:
     """One owned partition as the worker sees it."""
 
+    __pydantic_config__ = ConfigDict(ser_json_inf_nan="constants")  # as json.dumps wrote them (a rate may be inf)
     committed: int = -1  # next source offset to mirror, as last committed
     records_per_s: float = 0.0
     bytes_per_s: float = 0.0
@@ -304,22 +279,24 @@ class PartitionStatus:
 class RateLimit:
     """Per-worker throughput ceiling; 0 means unlimited."""
 
-    records_per_s: int = 0
-    bytes_per_s: int = 0
+    records_per_s: NonNegative = 0
+    bytes_per_s: NonNegative = 0
 
     def encode(self) -> bytes:
-        return _dump(asdict(self))
+        return _RATE.dump_json(self)
 
     @classmethod
     def decode(cls, data: bytes) -> RateLimit:
-        doc = _load(data, "rate limit")
-        try:
-            limit = cls(int(doc.get("records_per_s", 0)), int(doc.get("bytes_per_s", 0)))
-        except (TypeError, ValueError) as exc:
-            raise SchemaError(f"rate limit mistypes {exc}") from None
-        if limit.records_per_s < 0 or limit.bytes_per_s < 0:
-            raise SchemaError("rate limit values must not be negative")
-        return limit
+        return _decode(_RATE, data, "rate limit")
+
+
+@dataclass(frozen=True)
+class _StatusDoc:
+    """The JSON of a :class:`WorkerStatus`: partitions by topic, then by partition number."""
+
+    generation: int
+    updated_at: str = ""
+    partitions: dict[str, dict[int, PartitionStatus]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -335,22 +312,16 @@ class WorkerStatus:
         return frozenset(self.partitions)
 
     def encode(self) -> bytes:
-        per: dict[str, dict[str, Any]] = {}
+        per: dict[str, dict[int, PartitionStatus]] = {}
         for (topic, partition), st in sorted(self.partitions.items()):
-            per.setdefault(topic, {})[str(partition)] = asdict(st)
-        return _dump({"generation": self.generation, "updated_at": self.updated_at, "partitions": per})
+            per.setdefault(topic, {})[partition] = st
+        return _STATUS.dump_json(_StatusDoc(self.generation, self.updated_at, per))
 
     @classmethod
     def decode(cls, data: bytes) -> WorkerStatus:
-        doc = _load(data, "worker status")
-        try:
-            parts: dict[TopicPartition, PartitionStatus] = {}
-            for topic, by_partition in (doc.get("partitions") or {}).items():
-                for partition, st in by_partition.items():
-                    parts[(topic, int(partition))] = PartitionStatus(**st)
-            return cls(int(doc["generation"]), parts, str(doc.get("updated_at", "")))
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise SchemaError(f"worker status lacks or mistypes {exc}") from None
+        doc = _decode(_STATUS, data, "worker status")
+        parts = {(topic, p): st for topic, by_partition in doc.partitions.items() for p, st in by_partition.items()}
+        return cls(doc.generation, parts, doc.updated_at)
 
 
 def group_by_topic(partitions: frozenset[TopicPartition] | set[TopicPartition]) -> dict[str, list[int]]:
@@ -364,15 +335,35 @@ def ungroup(grouped: dict[str, list[int]]) -> frozenset[TopicPartition]:
     return frozenset((str(topic), int(p)) for topic, ps in grouped.items() for p in ps)
 
 
-def _dump(doc: dict[str, Any]) -> bytes:
-    return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
+_TOPIC = TypeAdapter(TopicRecord)
+_ROUTE = TypeAdapter(RouteRecord)
+_BINDING = TypeAdapter(PoolBinding)
+_ASSIGNMENT = TypeAdapter(_AssignmentDoc)
+_WORKER = TypeAdapter(WorkerInfo)
+_RATE = TypeAdapter(RateLimit)
+_STATUS = TypeAdapter(_StatusDoc)
 
 
-def _load(data: bytes | None, what: str) -> dict[str, Any]:
+def _decode(adapter: TypeAdapter[_T], data: bytes | None, what: str) -> _T:
+    """``data`` as the document ``adapter`` describes; SchemaError names the first problem."""
     try:
-        doc = json.loads(data or b"")
-    except (ValueError, UnicodeDecodeError):
-        raise SchemaError(f"{what} is not JSON") from None
-    if not isinstance(doc, dict):
-        raise SchemaError(f"{what} is not a JSON object")
-    return doc
+        return adapter.validate_json(data or b"")
+    except ValidationError as exc:
+        raise SchemaError(f"{what} {_problem(exc)}") from None
+
+
+def _problem(exc: ValidationError) -> str:
+    error = exc.errors(include_url=False)[0]
+    where = ".".join(str(part) for part in error["loc"])
+    kind = error["type"]
+    if kind in ("json_invalid", "json_type"):
+        return "is not JSON"
+    if not where and kind.endswith("_type"):
+        return "is not a JSON object"
+    if kind == "literal_error":
+        return f"has unknown {where} {error['input']!r}"
+    if kind == "greater_than_equal":
+        return f"{where} must not be negative"
+    if kind == "missing":
+        return f"lacks {where!r}"
+    return f"mistypes {where!r}: {error['msg']}"

@@ -7,6 +7,7 @@ import pytest
 from common.zkschema import (
     Assignment,
     PartitionStatus,
+    RateLimit,
     SchemaError,
     TopicRecord,
     WorkerStatus,
@@ -42,3 +43,21 @@ def test_invalid_topic_names(name):
 
 def test_valid_topic_names():
     assert valid_topic_name("orders.v1_EU-west")
+
+
+def test_a_status_round_trips_infinite_rates_and_orders_partitions_by_number():
+    s = WorkerStatus(3, {("t", 10): PartitionStatus(records_per_s=float("inf")), ("t", 2): PartitionStatus()}, "x")
+    data = s.encode()
+    assert WorkerStatus.decode(data) == s
+    assert data.index(b'"2":') < data.index(b'"10":')
+
+
+def test_a_newer_writer_s_extra_keys_are_ignored_and_problems_are_named():
+    doc = b'{"generation":1,"partitions":{"t":{"0":{"committed":5,"new_field":1}}}}'
+    assert WorkerStatus.decode(doc).partitions[("t", 0)].committed == 5
+    with pytest.raises(SchemaError, match="rate limit records_per_s must not be negative"):
+        RateLimit.decode(b'{"records_per_s":-1}')
+    with pytest.raises(SchemaError, match="worker status mistypes 'partitions.t.x"):
+        WorkerStatus.decode(b'{"generation":1,"partitions":{"t":{"x":{}}}}')
+    with pytest.raises(SchemaError, match="assignment lacks 'generation'"):
+        Assignment.decode(b'{"partitions":{}}')
