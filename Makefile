@@ -93,6 +93,7 @@ test: venv jars helm promtool browser
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
+	$(BIN)/python -m devtools.schemas --check  # the OpenAPI document and report schema match their models
 
 # The C copy loop under AddressSanitizer and UndefinedBehaviorSanitizer: a build of its own in
 # build/sanitize (the in-place build stays as it is), preloaded runtimes (python itself is not

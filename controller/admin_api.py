@@ -14,8 +14,9 @@ from kazoo.exceptions import NoNodeError
 
 from common import zk
 from common.zkschema import RateLimit, SchemaError
-from controller.api import ApiError, _json_body, _non_negative_int, _put, _rt, _topic_name, _wake, requires_admin
+from controller.api import ApiError, _put, _rt, _wake, body_as, requires_admin
 from controller.leader import autobalancing
+from controller.schemas import BlacklistRequest, RateLimitRequest
 
 blueprint = Blueprint("admin", __name__)
 
@@ -39,14 +40,9 @@ def get_blacklist() -> Any:
 def change_blacklist() -> Any:
     """``{"topic": t, "partition": p?, "op": "blacklist"|"whitelist"}`` (query parameters work too)."""
     ctl = _rt()
-    body = _json_body(optional=True) or dict(request.args)
-    op = body.get("op")
-    if op not in ("blacklist", "whitelist"):
-        raise ApiError(400, "op must be 'blacklist' or 'whitelist'")
-    topic = _topic_name(body.get("topic"))
-    partition = body.get("partition")
+    body = body_as(BlacklistRequest, optional=True, fallback=dict(request.args))
+    op, topic, partition = body.op, body.topic, body.partition
     if partition is not None:
-        partition = _non_negative_int(body, "partition")
         path = ctl.paths.blacklisted_partition(topic, partition)
     else:
         path = ctl.paths.blacklisted_topic(topic)
@@ -95,11 +91,7 @@ def admin_post(op: str) -> Any:
     if op not in _ADMIN_POST:
         raise ApiError(404, f"unknown admin operation {op!r} (POST: {', '.join(_ADMIN_POST)})")
     if op == "rate_limit":
-        body = _json_body()
-        unknown = set(body) - {"records_per_s", "bytes_per_s"}
-        if unknown:
-            raise ApiError(400, f"unknown rate limit keys: {', '.join(sorted(map(str, unknown)))}")
-        limit = RateLimit(_non_negative_int(body, "records_per_s"), _non_negative_int(body, "bytes_per_s"))
+        limit = body_as(RateLimitRequest).limit()
         _put(ctl, ctl.paths.rate_limit, limit.encode())
         return jsonify(asdict(limit))
     enabled = op == "enable_autobalancing"

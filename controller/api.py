@@ -18,23 +18,25 @@ import hmac
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from flask import Blueprint, Flask, Response, current_app, g, jsonify, request
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import KazooException, NoNodeError
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pydantic import BaseModel
 from werkzeug.exceptions import HTTPException
 
 from common import httpserve, logs, zk
 from common.config import Config, RouteConfig, route_view
 from common.errors import ClusterUnavailable, ConfigError, UReplicatorError
 from common.zkschema import Paths, TopicRecord, valid_topic_name, valid_worker_id
-from controller import status_api, topics
+from controller import schemas, status_api, topics
 from controller.leader import LeaderState
 from controller.openapi import document
 
 log = logs.get(__name__)
+_M = TypeVar("_M", bound=BaseModel)
 
 
 class ApiError(Exception):
@@ -267,25 +269,12 @@ def _json_body(optional: bool = False) -> dict[str, Any]:
     return body
 
 
-def _positive_int(body: dict[str, Any], key: str) -> int | None:
-    """uReplicator's scripts send numbers as numbers or numeric strings."""
-    if key not in body or body[key] is None:
-        return None
-    value = body[key]
-    if isinstance(value, str) and value.strip().isdigit():
-        value = int(value.strip())
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0 or value > 1_000_000:
-        raise ApiError(400, f"{key} must be a positive integer, got {body[key]!r}")
-    return value
-
-
-def _non_negative_int(body: dict[str, Any], key: str) -> int:
-    value = body.get(key, 0)
-    if isinstance(value, str) and value.strip().isdigit():
-        value = int(value.strip())
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ApiError(400, f"{key} must be a non-negative integer, got {body.get(key)!r}")
-    return value
+def body_as(model: type[_M], optional: bool = False, fallback: dict[str, Any] | None = None) -> _M:
+    """The request's JSON body as ``model`` (``controller.schemas``); an empty optional body is ``fallback``."""
+    try:
+        return schemas.parse(model, _json_body(optional) or fallback or {})
+    except schemas.BodyError as exc:
+        raise ApiError(400, str(exc)) from None
 
 
 def _topic_name(value: object, what: str = "topic") -> str:

@@ -16,7 +16,8 @@ from flask import Blueprint, jsonify
 
 from common import autherrors, logs, zk
 from controller import topics
-from controller.api import ApiError, _json_body, _positive_int, _record, _rt, _topic_name, _wake, requires_admin
+from controller.api import ApiError, _record, _rt, _topic_name, _wake, body_as, requires_admin
+from controller.schemas import TopicExpand, TopicOptions, TopicRequest
 
 log = logs.get(__name__)
 
@@ -32,14 +33,10 @@ def list_topics() -> Any:
     return jsonify({"topics": [asdict(r) for _, r in sorted(records.items())]})
 
 
-def _add(topic: str, body: dict[str, Any]) -> Any:
+def _add(topic: str, body: TopicOptions | TopicRequest) -> Any:
     ctl = _rt()
-    destination = body.get("destination")
-    if destination is not None:
-        destination = _topic_name(destination, "destination")
     record, outcome = topics.register(
-        ctl.config, ctl.zk, ctl.source_admin, ctl.destination_admin,
-        topic, _positive_int(body, "numPartitions"), destination,
+        ctl.config, ctl.zk, ctl.source_admin, ctl.destination_admin, topic, body.numPartitions, body.destination,
     )
     _wake()
     return jsonify({**asdict(record), "destination_topic": outcome}), 201
@@ -49,14 +46,14 @@ def _add(topic: str, body: dict[str, Any]) -> Any:
 @requires_admin
 def add_topic() -> Any:
     """Start mirroring a source topic: ``{"topic": "t", "numPartitions": 8}``."""
-    body = _json_body()
-    return _add(_topic_name(body.get("topic")), body)
+    body = body_as(TopicRequest)
+    return _add(body.topic, body)
 
 
 @blueprint.post("/topics/<topic>")
 @requires_admin
 def add_named_topic(topic: str) -> Any:
-    return _add(_topic_name(topic), _json_body(optional=True))
+    return _add(_topic_name(topic), body_as(TopicOptions, optional=True))
 
 
 @blueprint.put("/topics")
@@ -64,10 +61,9 @@ def add_named_topic(topic: str) -> Any:
 def expand_topic() -> Any:
     """Grow a mirrored topic after its source grew: ``{"topic": "t", "numPartitions": 16}``."""
     ctl = _rt()
-    body = _json_body()
-    topic = _topic_name(body.get("topic"))
-    record = topics.expand(ctl.config, ctl.zk, ctl.source_admin, ctl.destination_admin, topic,
-                           _positive_int(body, "numPartitions"))
+    body = body_as(TopicExpand)
+    record = topics.expand(ctl.config, ctl.zk, ctl.source_admin, ctl.destination_admin, body.topic,
+                           body.numPartitions)
     _wake()
     return jsonify(asdict(record))
 
