@@ -14,8 +14,8 @@ import json
 from typing import Any
 
 from pydantic import TypeAdapter
-from pydantic.json_schema import GenerateJsonSchema
 
+from common.schemagen import Untitled, untitled
 from controller import schemas
 
 
@@ -178,31 +178,12 @@ PATHS["/ui/verification"] = {"get": {"summary": "The newest verification report 
                                                    "404": {"description": "no report", **_json("Error")}}}}
 
 
-class _Untitled(GenerateJsonSchema):
-    """pydantic's JSON Schema without the titles it derives from each name (noise in a document of names)."""
-
-    def field_title_should_be_set(self, schema: Any) -> bool:
-        return False
-
-    def generate(self, schema: Any, mode: Any = "validation") -> Any:
-        return _untitled(super().generate(schema, mode))
-
-
-def _untitled(node: Any, in_properties: bool = False) -> Any:
-    if isinstance(node, dict):
-        return {k: _untitled(v, k == "properties" and not in_properties)
-                for k, v in node.items() if in_properties or k != "title"}
-    if isinstance(node, list):
-        return [_untitled(v) for v in node]
-    return node
-
-
 def component_schemas() -> dict[str, Any]:
     """``components/schemas``: every request and response model, named as the operations name them."""
     inputs = [(m, "validation", TypeAdapter(m)) for m in (*schemas.RESPONSES, *schemas.REQUESTS)]
     _, defs = TypeAdapter.json_schemas(inputs, ref_template="#/components/schemas/{model}",
-                                       schema_generator=_Untitled)
-    return {name: _untitled(schema) for name, schema in sorted(defs["$defs"].items())}
+                                       schema_generator=Untitled)
+    return {name: untitled(schema) for name, schema in sorted(defs["$defs"].items())}
 
 
 @functools.cache

@@ -13,10 +13,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from controller import openapi
+from reports import document
 
 ROOT = Path(__file__).resolve().parents[1]
 GENERATED: dict[str, Callable[[], str]] = {
     "controller/openapi.json": openapi.render,
+    "reports/report.schema.json": document.render,
 }
 
 

@@ -379,8 +379,11 @@ class Report:
         return worst(t.status for t in self.topics)
 
     def to_dict(self) -> dict[str, Any]:
+        """The report's JSON document, checked against its models (``reports.document``)."""
+        from reports.document import validated  # built on this module's constants
+
         topics = [t.to_dict() for t in self.topics]
-        return {
+        return validated({
             "schema_version": SCHEMA_VERSION,
             "run_id": self.run_id,
             "started_at": self.started_at,
@@ -397,7 +400,7 @@ class Report:
             "bucket_size": self.bucket_size,
             "totals": totals(topics),
             "topics": topics,
-        }
+        })
 
 
 def run_mode(topic_modes: Iterable[str]) -> str:

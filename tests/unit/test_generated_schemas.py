@@ -7,6 +7,7 @@ import re
 import shutil
 
 import jsonschema
+import pytest
 
 from controller import openapi
 from devtools import schemas
@@ -35,3 +36,26 @@ def test_the_openapi_document_is_valid_and_every_reference_resolves():
     assert refs <= set(doc["components"]["schemas"])
     # The operator's view is validated on its own (tests/integration/test_operator_status.py): no references.
     assert "$ref" not in json.dumps(doc["components"]["schemas"]["Status"])
+
+
+def _report() -> dict:
+    from reports.model import Report
+
+    cluster = {"alias": "a", "bootstrap_servers": "a:9092"}
+    return Report("20260101T000000Z-abcdef", "2026-01-01T00:00:00Z", "2026-01-01T00:00:01Z", 1.0, "p", "g",
+                  {"source": cluster, "destination": {**cluster, "alias": "b"}}, {"master": "local", "version": "3"},
+                  100).to_dict()
+
+
+def test_a_report_that_strays_from_its_model_fails_where_it_is_made_and_the_schema_agrees():
+    from pydantic import ValidationError
+
+    from reports.document import json_schema, validated
+
+    doc = _report()
+    jsonschema.validate(doc, json_schema())
+    for stray in ({**doc, "surprise": 1}, {**doc, "bucket_size": 0}, {**doc, "started_at": "yesterday"}):
+        with pytest.raises(ValidationError):
+            validated(stray)
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(stray, json_schema())
