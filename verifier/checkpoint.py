@@ -7,7 +7,8 @@ that can hold a copy of them. This module is the pure core of that —
 resume points (or a full pass, with the reason), :func:`advance` turns a run's
 outcome into the next checkpoint — plus :class:`CheckpointFile`, which keeps
 it on disk atomically with a checksum so a damaged file is detected, never
-trusted.
+trusted (the file's shape is one pydantic model, ``_Body``, read and written
+through it).
 
 Rules (docs/verification.md, "Incremental runs"):
 
@@ -38,7 +39,9 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from reports import model
 from reports.model import Watermarks
@@ -222,53 +225,69 @@ def iso_time(moment: datetime) -> str:
 # --- the file ----------------------------------------------------------------------------------
 
 
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+Offset = Annotated[int, Field(ge=0)]
+
+
+class _TopicBody(_Model):
+    """A :class:`TopicCheckpoint` in the file: each partition as [watermark, destination offset, log starts]."""
+
+    destination: str
+    source_topic_id: str | None
+    destination_topic_id: str | None
+    last_full_at: str
+    partitions: dict[int, tuple[Offset, Offset, Offset, Offset]]
+
+
+class _Body(_Model):
+    """The checkpoint's body in the file (what the SHA-256 covers): the one description of its shape."""
+
+    pipeline: str
+    group: str
+    source_alias: str
+    destination_alias: str
+    hash_version: int
+    topics: dict[str, _TopicBody]
+
+
 def to_dict(checkpoint: Checkpoint) -> dict[str, Any]:
-    return {
-        "pipeline": checkpoint.pipeline,
-        "group": checkpoint.group,
-        "source_alias": checkpoint.source_alias,
-        "destination_alias": checkpoint.destination_alias,
-        "hash_version": checkpoint.hash_version,
-        "topics": {
-            name: {
-                "destination": t.destination,
-                "source_topic_id": t.source_topic_id,
-                "destination_topic_id": t.destination_topic_id,
-                "last_full_at": t.last_full_at,
-                "partitions": {
-                    str(p): [c.watermark, c.destination_offset, c.source_log_start, c.destination_log_start]
-                    for p, c in sorted(t.partitions.items())
-                },
-            }
+    body = _Body(
+        pipeline=checkpoint.pipeline, group=checkpoint.group, source_alias=checkpoint.source_alias,
+        destination_alias=checkpoint.destination_alias, hash_version=checkpoint.hash_version,
+        topics={
+            name: _TopicBody(
+                destination=t.destination, source_topic_id=t.source_topic_id,
+                destination_topic_id=t.destination_topic_id, last_full_at=t.last_full_at,
+                partitions={p: (c.watermark, c.destination_offset, c.source_log_start, c.destination_log_start)
+                            for p, c in sorted(t.partitions.items())},
+            )
             for name, t in sorted(checkpoint.topics.items())
         },
-    }
+    )
+    return body.model_dump(mode="json")
 
 
 def from_dict(body: Mapping[str, Any]) -> Checkpoint:
-    """Raises KeyError, TypeError or ValueError on anything that is not a checkpoint."""
-    topics = {}
-    for name, t in body["topics"].items():
-        parts = {}
-        for p, values in t["partitions"].items():
-            watermark, destination_offset, source_log_start, destination_log_start = (int(v) for v in values)
-            if min(watermark, destination_offset, source_log_start, destination_log_start) < 0:
-                raise ValueError(f"negative offset in {name}:{p}")
-            parts[int(p)] = PartitionCheckpoint(watermark, destination_offset, source_log_start, destination_log_start)
-        topics[str(name)] = TopicCheckpoint(
-            destination=str(t["destination"]),
-            source_topic_id=t["source_topic_id"],
-            destination_topic_id=t["destination_topic_id"],
-            last_full_at=str(t["last_full_at"]),
-            partitions=parts,
-        )
+    """Raises ValueError naming the first problem (``topics.t.partitions.1.1: ...``) on anything not a checkpoint."""
+    try:
+        parsed = _Body.model_validate(body)
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        raise ValueError(f"{'.'.join(map(str, first['loc'])) or 'body'}: {first['msg']}") from None
     return Checkpoint(
-        pipeline=str(body["pipeline"]),
-        group=str(body["group"]),
-        source_alias=str(body["source_alias"]),
-        destination_alias=str(body["destination_alias"]),
-        hash_version=int(body["hash_version"]),
-        topics=topics,
+        pipeline=parsed.pipeline, group=parsed.group, source_alias=parsed.source_alias,
+        destination_alias=parsed.destination_alias, hash_version=parsed.hash_version,
+        topics={
+            name: TopicCheckpoint(
+                destination=t.destination, source_topic_id=t.source_topic_id,
+                destination_topic_id=t.destination_topic_id, last_full_at=t.last_full_at,
+                partitions={p: PartitionCheckpoint(*offsets) for p, offsets in t.partitions.items()},
+            )
+            for name, t in parsed.topics.items()
+        },
     )
 
 

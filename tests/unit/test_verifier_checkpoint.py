@@ -177,3 +177,15 @@ def test_two_verifiers_cannot_share_a_checkpoint(tmp_path):
                 pass
     with CheckpointFile(path).exclusive():  # released when the first run ends
         pass
+
+
+def test_the_file_s_model_names_what_is_wrong_in_one_line(tmp_path):
+    from verifier.checkpoint import from_dict
+
+    body = {"pipeline": "p", "group": "g", "source_alias": "a", "destination_alias": "b", "hash_version": 2,
+            "topics": {"t": {"destination": "t", "source_topic_id": None, "destination_topic_id": None,
+                             "last_full_at": "2026-01-01T00:00:00Z", "partitions": {"1": [1, -2, 3, 4]}}}}
+    with pytest.raises(ValueError, match=r"^topics\.t\.partitions\.1\.1: Input should be greater than or equal to 0$"):
+        from_dict(body)
+    body["topics"]["t"]["partitions"] = {"1": [1, 2, 3, 4]}
+    assert from_dict(body).topics["t"].partitions[1].destination_offset == 2
