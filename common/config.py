@@ -13,6 +13,11 @@ without ``routes`` is one implicit route from ``source`` to ``destination`` with
 today's ZooKeeper paths and consumer group. :func:`route_view` gives the
 single-route ``Config`` one worker serves.
 
+Each section is one frozen dataclass below, and its annotations are the one description of
+its keys: pydantic validates a section against them (strict types, unknown keys refused) and
+:func:`_problem` words the first failure as this module always has; the environment overlay
+(:func:`_apply_env`) derives its variable names from the same fields.
+
 Any problem raises :class:`common.errors.ConfigError` naming the key, so the
 process can stop with one message and exit status 2. ``docs/configuration.md``
 documents each key.
@@ -20,16 +25,19 @@ documents each key.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import os
 import re
 import socket
 from collections.abc import Mapping
-from dataclasses import MISSING, dataclass, field, fields, is_dataclass, replace
+from dataclasses import dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import yaml
+from pydantic import BeforeValidator, ConfigDict, Field, StrictBool, StrictInt, StrictStr, TypeAdapter, ValidationError
+from pydantic_core import PydanticCustomError
 
 from common import topology
 from common.errors import ConfigError
@@ -47,26 +55,66 @@ _ALIAS_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 
 
+# --- the value types of the sections below: pydantic validates a section against its dataclass's
+# annotations (``_build``), and ``_problem`` words a failure as the message this module has always
+# given. Strict: YAML already typed the value, so "5" is not a number and 1 is not true.
+
+def _optional_text(value: Any) -> Any:
+    """A string, or a number written without quotes (an id or token that looks numeric), or nothing."""
+    if value is None or (isinstance(value, str | int) and not isinstance(value, bool)):
+        return None if value is None else str(value)
+    raise PydanticCustomError("optional_text", "expected a string")
+
+
+def _properties(value: Any) -> Any:
+    """Client properties: a mapping of names to scalars, kept as librdkafka's strings (true -> "true")."""
+    if not isinstance(value, Mapping):
+        raise PydanticCustomError("mapping_type", "expected a mapping")
+    props: dict[str, str] = {}
+    for k, v in value.items():
+        if isinstance(v, dict | list) or v is None:
+            raise PydanticCustomError("scalar_value", "expected a scalar value", {"name": str(k), "value": v})
+        props[str(k)] = str(v).lower() if isinstance(v, bool) else str(v)
+    return props
+
+
+Text = Annotated[StrictStr, Field(min_length=1)]
+OptionalText = Annotated[str | None, BeforeValidator(_optional_text)]
+Flag = StrictBool
+Integer = StrictInt
+Number = Annotated[float, Field(strict=False), BeforeValidator(
+    lambda v: v if isinstance(v, int | float) and not isinstance(v, bool) else _not_number())]
+Properties = Annotated[Mapping[str, str], BeforeValidator(_properties)]
+_SECTION = ConfigDict(extra="forbid")
+
+
+def _not_number() -> Any:
+    raise PydanticCustomError("number_type", "expected a number")
+
+
+
 @dataclass(frozen=True)
 class ZooKeeperConfig:
-    connect: str
-    root: str = "/ureplicator"
-    session_timeout_s: float = 10.0
+    __pydantic_config__ = _SECTION
+    connect: Text
+    root: Text = "/ureplicator"
+    session_timeout_s: Number = 10.0
     # "user:password": digest authentication, and digest ACLs on the pipeline's nodes (docs/security.md).
-    auth: str | None = None
+    auth: OptionalText = None
     # --- TLS to ZooKeeper's secureClientPort (docs/security.md). tls_ca: PEM bundle to trust;
     # tls_certfile/tls_keyfile: a client certificate, when ZooKeeper asks for one (mutual TLS).
-    tls: bool = False
-    tls_ca: str | None = None
-    tls_certfile: str | None = None
-    tls_keyfile: str | None = None
+    tls: Flag = False
+    tls_ca: OptionalText = None
+    tls_certfile: OptionalText = None
+    tls_keyfile: OptionalText = None
 
 
 @dataclass(frozen=True)
 class ClusterConfig:
-    alias: str
-    bootstrap_servers: str
-    properties: Mapping[str, str] = field(default_factory=dict)
+    __pydantic_config__ = _SECTION
+    alias: Text
+    bootstrap_servers: Text
+    properties: Properties = field(default_factory=dict)
 
     def client_config(self) -> dict[str, str]:
         """librdkafka settings for a client of this cluster (user properties win)."""
@@ -77,97 +125,100 @@ class ClusterConfig:
 class GroupSyncConfig:
     """``controller.group_sync``: copy translated consumer-group offsets to the destination (docs/failover.md)."""
 
-    enabled: bool = False
-    interval_s: float = 60.0
-    include: str | None = None
-    exclude: str | None = None
+    __pydantic_config__ = _SECTION
+    enabled: Flag = False
+    interval_s: Number = 60.0
+    include: OptionalText = None
+    exclude: OptionalText = None
 
 
 @dataclass(frozen=True)
 class ControllerConfig:
-    rest_host: str = "0.0.0.0"
-    rest_port: int = 9000
-    request_timeout_s: float = 30.0  # the REST server closes connections idle or stalled this long
-    admin_token: str | None = None
+    __pydantic_config__ = _SECTION
+    rest_host: Text = "0.0.0.0"
+    rest_port: Integer = 9000
+    request_timeout_s: Number = 30.0  # the REST server closes connections idle or stalled this long
+    admin_token: OptionalText = None
     # Serve mutating REST calls without a token on a non-loopback address (see check_rest_exposure).
-    allow_anonymous: bool = False
-    reconcile_interval_s: float = 5.0
-    topic_naming: str = "identity"  # identity | prefix | mapping
-    topic_mapping: Mapping[str, str] = field(default_factory=dict)
-    topic_sync_interval_s: float = 30.0
-    auto_whitelist_include: str | None = None
-    auto_whitelist_exclude: str | None = None
-    max_partitions_per_worker: int = 0
-    rebalance_interval_s: float = 300.0
-    worker_restart_grace_s: float = 0.0
-    lag_threshold_records: int = 100_000
-    lag_rounds: int = 3
-    noprogress_threshold_s: float = 60.0
-    verification_dir: str | None = None
+    allow_anonymous: Flag = False
+    reconcile_interval_s: Number = 5.0
+    topic_naming: Text = "identity"  # identity | prefix | mapping
+    topic_mapping: Properties = field(default_factory=dict)
+    topic_sync_interval_s: Number = 30.0
+    auto_whitelist_include: OptionalText = None
+    auto_whitelist_exclude: OptionalText = None
+    max_partitions_per_worker: Integer = 0
+    rebalance_interval_s: Number = 300.0
+    worker_restart_grace_s: Number = 0.0
+    lag_threshold_records: Integer = 100_000
+    lag_rounds: Integer = 3
+    noprogress_threshold_s: Number = 60.0
+    verification_dir: OptionalText = None
     group_sync: GroupSyncConfig = field(default_factory=GroupSyncConfig)
     # --- TLS for the REST API (docs/security.md): PEM certificate chain and private key. With both
     # set the API answers HTTPS only, and a bearer token sent over plain HTTP is refused.
-    rest_tls_certfile: str | None = None
-    rest_tls_keyfile: str | None = None
+    rest_tls_certfile: OptionalText = None
+    rest_tls_keyfile: OptionalText = None
     # --- freshness (controller/heartbeat.py): the leader writes a record to heartbeat_topic on the
     # source every heartbeat_interval_s (0 = off); workers mirror it like any record, and the age of
     # the newest one on the destination is the pipeline's freshness. Above rpo_s it needs a person.
-    heartbeat_interval_s: float = 5.0
-    heartbeat_topic: str | None = None  # default ureplicator-heartbeats-<pipeline>: one per pipeline
-    rpo_s: float = 300.0
+    heartbeat_interval_s: Number = 5.0
+    heartbeat_topic: OptionalText = None  # default ureplicator-heartbeats-<pipeline>: one per pipeline
+    rpo_s: Number = 300.0
     # --- destination topics the controller creates: replication factor and min.insync.replicas;
     # 0 = the source topic's, either way capped by the destination's broker count.
-    destination_replication_factor: int = 0
-    destination_min_insync_replicas: int = 0
+    destination_replication_factor: Integer = 0
+    destination_min_insync_replicas: Integer = 0
     # --- the shared worker pool (controller/pool.py): bound workers moved to another route per round
     # at most, and how much more work per worker the receiving route must have (0.5: 1.5x the donor's).
-    pool_max_moves: int = 1
-    pool_hysteresis: float = 0.5
+    pool_max_moves: Integer = 1
+    pool_hysteresis: Number = 0.5
 
 
 @dataclass(frozen=True)
 class WorkerConfig:
-    id: str = ""
+    __pydantic_config__ = _SECTION
+    id: Text = ""
     # The route this worker serves (``routes[].id``); empty: the deployment's only route.
-    route: str = ""
+    route: Text = ""
     # Join the deployment's shared pool instead: serve the route the leader binds it to (docs/routes.md).
-    pool: bool = False
-    metrics_host: str = "0.0.0.0"
-    metrics_port: int = 0
-    health_stall_s: float = 120.0  # /healthz fails when the loop has not turned for this long
-    commit_interval_s: float = 5.0
-    auto_offset_reset: str = "earliest"
-    max_in_flight_bytes: int = 64 * 1024 * 1024
-    batch_size: int = 1000
+    pool: Flag = False
+    metrics_host: Text = "0.0.0.0"
+    metrics_port: Integer = 0
+    health_stall_s: Number = 120.0  # /healthz fails when the loop has not turned for this long
+    commit_interval_s: Number = 5.0
+    auto_offset_reset: Text = "earliest"
+    max_in_flight_bytes: Integer = 64 * 1024 * 1024
+    batch_size: Integer = 1000
     # How long one consume call waits to fill a batch: librdkafka returns early only when the
     # batch is full, so at low rates this wait is added to every record's latency.
-    fetch_wait_ms: int = 50
+    fetch_wait_ms: Integer = 50
     # --- how long the worker waits, one setting per wait (worker/mirror.py, worker/handoff.py) ---
     # SIGTERM: stop fetching, wait this long for the destination's acks and the final commit.
-    stop_timeout_s: float = 30.0
+    stop_timeout_s: Number = 30.0
     # A released partition's records still unacknowledged after this long are purged (the
     # producer is replaced, the other partitions rewound), so none lands behind the next owner's.
-    release_ack_timeout_s: float = 30.0
+    release_ack_timeout_s: Number = 30.0
     # A released partition's commit is retried this long; then the release goes on (duplicates).
-    release_commit_timeout_s: float = 30.0
+    release_commit_timeout_s: Number = 30.0
     # A producer that holds records yet acknowledged none this long is purged and replaced.
-    producer_stall_s: float = 30.0
+    producer_stall_s: Number = 30.0
     # Deprecated: one value for all four above (what it meant before they were split). When
     # set (> 0) it sets all four; docs/configuration.md.
-    shutdown_timeout_s: float = 0.0
-    max_records_per_s: int = 0
-    max_bytes_per_s: int = 0
+    shutdown_timeout_s: Number = 0.0
+    max_records_per_s: Integer = 0
+    max_bytes_per_s: Integer = 0
     # The C copy loop (worker/_native.c): auto uses it when it is built and matches the installed
     # confluent-kafka, on refuses to start without it, off keeps the Python loop.
-    native_loop: str = "auto"
+    native_loop: Text = "auto"
     # --- exactly-once mode (issue 26; docs/architecture.md, "Exactly-once mode") ---
     # Pipeline-wide: the controller records it in ZooKeeper and a worker whose setting differs
     # refuses to start. Records and the source positions they complete commit in one transaction.
-    exactly_once: bool = False
+    exactly_once: Flag = False
     # How often the open transaction commits (earlier when worker.max_in_flight_bytes were sent in it).
-    transaction_interval_ms: int = 1000
+    transaction_interval_ms: Integer = 1000
     # transactional.id = prefix + worker id; empty: "<consumer group>." (unique per route).
-    transactional_id_prefix: str = ""
+    transactional_id_prefix: Text = ""
     # --- end of exactly-once mode ---
 
     def __post_init__(self) -> None:
@@ -185,23 +236,25 @@ IMPLICIT_ROUTE = "default"
 class RouteWorkers:
     """``routes[].workers``: bounds on the workers a route gets (``max`` 0: no upper bound)."""
 
-    min: int = 1
-    max: int = 0
+    __pydantic_config__ = _SECTION
+    min: Integer = 1
+    max: Integer = 0
 
 
 @dataclass(frozen=True)
 class RouteConfig:
     """One route: a source and a destination cluster (aliases), the naming and the forwarding policy."""
 
-    id: str
-    source: str
-    destination: str
-    topic_naming: str = "identity"  # identity | prefix | mapping
-    topic_mapping: Mapping[str, str] = field(default_factory=dict)
-    forward: str = "origin"  # origin | transit (docs/routes.md)
+    __pydantic_config__ = _SECTION
+    id: Text
+    source: Text
+    destination: Text
+    topic_naming: Text = "identity"  # identity | prefix | mapping
+    topic_mapping: Properties = field(default_factory=dict)
+    forward: Text = "origin"  # origin | transit (docs/routes.md)
     workers: RouteWorkers = field(default_factory=RouteWorkers)
     # Several routes may write one identity-named topic only when they all say so.
-    shared: bool = False
+    shared: Flag = False
 
     def definition(self) -> dict[str, Any]:
         """The JSON document of this route (ZooKeeper ``routes/<id>``, REST ``GET /routes/<id>``)."""
@@ -352,9 +405,8 @@ def _asdict(obj: Any) -> Any:
 
 # --- loading -------------------------------------------------------------------------------
 
-# Sub-sections inside a section (``controller.group_sync.*``), by field name and by annotation.
+# Sub-sections inside a section (``controller.group_sync.*``), by field name.
 _NESTED: dict[str, type] = {"group_sync": GroupSyncConfig, "workers": RouteWorkers}
-_NESTED_BY_TYPE: dict[str, type] = {cls.__name__: cls for cls in _NESTED.values()}
 
 _SECTIONS: dict[str, type] = {
     "zookeeper": ZooKeeperConfig,
@@ -385,7 +437,7 @@ def from_dict(raw: Mapping[str, Any]) -> Config:
             raise ConfigError(str(key), f"unknown key (known: {', '.join(sorted(known))})")
     if raw.get("pipeline") is None:
         raise ConfigError("pipeline", "missing required key")
-    pipeline = _coerce("pipeline", "str", raw["pipeline"])
+    pipeline = _text("pipeline", raw["pipeline"])
     if not _PIPELINE_RE.match(pipeline):
         raise ConfigError("pipeline", "use 1-100 characters of letters, digits, '.', '_' or '-'")
     declared = raw.get("routes") is not None
@@ -428,7 +480,7 @@ def from_dict(raw: Mapping[str, Any]) -> Config:
         forward = first.forward
     else:
         if raw.get("forward") is not None:
-            forward = _coerce("forward", "str", raw["forward"])
+            forward = _text("forward", raw["forward"])
         if sections["source"].alias == sections["destination"].alias:
             raise ConfigError("destination.alias", "must differ from source.alias (provenance uses it)")
         for name in ("source", "destination"):
@@ -614,58 +666,52 @@ def _scalar(text: str) -> Any:
 
 
 def _build(cls: type, section: str, values: Mapping[str, Any]) -> Any:
-    by_name = {f.name: f for f in fields(cls)}
-    kwargs: dict[str, Any] = {}
-    for key, value in values.items():
-        dotted = f"{section}.{key}"
-        if key not in by_name:
-            raise ConfigError(dotted, f"unknown key (known in {section}: {', '.join(by_name)})")
-        kwargs[key] = _coerce(dotted, by_name[key].type, value)
-    for name, f in by_name.items():
-        if name not in kwargs and f.default is MISSING and f.default_factory is MISSING:
-            raise ConfigError(f"{section}.{name}", "missing required key")
-    return cls(**kwargs)
+    """``values`` as the dataclass ``cls`` (validated by pydantic); ConfigError names the first key at fault."""
+    try:
+        return _adapter(cls).validate_python(dict(values))
+    except ValidationError as exc:
+        raise _problem(cls, section, exc.errors(include_url=False)[0]) from None
 
 
+@functools.cache
+def _adapter(cls: type) -> TypeAdapter[Any]:
+    return TypeAdapter(cls)
 
-def _coerce(key: str, annotation: Any, value: Any) -> Any:
-    kind = str(annotation)
-    if kind in _NESTED_BY_TYPE:
-        if not isinstance(value, Mapping):
-            raise ConfigError(key, f"expected a mapping, got {_describe(value, key)}")
-        return _build(_NESTED_BY_TYPE[kind], key, value)
-    if kind == "bool":
-        if not isinstance(value, bool):
-            raise ConfigError(key, f"expected true or false, got {_describe(value, key)}")
-        return value
-    if kind == "str":
-        if not isinstance(value, str) or not value:
-            raise ConfigError(key, f"expected a non-empty string, got {_describe(value, key)}")
-        return value
-    if kind == "str | None":
-        if value is None:
-            return None
-        if not isinstance(value, str | int) or isinstance(value, bool):
-            raise ConfigError(key, f"expected a string, got {_describe(value, key)}")
-        return str(value)
-    if kind == "int":
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(key, f"expected an integer, got {_describe(value, key)}")
-        return value
-    if kind == "float":
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ConfigError(key, f"expected a number, got {_describe(value, key)}")
-        return float(value)
-    if kind.startswith("Mapping"):
-        if not isinstance(value, Mapping):
-            raise ConfigError(key, f"expected a mapping, got {_describe(value, key)}")
-        props: dict[str, str] = {}
-        for k, v in value.items():
-            if isinstance(v, dict | list) or v is None:
-                raise ConfigError(f"{key}.{k}", f"expected a scalar value, got {_describe(v, str(k))}")
-            props[str(k)] = str(v).lower() if isinstance(v, bool) else str(v)
-        return props
-    raise AssertionError(f"no coercion for {key}: {kind}")  # a new field without a rule
+
+# pydantic's error types -> the first words of this module's messages (then "got <value>").
+_EXPECTED = {
+    "bool_type": "expected true or false", "string_type": "expected a non-empty string",
+    "string_too_short": "expected a non-empty string", "int_type": "expected an integer",
+    "optional_text": "expected a string", "number_type": "expected a number",
+    "mapping_type": "expected a mapping", "dataclass_type": "expected a mapping",
+}
+
+
+def _problem(cls: type, section: str, error: Any) -> ConfigError:
+    loc = [str(part) for part in error["loc"]]
+    key = ".".join([section, *loc])
+    kind = error["type"]
+    if kind == "unexpected_keyword_argument":
+        owner = cls
+        for part in loc[:-1]:  # a nested section's own fields (controller.group_sync.*)
+            owner = _NESTED[part]
+        return ConfigError(key, f"unknown key (known in {key.rsplit('.', 1)[0]}: "
+                                f"{', '.join(f.name for f in fields(owner))})")
+    if kind in ("missing_argument", "missing"):
+        return ConfigError(key, "missing required key")
+    if kind == "scalar_value":
+        name = error["ctx"]["name"]
+        return ConfigError(f"{key}.{name}", f"expected a scalar value, got {_describe(error['ctx']['value'], name)}")
+    if kind in _EXPECTED:
+        return ConfigError(key, f"{_EXPECTED[kind]}, got {_describe(error['input'], key)}")
+    return ConfigError(key, error["msg"])  # a rule without its own wording (not reached by today's fields)
+
+
+def _text(key: str, value: Any) -> str:
+    """A top-level string (``pipeline``, ``forward``)."""
+    if not isinstance(value, str) or not value:
+        raise ConfigError(key, f"expected a non-empty string, got {_describe(value, key)}")
+    return value
 
 
 def _describe(value: Any, key: str = "") -> str:
