@@ -11,6 +11,7 @@ import pytest
 
 from controller import openapi
 from devtools import schemas
+from tests.unit.test_api_errors import api  # noqa: F401 - the fixture
 
 
 def test_every_generated_document_matches_its_models():
@@ -59,3 +60,24 @@ def test_a_report_that_strays_from_its_model_fails_where_it_is_made_and_the_sche
             validated(stray)
         with pytest.raises(jsonschema.ValidationError):
             jsonschema.validate(stray, json_schema())
+
+
+def test_the_api_s_answers_match_the_generated_document(api):  # noqa: F811 - the imported fixture
+    """The unit API (fakes) answers as the generated schemas say, without a running stack."""
+    from tests.integration.test_api_contract import Contract
+
+    contract = Contract(openapi.document())
+    calls = [
+        ("GET", "/topics", None), ("GET", "/topics/t", None), ("POST", "/topics", {"topic": "src-only"}),
+        ("PUT", "/topics", {"topic": "t", "numPartitions": "2"}), ("POST", "/topics/t/pause", None),
+        ("GET", "/instances", None), ("POST", "/instances", None), ("GET", "/validation", None),
+        ("GET", "/noprogress", None), ("GET", "/blacklist", None),
+        ("POST", "/blacklist", {"op": "blacklist", "topic": "t", "partition": 1}),
+        ("GET", "/admin/rate_limit", None), ("POST", "/admin/rate_limit", {"records_per_s": 5}),
+        ("GET", "/admin/workloadinfo", None), ("GET", "/admin/autobalancing_status", None),
+        ("POST", "/topics", {"topic": "bad name"}), ("POST", "/admin/rate_limit", {"colour": 1}),
+        ("GET", "/health", None), ("GET", "/healthz", None), ("DELETE", "/topics/t", None),
+    ]
+    for method, path, body in calls:
+        status, answer = api.call(method, path, body)
+        contract.check(method, path, status, answer)
