@@ -30,7 +30,7 @@ from werkzeug.exceptions import HTTPException
 from common import httpserve, logs, zk
 from common.config import Config, RouteConfig, route_view
 from common.errors import ClusterUnavailable, ConfigError, UReplicatorError
-from common.zkschema import Paths, TopicRecord, valid_topic_name, valid_worker_id
+from common.zkschema import Paths, TopicRecord, valid_worker_id
 from controller import schemas, status_api, topics
 from controller.leader import LeaderState
 from controller.openapi import document
@@ -278,8 +278,9 @@ def body_as(model: type[_M], optional: bool = False, fallback: dict[str, Any] | 
 
 
 def _topic_name(value: object, what: str = "topic") -> str:
-    if not valid_topic_name(value):
-        raise ApiError(400, f"{what} must be a Kafka topic name (1-249 of [a-zA-Z0-9._-]), got {value!r}")
+    problem = schemas.topic_name_problem(value, what)
+    if problem:
+        raise ApiError(400, problem)
     return str(value)
 
 

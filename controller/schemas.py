@@ -31,9 +31,17 @@ def _bad(message: str) -> PydanticCustomError:
     return PydanticCustomError("bad_body", message)
 
 
+def topic_name_problem(value: Any, what: str = "topic") -> str | None:
+    """Why ``value`` is not a Kafka topic name (the API's 400 message), or None when it is one."""
+    if valid_topic_name(value):
+        return None
+    return f"{what} must be a Kafka topic name (1-249 of [a-zA-Z0-9._-]), got {value!r}"
+
+
 def _topic_name(value: Any, what: str) -> str:
-    if not valid_topic_name(value):
-        raise _bad(f"{what} must be a Kafka topic name (1-249 of [a-zA-Z0-9._-]), got {value!r}")
+    problem = topic_name_problem(value, what)
+    if problem:
+        raise _bad(problem)
     return str(value)
 
 
