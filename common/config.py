@@ -78,18 +78,20 @@ def _properties(value: Any) -> Any:
     return props
 
 
+def _number(value: Any) -> Any:
+    """An integer or a float (kept as float), never a bool or a quoted number."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return value
+    raise PydanticCustomError("number_type", "expected a number")
+
+
 Text = Annotated[StrictStr, Field(min_length=1)]
 OptionalText = Annotated[str | None, BeforeValidator(_optional_text)]
 Flag = StrictBool
 Integer = StrictInt
-Number = Annotated[float, Field(strict=False), BeforeValidator(
-    lambda v: v if isinstance(v, int | float) and not isinstance(v, bool) else _not_number())]
+Number = Annotated[float, BeforeValidator(_number)]
 Properties = Annotated[Mapping[str, str], BeforeValidator(_properties)]
 _SECTION = ConfigDict(extra="forbid")
-
-
-def _not_number() -> Any:
-    raise PydanticCustomError("number_type", "expected a number")
 
 
 
