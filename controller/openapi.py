@@ -293,6 +293,13 @@ SCHEMAS["Status"] = _obj({
     "freshness": {"type": ["object", "null"]}, "group_sync": {"type": ["object", "null"]},
     "verification": {"type": ["object", "null"]}, "verification_configured": _BOOL,
     "auth_failures": {"type": "object", "additionalProperties": _STR},
+    # Every route's own section (controller/status_api.evaluate_routes), by route id.
+    "routes": {"type": "object", "additionalProperties": _obj({
+        "healthy": _BOOL, "problems": {"type": "array", "items": _STR},
+        "withheld": {"type": ["array", "null"], "items": _STR},
+        "unowned": {"type": "array", "items": _STR}, "stuck": {"type": "array", "items": _STR},
+        "group_sync": {"type": ["object", "null"]}, "verification": {"type": ["object", "null"]},
+    }, required=["healthy", "problems"])},
 })
 _HTML = {"content": {"text/html": {"schema": {"type": "string"}}}}
 PATHS["/status"] = {"get": _op("Is it healthy? Leader, workers, every partition's owner and lag (records and "
@@ -300,7 +307,7 @@ PATHS["/status"] = {"get": _op("Is it healthy? Leader, workers, every partition'
                                {"200": "status|Status"})}
 PATHS["/ui"] = {"get": {"summary": "The status as one self-refreshing HTML page",
                         "responses": {"200": {"description": "page", **_HTML}}}}
-PATHS["/ui/verification"] = {"get": {"summary": "The newest verification report (HTML)",
+PATHS["/ui/verification"] = {"get": {"summary": "The newest verification report (HTML); ?route=<id>: that route's",
                                      "responses": {"200": {"description": "report", **_HTML},
                                                    "404": {"description": "no report", **_json("Error")}}}}
 
