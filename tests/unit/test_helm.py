@@ -395,8 +395,11 @@ def _served_by_controller() -> frozenset[str]:
     return frozenset(rule.rule for rule in app.url_map.iter_rules() if "GET" in (rule.methods or ()))
 
 
-def _served_by_worker(path: str) -> bool:
-    """The worker's probe app answers ``path`` with a probe document (not the metrics page)."""
+def _served_by_worker(path: str, pooled: bool = False) -> bool:
+    """The worker's probe app answers ``path`` with a probe document (not the metrics page).
+
+    ``pooled``: the shared-pool worker's app, unbound (registered in the pool, serving no route).
+    """
     from prometheus_client import CollectorRegistry
 
     from worker import probes
@@ -405,9 +408,16 @@ def _served_by_worker(path: str) -> bool:
         last_turn = 0.0
         ready = True
 
+    class IdleInPool:
+        session = "CONNECTED"
+        member = True
+        serving = None
+
+    app = (probes.pool_app(IdleInPool(), CollectorRegistry(), stall_s=1e9, clock=lambda: 0.0) if pooled
+           else probes.app(Healthy(), CollectorRegistry(), stall_s=1e9, clock=lambda: 0.0))
     seen: dict[str, str] = {}
-    body = b"".join(probes.app(Healthy(), CollectorRegistry(), stall_s=1e9, clock=lambda: 0.0)(
-        {"PATH_INFO": path, "REQUEST_METHOD": "GET"}, lambda status, headers: seen.update(status=status)))
+    body = b"".join(app({"PATH_INFO": path, "REQUEST_METHOD": "GET"},
+                        lambda status, headers: seen.update(status=status)))
     return seen["status"].startswith("200") and body.startswith(b"{")
 
 
@@ -447,9 +457,9 @@ def test_worker_probes_and_scrapes_reach_metrics(helm: Path, values: Path | None
         container = pod_template(pool)["spec"]["containers"][0]
         pooled = any(e["name"] == "UREPLICATOR_WORKER_POOL" for e in container["env"])
         for name, path in (("readinessProbe", "/ready"), ("livenessProbe", "/healthz")):
-            if values_of(values)["worker"][name]["enabled"] and not pooled:  # a pool worker: no HTTP until bound
+            if values_of(values)["worker"][name]["enabled"]:  # a shared-pool worker too, bound or not
                 probe = container[name]["httpGet"]
-                assert probe["path"] == path and _served_by_worker(path)
+                assert probe["path"] == path and _served_by_worker(path, pooled)
                 assert container_port(container, probe["port"]) == metrics_port
         assert container_port(container, port["targetPort"]) == metrics_port
 
@@ -1299,7 +1309,7 @@ def _worker_env(workload: dict[str, Any]) -> dict[str, str | None]:
     return {e["name"]: e.get("value") for e in pod_template(workload)["spec"]["containers"][0]["env"]}
 
 
-def test_route_less_pools_start_shared_pool_workers_that_are_ready_while_waiting_for_a_binding(
+def test_route_less_pools_start_shared_pool_workers_probed_and_ready_while_waiting_for_a_binding(
     helm: Path, tmp_path: Path
 ) -> None:
     # Given two declared routes, a pool pinned to one of them and a pool without a route
@@ -1322,12 +1332,14 @@ workerPools:
         container = pod_template(pools[name])["spec"]["containers"][0]
         cfg = config.load(path, env=pod_environment(container, pod_name=f"mirror-worker-{name}-0"))
         assert (cfg.worker.pool, cfg.worker.route) == (pooled, route)
-    # And waiting for a binding is not "unready": the pool's pods carry no HTTP probes (a worker serves
-    # /ready only while it mirrors a route), so neither a rolling update nor OrderedReady waits on one
-    shared = pod_template(pools["shared"])["spec"]["containers"][0]
-    assert "readinessProbe" not in shared and "livenessProbe" not in shared
-    east = pod_template(pools["east"])["spec"]["containers"][0]
-    assert east["readinessProbe"]["httpGet"]["path"] == "/ready"
+    # And both pools' pods are probed on the metrics port; waiting for a binding is not "unready": an
+    # unbound pool worker answers /ready (registered in the pool) and /healthz (its session is up)
+    # itself, so neither a rolling update nor OrderedReady waits on a binding
+    for name, pooled in (("shared", True), ("east", False)):
+        container = pod_template(pools[name])["spec"]["containers"][0]
+        for probe, path in (("readinessProbe", "/ready"), ("livenessProbe", "/healthz")):
+            assert container[probe]["httpGet"] == {"path": path, "port": "metrics"}, (name, probe)
+            assert _served_by_worker(path, pooled), (name, path)
     for version in (KUBE_MIN, KUBE_MAX):
         for doc in render(helm, values, version):
             if (doc["apiVersion"], doc["kind"]) not in CUSTOM_KINDS:
