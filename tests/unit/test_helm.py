@@ -1129,10 +1129,13 @@ def _intended(doc: dict[str, Any]) -> dict[str, Any]:
         dashboard.pop("uid")
         dashboard["panels"] = [{k: v for k, v in p.items() if k != "gridPos"} for p in dashboard["panels"]
                                if "heartbeat" not in json.dumps(p) and p["title"] != "Freshness"]
-        # 9. (issue 24) A route variable; the controller and verification panels show one series per route.
-        dashboard["templating"]["list"] = [v for v in dashboard["templating"]["list"] if v["name"] != "route"]
+        # 9. (issue 24) A route variable; the controller, verification and (10.) worker panels show one
+        #    series per route, and the topic variable lists the chosen routes' topics.
+        dashboard["templating"]["list"] = [
+            {**v, "query": "<changed on purpose>", "definition": "<changed on purpose>"} if v["name"] == "topic" else v
+            for v in dashboard["templating"]["list"] if v["name"] != "route"]
         for panel in dashboard["panels"]:
-            if re.search(r"ureplicator_(controller|verification)_", json.dumps(panel.get("targets", []))):
+            if re.search(r"ureplicator_(controller|verification|worker)_", json.dumps(panel.get("targets", []))):
                 panel["targets"] = panel["description"] = "<changed on purpose>"
         doc["data"]["ureplicator.json"] = dashboard
     elif kind == "PrometheusRule":
@@ -1142,14 +1145,18 @@ def _intended(doc: dict[str, Any]) -> dict[str, Any]:
         #    route without workers has an alert of its own (then it is not "partitions without owner").
         new = {"UReplicatorRecordsExpired", "UReplicatorFreshnessAboveRpo", "UReplicatorNotMirroring",
                "UReplicatorGroupSyncStale", "UReplicatorRouteWaitingForWorkers"}
+        # 10. (issue 24) Worker series carry `route` too: the worker alerts group by it and name it.
         per_route = {"UReplicatorVerificationFailed", "UReplicatorVerificationMissing", "UReplicatorNoLeader",
-                     "UReplicatorPartitionsWithoutOwner"}
+                     "UReplicatorPartitionsWithoutOwner", "UReplicatorLagGrowing", "UReplicatorProduceErrors",
+                     "UReplicatorReleaseCommitFailures", "UReplicatorPartitionRewinds", "UReplicatorProducerReplaced"}
+        renamed = {"UReplicatorPartitionsWithoutOwner", "UReplicatorLagGrowing", "UReplicatorProduceErrors",
+                   "UReplicatorReleaseCommitFailures", "UReplicatorPartitionRewinds", "UReplicatorProducerReplaced"}
         for group in doc["spec"]["groups"]:
             group["rules"] = [r for r in group["rules"] if r.get("alert") not in new]
             for rule in group["rules"]:
                 if rule.get("alert") in per_route:
                     rule["expr"] = "<changed on purpose>"
-                if rule.get("alert") == "UReplicatorPartitionsWithoutOwner":
+                if rule.get("alert") in renamed:
                     rule["annotations"] = "<changed on purpose>"
     return doc
 
