@@ -53,7 +53,7 @@ def three(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def mesh(request):
+def clusters3(request):
     """ZooKeeper and clusters c1, c2, c3 that a test only reads and writes (never stops): the shared
     stack's when ``UREPLICATOR_TEST_STACK`` names one with three clusters, else the ``three`` stack."""
     reuse = os.environ.get("UREPLICATOR_TEST_STACK")

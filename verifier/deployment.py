@@ -26,6 +26,14 @@ mesh; ``t`` on c1 and ``c1.t`` on c3 under prefix naming):
 Copies of source records below the source's log start (retention) and of
 records written after the snapshot are left out and counted (``expired``,
 ``after_snapshot``).
+
+**Checkpoint** (``OUTPUT/deployment-checkpoint.json``): a family whose snapshot
+(its edges, every edge's committed offsets, every family topic's log start and
+end) equals the last run's is not read again; its verdict is that run's. Any
+family with a new record, a moved commit or a changed route is read in full.
+Reading only the new records of a changed family is not sound without state
+per origin record; docs/verification.md ("Why a changed family is read in
+full") says why, and what would make it sound.
 """
 
 from __future__ import annotations
@@ -48,6 +56,8 @@ from common.errors import UReplicatorError
 PROBLEMS = ("missing", "duplicate", "unexpected", "unresolved")
 SAMPLES = 10
 REPORT = "deployment.json"
+CHECKPOINT = "deployment-checkpoint.json"
+CHECKPOINT_VERSION = 1
 
 
 @dataclass(frozen=True, order=True)
@@ -296,6 +306,51 @@ def _expected(spark: Any, family: Family, resolved: Any, committed: Mapping[Edge
     return expected.groupBy("c", "t", *key).agg(F.sum("low").alias("low"), F.sum("high").alias("high"))
 
 
+# --- the checkpoint: unchanged families are not read again ----------------------------------
+
+
+def family_snapshot(
+    family: Family,
+    committed: Mapping[Edge, Mapping[int, int | None]],
+    bounds: Mapping[tuple[str, str], Mapping[int, tuple[int, int]]],
+) -> dict[str, Any]:
+    """What a family's verdict depends on, as JSON: its edges, their committed offsets, its topics' offsets.
+
+    Kafka logs only grow at their end and lose records at their start (retention), so two runs
+    that see the same snapshot read the same records and reach the same verdict. A compacted
+    topic may lose records in between without moving either offset; compaction removes, never
+    adds, so the earlier verdict still saw every copy that existed.
+    """
+    return {
+        "edges": [[e.source, e.source_topic, e.destination, e.destination_topic, e.route, e.forward, e.group]
+                  for e in sorted(family.edges)],
+        "committed": [[e.route, e.source_topic, sorted([p, o] for p, o in committed.get(e, {}).items())]
+                      for e in sorted(family.edges)],
+        "bounds": [[c, t, sorted([p, s, e] for p, (s, e) in bounds.get((c, t), {}).items())]
+                   for c, t in family.nodes],
+    }
+
+
+def load_checkpoint(output: Path) -> dict[str, Any]:
+    """The last run's families (name -> {"snapshot", "result", "read_at"}); empty when none or unreadable."""
+    try:
+        doc = json.loads((output / CHECKPOINT).read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(doc, dict) or doc.get("version") != CHECKPOINT_VERSION:
+        return {}  # another layout: read everything once more
+    families = doc.get("families")
+    return families if isinstance(families, dict) else {}
+
+
+def save_checkpoint(output: Path, families: Mapping[str, Any]) -> None:
+    path = output / CHECKPOINT
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(".json.partial")
+    partial.write_text(json.dumps({"version": CHECKPOINT_VERSION, "families": families}, indent=1) + "\n")
+    partial.replace(path)  # atomic: a run that dies mid-write leaves the previous checkpoint
+
+
 # --- the command -----------------------------------------------------------------------------
 
 
@@ -375,10 +430,24 @@ def run(args: argparse.Namespace, spark: Callable[[], Any]) -> int:
                 if cluster.alias not in sides:
                     sides[cluster.alias] = kafka_side(name, cluster, extra[name], lambda _m: None)
         verdict = Verdict()
-        session = spark()
+        output = Path(args.output)
+        previous = load_checkpoint(output)
+        checkpoint: dict[str, Any] = {}
+        session = None
+        now = iso(datetime.now(timezone.utc))
         for family in families(edges):
-            stderr_progress(f"family {family.name}: routes {', '.join(sorted({e.route for e in family.edges}))}")
-            verdict.families.append(check_family(session, family, sides, bounds, committed))
+            snap = family_snapshot(family, committed, bounds)
+            last = previous.get(family.name)
+            if isinstance(last, dict) and last.get("snapshot") == snap and isinstance(last.get("result"), dict):
+                stderr_progress(f"family {family.name}: unchanged since {last.get('read_at')}, not read again")
+                result = {**last["result"], "reused_from": last.get("read_at")}
+                checkpoint[family.name] = last
+            else:
+                stderr_progress(f"family {family.name}: routes {', '.join(sorted({e.route for e in family.edges}))}")
+                session = session or spark()
+                result = check_family(session, family, sides, bounds, committed)
+                checkpoint[family.name] = {"snapshot": snap, "result": result, "read_at": now}
+            verdict.families.append(result)
     except (UReplicatorError, OSError, KafkaException) as exc:
         reason = str(exc.args[0]) if isinstance(exc, KafkaException) and exc.args else str(exc)
         print(f"ureplicator verify --deployment: {reason}", file=sys.stderr, flush=True)
@@ -391,11 +460,13 @@ def run(args: argparse.Namespace, spark: Callable[[], Any]) -> int:
     path = Path(args.output) / REPORT
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(document, indent=2) + "\n")
+    save_checkpoint(Path(args.output), checkpoint)
     for family in verdict.families:
         for cluster, counts in family["clusters"].items():
             shown = ", ".join(f"{p} {counts[p]}" for p in PROBLEMS if counts[p]) or "exact"
+            reused = f" (unchanged since {family['reused_from']}: not read again)" if family.get("reused_from") else ""
             print(f"{family['family']} @ {cluster}: {counts['originals']:,} originals, {counts['copies']:,} copies; "
-                  f"{shown}", flush=True)
+                  f"{shown}{reused}", flush=True)
         for sample in family["samples"]:
             print(f"  {sample['problem']}: {json.dumps(sample, sort_keys=True)}", flush=True)
     print(f"{verdict.status}: {len(verdict.families)} topic famil{'y' if len(verdict.families) == 1 else 'ies'}, "

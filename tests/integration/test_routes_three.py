@@ -188,11 +188,12 @@ def test_a_route_whose_destination_is_stopped_leaves_the_others_mirroring(three,
         pipeline.stop_all()
 
 
-def test_group_sync_and_status_cover_every_route_not_only_the_first(mesh, tmp_path):
+def test_group_sync_and_status_cover_every_route_not_only_the_first(clusters3, tmp_path):
     # Given one topic on c1 fanned out to c2 and c3 by two declared routes, each served by its worker,
     # and the scheduled consumer-group sync on for this test's groups
-    clusters = mesh["clusters"]
-    pipeline = Pipeline(services={k: mesh[k] for k in ("zookeeper", "source", "destination")}, workdir=tmp_path)
+    clusters = clusters3["clusters"]
+    pipeline = Pipeline(services={k: clusters3[k] for k in ("zookeeper", "source", "destination")},
+                        workdir=tmp_path)
     topic, partitions = f"{pipeline.name}-orders", 2
     kafka_io.create_topic(clusters["c1"], topic, partitions)
     kafka_io.produce(clusters["c1"], topic, 100, partitions)

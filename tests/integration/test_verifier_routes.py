@@ -1,4 +1,4 @@
-"""The verifier over routes, on the session's three-cluster stack (``three``) with a real controller and workers.
+"""The verifier over routes on three clusters (``clusters3``), with a real controller and workers.
 
 One deployment, mirrored once (module fixture): c1 <-> c2 active-active and c2 -> c3, identity-named, every
 route ``forward: origin``. Then: each route verifies on its own (its reports under OUTPUT/<route>/), the
@@ -25,9 +25,9 @@ PARTITIONS, PER_CLUSTER = 2, 60
 
 
 @pytest.fixture(scope="module")
-def mesh(three, tmp_path_factory):
+def mesh(clusters3, tmp_path_factory):
     """The deployment above, mirrored and stopped; yields (config path, topic, clusters)."""
-    services = three
+    services = clusters3
     clusters = services["clusters"]
     workdir = tmp_path_factory.mktemp("mesh")
     pipeline = Pipeline(services={k: v for k, v in services.items() if k != "dir"}, workdir=workdir)
@@ -133,8 +133,9 @@ def test_all_routes_keep_their_reports_and_checkpoints_apart(spark, mesh, tmp_pa
 
 def test_deployment_check_passes_then_names_a_planted_copy(spark, mesh, tmp_path):
     config, topic, clusters = mesh
+    output = tmp_path / "verification"
     # When the deployment is checked as mirrored
-    status, text, report = deployment_check(config, tmp_path / "ok")
+    status, text, report = deployment_check(config, output)
     # Then every cluster holds each origin record exactly where the routes bring it
     assert status == 0, text
     (family,) = report["families"]
@@ -142,12 +143,21 @@ def test_deployment_check_passes_then_names_a_planted_copy(spark, mesh, tmp_path
     assert {c: (n["originals"], n["copies"]) for c, n in counts.items()} == {
         "c1": (PER_CLUSTER, PER_CLUSTER), "c2": (PER_CLUSTER, PER_CLUSTER), "c3": (0, PER_CLUSTER)}
 
+    assert "reused_from" not in family
+
+    # When it is checked again with nothing new: the family is not read again, and its verdict stands
+    status, text, again = deployment_check(config, output)
+    assert status == 0 and "not read again" in text, text
+    assert again["families"][0]["reused_from"] and again["families"][0]["clusters"] == counts
+
     # When a second copy of one of c2's records is planted on c3 (its urep header copied)
     original = kafka_io.read_partition(clusters["c3"], topic, 1)[3]
     env.write(clusters["c3"], topic, 1, [env.Copy(original.key, original.value, original.headers, original.timestamp)])
-    status, text, report = deployment_check(config, tmp_path / "planted")
-    # Then the check fails naming the cluster, the origin record and the problem
+    status, text, report = deployment_check(config, output)
+    # Then the family changed (c3's end moved): it is read in full, and the check fails naming the cluster,
+    # the origin record and the problem
     assert status == 1, text
+    assert "reused_from" not in report["families"][0]
     stamp = original.provenance()
     (sample,) = report["families"][0]["samples"]
     assert sample == {"cluster": "c3", "topic": topic, "problem": "duplicate", "origin": "c2", "origin_topic": topic,
