@@ -171,6 +171,7 @@ class _Schedule:
         registry.register(self._metrics)
         self._refresh_s = refresh_s
         self._syncs: dict[tuple[str, str, str], GroupSync] = {}
+        self._skipped: set[str] = set()  # routes said to be unservable here (said once, not every refresh)
         self._stop = threading.Event()
         self._log = logs.get(__name__, pipeline=config.pipeline)
         self._thread = threading.Thread(target=self._follow, name="group-sync-routes", daemon=True)
@@ -178,10 +179,6 @@ class _Schedule:
     def start(self) -> None:
         self.refresh()
         self._thread.start()
-
-    def routes(self) -> list[str]:
-        """The routes whose sync runs (sorted)."""
-        return sorted(r for r, _, _ in self._syncs)
 
     def _follow(self) -> None:
         while not self._stop.wait(self._refresh_s):
@@ -199,7 +196,8 @@ class _Schedule:
             try:
                 view = route_view(self._config, route=route)
             except ConfigError as exc:  # its clusters are not in this file: no clients to sync with
-                if not any(r == route_id for r, _, _ in self._syncs):
+                if route_id not in self._skipped:
+                    self._skipped.add(route_id)
                     self._log.warning("group_sync_route_skipped", route=route_id, error=exc.reason)
                 continue
             wanted[(route_id, route.source, route.destination)] = view

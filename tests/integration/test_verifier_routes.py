@@ -150,18 +150,30 @@ def test_deployment_check_passes_then_names_a_planted_copy(spark, mesh, tmp_path
     assert status == 0 and "not read again" in text, text
     assert again["families"][0]["reused_from"] and again["families"][0]["clusters"] == counts
 
-    # When a second copy of one of c2's records is planted on c3 (its urep header copied)
+    # When c1 gets new records (no worker runs: they stay in flight) and a second copy of one of c2's
+    # records is planted on c3 (its urep header copied)
+    kafka_io.produce(clusters["c1"], topic, 10, PARTITIONS, start=10_000, tag="late")
     original = kafka_io.read_partition(clusters["c3"], topic, 1)[3]
     env.write(clusters["c3"], topic, 1, [env.Copy(original.key, original.value, original.headers, original.timestamp)])
-    status, text, report = deployment_check(config, output)
-    # Then the family changed (c3's end moved): it is read in full, and the check fails naming the cluster,
-    # the origin record and the problem
-    assert status == 1, text
-    assert "reused_from" not in report["families"][0]
     stamp = original.provenance()
+    status, text, report = deployment_check(config, output)
+    # Then the run reads only the 11 new records, from the checkpoint, and still names the planted copy
+    assert status == 1, text
+    (family,) = report["families"]
+    assert family["from_checkpoint"] is True and family["read"] == 11, family
+    assert family["clusters"]["c1"]["originals"] == 10 and family["clusters"]["c3"]["duplicate"] == 1
+    (sample,) = family["samples"]
+    assert {k: sample[k] for k in ("cluster", "problem", "origin", "partition", "offset", "route")} == {
+        "cluster": "c3", "problem": "duplicate", "origin": "c2", "partition": stamp.source_partition,
+        "offset": stamp.source_offset, "route": "c2-c3"}
+    assert "duplicate" in text and "FAIL" in text
+
+    # And a run with no checkpoint reads everything and names the same copy
+    status, text, report = deployment_check(config, tmp_path / "full")
+    assert status == 1, text
+    assert report["families"][0]["from_checkpoint"] is False
     (sample,) = report["families"][0]["samples"]
     assert sample == {"cluster": "c3", "topic": topic, "problem": "duplicate", "origin": "c2", "origin_topic": topic,
                       "partition": stamp.source_partition, "offset": stamp.source_offset, "copies": 2,
                       "expected_at_least": 1, "expected_at_most": 1}
     assert report["families"][0]["clusters"]["c3"]["duplicate"] == 1
-    assert "duplicate" in text and "FAIL" in text
