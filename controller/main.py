@@ -58,7 +58,7 @@ def run(config: Config) -> int:
         consumer_for=lambda view: kafka.consumer(view.source, view.consumer_group,
                                                  f"ureplicator-controller-{identifier}"),
     )
-    groups = groups_api.start(config, client, leadership, controller.route_blueprints)
+    groups = groups_api.start(config, client, leadership, controller.route_blueprints, admin_for)
     # --- freshness: the heartbeat through the pipeline (controller/heartbeat.py) ---
     heartbeat = heartbeat_module.start(config, client, leadership, admin_for)
     try:

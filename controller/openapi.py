@@ -173,7 +173,7 @@ PATHS["/status"] = {"get": _op("Is it healthy? Leader, workers, every partition'
                                {"200": "status|Status"})}
 PATHS["/ui"] = {"get": {"summary": "The status as one self-refreshing HTML page",
                         "responses": {"200": {"description": "page", **_HTML}}}}
-PATHS["/ui/verification"] = {"get": {"summary": "The newest verification report (HTML)",
+PATHS["/ui/verification"] = {"get": {"summary": "The newest verification report (HTML); ?route=<id>: that route's",
                                      "responses": {"200": {"description": "report", **_HTML},
                                                    "404": {"description": "no report", **_json("Error")}}}}
 

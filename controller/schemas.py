@@ -476,6 +476,27 @@ class VerificationRuns(_Response):
 # --- the operator's view (controller/status_api.py) ---
 
 
+class RouteStatus(_Response):
+    """One route's own section of ``GET /status`` (controller/status_api.evaluate_routes)."""
+
+    healthy: bool
+    problems: list[str]
+    withheld: list[str] | None = None
+    unowned: list[str] = []
+    stuck: list[str] = []
+    group_sync: dict[str, Any] | None = None
+    verification: dict[str, Any] | None = None
+
+
+def _inline(model: type[BaseModel]) -> dict[str, Any]:
+    """``model``'s JSON Schema without its title, for a document that must hold no reference."""
+    schema = model.model_json_schema()
+    schema.pop("title", None)
+    for prop in schema.get("properties", {}).values():
+        prop.pop("title", None)
+    return schema
+
+
 class Status(_Response):
     """``GET /status``: one self-contained schema (the tests validate against it alone)."""
 
@@ -495,6 +516,8 @@ class Status(_Response):
     verification: dict[str, Any] | None
     verification_configured: bool
     auth_failures: dict[str, str]
+    # Every route's own section, by route id; inlined, so the operator's view stays one schema.
+    routes: dict[str, Annotated[dict[str, Any], WithJsonSchema(_inline(RouteStatus))]]
 
 
 # Everything the document names under components/schemas, in the order it lists them.

@@ -1,10 +1,12 @@
 """One answer to "is it healthy?": ``GET /status`` (JSON) and ``GET /ui`` (the same, as an HTML page).
 
-:func:`evaluate` is pure: from a :class:`View` of ZooKeeper, the leader and the verifier it
-builds the document, and lists the *problems* (what needs a person). ``ureplicator status``
-exits non-zero exactly when that list is not empty. The Blueprint reads the view (ZooKeeper,
-a source consumer for the age of the oldest unmirrored record, the verifier's summary) and
-renders it; the page uses the API's rules (read-only GETs need no token).
+:func:`evaluate_routes` is pure: from one :class:`View` per route (ZooKeeper, the leader, the
+verifier) it builds the deployment's document and lists the *problems* (what needs a person),
+each route's prefixed with ``route <id>:`` when the deployment has several. ``ureplicator
+status`` exits non-zero exactly when that list is not empty. The Blueprint reads a view of
+every route in the registry (ZooKeeper, a source consumer per route for the age of the oldest
+unmirrored record, the route's verifier summary) and renders it; the page uses the API's
+rules (read-only GETs need no token).
 
 Lag in seconds is the age of the oldest record not yet mirrored: the CreateTime of the record
 at the committed offset. It is 0 when the lag is 0 and ``None`` ("unknown") when the record
@@ -21,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from confluent_kafka import KafkaException, TopicPartition
-from flask import Blueprint, Response, abort, current_app, jsonify, render_template_string, send_file
+from flask import Blueprint, Response, abort, current_app, jsonify, render_template_string, request, send_file
 
 from common import autherrors, kafka, logs, zk
 from common.config import IMPLICIT_ROUTE
@@ -68,18 +70,86 @@ class View:
     # per route: the age of the newest heartbeat on its destination (None: none seen yet)
     freshness_routes: dict[str, float | None] = field(default_factory=dict)
     rpo_s: float = 300.0
+    route: str = IMPLICIT_ROUTE  # the route whose topics, workers and partitions this view holds
 
 
 def evaluate(view: View, now: float) -> dict[str, Any]:
-    """The status document; ``healthy`` is False when ``problems`` is not empty."""
-    problems: list[str] = []
-    if view.zookeeper != "connected":
-        problems.append(f"this controller's ZooKeeper session is {view.zookeeper}")
-    if view.leader is None:
-        problems.append("no controller is the leader: assignments do not change")
-    for alias, message in sorted(view.auth_failures.items()):
-        problems.append(f"cluster {alias} refused this controller's credentials: {message}")
+    """The status document of a deployment with one route."""
+    return evaluate_routes([view], now)
 
+
+def evaluate_routes(views: list[View], now: float, unreadable: dict[str, str] | None = None) -> dict[str, Any]:
+    """The deployment's status document from one view per route; ``healthy`` is False when ``problems`` is not empty.
+
+    The first view's deployment-wide facts (ZooKeeper, leader, credentials, freshness) speak for
+    all. With several routes every worker and partition row names its ``route``, the
+    ``withheld``/``unowned``/``stuck`` keys read ``<route>/<topic>:<partition>``, ``routes``
+    holds each route's section, and the top-level ``group_sync`` and ``verification`` are those
+    of the route that needs attention most (named in their ``route``). ``unreadable``: routes
+    this controller could not read (route id -> why), each a problem.
+    """
+    unreadable = unreadable or {}
+    first = views[0]
+    several = len(views) + len(unreadable) > 1
+    problems: list[str] = []
+    if first.zookeeper != "connected":
+        problems.append(f"this controller's ZooKeeper session is {first.zookeeper}")
+    if first.leader is None:
+        problems.append("no controller is the leader: assignments do not change")
+    for alias, message in sorted(first.auth_failures.items()):
+        problems.append(f"cluster {alias} refused this controller's credentials: {message}")
+    sections = {view.route: _route_section(view, now) for view in views}
+    workers: list[dict[str, Any]] = []
+    partitions: list[dict[str, Any]] = []
+    keys: dict[str, list[str]] = {"withheld": [], "unowned": [], "stuck": []}
+    for route, section in sections.items():
+        problems += [f"route {route}: {p}" if several else p for p in section["problems"]]
+        workers += [{**w, "route": route} for w in section.pop("workers")]
+        partitions += [{**p, "route": route} for p in section.pop("partitions")]
+        for name, found in keys.items():
+            found += [f"{route}/{k}" if several else k for k in section[name] or ()]
+    for route, why in sorted(unreadable.items()):
+        problems.append(f"route {route}: this controller cannot read it: {why}")
+    freshness = _freshness(first, now, problems)
+    attention = sorted(sections.items(), key=lambda item: _attention(item[1]))
+    group_sync = next(({**s["group_sync"], "route": r} if several else s["group_sync"]
+                       for r, s in attention if s["group_sync"] is not None), None)
+    verification = next(({**s["verification"], "route": r} if several else s["verification"]
+                         for r, s in attention if s["verification"] is not None), None)
+    return {
+        "pipeline": first.pipeline,
+        "generated_at": _iso(now),
+        "healthy": not problems,
+        "problems": problems,
+        "zookeeper": first.zookeeper,
+        "leader": first.leader,
+        "workers": workers,
+        "partitions": partitions,
+        "withheld": keys["withheld"] if first.withheld is not None else None,
+        "unowned": keys["unowned"],
+        "stuck": keys["stuck"],
+        "freshness": freshness,
+        "group_sync": group_sync,
+        "verification": verification,
+        "verification_configured": first.verification_configured,
+        "auth_failures": first.auth_failures,
+        "routes": {r: {**s, "healthy": not s["problems"]} for r, s in sections.items()}
+        | {r: {"healthy": False, "problems": [f"this controller cannot read it: {why}"]}
+           for r, why in unreadable.items()},
+    }
+
+
+def _attention(section: dict[str, Any]) -> tuple[int, float]:
+    """Sort key: a route with a failed verification or a stale group sync first, then the oldest sync."""
+    sync, verification = section["group_sync"] or {}, section["verification"] or {}
+    bad = verification.get("status") in ("FAIL", "ERROR") or bool(sync.get("stale"))
+    age = sync.get("age_s")
+    return (0 if bad else 1, -(age if age is not None else float("inf")) if sync else 0.0)
+
+
+def _route_section(view: View, now: float) -> dict[str, Any]:
+    """One route's rows and its own problems (workers, partitions, group sync, verification)."""
+    problems: list[str] = []
     owners = {tp: w for w, a in view.assignments.items() for tp in a.partitions}
     applied = {tp: (w, st) for w, s in view.statuses.items() for tp, st in s.partitions.items()}
 
@@ -117,6 +187,32 @@ def evaluate(view: View, now: float) -> dict[str, Any]:
             problems.append(f"consumer-group sync has not completed for {age if age is not None else 'ever'}"
                             f"{'s' if age is not None else ''} (interval {view.group_sync_interval_s:.0f}s)")
 
+    verification = None
+    if view.verification is not None:
+        finished = view.verification.get("finished_at")
+        verification = {
+            "run_id": view.verification.get("run_id"),
+            "status": view.verification.get("status"),
+            "finished_at": finished,
+            "age_s": _age(finished, now),
+            "report": view.report_url,
+        }
+        if verification["status"] in ("FAIL", "ERROR"):
+            problems.append(f"the last verification ({verification['run_id']}) is {verification['status']}")
+    return {
+        "problems": problems,
+        "workers": workers,
+        "partitions": partitions,
+        "withheld": withheld if view.withheld is not None else None,
+        "unowned": unowned,
+        "stuck": stuck,
+        "group_sync": group_sync,
+        "verification": verification,
+    }
+
+
+def _freshness(view: View, now: float, problems: list[str]) -> dict[str, Any] | None:
+    """The heartbeat's verdict over every route (deployment-wide); its problem appended to ``problems``."""
     freshness = None
     if view.heartbeat_enabled:
         late = view.freshness_s is not None and view.freshness_s > view.rpo_s
@@ -133,38 +229,7 @@ def evaluate(view: View, now: float) -> dict[str, Any]:
                             f"(RPO {view.rpo_s:.0f}s){which}")
         elif never:
             problems.append(f"freshness: no heartbeat has reached the destination in {view.rpo_s:.0f}s (RPO){which}")
-
-    verification = None
-    if view.verification is not None:
-        finished = view.verification.get("finished_at")
-        verification = {
-            "run_id": view.verification.get("run_id"),
-            "status": view.verification.get("status"),
-            "finished_at": finished,
-            "age_s": _age(finished, now),
-            "report": view.report_url,
-        }
-        if verification["status"] in ("FAIL", "ERROR"):
-            problems.append(f"the last verification ({verification['run_id']}) is {verification['status']}")
-
-    return {
-        "pipeline": view.pipeline,
-        "generated_at": _iso(now),
-        "healthy": not problems,
-        "problems": problems,
-        "zookeeper": view.zookeeper,
-        "leader": view.leader,
-        "workers": workers,
-        "partitions": partitions,
-        "withheld": withheld if view.withheld is not None else None,
-        "unowned": unowned,
-        "stuck": stuck,
-        "freshness": freshness,
-        "group_sync": group_sync,
-        "verification": verification,
-        "verification_configured": view.verification_configured,
-        "auth_failures": view.auth_failures,
-    }
+    return freshness
 
 
 def _workers(view: View, owners: dict[tuple[str, int], str], now: float) -> list[dict[str, Any]]:
@@ -295,17 +360,36 @@ def _age(iso: Any, now: float) -> float | None:
 
 
 class _Reader:
-    """The I/O side: ZooKeeper reads, workers' last sightings, and record ages from the source."""
+    """The I/O side: ZooKeeper reads, workers' last sightings, and record ages from each route's source."""
 
     def __init__(self) -> None:
         self.reports_dir: Path | None = None
-        self._seen: dict[str, float] = {}
+        self._seen: dict[tuple[str, str], float] = {}
         self._lock = threading.Lock()
-        self._consumer: Any = None
+        self._consumers: dict[tuple[str, str], Any] = {}
         self._leader_since: float | None = None
 
-    def view(self, ctl: Any, now: float) -> View:
-        config, client, paths = ctl.config, ctl.zk, ctl.paths
+    def views(self, ctl: Any, now: float) -> tuple[list[View], dict[str, str]]:
+        """A view of every route in the registry (the first route first), and the routes that could not be read."""
+        from controller.api import ApiError  # the API module imports this one
+
+        routes = sorted(ctl.routes(), key=lambda r: (r != ctl.config.route_id, r))
+        views, unreadable = [], {}
+        for route_id in routes or [ctl.config.route_id]:
+            try:
+                context = ctl.route_context(route_id) if len(routes) > 1 else ctl
+            except ApiError as exc:  # e.g. a route between clusters this controller's file does not declare
+                unreadable[route_id] = exc.message
+                continue
+            views.append(self.view(ctl, context, now))
+        if not views:  # nothing readable: the deployment-wide facts still need a view
+            views.append(self.view(ctl, ctl, now))
+        return views, unreadable
+
+    def view(self, ctl: Any, route: Any, now: float) -> View:
+        """One route's view; ``route`` is the controller itself or a RouteContext (``config``, ``zk``, ``paths``)."""
+        config, client, paths = route.config, route.zk, route.paths
+        route_id = config.route_id or IMPLICIT_ROUTE
         self.reports_dir = reports_dir(ctl)
         topics = zk.read_topics(client, paths)
         live = frozenset(zk.live_workers(client, paths))
@@ -313,19 +397,24 @@ class _Reader:
         statuses = zk.read_statuses(client, paths)
         with self._lock:
             for worker in live:
-                self._seen[worker] = now
-            lost = {w: t for w, t in self._seen.items() if w not in live and now - t < LOST_MEMORY_S}
-            for worker in [w for w, t in self._seen.items() if now - t >= LOST_MEMORY_S]:
-                del self._seen[worker]
+                self._seen[(route_id, worker)] = now
+            lost = {w: t for (r, w), t in self._seen.items()
+                    if r == route_id and w not in live and now - t < LOST_MEMORY_S}
+            for key in [k for k, t in self._seen.items() if now - t >= LOST_MEMORY_S]:
+                del self._seen[key]
         state = ctl.leadership.state
         if state.is_leader and self._leader_since is None:
             self._leader_since = now
         elif not state.is_leader:
             self._leader_since = None
+        loop = route.leadership  # the route's own loop holds what it withholds (a RouteSet: ask it for the route's)
+        if hasattr(loop, "route"):
+            loop = loop.route(route_id) or loop
+        withheld = getattr(getattr(loop, "state", None), "withheld", ())
         registry = ctl.leadership.metrics.registry
         last_sync = registry.get_sample_value("ureplicator_groupsync_last_sync_timestamp_seconds",
-                                              {"route": config.route_id or IMPLICIT_ROUTE})
-        verification, report_url = self._verification()
+                                              {"route": route_id})
+        verification, report_url = self._verification(route_id)
         route_ages = heartbeat.ages(registry, config.pipeline)
         return View(
             pipeline=config.pipeline, topics=topics, live=live,
@@ -334,8 +423,8 @@ class _Reader:
             assignments=assignments, statuses=statuses, lost=lost,
             leader=ctl.leadership.leader_id(), is_leader=state.is_leader,
             zookeeper=str(client.state).lower(),
-            withheld=frozenset(state.withheld) if state.is_leader else None,
-            lag_seconds=self._lag_seconds(ctl, statuses),
+            withheld=frozenset(withheld) if state.is_leader else None,
+            lag_seconds=self._lag_seconds(route, statuses),
             noprogress_threshold_s=config.controller.noprogress_threshold_s,
             group_sync_enabled=config.controller.group_sync.enabled,
             group_sync_interval_s=config.controller.group_sync.interval_s,
@@ -344,45 +433,50 @@ class _Reader:
             report_url=report_url, auth_failures=auth_failures(ctl),
             heartbeat_enabled=config.controller.heartbeat_interval_s > 0,
             freshness_s=_stalest(route_ages), freshness_routes=route_ages,
-            rpo_s=config.controller.rpo_s,
+            rpo_s=config.controller.rpo_s, route=route_id,
         )
 
-    def _verification(self) -> tuple[dict[str, Any] | None, str | None]:
+    def _verification(self, route_id: str) -> tuple[dict[str, Any] | None, str | None]:
         if self.reports_dir is None:
             return None, None
+        from controller.verification_api import route_reports_dir
         from reports.store import LATEST_HTML, ReportStore
 
-        summary = ReportStore(self.reports_dir).summary()
-        url = "/ui/verification" if (self.reports_dir / LATEST_HTML).is_file() else None
+        directory = route_reports_dir(self.reports_dir, route_id)
+        summary = ReportStore(directory).summary()
+        url = ("/ui/verification" if route_id == IMPLICIT_ROUTE else f"/ui/verification?route={route_id}") \
+            if (directory / LATEST_HTML).is_file() else None
         return summary, url
 
-    def _lag_seconds(self, ctl: Any, statuses: dict[str, WorkerStatus]) -> dict[tuple[str, int], float]:
-        """Age of the record at each lagging partition's committed offset (its CreateTime)."""
+    def _lag_seconds(self, route: Any, statuses: dict[str, WorkerStatus]) -> dict[tuple[str, int], float]:
+        """Age of the record at each lagging partition's committed offset (its CreateTime), on the route's source."""
         wanted = sorted({tp: st.committed for s in statuses.values() for tp, st in s.partitions.items()
                          if st.lag > 0 and st.committed >= 0}.items())[:MAX_AGE_PROBES]
         if not wanted:
             return {}
+        config = route.config
         ages: dict[tuple[str, int], float] = {}
         with self._lock:
             try:
-                if self._consumer is None:
+                key = (config.route_id, config.source.alias)
+                if key not in self._consumers:
                     # Never commits: it only reads one record per lagging partition.
-                    self._consumer = kafka.consumer(ctl.config.source, f"{ctl.config.consumer_group}.status",
-                                                    "ureplicator-status", **{"auto.offset.reset": "earliest"})
-                consumer = self._consumer
+                    self._consumers[key] = kafka.consumer(config.source, f"{config.consumer_group}.status",
+                                                          "ureplicator-status", **{"auto.offset.reset": "earliest"})
+                consumer = self._consumers[key]
                 consumer.assign([TopicPartition(t, p, offset) for (t, p), offset in wanted])
                 deadline = time.monotonic() + 3.0
                 while len(ages) < len(wanted) and time.monotonic() < deadline:
                     for message in consumer.consume(num_messages=len(wanted), timeout=0.5):
                         if message.error() is None:
-                            key = (message.topic(), message.partition())
-                            if key not in ages:
+                            key_tp = (message.topic(), message.partition())
+                            if key_tp not in ages:
                                 kind, ts = message.timestamp()
                                 if kind and ts > 0:
-                                    ages[key] = max(0.0, time.time() - ts / 1000.0)
+                                    ages[key_tp] = max(0.0, time.time() - ts / 1000.0)
                 consumer.unassign()
             except KafkaException as exc:
-                log.warning("status_lag_seconds_unavailable", error=str(exc.args[0]))
+                log.warning("status_lag_seconds_unavailable", route=config.route_id, error=str(exc.args[0]))
         return ages
 
 
@@ -400,7 +494,8 @@ def make_blueprint() -> Blueprint:
 
     def document() -> dict[str, Any]:
         now = time.time()
-        return evaluate(reader.view(current_app.config["controller"], now), now)
+        views, unreadable = reader.views(current_app.config["controller"], now)
+        return evaluate_routes(views, now, unreadable)
 
     @blueprint.get("/status")
     def status() -> Any:
@@ -413,9 +508,16 @@ def make_blueprint() -> Blueprint:
 
     @blueprint.get("/ui/verification")
     def verification_report() -> Any:
+        from controller.verification_api import route_reports_dir
         from reports.store import LATEST_HTML
 
-        directory = reports_dir(current_app.config["controller"])
+        ctl = current_app.config["controller"]
+        directory = reports_dir(ctl)
+        route = request.args.get("route", "")
+        if route and route not in ctl.routes():  # named in a path: only a known route id
+            abort(404, f"unknown route {route!r}")
+        if directory is not None:
+            directory = route_reports_dir(directory, route)
         if directory is None or not (directory / LATEST_HTML).is_file():
             abort(404, "no verification report yet")
         return send_file(directory / LATEST_HTML, mimetype="text/html")

@@ -52,6 +52,18 @@ def three(tmp_path_factory):
     stack.down(directory)
 
 
+@pytest.fixture(scope="session")
+def clusters3(request):
+    """ZooKeeper and clusters c1, c2, c3 that a test only reads and writes (never stops): the shared
+    stack's when ``UREPLICATOR_TEST_STACK`` names one with three clusters, else the ``three`` stack."""
+    reuse = os.environ.get("UREPLICATOR_TEST_STACK")
+    if reuse:
+        found = json.loads((Path(reuse) / "stack.json").read_text())
+        if {"c1", "c2", "c3"} <= set(found.get("clusters", {})):
+            return found
+    return request.getfixturevalue("three")
+
+
 @pytest.fixture
 def pipeline(services, tmp_path, request):
     """A fresh pipeline (own ZooKeeper root and consumer group); its processes stop after the test."""

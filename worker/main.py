@@ -5,6 +5,8 @@ route) it resolves that route once and mirrors it. In the shared pool (``worker.
 it registers ``pool/workers/<id>`` and follows ``pool/bindings/<id>``, which the leader
 rewrites only after the old route's hand-off gate drained it: on a new binding it stops its
 :class:`MirrorWorker` gracefully and starts one for the new route, in the same process.
+A pool worker serves its probes and metrics itself, bound or not (:func:`worker.probes.pool_app`);
+the route's MirrorWorker then opens no port of its own and labels its metrics with the route.
 """
 
 from __future__ import annotations
@@ -13,15 +15,19 @@ import os
 import socket
 import threading
 import time
+from dataclasses import replace
 from datetime import datetime, timezone
 
 from kazoo.client import KazooState
 from kazoo.exceptions import NodeExistsError, NoNodeError
+from prometheus_client import CollectorRegistry
 
-from common import logs, signals, zk
-from common.config import Config, worker_id
+from common import httpserve, logs, signals, zk
+from common.config import IMPLICIT_ROUTE, Config, worker_id
 from common.errors import UReplicatorError
 from common.zkschema import Paths, PoolBinding, SchemaError, WorkerInfo
+from worker import probes
+from worker.metrics import WorkerMetrics, per_route
 from worker.mirror import VERSION, MirrorWorker
 
 
@@ -34,7 +40,7 @@ def run(config: Config) -> int:
     wid = worker_id(config)
     log = logs.get("worker", pipeline=config.pipeline, worker=wid)
     log.info("worker_starting", config=config.redacted())
-    worker = MirrorWorker(config, wid)
+    worker = MirrorWorker(config, wid, metrics=WorkerMetrics(config.route_id or IMPLICIT_ROUTE))
     signals.on_stop_signals(worker.stop, log, "worker_signal")
     worker.run()
     return 0
@@ -43,9 +49,13 @@ def run(config: Config) -> int:
 class _Serving:
     """One route's MirrorWorker on a thread, and how its run ended."""
 
-    def __init__(self, config: Config, wid: str, route: str) -> None:
+    def __init__(self, config: Config, wid: str, route: str, metrics: WorkerMetrics) -> None:
         self.route = route
-        self.worker = MirrorWorker(zk.route_config(config, route), wid)
+        view = zk.route_config(config, route)
+        # The pool's server answers on worker.metrics_port for the whole process: no second one.
+        view = replace(view, worker=replace(view.worker, metrics_port=0))
+        self.metrics = metrics
+        self.worker = MirrorWorker(view, wid, metrics=metrics)
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._run, name=f"mirror-{route}", daemon=True)
         self.thread.start()
@@ -59,6 +69,29 @@ class _Serving:
     def stop(self) -> None:
         self.worker.stop()
         self.thread.join()
+        self.metrics.forget()  # the route's gauges go with it; its counters stay
+
+
+class _PoolFace:
+    """What the pool worker's probes read (:class:`worker.probes.Pool`): plain attributes of the pool loop."""
+
+    def __init__(self, client) -> None:  # noqa: ANN001 - a KazooClient
+        self._client = client
+        self.joined = threading.Event()  # pool/workers/<id> created in the current session
+        self.current: _Serving | None = None
+
+    @property
+    def session(self) -> str:
+        return str(self._client.state)
+
+    @property
+    def member(self) -> bool:
+        return self.joined.is_set() and self._client.state != KazooState.LOST
+
+    @property
+    def serving(self) -> tuple[str, probes.Observed] | None:
+        current = self.current
+        return (current.route, current.worker) if current is not None else None
 
 
 def run_pooled(config: Config) -> int:
@@ -81,6 +114,7 @@ def run_pooled(config: Config) -> int:
 
     def on_connection(state: str) -> None:
         if state == KazooState.LOST:
+            face.joined.clear()
             lost.set()  # our pool registration went with the session: register again
         changed.set()
 
@@ -89,7 +123,17 @@ def run_pooled(config: Config) -> int:
         changed.set()
 
     client = zk.connect(config)
+    face = _PoolFace(client)
     client.add_listener(on_connection)
+    registry = CollectorRegistry()
+    metrics_for = per_route(registry)
+    server = None
+    if config.worker.metrics_port:
+        server = httpserve.serve(
+            httpserve.logged(probes.pool_app(face, registry, config.worker.health_stall_s), "worker",
+                             quiet_paths=frozenset({"/metrics", "/healthz", "/ready"})),
+            config.worker.metrics_host, config.worker.metrics_port, "worker-probes",
+        )
     info = WorkerInfo(host=socket.gethostname(), pid=os.getpid(), version=VERSION,
                       started_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
                       metrics_port=config.worker.metrics_port)
@@ -98,13 +142,15 @@ def run_pooled(config: Config) -> int:
     failed: tuple[str | None, float] = (None, 0.0)  # a route that could not be served, and when to try again
     code = 0
     try:
-        _join_pool(client, paths, wid, info.encode(), stop)
+        if _join_pool(client, paths, wid, info.encode(), stop):
+            face.joined.set()
         client.DataWatch(paths.pool_binding(wid), on_binding)
         log.info("pool_joined")
         while not stop.is_set():
             if lost.is_set() and client.connected:
                 lost.clear()
-                _join_pool(client, paths, wid, info.encode(), stop)
+                if _join_pool(client, paths, wid, info.encode(), stop):
+                    face.joined.set()
             wanted = binding["route"]
             if serving is not None and serving.error is not None:
                 log.error("mirror_loop_failed", route=serving.route, error=repr(serving.error))
@@ -112,20 +158,24 @@ def run_pooled(config: Config) -> int:
                 break
             if serving is not None and serving.route != wanted:
                 log.info("pool_leaving_route", route=serving.route, next=wanted)
+                face.current = None
                 serving.stop()
                 serving = None
             if serving is None and wanted is not None and (wanted != failed[0] or time.monotonic() >= failed[1]):
                 log.info("pool_serving_route", route=wanted)
                 try:
-                    serving = _Serving(config, wid, wanted)
+                    serving = _Serving(config, wid, wanted, metrics_for(wanted))
+                    face.current = serving
                 except UReplicatorError as exc:  # the route cannot be served from this file: say so, wait
                     log.error("pool_route_not_served", route=wanted, error=str(exc))
                     failed = (wanted, time.monotonic() + 10.0)
             changed.wait(1.0)
             changed.clear()
     finally:
+        face.current = None
         if serving is not None:
             serving.stop()
+        face.joined.clear()
         try:
             client.delete(paths.pool_worker(wid))
         except NoNodeError:
@@ -133,17 +183,19 @@ def run_pooled(config: Config) -> int:
         finally:
             client.stop()
             client.close()
+            if server is not None:
+                server.shutdown()
         log.info("pool_left")
     return code
 
 
-def _join_pool(client, paths: Paths, wid: str, info: bytes, stop: threading.Event) -> None:  # noqa: ANN001
-    """Register in the pool; a previous session's node with our id is waited out."""
+def _join_pool(client, paths: Paths, wid: str, info: bytes, stop: threading.Event) -> bool:  # noqa: ANN001
+    """Register in the pool (True); a previous session's node with our id is waited out (False: stopped first)."""
     client.ensure_path(paths.pool_workers)
     while True:
         try:
             client.create(paths.pool_worker(wid), info, ephemeral=True)
-            return
+            return True
         except NodeExistsError:
             if stop.wait(0.5):
-                return
+                return False

@@ -1,84 +1,180 @@
-"""Prometheus metrics of a worker process (``ureplicator_worker_*``), served by :mod:`worker.probes`."""
+"""Prometheus metrics of a worker process (``ureplicator_worker_*``), served by :mod:`worker.probes`.
+
+Every family carries the label ``route``: the route the worker serves (``default`` for the
+implicit route of a config without ``routes``, as the controller's metrics). A pinned worker
+serves one route for its life; a shared-pool worker (worker/main.py) serves one at a time
+and keeps one registry for the process: :func:`per_route` gives a view of each route it
+serves over the same families, and :meth:`WorkerMetrics.forget` drops a left route's
+gauges (its counters stay: they only ever grow, and a rate over them stays right).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from common.config import IMPLICIT_ROUTE
 
-class WorkerMetrics:
-    """One registry per worker so tests can run several workers in one process."""
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 
-    def __init__(self) -> None:
-        self.registry = CollectorRegistry()
-        r = self.registry
+
+class _Families:
+    """The families, registered once per registry; each has ``route`` as its first label."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        r = registry
+
+        def labelled(*names: str) -> list[str]:
+            return ["route", *names]
+
         self.records = Counter(
             "ureplicator_worker_records_mirrored", "Records acknowledged by the destination",
-            ["topic"], registry=r,
+            labelled("topic"), registry=r,
         )
         self.bytes = Counter(
             "ureplicator_worker_mirrored", "Key+value bytes acknowledged by the destination",
-            ["topic"], registry=r, unit="bytes",
+            labelled("topic"), registry=r, unit="bytes",
         )
         self.skipped = Counter(
             "ureplicator_worker_records_skipped",
             "Records not mirrored: the route's forwarding policy skips their origin",
-            ["topic"], registry=r,
+            labelled("topic"), registry=r,
         )
         self.produce_errors = Counter(
             "ureplicator_worker_produce_errors", "Records the destination refused (partition stopped)",
-            ["topic"], registry=r,
+            labelled("topic"), registry=r,
         )
         self.expired = Counter(
             "ureplicator_worker_records_expired",
             "Source records deleted by retention before they were mirrored (committed offset < log start)",
-            ["topic"], registry=r,
+            labelled("topic"), registry=r,
         )
         self.latency = Histogram(
             "ureplicator_worker_replication_latency_seconds",
             "Destination acknowledgement time minus source record timestamp",
-            registry=r,
-            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
+            labelled(), registry=r, buckets=_LATENCY_BUCKETS,
         )
         self.in_flight = Gauge(
             "ureplicator_worker_in_flight_bytes", "Bytes sent to the destination and not yet acknowledged",
-            registry=r,
+            labelled(), registry=r,
         )
         self.generation = Gauge(
-            "ureplicator_worker_assignment_generation", "Generation of the applied assignment", registry=r,
+            "ureplicator_worker_assignment_generation", "Generation of the applied assignment", labelled(),
+            registry=r,
         )
         self.partitions = Gauge(
-            "ureplicator_worker_partitions_owned", "Source partitions this worker mirrors", registry=r,
+            "ureplicator_worker_partitions_owned", "Source partitions this worker mirrors", labelled(), registry=r,
         )
         self.lag = Gauge(
             "ureplicator_worker_source_lag_records", "Source end offset minus next offset to mirror",
-            ["topic", "partition"], registry=r,
+            labelled("topic", "partition"), registry=r,
         )
         self.commits = Counter(
-            "ureplicator_worker_offset_commits", "Offset commits to the source cluster", ["result"], registry=r,
+            "ureplicator_worker_offset_commits", "Offset commits to the source cluster", labelled("result"),
+            registry=r,
         )
         self.release_commit_failures = Counter(
             "ureplicator_worker_release_commit_failures",
             "Partitions released without their final commit (after retries): the next owner repeats records",
-            registry=r,
+            labelled(), registry=r,
         )
         self.rewinds = Counter(
             "ureplicator_worker_partition_rewinds",
             "Partitions restarted from their acknowledged position after purged or abandoned records",
-            registry=r,
+            labelled(), registry=r,
         )
         self.producer_replacements = Counter(
             "ureplicator_worker_producer_replacements",
             "Destination producers replaced by a fresh one: after a purge (fencing, session loss, release "
             "timeout, stalled producer) or a fatal error (then every record is reported exactly for a while)",
-            registry=r,
+            labelled(), registry=r,
         )
         self.transactions = Counter(
             "ureplicator_worker_transactions",
             "Exactly-once mode: transactions ended, by outcome (committed, aborted, fatal: producer replaced)",
-            ["outcome"], registry=r,
+            labelled("outcome"), registry=r,
         )
         self.commit_client_replacements = Counter(
             "ureplicator_worker_commit_client_replacements",
             "Commit clients (the worker's group-coordinator connection) opened anew after failed commits",
-            registry=r,
+            labelled(), registry=r,
         )
+
+
+class _OfRoute:
+    """One route's children of a family with more labels than ``route``: ``labels``/``remove`` take the others.
+
+    It remembers what it handed out, so :meth:`WorkerMetrics.forget` can drop the route's series.
+    """
+
+    def __init__(self, family: Any, route: str) -> None:
+        self._family = family
+        self._route = route
+        self.handed: set[tuple[str, ...]] = set()
+
+    def labels(self, *values: str) -> Any:
+        self.handed.add(values)
+        return self._family.labels(self._route, *values)
+
+    def remove(self, *values: str) -> None:
+        self.handed.discard(values)
+        self._family.remove(self._route, *values)
+
+
+class WorkerMetrics:
+    """One registry per worker process (tests run several workers in one process, each with its own).
+
+    The attributes are the families' children for ``route``: label-less ones take
+    ``inc``/``set``/``observe`` directly, the others ``labels(<their other labels>)``.
+    """
+
+    def __init__(self, route: str = IMPLICIT_ROUTE, registry: CollectorRegistry | None = None,
+                 families: _Families | None = None) -> None:
+        self.route = route or IMPLICIT_ROUTE
+        if families is None:
+            registry = registry or CollectorRegistry()
+            families = _Families(registry)
+        self.registry = registry
+        self._families = f = families
+        route = self.route
+        self.records = _OfRoute(f.records, route)
+        self.bytes = _OfRoute(f.bytes, route)
+        self.skipped = _OfRoute(f.skipped, route)
+        self.produce_errors = _OfRoute(f.produce_errors, route)
+        self.expired = _OfRoute(f.expired, route)
+        self.lag = _OfRoute(f.lag, route)
+        self.commits = _OfRoute(f.commits, route)
+        self.transactions = _OfRoute(f.transactions, route)
+        self.latency = f.latency.labels(route)
+        self.in_flight = f.in_flight.labels(route)
+        self.generation = f.generation.labels(route)
+        self.partitions = f.partitions.labels(route)
+        self.release_commit_failures = f.release_commit_failures.labels(route)
+        self.rewinds = f.rewinds.labels(route)
+        self.producer_replacements = f.producer_replacements.labels(route)
+        self.commit_client_replacements = f.commit_client_replacements.labels(route)
+
+    def forget(self) -> None:
+        """Drop this route's gauges: the worker stopped serving it (a scrape shows no stale lag or ownership)."""
+        f = self._families
+        for family in (f.in_flight, f.generation, f.partitions):
+            try:
+                family.remove(self.route)
+            except KeyError:
+                pass
+        for values in list(self.lag.handed):
+            try:
+                self.lag.remove(*values)
+            except KeyError:
+                pass
+
+
+def per_route(registry: CollectorRegistry) -> Callable[[str], WorkerMetrics]:
+    """A pool worker's metrics: the families registered once in ``registry``, and a view per route over them.
+
+    No series exists before a route is served: an unbound pool worker exports no ``route``.
+    """
+    families = _Families(registry)
+    return lambda route: WorkerMetrics(route, registry, families)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+import urllib.error
 import urllib.request
 
 import pytest
@@ -199,3 +200,53 @@ def test_the_leader_rebinds_a_pool_worker_only_once_its_route_drained_it(service
         client.delete(cfg.pipeline_root, recursive=True)
         client.stop()
         client.close()
+
+
+def probe(port: int, path: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+    except OSError:
+        return 0, ""
+
+
+def test_an_unbound_pool_worker_answers_its_probes_and_worker_metrics_name_their_route(pipeline, services):
+    # Given routes a (src -> dst) and b (dst -> src), and a pool worker started while no controller runs,
+    # so nobody binds it
+    topic = f"{pipeline.name}-probed"
+    kafka_io.create_topic(services["source"], topic, 2)
+    kafka_io.produce(services["source"], topic, 50, 2)
+    pipeline.declare_routes({"src": services["source"], "dst": services["destination"]}, [
+        {"id": "a", "source": "src", "destination": "dst"},
+        {"id": "b", "source": "dst", "destination": "src", "topic_naming": "prefix", "workers": {"min": 0}}])
+    pool_port, pinned_port = free_port(), free_port()
+    pipeline.start_worker("p1", worker={"pool": True, "metrics_port": pool_port, "metrics_host": "127.0.0.1"})
+
+    # Then, unbound, it is alive (its ZooKeeper session is up) and ready (registered in the pool)
+    wait_for(lambda: probe(pool_port, "/ready")[0] == 200, 30, "the unbound pool worker ready")
+    status, body = probe(pool_port, "/healthz")
+    assert status == 200 and json.loads(body) == {"route": None, "zookeeper": "connected"}, body
+    assert json.loads(probe(pool_port, "/ready")[1]) == {"route": None, "pool_member": True, "ready": True}
+    assert 'route="' not in probe(pool_port, "/metrics")[1]  # no route served, no route's series
+
+    # When a controller binds it to route a, which gets a topic, and a worker pinned to route b starts
+    pipeline.start_controller()
+    assert pipeline.api("POST", "/routes/a/topics", {"topic": topic})[0] == 201
+    pipeline.start_worker("w-b", worker={"route": "b", "metrics_port": pinned_port, "metrics_host": "127.0.0.1"})
+    mirrored = f'ureplicator_worker_records_mirrored_total{{route="a",topic="{topic}"}} 50.0'
+    wait_for(lambda: mirrored in probe(pool_port, "/metrics")[1], 60, "the pool worker's route a series")
+
+    # Then the same port serves the bound loop's probes, and every worker series names its route
+    assert json.loads(probe(pool_port, "/ready")[1])["route"] == "a"
+    wait_for(lambda: probe(pool_port, "/ready")[0] == 200 and probe(pool_port, "/healthz")[0] == 200, 30,
+             "the bound pool worker alive and ready")
+    families = {"ureplicator_worker_partitions_owned", "ureplicator_worker_assignment_generation",
+                "ureplicator_worker_in_flight_bytes", "ureplicator_worker_replication_latency_seconds_count"}
+    pool_series = probe(pool_port, "/metrics")[1].splitlines()
+    for family in families:
+        assert any(line.startswith(f'{family}{{route="a"}}') for line in pool_series), family
+    assert not [line for line in pool_series if line.startswith("ureplicator_worker_") and 'route="a"' not in line]
+    wait_for(lambda: 'ureplicator_worker_partitions_owned{route="b"} 0.0' in probe(pinned_port, "/metrics")[1],
+             30, "the pinned worker's route b series")

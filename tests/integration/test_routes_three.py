@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import re
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
 
+from tests.integration.test_failover import consume_and_commit
 from tests.support import kafka_io
 from tests.support.kafka_io import wait_for
 from tests.support.pipeline import Pipeline
@@ -182,4 +185,54 @@ def test_a_route_whose_destination_is_stopped_leaves_the_others_mirroring(three,
     finally:
         if stopped:
             stack.start_service(three["dir"], "c3")
+        pipeline.stop_all()
+
+
+def test_group_sync_and_status_cover_every_route_not_only_the_first(clusters3, tmp_path):
+    # Given one topic on c1 fanned out to c2 and c3 by two declared routes, each served by its worker,
+    # and the scheduled consumer-group sync on for this test's groups
+    clusters = clusters3["clusters"]
+    pipeline = Pipeline(services={k: clusters3[k] for k in ("zookeeper", "source", "destination")},
+                        workdir=tmp_path)
+    topic, partitions = f"{pipeline.name}-orders", 2
+    kafka_io.create_topic(clusters["c1"], topic, partitions)
+    kafka_io.produce(clusters["c1"], topic, 100, partitions)
+    pipeline.declare_routes(clusters, [{"id": "to2", "source": "c1", "destination": "c2"},
+                                       {"id": "to3", "source": "c1", "destination": "c3"}])
+    pipeline.overrides["controller"] = {"group_sync": {"enabled": True, "interval_s": 1,
+                                                       "include": re.escape(pipeline.name) + "-.*"}}
+    try:
+        pipeline.start_controller()
+        for route in ("to2", "to3"):
+            pipeline.start_worker(f"w-{route}", worker={"route": route})
+            assert pipeline.api("POST", f"/routes/{route}/topics", {"topic": topic})[0] == 201
+        source_end = kafka_io.end_offsets(clusters["c1"], topic, partitions)
+        for route in ("to2", "to3"):
+            wait_for(lambda r=route: kafka_io.committed(clusters["c1"], f"{pipeline.group}.{r}", topic, partitions)
+                     == source_end, 90, f"route {route} mirrored")
+
+        # When a consumer group on c1 commits part of the topic
+        billing = f"{pipeline.name}-billing"
+        commits = {0: 30, 1: 40}
+        consume_and_commit(clusters["c1"], billing, topic, commits)
+
+        # Then the scheduled sync writes its translated offsets on both destinations, c2 (the first
+        # route's) and c3 (the second's)
+        for alias in ("c2", "c3"):
+            wait_for(lambda a=alias: kafka_io.committed(clusters[a], billing, topic, partitions) == commits, 60,
+                     f"billing synced to {alias}")
+        # And /status covers both routes: their partitions, their workers and their group sync
+        status, doc = pipeline.api("GET", "/status")
+        assert status == 200, doc
+        assert set(doc["routes"]) == {"to2", "to3"}
+        assert {(p["route"], p["topic"], p["partition"]) for p in doc["partitions"]} == {
+            (r, topic, p) for r in ("to2", "to3") for p in range(partitions)}
+        assert {(w["route"], w["worker"]) for w in doc["workers"]} == {("to2", "w-to2"), ("to3", "w-to3")}
+        for route in ("to2", "to3"):
+            assert doc["routes"][route]["group_sync"]["last_sync_at"] is not None, doc["routes"][route]
+        with urllib.request.urlopen(f"{pipeline.url}/metrics", timeout=5) as resp:
+            metrics = resp.read().decode()
+        for route in ("to2", "to3"):
+            assert f'ureplicator_groupsync_groups_synced_total{{route="{route}"}} 1.0' in metrics, metrics
+    finally:
         pipeline.stop_all()

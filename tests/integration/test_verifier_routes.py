@@ -1,4 +1,4 @@
-"""The verifier over routes, on the session's three-cluster stack (``three``) with a real controller and workers.
+"""The verifier over routes on three clusters (``clusters3``), with a real controller and workers.
 
 One deployment, mirrored once (module fixture): c1 <-> c2 active-active and c2 -> c3, identity-named, every
 route ``forward: origin``. Then: each route verifies on its own (its reports under OUTPUT/<route>/), the
@@ -25,9 +25,9 @@ PARTITIONS, PER_CLUSTER = 2, 60
 
 
 @pytest.fixture(scope="module")
-def mesh(three, tmp_path_factory):
+def mesh(clusters3, tmp_path_factory):
     """The deployment above, mirrored and stopped; yields (config path, topic, clusters)."""
-    services = three
+    services = clusters3
     clusters = services["clusters"]
     workdir = tmp_path_factory.mktemp("mesh")
     pipeline = Pipeline(services={k: v for k, v in services.items() if k != "dir"}, workdir=workdir)
@@ -133,8 +133,9 @@ def test_all_routes_keep_their_reports_and_checkpoints_apart(spark, mesh, tmp_pa
 
 def test_deployment_check_passes_then_names_a_planted_copy(spark, mesh, tmp_path):
     config, topic, clusters = mesh
+    output = tmp_path / "verification"
     # When the deployment is checked as mirrored
-    status, text, report = deployment_check(config, tmp_path / "ok")
+    status, text, report = deployment_check(config, output)
     # Then every cluster holds each origin record exactly where the routes bring it
     assert status == 0, text
     (family,) = report["families"]
@@ -142,16 +143,37 @@ def test_deployment_check_passes_then_names_a_planted_copy(spark, mesh, tmp_path
     assert {c: (n["originals"], n["copies"]) for c, n in counts.items()} == {
         "c1": (PER_CLUSTER, PER_CLUSTER), "c2": (PER_CLUSTER, PER_CLUSTER), "c3": (0, PER_CLUSTER)}
 
-    # When a second copy of one of c2's records is planted on c3 (its urep header copied)
+    assert "reused_from" not in family
+
+    # When it is checked again with nothing new: the family is not read again, and its verdict stands
+    status, text, again = deployment_check(config, output)
+    assert status == 0 and "not read again" in text, text
+    assert again["families"][0]["reused_from"] and again["families"][0]["clusters"] == counts
+
+    # When c1 gets new records (no worker runs: they stay in flight) and a second copy of one of c2's
+    # records is planted on c3 (its urep header copied)
+    kafka_io.produce(clusters["c1"], topic, 10, PARTITIONS, start=10_000, tag="late")
     original = kafka_io.read_partition(clusters["c3"], topic, 1)[3]
     env.write(clusters["c3"], topic, 1, [env.Copy(original.key, original.value, original.headers, original.timestamp)])
-    status, text, report = deployment_check(config, tmp_path / "planted")
-    # Then the check fails naming the cluster, the origin record and the problem
-    assert status == 1, text
     stamp = original.provenance()
+    status, text, report = deployment_check(config, output)
+    # Then the run reads only the 11 new records, from the checkpoint, and still names the planted copy
+    assert status == 1, text
+    (family,) = report["families"]
+    assert family["from_checkpoint"] is True and family["read"] == 11, family
+    assert family["clusters"]["c1"]["originals"] == 10 and family["clusters"]["c3"]["duplicate"] == 1
+    (sample,) = family["samples"]
+    assert {k: sample[k] for k in ("cluster", "problem", "origin", "partition", "offset", "route")} == {
+        "cluster": "c3", "problem": "duplicate", "origin": "c2", "partition": stamp.source_partition,
+        "offset": stamp.source_offset, "route": "c2-c3"}
+    assert "duplicate" in text and "FAIL" in text
+
+    # And a run with no checkpoint reads everything and names the same copy
+    status, text, report = deployment_check(config, tmp_path / "full")
+    assert status == 1, text
+    assert report["families"][0]["from_checkpoint"] is False
     (sample,) = report["families"][0]["samples"]
     assert sample == {"cluster": "c3", "topic": topic, "problem": "duplicate", "origin": "c2", "origin_topic": topic,
                       "partition": stamp.source_partition, "offset": stamp.source_offset, "copies": 2,
                       "expected_at_least": 1, "expected_at_most": 1}
     assert report["families"][0]["clusters"]["c3"]["duplicate"] == 1
-    assert "duplicate" in text and "FAIL" in text

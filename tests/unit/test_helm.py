@@ -395,8 +395,11 @@ def _served_by_controller() -> frozenset[str]:
     return frozenset(rule.rule for rule in app.url_map.iter_rules() if "GET" in (rule.methods or ()))
 
 
-def _served_by_worker(path: str) -> bool:
-    """The worker's probe app answers ``path`` with a probe document (not the metrics page)."""
+def _served_by_worker(path: str, pooled: bool = False) -> bool:
+    """The worker's probe app answers ``path`` with a probe document (not the metrics page).
+
+    ``pooled``: the shared-pool worker's app, unbound (registered in the pool, serving no route).
+    """
     from prometheus_client import CollectorRegistry
 
     from worker import probes
@@ -405,9 +408,16 @@ def _served_by_worker(path: str) -> bool:
         last_turn = 0.0
         ready = True
 
+    class IdleInPool:
+        session = "CONNECTED"
+        member = True
+        serving = None
+
+    app = (probes.pool_app(IdleInPool(), CollectorRegistry(), stall_s=1e9, clock=lambda: 0.0) if pooled
+           else probes.app(Healthy(), CollectorRegistry(), stall_s=1e9, clock=lambda: 0.0))
     seen: dict[str, str] = {}
-    body = b"".join(probes.app(Healthy(), CollectorRegistry(), stall_s=1e9, clock=lambda: 0.0)(
-        {"PATH_INFO": path, "REQUEST_METHOD": "GET"}, lambda status, headers: seen.update(status=status)))
+    body = b"".join(app({"PATH_INFO": path, "REQUEST_METHOD": "GET"},
+                        lambda status, headers: seen.update(status=status)))
     return seen["status"].startswith("200") and body.startswith(b"{")
 
 
@@ -447,9 +457,9 @@ def test_worker_probes_and_scrapes_reach_metrics(helm: Path, values: Path | None
         container = pod_template(pool)["spec"]["containers"][0]
         pooled = any(e["name"] == "UREPLICATOR_WORKER_POOL" for e in container["env"])
         for name, path in (("readinessProbe", "/ready"), ("livenessProbe", "/healthz")):
-            if values_of(values)["worker"][name]["enabled"] and not pooled:  # a pool worker: no HTTP until bound
+            if values_of(values)["worker"][name]["enabled"]:  # a shared-pool worker too, bound or not
                 probe = container[name]["httpGet"]
-                assert probe["path"] == path and _served_by_worker(path)
+                assert probe["path"] == path and _served_by_worker(path, pooled)
                 assert container_port(container, probe["port"]) == metrics_port
         assert container_port(container, port["targetPort"]) == metrics_port
 
@@ -1119,10 +1129,13 @@ def _intended(doc: dict[str, Any]) -> dict[str, Any]:
         dashboard.pop("uid")
         dashboard["panels"] = [{k: v for k, v in p.items() if k != "gridPos"} for p in dashboard["panels"]
                                if "heartbeat" not in json.dumps(p) and p["title"] != "Freshness"]
-        # 9. (issue 24) A route variable; the controller and verification panels show one series per route.
-        dashboard["templating"]["list"] = [v for v in dashboard["templating"]["list"] if v["name"] != "route"]
+        # 9. (issue 24) A route variable; the controller, verification and (10.) worker panels show one
+        #    series per route, and the topic variable lists the chosen routes' topics.
+        dashboard["templating"]["list"] = [
+            {**v, "query": "<changed on purpose>", "definition": "<changed on purpose>"} if v["name"] == "topic" else v
+            for v in dashboard["templating"]["list"] if v["name"] != "route"]
         for panel in dashboard["panels"]:
-            if re.search(r"ureplicator_(controller|verification)_", json.dumps(panel.get("targets", []))):
+            if re.search(r"ureplicator_(controller|verification|worker)_", json.dumps(panel.get("targets", []))):
                 panel["targets"] = panel["description"] = "<changed on purpose>"
         doc["data"]["ureplicator.json"] = dashboard
     elif kind == "PrometheusRule":
@@ -1132,14 +1145,18 @@ def _intended(doc: dict[str, Any]) -> dict[str, Any]:
         #    route without workers has an alert of its own (then it is not "partitions without owner").
         new = {"UReplicatorRecordsExpired", "UReplicatorFreshnessAboveRpo", "UReplicatorNotMirroring",
                "UReplicatorGroupSyncStale", "UReplicatorRouteWaitingForWorkers"}
+        # 10. (issue 24) Worker series carry `route` too: the worker alerts group by it and name it.
         per_route = {"UReplicatorVerificationFailed", "UReplicatorVerificationMissing", "UReplicatorNoLeader",
-                     "UReplicatorPartitionsWithoutOwner"}
+                     "UReplicatorPartitionsWithoutOwner", "UReplicatorLagGrowing", "UReplicatorProduceErrors",
+                     "UReplicatorReleaseCommitFailures", "UReplicatorPartitionRewinds", "UReplicatorProducerReplaced"}
+        renamed = {"UReplicatorPartitionsWithoutOwner", "UReplicatorLagGrowing", "UReplicatorProduceErrors",
+                   "UReplicatorReleaseCommitFailures", "UReplicatorPartitionRewinds", "UReplicatorProducerReplaced"}
         for group in doc["spec"]["groups"]:
             group["rules"] = [r for r in group["rules"] if r.get("alert") not in new]
             for rule in group["rules"]:
                 if rule.get("alert") in per_route:
                     rule["expr"] = "<changed on purpose>"
-                if rule.get("alert") == "UReplicatorPartitionsWithoutOwner":
+                if rule.get("alert") in renamed:
                     rule["annotations"] = "<changed on purpose>"
     return doc
 
@@ -1299,7 +1316,7 @@ def _worker_env(workload: dict[str, Any]) -> dict[str, str | None]:
     return {e["name"]: e.get("value") for e in pod_template(workload)["spec"]["containers"][0]["env"]}
 
 
-def test_route_less_pools_start_shared_pool_workers_that_are_ready_while_waiting_for_a_binding(
+def test_route_less_pools_start_shared_pool_workers_probed_and_ready_while_waiting_for_a_binding(
     helm: Path, tmp_path: Path
 ) -> None:
     # Given two declared routes, a pool pinned to one of them and a pool without a route
@@ -1322,12 +1339,14 @@ workerPools:
         container = pod_template(pools[name])["spec"]["containers"][0]
         cfg = config.load(path, env=pod_environment(container, pod_name=f"mirror-worker-{name}-0"))
         assert (cfg.worker.pool, cfg.worker.route) == (pooled, route)
-    # And waiting for a binding is not "unready": the pool's pods carry no HTTP probes (a worker serves
-    # /ready only while it mirrors a route), so neither a rolling update nor OrderedReady waits on one
-    shared = pod_template(pools["shared"])["spec"]["containers"][0]
-    assert "readinessProbe" not in shared and "livenessProbe" not in shared
-    east = pod_template(pools["east"])["spec"]["containers"][0]
-    assert east["readinessProbe"]["httpGet"]["path"] == "/ready"
+    # And both pools' pods are probed on the metrics port; waiting for a binding is not "unready": an
+    # unbound pool worker answers /ready (registered in the pool) and /healthz (its session is up)
+    # itself, so neither a rolling update nor OrderedReady waits on a binding
+    for name, pooled in (("shared", True), ("east", False)):
+        container = pod_template(pools[name])["spec"]["containers"][0]
+        for probe, path in (("readinessProbe", "/ready"), ("livenessProbe", "/healthz")):
+            assert container[probe]["httpGet"] == {"path": path, "port": "metrics"}, (name, probe)
+            assert _served_by_worker(path, pooled), (name, path)
     for version in (KUBE_MIN, KUBE_MAX):
         for doc in render(helm, values, version):
             if (doc["apiVersion"], doc["kind"]) not in CUSTOM_KINDS:

@@ -104,9 +104,17 @@ def test_dashboard_has_a_route_variable_and_every_per_route_panel_filters_on_it(
     variables = {v["name"]: v for v in dashboard()["templating"]["list"]}
     assert variables["route"]["includeAll"] and variables["route"]["multi"]
     assert "ureplicator_controller_" in variables["route"]["definition"]
+    # The controller's, the verifier's and the workers' series all carry route
     per_route = [(ref, expr) for ref, expr in dashboard_queries()
-                 if re.search(r"ureplicator_(controller|verification)_", expr)]
+                 if re.search(r"ureplicator_(controller|verification|worker)_", expr)]
     assert per_route and all('route=~"$route"' in expr for _, expr in per_route), per_route
+    assert any("ureplicator_worker_" in expr for _, expr in per_route)
+    # A topic name two routes mirror is two series: the worker panels that sum keep route apart
+    summed = [expr for _, expr in per_route if "ureplicator_worker_" in expr and "sum" in expr]
+    assert summed and all("sum by (route" in expr for expr in summed), summed
+    # The topic variable follows the chosen routes, so it is defined after route
+    names = list(variables)
+    assert names.index("route") < names.index("topic") and 'route=~"$route"' in variables["topic"]["definition"]
 
 
 def test_dashboard_shows_freshness_first() -> None:
@@ -215,23 +223,26 @@ def test_each_alert_fires_in_its_scenario_and_stays_quiet_when_healthy(helm: Pat
         return {"interval": "1m", "input_series": [{"series": s, "values": v} for s, v in series],
                 "alert_rule_test": [case]}
 
-    lag = f'ureplicator_worker_source_lag_records{{{workers}, pod="w-1", topic="orders", partition="3"}}'
+    # Worker series carry the route they mirror (worker/metrics.py): the worker alerts fire per route
+    lag = f'ureplicator_worker_source_lag_records{{{workers}, pod="w-1", route="east", topic="orders", partition="3"}}'
+    other_lag = lag.replace('route="east"', 'route="west"')
     lag_annotations = {
-        "summary": "Replication lag of orders[3] keeps growing",
+        "summary": "Replication lag of orders[3] on route east keeps growing",
         "description": _annotations(groups, "UReplicatorLagGrowing")["description"].replace(
             "{{ $value | humanize }}", "5k"),
     }
     leader = f"ureplicator_controller_leader{{{controller}, pod=\"c-%d\", route=\"%s\"}}"
     unassigned = f'ureplicator_controller_unassigned_partitions{{{controller}, pod="c-0", route="east"}}'
     waiting = f'ureplicator_controller_route_waiting_for_workers{{{controller}, pod="c-0", route="%s"}}'
-    release_failures = f'ureplicator_worker_release_commit_failures_total{{{workers}, pod="w-1"}}'
-    rewinds = f'ureplicator_worker_partition_rewinds_total{{{workers}, pod="w-%d"}}'
+    release_failures = f'ureplicator_worker_release_commit_failures_total{{{workers}, pod="w-1", route="east"}}'
+    rewinds = f'ureplicator_worker_partition_rewinds_total{{{workers}, pod="w-%d", route="east"}}'
     # A ZooKeeper blip rewinds all of a worker's partitions at once (4 here): every 10 minutes, or once
     every_10m = " ".join(str(4 * (minute // 10)) for minute in range(61))
     election_errors = f'ureplicator_controller_election_errors_total{{{controller}, pod="c-0"}}'
-    replacements = f'ureplicator_worker_producer_replacements_total{{{workers}, pod="w-1"}}'
-    expired = f'ureplicator_worker_records_expired_total{{{workers}, pod="w-1", topic="orders"}}'
-    mirrored = f'ureplicator_worker_records_mirrored_total{{{workers}, pod="w-1", topic="orders"}}'
+    replacements = f'ureplicator_worker_producer_replacements_total{{{workers}, pod="w-1", route="east"}}'
+    expired = f'ureplicator_worker_records_expired_total{{{workers}, pod="w-1", route="east", topic="orders"}}'
+    mirrored = f'ureplicator_worker_records_mirrored_total{{{workers}, pod="w-1", route="east", topic="orders"}}'
+    other_mirrored = mirrored.replace('route="east"', 'route="west"')
     heartbeat_age = (f'ureplicator_heartbeat_age_seconds{{{controller}, pod="c-0", pipeline="{pipeline}", '
                      'route="default"}')
     other_route = heartbeat_age.replace('route="default"', 'route="b2c"')
@@ -242,8 +253,11 @@ def test_each_alert_fires_in_its_scenario_and_stays_quiet_when_healthy(helm: Pat
     tests = [
         # When lag grows by 500 records a minute for 40 minutes, then it alerts; a high steady lag does not
         alert("UReplicatorLagGrowing", "40m", [(lag, "2000+500x40")],
-              {**severity["warning"], "topic": "orders", "partition": "3"}, lag_annotations),
+              {**severity["warning"], "route": "east", "topic": "orders", "partition": "3"}, lag_annotations),
         alert("UReplicatorLagGrowing", "40m", [(lag, "50000x40")], None),
+        # The same topic and partition on another route whose lag falls does not hide (or cancel) route east's
+        alert("UReplicatorLagGrowing", "40m", [(lag, "2000+500x40"), (other_lag, "30000-500x40")],
+              {**severity["warning"], "route": "east", "topic": "orders", "partition": "3"}, lag_annotations),
         # When no controller leads, or two lead a route, or controllers vanish; not when exactly one leads each
         alert("UReplicatorNoLeader", "10m", [(leader % (0, "east"), "0x10")],
               {**severity["critical"], "route": "east"}),
@@ -252,19 +266,21 @@ def test_each_alert_fires_in_its_scenario_and_stays_quiet_when_healthy(helm: Pat
         alert("UReplicatorNoLeader", "10m", [(leader % (0, "east"), "1x10"), (leader % (0, "west"), "1x10")], None),
         # When a worker released partitions without their final commit lately; not for one long ago
         alert("UReplicatorReleaseCommitFailures", "10m", [(release_failures, "0x5 2x5")],
-              {**severity["warning"], "pod": "w-1"},
+              {**severity["warning"], "pod": "w-1", "route": "east"},
               {**_annotations(groups, "UReplicatorReleaseCommitFailures"),
-               "summary": "Worker w-1 released partitions without committing their final offsets"}),
+               "summary": "Worker w-1 released partitions of route east without committing their final offsets"}),
         alert("UReplicatorReleaseCommitFailures", "30m", [(release_failures, "0 1x30")], None),
         # When partitions are rewound every 10 minutes for an hour; not 14 minutes after a single blip
         alert("UReplicatorPartitionRewinds", "60m", [(rewinds % 1, every_10m), (rewinds % 2, "0x60")],
-              severity["warning"]),
+              {**severity["warning"], "route": "east"},
+              {**_annotations(groups, "UReplicatorPartitionRewinds"),
+               "summary": "Workers of route east keep rewinding partitions to their acknowledged position"}),
         alert("UReplicatorPartitionRewinds", "44m", [(rewinds % 1, "0x30 4x30"), (rewinds % 2, "0x60")], None),
         # When a worker replaced its fatal producer lately; not for one an hour ago
         alert("UReplicatorProducerReplaced", "10m", [(replacements, "0x5 1x5")],
-              {**severity["warning"], "pod": "w-1"},
+              {**severity["warning"], "pod": "w-1", "route": "east"},
               {**_annotations(groups, "UReplicatorProducerReplaced"),
-               "summary": "Worker w-1 replaced its destination producer after a fatal error"}),
+               "summary": "Worker w-1 replaced its destination producer for route east after a fatal error"}),
         alert("UReplicatorProducerReplaced", "60m", [(replacements, "0 1x60")], None),
         # When the election thread survived an error lately; not when it never failed
         alert("UReplicatorElectionErrors", "10m", [(election_errors, "0x5 1x5")],
@@ -303,9 +319,9 @@ def test_each_alert_fires_in_its_scenario_and_stays_quiet_when_healthy(helm: Pat
               [(failed_job, "1x5"), (job_start, "1000x5"), (last_success, "5000x5")], None),
         # When retention deleted source records before they were mirrored (data loss); not when none expired
         alert("UReplicatorRecordsExpired", "10m", [(expired, "0x5 40x5")],
-              {**severity["critical"], "topic": "orders"},
+              {**severity["critical"], "route": "east", "topic": "orders"},
               {**_annotations(groups, "UReplicatorRecordsExpired"),
-               "summary": "Records of orders expired on the source before they were mirrored: data loss",
+               "summary": "Records of orders expired on route east's source before they were mirrored: data loss",
                "description": _annotations(groups, "UReplicatorRecordsExpired")["description"].replace(
                    "{{ $value | humanize }}", "40")}),
         alert("UReplicatorRecordsExpired", "30m", [(expired, "0x30")], None),
@@ -324,10 +340,15 @@ def test_each_alert_fires_in_its_scenario_and_stays_quiet_when_healthy(helm: Pat
                           "(newest heartbeat 10m 10s old)"}),
         # When a topic has lag and nothing was mirrored for 10+10 minutes; not while records flow
         alert("UReplicatorNotMirroring", "30m", [(lag, "500x30"), (mirrored, "100x30")],
-              {**severity["warning"], "topic": "orders"},
+              {**severity["warning"], "route": "east", "topic": "orders"},
               {**_annotations(groups, "UReplicatorNotMirroring"),
-               "summary": "orders is assigned and has lag, but nothing was mirrored for 10 minutes"}),
+               "summary": "orders (route east) is assigned and has lag, but nothing was mirrored for 10 minutes"}),
         alert("UReplicatorNotMirroring", "30m", [(lag, "500x30"), (mirrored, "100+100x30")], None),
+        # Records flowing for the same topic on another route do not hide that route east stands still
+        alert("UReplicatorNotMirroring", "30m", [(lag, "500x30"), (mirrored, "100x30"), (other_mirrored, "100+100x30")],
+              {**severity["warning"], "route": "east", "topic": "orders"},
+              {**_annotations(groups, "UReplicatorNotMirroring"),
+               "summary": "orders (route east) is assigned and has lag, but nothing was mirrored for 10 minutes"}),
     ]
     output = _alert_test(promtool, tmp_path, groups, tests)
     assert "SUCCESS" in output

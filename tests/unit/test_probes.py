@@ -73,3 +73,46 @@ def test_the_server_logs_each_request_and_stops_cleanly():
     # Then the request was logged with its outcome
     requests = [e for e in logs if e["event"] == "http_request"]
     assert requests and requests[0]["path"] == "/ready" and requests[0]["status"] == 503
+
+
+@dataclass
+class PoolState:
+    session: str = "CONNECTED"
+    member: bool = True
+    serving: tuple[str, Loop] | None = None
+
+
+def test_an_unbound_pool_worker_is_alive_with_its_session_and_ready_once_in_the_pool():
+    pool = PoolState(member=False)
+    app = probes.pool_app(pool, CollectorRegistry(), stall_s=30, clock=lambda: 110.0)
+    # Not yet registered in the pool: alive, not ready
+    assert call(app, "/healthz")[0] == 200
+    status, body = call(app, "/ready")
+    assert status == 503 and json.loads(body)["pool_member"] is False
+    # Registered, unbound: ready (an idle pool's RollingUpdate proceeds)
+    pool.member = True
+    assert call(app, "/ready") == (200, b'{"route": null, "pool_member": true, "ready": true}')
+    # A connection blip (SUSPENDED) is no reason to restart; a lost session is
+    pool.session = "SUSPENDED"
+    assert call(app, "/healthz")[0] == 200
+    pool.session = "LOST"
+    status, body = call(app, "/healthz")
+    assert status == 503 and json.loads(body)["zookeeper"] == "lost"
+
+
+def test_a_bound_pool_worker_adds_its_routes_loop_and_readiness():
+    # Given a pool worker serving route a, whose loop last turned at t=100
+    now = {"t": 110.0}
+    loop = Loop(ready=False)
+    pool = PoolState(serving=("a", loop))
+    app = probes.pool_app(pool, CollectorRegistry(), stall_s=30, clock=lambda: now["t"])
+    # Then it is ready only once the route's loop is (registered for the route, not fenced)
+    status, body = call(app, "/ready")
+    assert status == 503 and json.loads(body)["route"] == "a"
+    loop.ready = True
+    assert call(app, "/ready")[0] == 200
+    # And it is dead once the route's loop stalls, though its session is up
+    assert call(app, "/healthz")[0] == 200
+    now["t"] = 131.0
+    status, body = call(app, "/healthz")
+    assert status == 503 and json.loads(body)["loop_idle_s"] == 31.0

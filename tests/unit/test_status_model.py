@@ -105,3 +105,26 @@ def test_the_page_escapes_what_it_shows():
     assert "<script>alert(1)</script>" not in page
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
     assert 'class="problem"' in page  # the failing partition's row is red
+
+
+def test_two_routes_each_have_their_rows_problems_and_group_sync():
+    from dataclasses import replace
+
+    from controller.status_api import evaluate_routes
+
+    # Given route a2b healthy with a fresh sync, and route a2c with a partition nobody owns and a stale sync
+    healthy = _view(route="a2b", group_sync_enabled=True, group_sync_interval_s=60, group_sync_last=NOW - 10)
+    broken = replace(_view(route="a2c", group_sync_enabled=True, group_sync_interval_s=60, group_sync_last=NOW - 400),
+                     assignments={"w2": Assignment(3, frozenset({("orders", 0)}))}, live=frozenset({"w2"}),
+                     statuses={})
+    # When the deployment's status is evaluated, with a third route this controller cannot read
+    doc = evaluate_routes([healthy, broken], NOW, {"x2y": "its clusters are not in this file"})
+    # Then every row names its route, each route's problems are its own, and the stale sync is the one shown
+    assert {(p["route"], p["partition"]) for p in doc["partitions"]} == {(r, p) for r in ("a2b", "a2c") for p in (0, 1)}
+    assert {(w["route"], w["worker"]) for w in doc["workers"]} == {("a2b", "w1"), ("a2c", "w2")}
+    assert doc["unowned"] == ["a2c/orders:1"]
+    assert doc["routes"]["a2b"]["healthy"] is True and doc["routes"]["a2c"]["healthy"] is False
+    assert all(p.startswith(("route a2c: ", "route x2y: ")) for p in doc["problems"]), doc["problems"]
+    assert "route x2y: this controller cannot read it: its clusters are not in this file" in doc["problems"]
+    assert doc["group_sync"]["route"] == "a2c" and doc["group_sync"]["stale"] is True
+    assert doc["healthy"] is False
