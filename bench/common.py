@@ -42,6 +42,11 @@ PRODUCER_SETTINGS: dict[str, Any] = {
 CONSUMER_SETTINGS: dict[str, Any] = dict(kafka._CONSUMER_DEFAULTS)
 
 
+def repo_relative(text: str) -> str:
+    """``text`` with the checkout's path dropped before ``.cache/``, whichever checkout the run was in."""
+    return re.sub(r"(?<![\w.-])/[^\s`'\"]*?/(?=\.cache/)", "", text.replace(f"{REPO}/", ""))
+
+
 def say(message: str) -> None:
     """One progress line for the person waiting (stderr, flushed at once)."""
     print(f"bench: {message}", file=sys.stderr, flush=True)

@@ -49,6 +49,7 @@ from bench.common import (
     create_topic,
     load_average,
     machine_info,
+    repo_relative,
     say,
 )
 from bench.harness import (
@@ -421,8 +422,8 @@ def render(entry: dict[str, Any]) -> str:
     elif v.get("exit_status") is None:
         lines.append(f"Verifier: did not finish ({v.get('error')}).")
     else:
-        command = v.get("command", "python -m verifier").replace(f"{REPO}/", "")
-        line = (v.get("verdict_line") or "no verdict line").replace(f"{REPO}/", "")
+        command = repo_relative(v.get("command", "python -m verifier"))
+        line = repo_relative(v.get("verdict_line") or "no verdict line")
         lines.append(f"Verifier (`{command}`): exit {v['exit_status']}, `{line}`.")
         if v.get("stderr_tail") and v["exit_status"] == 2:
             reason = v["stderr_tail"].strip().splitlines()[-1] if v["stderr_tail"].strip() else ""
