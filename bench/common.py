@@ -1,9 +1,8 @@
-"""Shared benchmark helpers: process CPU and memory from /proc, machine facts, topics, offsets, result files.
+"""Shared benchmark helpers: process CPU and memory, machine facts, topics, offsets, result files.
 
-Nothing here measures by itself; ``bench/throughput.py`` composes it. Process
-figures come from procfs without psutil: ``/proc/<pid>/stat`` (utime + stime,
-all threads) and ``/proc/<pid>/status`` (``VmHWM``, the resident-set high-water
-mark, and ``VmRSS``).
+Nothing here measures by itself; the benchmark scripts compose it. Process CPU
+time and resident memory come from psutil; the resident-set high-water mark
+(``VmHWM``), which psutil does not expose, from ``/proc/<pid>/status``.
 """
 
 from __future__ import annotations
@@ -19,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psutil
 from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
@@ -29,8 +29,6 @@ from devtools.ports import free_port  # noqa: F401 - re-exported for the bench s
 REPO: Path = Path(__file__).resolve().parent.parent
 RESULTS_DIR: Path = REPO / "bench" / "results"
 DOC: Path = REPO / "docs" / "benchmarks.md"
-
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 # The worker's own producer settings (common/kafka.py), minus what only makes sense for a
 # long-running replicator; the raw loop and MirrorMaker 2 get the same ones.
@@ -65,21 +63,17 @@ class ProcSample:
 
 
 def proc_sample(pid: int) -> ProcSample | None:
-    """Read ``pid``'s CPU time and memory from procfs; None when it is gone."""
+    """``pid``'s CPU time (every thread, exited ones included) and memory; None when it is gone."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        process = psutil.Process(pid)
+        with process.oneshot():
+            times = process.cpu_times()
+            rss = process.memory_info().rss
         status = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
+    except (psutil.Error, OSError):
         return None
-    # Fields after the parenthesised command name: state is field 3, utime 14, stime 15.
-    fields = stat.rsplit(")", 1)[1].split()
-    cpu = (int(fields[11]) + int(fields[12])) / CLK_TCK
-    mem = {}
-    for line in status.splitlines():
-        if line.startswith(("VmHWM:", "VmRSS:")):
-            name, value = line.split(":", 1)
-            mem[name] = int(value.split()[0]) * 1024
-    return ProcSample(cpu, mem.get("VmHWM", 0), mem.get("VmRSS", 0))
+    hwm = next((int(line.split()[1]) * 1024 for line in status.splitlines() if line.startswith("VmHWM:")), 0)
+    return ProcSample(times.user + times.system, hwm, rss)
 
 
 def load_average() -> tuple[float, float, float]:
@@ -112,12 +106,6 @@ def machine_info() -> dict[str, Any]:
                 break
     except OSError:
         pass
-    mem_total = 0
-    try:
-        match = re.search(r"^MemTotal:\s+(\d+) kB", Path("/proc/meminfo").read_text(), re.M)
-        mem_total = int(match.group(1)) * 1024 if match else 0
-    except OSError:
-        pass
     try:
         java = jvm.java_executable()
         out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30, check=False)
@@ -129,7 +117,7 @@ def machine_info() -> dict[str, Any]:
     return {
         "cpu_model": cpu_model,
         "cores": os.cpu_count(),
-        "ram_bytes": mem_total,
+        "ram_bytes": psutil.virtual_memory().total,
         "python": platform.python_version(),
         "java": java_version,
         "kernel": platform.release(),

@@ -40,7 +40,6 @@ import contextlib
 import hashlib
 import json
 import multiprocessing as mp
-import os
 import random
 import re
 import shutil
@@ -56,12 +55,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import psutil
 import yaml
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from bench import mm2
 from bench.common import (
-    CLK_TCK,
     CONSUMER_SETTINGS,
     DOC,
     PRODUCER_SETTINGS,
@@ -224,18 +223,15 @@ def threads_of(pids: list[int]) -> dict[tuple[int, int], tuple[str, float]]:
     out: dict[tuple[int, int], tuple[str, float]] = {}
     for pid in pids:
         try:
-            tids = os.listdir(f"/proc/{pid}/task")
-        except OSError:
+            threads = psutil.Process(pid).threads()
+        except psutil.Error:
             continue
-        for tid in tids:
-            try:
-                stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+        for thread in threads:
+            try:  # psutil gives a thread's times, not its name
+                name = Path(f"/proc/{pid}/task/{thread.id}/comm").read_text().rstrip("\n")
             except OSError:
                 continue
-            name = stat[stat.index("(") + 1 : stat.rindex(")")]
-            fields = stat.rsplit(")", 1)[1].split()
-            out[(pid, int(tid))] = (thread_group(name, tid == str(pid)),
-                                    (int(fields[11]) + int(fields[12])) / CLK_TCK)
+            out[(pid, thread.id)] = (thread_group(name, thread.id == pid), thread.user_time + thread.system_time)
     return out
 
 
@@ -261,11 +257,11 @@ def cpu_pressure_us() -> int | None:
     return None
 
 
-def machine_busy_ticks() -> tuple[int, int]:
-    """(busy, total) clock ticks of all cores since boot, from /proc/stat."""
-    fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
-    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
-    return sum(fields) - idle, sum(fields)
+def machine_busy_ticks() -> tuple[float, float]:
+    """(busy, total) CPU seconds of all cores since boot (idle and iowait are not busy)."""
+    times = psutil.cpu_times()
+    total = sum(times)
+    return total - times.idle - getattr(times, "iowait", 0.0), total
 
 
 # ----------------------------------------------------------------------------- measuring
@@ -276,7 +272,7 @@ class Edge:
     point: Point
     threads: dict[tuple[int, int], tuple[str, float]]
     pressure_us: int | None
-    busy: tuple[int, int]
+    busy: tuple[float, float]
 
 
 def observe(bench: Bench, run: Run, name: str, topic: str, ds: Dataset, pids: list[int], started: float,
