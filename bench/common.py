@@ -12,21 +12,20 @@ import os
 import platform
 import re
 import subprocess
-import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import psutil
-from confluent_kafka import KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 from common import kafka
 from devtools import jvm
-from devtools.ports import free_port  # noqa: F401 - re-exported for the bench scripts
+from devtools.harness import (
+    REPO,
+    create_topic,  # noqa: F401 - verifier_bench.py imports it from here
+    say,
+)
 
-REPO: Path = Path(__file__).resolve().parent.parent
 RESULTS_DIR: Path = REPO / "bench" / "results"
 DOC: Path = REPO / "docs" / "benchmarks.md"
 
@@ -43,11 +42,6 @@ CONSUMER_SETTINGS: dict[str, Any] = dict(kafka._CONSUMER_DEFAULTS)
 def repo_relative(text: str) -> str:
     """``text`` with the checkout's path dropped before ``.cache/``, whichever checkout the run was in."""
     return re.sub(r"(?<![\w.-])/[^\s`'\"]*?/(?=\.cache/)", "", text.replace(f"{REPO}/", ""))
-
-
-def say(message: str) -> None:
-    """One progress line for the person waiting (stderr, flushed at once)."""
-    print(f"bench: {message}", file=sys.stderr, flush=True)
 
 
 # ----------------------------------------------------------------------------- processes
@@ -138,83 +132,6 @@ def _jar_version(component: str, artifact: str) -> str:
 
 
 # ----------------------------------------------------------------------------- topics
-
-
-def admin_client(bootstrap: str) -> AdminClient:
-    """An admin client for the benchmark's own bookkeeping: its failures surface as exceptions,
-    so librdkafka's own log lines (connection refused while the stack stops, purged events of
-    dropped clients) stay quiet."""
-    return AdminClient({"bootstrap.servers": bootstrap, "log_level": 2})
-
-
-def create_topic(bootstrap: str, topic: str, partitions: int, config: dict[str, str] | None = None) -> None:
-    admin = admin_client(bootstrap)
-    admin.create_topics([NewTopic(topic, partitions, 1, config=config or {})])[topic].result(60)
-    wait_until(lambda: end_offsets(bootstrap, topic, partitions) is not None, 30, f"topic {topic} visible")
-
-
-def list_topics(bootstrap: str) -> list[str]:
-    admin = admin_client(bootstrap)
-    return sorted(t for t in admin.list_topics(timeout=30).topics if not t.startswith("__"))
-
-
-def delete_topics(bootstrap: str, topics: list[str], timeout_s: float = 60) -> None:
-    """Delete ``topics`` and wait until the cluster no longer lists them."""
-    if not topics:
-        return
-    admin = admin_client(bootstrap)
-    for future in admin.delete_topics(topics, operation_timeout=30).values():
-        try:
-            future.result(60)
-        except KafkaException as exc:
-            if exc.args[0].name() != "UNKNOWN_TOPIC_OR_PART":
-                raise
-    wanted = set(topics)
-    wait_until(lambda: not wanted & set(admin.list_topics(timeout=30).topics), timeout_s, "topics deleted")
-
-
-def wait_until(check: Any, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout_s:.0f}s waiting for {what}")
-        time.sleep(0.2)
-
-
-class Offsets:
-    """End offsets of one cluster's partitions (``AdminClient.list_offsets``).
-
-    librdkafka clients remember a topic they were asked about before it existed as
-    unknown and may keep failing after it was created (seen with both a consumer's
-    ``get_watermark_offsets`` and ``list_offsets``), so a failed question replaces
-    the client: the next one starts with fresh metadata.
-    """
-
-    def __init__(self, bootstrap: str) -> None:
-        self.bootstrap = bootstrap
-        self.admin = admin_client(bootstrap)
-
-    def end(self, topic: str, partitions: int) -> list[int] | None:
-        """Per partition high watermark, or None while the topic does not exist (yet)."""
-        wanted = {TopicPartition(topic, p): OffsetSpec.latest() for p in range(partitions)}
-        try:
-            futures = self.admin.list_offsets(wanted, request_timeout=10)
-            found = {tp.partition: future.result().offset for tp, future in futures.items()}
-        except KafkaException:
-            self.admin = admin_client(self.bootstrap)
-            return None
-        return [max(found[p], 0) for p in range(partitions)]
-
-    def close(self) -> None:
-        pass
-
-
-def end_offsets(bootstrap: str, topic: str, partitions: int) -> list[int] | None:
-    reader = Offsets(bootstrap)
-    try:
-        return reader.end(topic, partitions)
-    finally:
-        reader.close()
 
 
 # ----------------------------------------------------------------------------- result files

@@ -44,14 +44,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from bench.common import (
-    REPO,
-    create_topic,
-    load_average,
-    machine_info,
-    repo_relative,
-    say,
-)
+from bench.common import REPO, load_average, machine_info, repo_relative
 from bench.harness import (
     KEY,
     TAG_SHIFT,
@@ -62,19 +55,15 @@ from bench.harness import (
     LoadResult,
     LogRead,
     Pipeline,
-    Processes,
-    bench_dir,
     compare,
-    end_offsets,
     install_signal_handlers,
     load_line,
     longest_gap,
-    own_stack,
     read_log,
-    wait_for,
 )
 from bench.recording import run_and_record
 from devtools import stack
+from devtools.harness import Processes, bench_dir, create_topic, end_offsets, own_stack, say, wait_for
 
 START = "<!-- drill:start -->"
 END = "<!-- drill:end -->"

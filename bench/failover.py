@@ -29,10 +29,11 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from bench import mm2
-from bench.common import create_topic, machine_info, say
-from bench.harness import BenchError, Pipeline, Processes, bench_dir, own_stack, wait_for
+from bench.common import machine_info
+from bench.harness import BenchError, Pipeline
 from bench.recording import render_newest, run_and_record
 from devtools import jvm
+from devtools.harness import Processes, bench_dir, create_topic, own_stack, say, wait_for
 
 START = "<!-- failover-bench:start -->"
 END = "<!-- failover-bench:end -->"

@@ -75,22 +75,11 @@ from typing import Any
 import yaml
 
 from bench import mm2
-from bench.common import REPO, create_topic, end_offsets, load_average, machine_info, proc_sample, say
-from bench.harness import (
-    KEY,
-    BenchError,
-    Flow,
-    Load,
-    Pipeline,
-    Proc,
-    Processes,
-    bench_dir,
-    load_line,
-    own_stack,
-    wait_for,
-)
+from bench.common import REPO, load_average, machine_info, proc_sample
+from bench.harness import KEY, BenchError, Flow, Load, Pipeline, load_line
 from bench.recording import run_and_record
 from devtools import jvm
+from devtools.harness import Proc, Processes, bench_dir, create_topic, end_offsets, own_stack, say, wait_for
 
 START = "<!-- latency-bench:start -->"
 END = "<!-- latency-bench:end -->"

@@ -57,16 +57,7 @@ from typing import Any
 from confluent_kafka.admin import AdminClient
 
 from bench import mm2
-from bench.common import (
-    DOC,
-    RESULTS_DIR,
-    create_topic,
-    free_port,
-    load_average,
-    machine_info,
-    replace_section,
-    say,
-)
+from bench.common import DOC, RESULTS_DIR, load_average, machine_info, replace_section
 from bench.harness import (
     TP,
     Arrivals,
@@ -75,19 +66,15 @@ from bench.harness import (
     Flow,
     Load,
     Pipeline,
-    Proc,
-    Processes,
-    bench_dir,
     compare,
-    end_offsets,
     load_line,
     longest_gap,
-    own_stack,
     read_log,
-    wait_for,
 )
 from bench.recording import run_and_record
 from devtools import jvm, stack
+from devtools.harness import Proc, Processes, bench_dir, create_topic, end_offsets, own_stack, say, wait_for
+from devtools.ports import free_port
 
 START = "<!-- stalls-bench:start -->"
 END = "<!-- stalls-bench:end -->"
