@@ -88,7 +88,7 @@ from bench.window import (
 from common.errors import UReplicatorError
 from controller.client import request
 from devtools import jvm, stack
-from devtools.harness import Offsets, create_topic, delete_topics, list_topics, say
+from devtools.harness import Offsets, bench_dir, create_topic, delete_topics, list_topics, say
 from devtools.ports import free_port
 
 START = "<!-- throughput-bench:start -->"
@@ -1391,7 +1391,7 @@ def local_stack(directory: Path | None, heap: str) -> Iterator[dict[str, str]]:
         say(f"using the running stack in {directory}")
         yield json.loads((directory / stack.STACK_FILE).read_text())
         return
-    root = jvm.CACHE_DIR / "bench-throughput" / "stack"
+    root = bench_dir("throughput") / "stack"
     stack.KAFKA_HEAP = heap
     say(f"starting a local stack in {root} (broker heap {heap})")
     try:

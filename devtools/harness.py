@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import subprocess
 import sys
@@ -123,8 +124,12 @@ class Processes:
 
 
 def bench_dir(name: str) -> Path:
-    """``.cache/bench-<name>``: this benchmark's stack, logs and configs."""
-    path = jvm.CACHE_DIR / f"bench-{name}"
+    """``.cache/bench-<name>``: this benchmark's stack, logs and configs.
+
+    ``UREPLICATOR_BENCH_DIR`` moves them elsewhere: ``.cache`` may be shared by several
+    checkouts, and two runs of one benchmark in one folder would stop each other's stack.
+    """
+    path = Path(os.environ.get("UREPLICATOR_BENCH_DIR") or jvm.CACHE_DIR) / f"bench-{name}"
     path.mkdir(parents=True, exist_ok=True)
     return path
 
