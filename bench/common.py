@@ -12,6 +12,7 @@ import os
 import platform
 import re
 import subprocess
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -137,9 +138,48 @@ def _jar_version(component: str, artifact: str) -> str:
 # ----------------------------------------------------------------------------- result files
 
 
-def append_json(path: Path, entry: dict[str, Any]) -> None:
-    """Append ``entry`` to the JSON list in ``path`` (created when missing)."""
+# A run whose entry is bigger than this keeps its per-sample lists in a git-ignored raw file.
+RAW_LIMIT_BYTES = 1_000_000
+
+
+def summarised(entry: dict[str, Any], raw_file: str, limit: int = RAW_LIMIT_BYTES) -> dict[str, Any]:
+    """``entry`` with its biggest lists replaced by ``{"raw_file", "items"}`` until it fits in ``limit``
+    bytes of JSON (unchanged when it already does). The lists are the per-sample data; every
+    renderer reads what is left (the per-run figures)."""
+    entry = json.loads(json.dumps(entry))
+    while len(json.dumps(entry, indent=2)) > limit:
+        lists = list(_lists(entry))
+        if not lists:
+            break
+        # Samples first: lists of plain values (a list of rows holds the per-run figures).
+        _, _, parent, key = max(lists, key=lambda item: (item[0], item[1]))
+        parent[key] = {"raw_file": raw_file, "items": len(parent[key])}
+    return entry
+
+
+def _lists(node: Any) -> Iterator[tuple[bool, int, Any, Any]]:
+    """(holds only plain values, JSON size, parent, key) of every non-empty list inside ``node``."""
+    children = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+    for key, value in children:
+        if isinstance(value, list) and value:
+            yield not any(isinstance(v, (dict, list)) for v in value), len(json.dumps(value)), node, key
+        yield from _lists(value)
+
+
+def append_json(path: Path, entry: dict[str, Any]) -> dict[str, Any]:
+    """Append ``entry`` to the JSON list in ``path`` (created when missing); returns what was stored.
+
+    An entry over ``RAW_LIMIT_BYTES`` is written whole to ``<results>/raw/`` (git-ignored) and
+    stored :func:`summarised`.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
+    if len(json.dumps(entry, indent=2)) > RAW_LIMIT_BYTES:
+        stamp = str(entry.get("date", ""))[:19].replace(":", "") or str(os.getpid())
+        raw = path.parent / "raw" / f"{path.stem}-{stamp}.json"
+        raw.parent.mkdir(exist_ok=True)
+        raw.write_text(json.dumps(entry, indent=2) + "\n")
+        entry = summarised(entry, f"raw/{raw.name}")
+        say(f"the run's raw samples ({raw.stat().st_size:,} bytes) are in {raw}, not in git")
     runs: list[Any] = []
     if path.exists():
         try:
@@ -153,6 +193,7 @@ def append_json(path: Path, entry: dict[str, Any]) -> None:
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(runs, indent=2) + "\n")
     os.replace(tmp, path)
+    return entry
 
 
 def replace_section(path: Path, start: str, end: str, body: str, title: str = "# Benchmarks") -> None:

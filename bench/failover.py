@@ -31,7 +31,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from bench import mm2
 from bench.common import machine_info
 from bench.harness import BenchError, Pipeline
-from bench.recording import render_newest, run_and_record
+from bench.recording import run_and_record
 from devtools import jvm
 from devtools.harness import Processes, bench_dir, create_topic, own_stack, say, wait_for
 
@@ -353,7 +353,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--render", action="store_true", help="only rewrite the docs section from the newest result")
     args = parser.parse_args(argv)
     if args.render:
-        return render_newest(prefix="failover", start=START, end=END, render=render)
+        from bench import render as renderer
+
+        renderer.main(["failover-bench"])
+        return 0
     return run_and_record(lambda: run(args), prefix="failover", start=START, end=END, render=render,
                           summary=print_summary, no_write=args.no_write,
                           written="results in {path}; {doc} section updated")

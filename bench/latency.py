@@ -54,7 +54,6 @@ latency-bench section of ``docs/benchmarks.md``.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import multiprocessing as mp
 import os
@@ -1057,15 +1056,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.render is not None:
-        from bench.common import DOC, replace_section
+        from bench import render as renderer
 
-        runs = json.loads(args.render.read_text())
-        last = runs[-1] if isinstance(runs, list) else runs
-        if "variants" not in last:
-            say(f"{args.render}: its last entry has no variants (written by an older bench/latency.py)")
-            return 2
-        replace_section(DOC, START, END, render(last))
-        say(f"{DOC} latency section rendered from {args.render}")
+        renderer.render_file(renderer.by_name("latency-bench"), args.render)
         return 0
     return run_and_record(lambda: run(args), prefix="latency", start=START, end=END, render=render,
                           summary=print_summary, no_write=args.no_write)

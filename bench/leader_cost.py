@@ -404,9 +404,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.leader_child:
         return leader_child(args.leader_child, args.stats, args.before)
     if args.render:
-        entries = json.loads(args.render.read_text())
-        common.replace_section(DOC, START, END, render(entries[-1] if isinstance(entries, list) else entries))
-        common.say(f"{DOC} leader-cost section rendered from {args.render}")
+        from bench import render as renderer
+
+        renderer.render_file(renderer.by_name("leader-cost"), args.render)
         return 0
     routes = args.routes or (2 if args.quick else 20)
     workers = args.workers or (10 if args.quick else 200)

@@ -1524,17 +1524,12 @@ def _interrupt(signum: int, _frame: object) -> None:
 
 
 def render_file(path: Path) -> int:
-    loaded = json.loads(path.read_text())
-    entries = [e for e in (loaded if isinstance(loaded, list) else [loaded])
-               if e.get("schema") == SCHEMA and not e.get("quick")]
-    if not entries:
-        say(f"no full run of the steady-window method (schema {SCHEMA}) in {path}")
-        return 2
-    if entries[-1].get("exactly_once"):
-        replace_section(DOC, EOS_START, EOS_END, render_eos_section(entries[-1]))
-    else:
-        replace_section(DOC, START, END, render_section(entries[-1]))
-    say(f"section in {DOC.relative_to(REPO)} re-rendered from {path}")
+    """``--render FILE``: the throughput or exactly-once section from FILE's last full run."""
+    from bench import render
+
+    entries = json.loads(path.read_text())
+    eos = bool((entries[-1] if isinstance(entries, list) else entries).get("exactly_once"))
+    render.render_file(render.by_name("eos-bench" if eos else "throughput-bench"), path)
     return 0
 
 
