@@ -49,7 +49,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -87,8 +87,8 @@ from bench.window import (
 )
 from common.errors import UReplicatorError
 from controller.client import request
-from devtools import jvm, stack
-from devtools.harness import Offsets, bench_dir, create_topic, delete_topics, list_topics, say
+from devtools import jvm
+from devtools.harness import Offsets, create_topic, delete_topics, list_topics, own_stack, say
 from devtools.ports import free_port
 
 START = "<!-- throughput-bench:start -->"
@@ -1384,24 +1384,6 @@ def _thread_split(runs: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
 # ----------------------------------------------------------------------------- main
 
 
-@contextlib.contextmanager
-def local_stack(directory: Path | None, heap: str) -> Iterator[dict[str, str]]:
-    """Our own stack (always stopped again), or an already running one from ``--stack``."""
-    if directory is not None:
-        say(f"using the running stack in {directory}")
-        yield json.loads((directory / stack.STACK_FILE).read_text())
-        return
-    root = bench_dir("throughput") / "stack"
-    stack.KAFKA_HEAP = heap
-    say(f"starting a local stack in {root} (broker heap {heap})")
-    try:
-        services = stack.up(root, timeout_s=180)
-        yield services
-    finally:
-        say("stopping the local stack")
-        stack.down(root)
-
-
 def _ints(text: str) -> list[int]:
     return sorted({int(x) for x in text.split(",") if x.strip()})
 
@@ -1589,7 +1571,7 @@ def main(argv: list[str] | None = None) -> int:
     profile: dict[str, Any] | None = None
     rounds_done = 0
     interrupted = False
-    with local_stack(args.stack, args.broker_heap) as services:
+    with own_stack("throughput", args.broker_heap, running=args.stack) as (services, _):
         bench = Bench(services, workdir, stamp, Plan(args.warmup, args.steady), drain_timeout, repo=run_from,
                       python=worker_python(repo), end_mode=args.end)
         bench.destination = Offsets(services["destination"])

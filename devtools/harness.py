@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -135,8 +136,14 @@ def bench_dir(name: str) -> Path:
 
 
 @contextlib.contextmanager
-def own_stack(name: str, heap: str = "512m", timeout_s: float = 180) -> Iterator[tuple[dict[str, str], Path]]:
-    """ZooKeeper + source + destination in ``.cache/bench-<name>/stack``, stopped on the way out."""
+def own_stack(name: str, heap: str = "512m", timeout_s: float = 180,
+              running: Path | None = None) -> Iterator[tuple[dict[str, str], Path]]:
+    """ZooKeeper + source + destination in ``.cache/bench-<name>/stack``, stopped on the way out;
+    or the stack already ``running`` in that folder (``--stack DIR``), left as it is."""
+    if running is not None:
+        say(f"using the running stack in {running}")
+        yield json.loads((running / stack.STACK_FILE).read_text()), running
+        return
     root = bench_dir(name) / "stack"
     with contextlib.suppress(stack.StackError):
         if stack.down(root):  # leftovers of an earlier run that was killed -9
