@@ -26,14 +26,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 from bench import mm2
 from bench.common import machine_info
 from bench.harness import BenchError, Pipeline
 from bench.recording import run_and_record
 from devtools import jvm
-from devtools.harness import Processes, bench_dir, create_topic, own_stack, say, wait_for
+from devtools.harness import Processes, bench_dir, committed, create_topic, end_offsets, own_stack, say, wait_for
 
 START = "<!-- failover-bench:start -->"
 END = "<!-- failover-bench:end -->"
@@ -86,24 +86,9 @@ def commit(bootstrap: str, group: str, topic: str, offsets: dict[int, int]) -> N
         consumer.close()
 
 
-def committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
-    try:
-        tps = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=10)
-        return {tp.partition: tp.offset for tp in tps}
-    finally:
-        consumer.close()
-
-
 def ends(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
     """End offsets, or {} while the topic is missing or has no leader yet."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-reader"})
-    try:
-        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(partitions)}
-    except KafkaException:
-        return {}
-    finally:
-        consumer.close()
+    return end_offsets(bootstrap, topic, partitions) or {}
 
 
 def resume(bootstrap: str, group: str, topic: str, partitions: int, timeout_s: float = 120) -> dict[int, list[int]]:

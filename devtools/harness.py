@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 from devtools import jvm, stack
@@ -222,6 +222,16 @@ class Offsets:
             self.admin = admin_client(self.bootstrap)
             return None
         return [max(found[p], 0) for p in range(partitions)]
+
+def committed(bootstrap: Cluster, group: str, topic: str, partitions: int) -> dict[int, int]:
+    """The offsets ``group`` committed per partition (negative: none)."""
+    consumer = Consumer(client_config(bootstrap, **{"group.id": group, "enable.auto.commit": False}))
+    try:
+        tps = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=10)
+        return {tp.partition: tp.offset for tp in tps}
+    finally:
+        consumer.close()
+
 
 def end_offsets(bootstrap: Cluster, topic: str, partitions: int) -> dict[int, int] | None:
     """High watermark per partition; None while the topic is not (yet) there or the cluster is away."""

@@ -10,7 +10,7 @@ from confluent_kafka.admin import AdminClient, NewPartitions
 
 from common import provenance
 from devtools import harness
-from devtools.harness import Cluster, client_config, create_topic  # noqa: F401 - the tests' names for them
+from devtools.harness import Cluster, client_config, committed, create_topic  # noqa: F401 - the tests' names
 
 
 @dataclass(frozen=True)
@@ -98,15 +98,6 @@ def read_partition(bootstrap: Cluster, topic: str, partition: int, timeout_s: fl
             if records and records[-1].offset >= high - 1:
                 return records
         raise AssertionError(f"{topic}:{partition} stopped at {len(records)} records, end offset {high}")
-    finally:
-        consumer.close()
-
-
-def committed(bootstrap: Cluster, group: str, topic: str, partitions: int) -> dict[int, int]:
-    consumer = Consumer(client_config(bootstrap, **{"group.id": group, "enable.auto.commit": False}))
-    try:
-        tps = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=10)
-        return {tp.partition: tp.offset for tp in tps}
     finally:
         consumer.close()
 
