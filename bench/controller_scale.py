@@ -16,6 +16,8 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+import psutil
+
 from bench.common import DOC, RESULTS_DIR, replace_section
 from common.zkschema import Assignment
 from controller.assignment import assign, moves
@@ -70,7 +72,7 @@ def run(sizes: list[tuple[int, int]], repeat: int) -> list[dict]:
 def _machine() -> str:
     cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                 if line.startswith("model name")), platform.processor())
-    cores = Path("/proc/cpuinfo").read_text().count("\nprocessor") + 1
+    cores = psutil.cpu_count()
     return f"{cpu}, {cores} cores, Python {platform.python_version()}"
 
 
