@@ -1,9 +1,8 @@
-"""Shared benchmark helpers: process CPU and memory from /proc, machine facts, topics, offsets, result files.
+"""Shared benchmark helpers: process CPU and memory, machine facts, topics, offsets, result files.
 
-Nothing here measures by itself; ``bench/throughput.py`` composes it. Process
-figures come from procfs without psutil: ``/proc/<pid>/stat`` (utime + stime,
-all threads) and ``/proc/<pid>/status`` (``VmHWM``, the resident-set high-water
-mark, and ``VmRSS``).
+Nothing here measures by itself; the benchmark scripts compose it. Process CPU
+time and resident memory come from psutil; the resident-set high-water mark
+(``VmHWM``), which psutil does not expose, from ``/proc/<pid>/status``.
 """
 
 from __future__ import annotations
@@ -13,24 +12,23 @@ import os
 import platform
 import re
 import subprocess
-import sys
-import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
+import psutil
 
 from common import kafka
 from devtools import jvm
-from devtools.ports import free_port  # noqa: F401 - re-exported for the bench scripts
+from devtools.harness import (
+    REPO,
+    create_topic,  # noqa: F401 - verifier_bench.py imports it from here
+    say,
+)
 
-REPO: Path = Path(__file__).resolve().parent.parent
 RESULTS_DIR: Path = REPO / "bench" / "results"
 DOC: Path = REPO / "docs" / "benchmarks.md"
-
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 # The worker's own producer settings (common/kafka.py), minus what only makes sense for a
 # long-running replicator; the raw loop and MirrorMaker 2 get the same ones.
@@ -42,9 +40,9 @@ PRODUCER_SETTINGS: dict[str, Any] = {
 CONSUMER_SETTINGS: dict[str, Any] = dict(kafka._CONSUMER_DEFAULTS)
 
 
-def say(message: str) -> None:
-    """One progress line for the person waiting (stderr, flushed at once)."""
-    print(f"bench: {message}", file=sys.stderr, flush=True)
+def repo_relative(text: str) -> str:
+    """``text`` with the checkout's path dropped before ``.cache/``, whichever checkout the run was in."""
+    return re.sub(r"(?<![\w.-])/[^\s`'\"]*?/(?=\.cache/)", "", text.replace(f"{REPO}/", ""))
 
 
 # ----------------------------------------------------------------------------- processes
@@ -60,21 +58,17 @@ class ProcSample:
 
 
 def proc_sample(pid: int) -> ProcSample | None:
-    """Read ``pid``'s CPU time and memory from procfs; None when it is gone."""
+    """``pid``'s CPU time (every thread, exited ones included) and memory; None when it is gone."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        process = psutil.Process(pid)
+        with process.oneshot():
+            times = process.cpu_times()
+            rss = process.memory_info().rss
         status = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
+    except (psutil.Error, OSError):
         return None
-    # Fields after the parenthesised command name: state is field 3, utime 14, stime 15.
-    fields = stat.rsplit(")", 1)[1].split()
-    cpu = (int(fields[11]) + int(fields[12])) / CLK_TCK
-    mem = {}
-    for line in status.splitlines():
-        if line.startswith(("VmHWM:", "VmRSS:")):
-            name, value = line.split(":", 1)
-            mem[name] = int(value.split()[0]) * 1024
-    return ProcSample(cpu, mem.get("VmHWM", 0), mem.get("VmRSS", 0))
+    hwm = next((int(line.split()[1]) * 1024 for line in status.splitlines() if line.startswith("VmHWM:")), 0)
+    return ProcSample(times.user + times.system, hwm, rss)
 
 
 def load_average() -> tuple[float, float, float]:
@@ -107,12 +101,6 @@ def machine_info() -> dict[str, Any]:
                 break
     except OSError:
         pass
-    mem_total = 0
-    try:
-        match = re.search(r"^MemTotal:\s+(\d+) kB", Path("/proc/meminfo").read_text(), re.M)
-        mem_total = int(match.group(1)) * 1024 if match else 0
-    except OSError:
-        pass
     try:
         java = jvm.java_executable()
         out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30, check=False)
@@ -124,7 +112,7 @@ def machine_info() -> dict[str, Any]:
     return {
         "cpu_model": cpu_model,
         "cores": os.cpu_count(),
-        "ram_bytes": mem_total,
+        "ram_bytes": psutil.virtual_memory().total,
         "python": platform.python_version(),
         "java": java_version,
         "kernel": platform.release(),
@@ -147,89 +135,51 @@ def _jar_version(component: str, artifact: str) -> str:
 # ----------------------------------------------------------------------------- topics
 
 
-def admin_client(bootstrap: str) -> AdminClient:
-    """An admin client for the benchmark's own bookkeeping: its failures surface as exceptions,
-    so librdkafka's own log lines (connection refused while the stack stops, purged events of
-    dropped clients) stay quiet."""
-    return AdminClient({"bootstrap.servers": bootstrap, "log_level": 2})
-
-
-def create_topic(bootstrap: str, topic: str, partitions: int, config: dict[str, str] | None = None) -> None:
-    admin = admin_client(bootstrap)
-    admin.create_topics([NewTopic(topic, partitions, 1, config=config or {})])[topic].result(60)
-    wait_until(lambda: end_offsets(bootstrap, topic, partitions) is not None, 30, f"topic {topic} visible")
-
-
-def list_topics(bootstrap: str) -> list[str]:
-    admin = admin_client(bootstrap)
-    return sorted(t for t in admin.list_topics(timeout=30).topics if not t.startswith("__"))
-
-
-def delete_topics(bootstrap: str, topics: list[str], timeout_s: float = 60) -> None:
-    """Delete ``topics`` and wait until the cluster no longer lists them."""
-    if not topics:
-        return
-    admin = admin_client(bootstrap)
-    for future in admin.delete_topics(topics, operation_timeout=30).values():
-        try:
-            future.result(60)
-        except KafkaException as exc:
-            if exc.args[0].name() != "UNKNOWN_TOPIC_OR_PART":
-                raise
-    wanted = set(topics)
-    wait_until(lambda: not wanted & set(admin.list_topics(timeout=30).topics), timeout_s, "topics deleted")
-
-
-def wait_until(check: Any, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout_s:.0f}s waiting for {what}")
-        time.sleep(0.2)
-
-
-class Offsets:
-    """End offsets of one cluster's partitions (``AdminClient.list_offsets``).
-
-    librdkafka clients remember a topic they were asked about before it existed as
-    unknown and may keep failing after it was created (seen with both a consumer's
-    ``get_watermark_offsets`` and ``list_offsets``), so a failed question replaces
-    the client: the next one starts with fresh metadata.
-    """
-
-    def __init__(self, bootstrap: str) -> None:
-        self.bootstrap = bootstrap
-        self.admin = admin_client(bootstrap)
-
-    def end(self, topic: str, partitions: int) -> list[int] | None:
-        """Per partition high watermark, or None while the topic does not exist (yet)."""
-        wanted = {TopicPartition(topic, p): OffsetSpec.latest() for p in range(partitions)}
-        try:
-            futures = self.admin.list_offsets(wanted, request_timeout=10)
-            found = {tp.partition: future.result().offset for tp, future in futures.items()}
-        except KafkaException:
-            self.admin = admin_client(self.bootstrap)
-            return None
-        return [max(found[p], 0) for p in range(partitions)]
-
-    def close(self) -> None:
-        pass
-
-
-def end_offsets(bootstrap: str, topic: str, partitions: int) -> list[int] | None:
-    reader = Offsets(bootstrap)
-    try:
-        return reader.end(topic, partitions)
-    finally:
-        reader.close()
-
-
 # ----------------------------------------------------------------------------- result files
 
 
-def append_json(path: Path, entry: dict[str, Any]) -> None:
-    """Append ``entry`` to the JSON list in ``path`` (created when missing)."""
+# A run whose entry is bigger than this keeps its per-sample lists in a git-ignored raw file.
+RAW_LIMIT_BYTES = 1_000_000
+
+
+def summarised(entry: dict[str, Any], raw_file: str, limit: int = RAW_LIMIT_BYTES) -> dict[str, Any]:
+    """``entry`` with its biggest lists replaced by ``{"raw_file", "items"}`` until it fits in ``limit``
+    bytes of JSON (unchanged when it already does). The lists are the per-sample data; every
+    renderer reads what is left (the per-run figures)."""
+    entry = json.loads(json.dumps(entry))
+    while len(json.dumps(entry, indent=2)) > limit:
+        lists = list(_lists(entry))
+        if not lists:
+            break
+        # Samples first: lists of plain values (a list of rows holds the per-run figures).
+        _, _, parent, key = max(lists, key=lambda item: (item[0], item[1]))
+        parent[key] = {"raw_file": raw_file, "items": len(parent[key])}
+    return entry
+
+
+def _lists(node: Any) -> Iterator[tuple[bool, int, Any, Any]]:
+    """(holds only plain values, JSON size, parent, key) of every non-empty list inside ``node``."""
+    children = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+    for key, value in children:
+        if isinstance(value, list) and value:
+            yield not any(isinstance(v, (dict, list)) for v in value), len(json.dumps(value)), node, key
+        yield from _lists(value)
+
+
+def append_json(path: Path, entry: dict[str, Any]) -> dict[str, Any]:
+    """Append ``entry`` to the JSON list in ``path`` (created when missing); returns what was stored.
+
+    An entry over ``RAW_LIMIT_BYTES`` is written whole to ``<results>/raw/`` (git-ignored) and
+    stored :func:`summarised`.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
+    if len(json.dumps(entry, indent=2)) > RAW_LIMIT_BYTES:
+        stamp = str(entry.get("date", ""))[:19].replace(":", "") or str(os.getpid())
+        raw = path.parent / "raw" / f"{path.stem}-{stamp}.json"
+        raw.parent.mkdir(exist_ok=True)
+        raw.write_text(json.dumps(entry, indent=2) + "\n")
+        entry = summarised(entry, f"raw/{raw.name}")
+        say(f"the run's raw samples ({raw.stat().st_size:,} bytes) are in {raw}, not in git")
     runs: list[Any] = []
     if path.exists():
         try:
@@ -243,6 +193,7 @@ def append_json(path: Path, entry: dict[str, Any]) -> None:
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(runs, indent=2) + "\n")
     os.replace(tmp, path)
+    return entry
 
 
 def replace_section(path: Path, start: str, end: str, body: str, title: str = "# Benchmarks") -> None:

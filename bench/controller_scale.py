@@ -16,10 +16,12 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+import psutil
+
+from bench.common import DOC, RESULTS_DIR, replace_section
 from common.zkschema import Assignment
 from controller.assignment import assign, moves
 
-ROOT = Path(__file__).resolve().parent.parent
 START, END = "<!-- controller-scale:start -->", "<!-- controller-scale:end -->"
 
 
@@ -70,24 +72,23 @@ def run(sizes: list[tuple[int, int]], repeat: int) -> list[dict]:
 def _machine() -> str:
     cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                 if line.startswith("model name")), platform.processor())
-    cores = Path("/proc/cpuinfo").read_text().count("\nprocessor") + 1
+    cores = psutil.cpu_count()
     return f"{cpu}, {cores} cores, Python {platform.python_version()}"
 
 
-def write_docs(rows: list[dict]) -> None:
-    today = datetime.now(timezone.utc).date().isoformat()
+def render(entry: dict) -> str:
+    """The docs section from one results file (``machine``, ``date``, ``rows``)."""
     lines = [
-        START,
         "## Controller scale",
         "",
-        f"`python -m bench.controller_scale` on {_machine()}, {today}. Median of 3 runs of the pure",
+        f"`python -m bench.controller_scale` on {entry['machine']}, {entry['date']}. Median of 3 runs of the pure",
         "assignment function; *nodes/bytes written* are the `assignments/<worker>` nodes the leader rewrites",
         "(only workers whose set changed), *moved* the partitions that changed owner.",
         "",
         "| partitions | workers | event | time | nodes written | bytes written | moved |",
         "|---:|---:|---|---:|---:|---:|---:|",
     ]
-    for r in rows:
+    for r in entry["rows"]:
         lines.append(f"| {r['partitions']:,} | {r['workers']:,} | {r['event']} | {r['seconds'] * 1000:.1f} ms | "
                      f"{r['nodes_written']:,} | {r['bytes_written'] / 1024:,.1f} KiB | {r['moved']:,} |")
     lines += [
@@ -95,16 +96,8 @@ def write_docs(rows: list[dict]) -> None:
         "A join rewrites only the workers that give partitions to the newcomer plus the newcomer (about P/W",
         "moves); a leave rewrites only the workers that receive the leaver's partitions. Even at 100k partitions",
         "and 1,000 workers a reconcile stays around a second and well under ZooKeeper's 1 MiB node limit per worker.",
-        END,
     ]
-    path = ROOT / "docs" / "benchmarks.md"
-    text = path.read_text() if path.exists() else "# Benchmarks\n"
-    block = "\n".join(lines)
-    if START in text and END in text:
-        text = text[: text.index(START)] + block + text[text.index(END) + len(END):]
-    else:
-        text = text.rstrip() + "\n\n" + block + "\n"
-    path.write_text(text)
+    return "\n".join(lines)
 
 
 def main() -> int:
@@ -114,11 +107,12 @@ def main() -> int:
     counts = [1_000, 10_000] if args.quick else [1_000, 10_000, 100_000]
     sizes = [(p, w) for p in counts for w in (10, 100, 1_000)]
     rows = run(sizes, repeat=3)
-    out = ROOT / "bench" / "results"
+    out = RESULTS_DIR
     out.mkdir(parents=True, exist_ok=True)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    (out / f"controller-scale-{stamp}.json").write_text(json.dumps({"machine": _machine(), "rows": rows}, indent=1))
-    write_docs(rows)
+    entry = {"machine": _machine(), "date": datetime.now(timezone.utc).date().isoformat(), "rows": rows}
+    (out / f"controller-scale-{stamp}.json").write_text(json.dumps(entry, indent=1))
+    replace_section(DOC, START, END, render(entry))
     return 0
 
 

@@ -44,13 +44,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from bench.common import (
-    REPO,
-    create_topic,
-    load_average,
-    machine_info,
-    say,
-)
+from bench.common import REPO, load_average, machine_info, repo_relative
 from bench.harness import (
     KEY,
     TAG_SHIFT,
@@ -61,19 +55,15 @@ from bench.harness import (
     LoadResult,
     LogRead,
     Pipeline,
-    Processes,
-    bench_dir,
     compare,
-    end_offsets,
     install_signal_handlers,
     load_line,
     longest_gap,
-    own_stack,
     read_log,
-    wait_for,
 )
 from bench.recording import run_and_record
 from devtools import stack
+from devtools.harness import Processes, bench_dir, create_topic, end_offsets, own_stack, say, wait_for
 
 START = "<!-- drill:start -->"
 END = "<!-- drill:end -->"
@@ -421,8 +411,8 @@ def render(entry: dict[str, Any]) -> str:
     elif v.get("exit_status") is None:
         lines.append(f"Verifier: did not finish ({v.get('error')}).")
     else:
-        command = v.get("command", "python -m verifier").replace(f"{REPO}/", "")
-        line = (v.get("verdict_line") or "no verdict line").replace(f"{REPO}/", "")
+        command = repo_relative(v.get("command", "python -m verifier"))
+        line = repo_relative(v.get("verdict_line") or "no verdict line")
         lines.append(f"Verifier (`{command}`): exit {v['exit_status']}, `{line}`.")
         if v.get("stderr_tail") and v["exit_status"] == 2:
             reason = v["stderr_tail"].strip().splitlines()[-1] if v["stderr_tail"].strip() else ""

@@ -26,13 +26,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 from bench import mm2
-from bench.common import create_topic, machine_info, say
-from bench.harness import BenchError, Pipeline, Processes, bench_dir, own_stack, wait_for
-from bench.recording import render_newest, run_and_record
+from bench.common import machine_info
+from bench.harness import BenchError, Pipeline
+from bench.recording import run_and_record
 from devtools import jvm
+from devtools.harness import Processes, bench_dir, committed, create_topic, end_offsets, own_stack, say, wait_for
 
 START = "<!-- failover-bench:start -->"
 END = "<!-- failover-bench:end -->"
@@ -85,24 +86,9 @@ def commit(bootstrap: str, group: str, topic: str, offsets: dict[int, int]) -> N
         consumer.close()
 
 
-def committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
-    try:
-        tps = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=10)
-        return {tp.partition: tp.offset for tp in tps}
-    finally:
-        consumer.close()
-
-
 def ends(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
     """End offsets, or {} while the topic is missing or has no leader yet."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-reader"})
-    try:
-        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(partitions)}
-    except KafkaException:
-        return {}
-    finally:
-        consumer.close()
+    return end_offsets(bootstrap, topic, partitions) or {}
 
 
 def resume(bootstrap: str, group: str, topic: str, partitions: int, timeout_s: float = 120) -> dict[int, list[int]]:
@@ -352,7 +338,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--render", action="store_true", help="only rewrite the docs section from the newest result")
     args = parser.parse_args(argv)
     if args.render:
-        return render_newest(prefix="failover", start=START, end=END, render=render)
+        from bench import render as renderer
+
+        renderer.main(["failover-bench"])
+        return 0
     return run_and_record(lambda: run(args), prefix="failover", start=START, end=END, render=render,
                           summary=print_summary, no_write=args.no_write,
                           written="results in {path}; {doc} section updated")

@@ -1,8 +1,8 @@
 """Shared machinery of the latency, stalls and drill benchmarks: stack, processes, load, arrivals, comparison.
 
-* :func:`own_stack` starts a local stack in ``.cache/bench-<name>/stack`` and
-  always stops it again; :func:`install_signal_handlers` turns SIGTERM into
-  ``KeyboardInterrupt`` so every ``finally`` runs on Ctrl-C *and* on ``kill``.
+* :func:`install_signal_handlers` turns SIGTERM into ``KeyboardInterrupt`` so
+  every ``finally`` runs on Ctrl-C *and* on ``kill`` (the stack and the child
+  processes come from ``devtools.harness``, which tests/support shares).
 * :class:`Pipeline` runs real controller and worker processes of one pipeline
   (generated YAML, every key not named here at its default) and talks to the
   REST API of whichever controller still answers.
@@ -25,34 +25,30 @@ import multiprocessing as mp
 import os
 import signal
 import struct
-import subprocess
 import sys
 import threading
 import time
 from array import array
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
-from bench.common import REPO, free_port, load_average, say
+from bench.common import load_average
 from common import provenance
 from common.errors import UReplicatorError
 from controller.client import request
-from devtools import jvm, stack
+from devtools.harness import HarnessError as BenchError
+from devtools.harness import Proc, Processes, wait_for
+from devtools.ports import free_port
 
 KEY = struct.Struct(">HQ")  # load records: run tag, sequence number within the flow
 UREP = struct.Struct(">Bqi")  # provenance header: version, source offset, source partition
 TAG_SHIFT = 40
 TP = tuple[str, int]
-
-
-class BenchError(Exception):
-    """The benchmark could not do what it needed (a process died, a wait timed out)."""
 
 
 # ----------------------------------------------------------------------------- lifecycle
@@ -65,42 +61,6 @@ def install_signal_handlers() -> None:
         raise KeyboardInterrupt(f"signal {signum}")
 
     signal.signal(signal.SIGTERM, interrupt)
-
-
-def bench_dir(name: str) -> Path:
-    """``.cache/bench-<name>``: this benchmark's stack, logs and configs."""
-    path = jvm.CACHE_DIR / f"bench-{name}"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
-@contextlib.contextmanager
-def own_stack(name: str, heap: str = "512m", timeout_s: float = 180) -> Iterator[tuple[dict[str, str], Path]]:
-    """ZooKeeper + source + destination in ``.cache/bench-<name>/stack``, stopped on the way out."""
-    root = bench_dir(name) / "stack"
-    with contextlib.suppress(stack.StackError):
-        if stack.down(root):  # leftovers of an earlier run that was killed -9
-            say(f"stopped a stack left over in {root}")
-    stack.KAFKA_HEAP = heap
-    say(f"starting a local stack in {root} (broker heap {heap})")
-    services = stack.up(root, timeout_s=timeout_s)
-    try:
-        yield services, root
-    finally:
-        say("stopping the local stack")
-        stack.down(root)
-
-
-def wait_for(check: Callable[[], Any], timeout_s: float, what: str, interval_s: float = 0.25) -> Any:
-    """Poll ``check`` until it returns something truthy; BenchError after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise BenchError(f"timed out after {timeout_s:.0f}s waiting for {what}")
-        time.sleep(interval_s)
 
 
 def percentile(ordered: list[float], q: float) -> float:
@@ -117,66 +77,6 @@ def load_line() -> str:
 
 
 # ----------------------------------------------------------------------------- processes
-
-
-@dataclass
-class Proc:
-    """One child process we started (a controller, worker or MirrorMaker 2 node)."""
-
-    name: str
-    popen: subprocess.Popen[bytes]
-    log: Path
-
-    @property
-    def pid(self) -> int:
-        return self.popen.pid
-
-    def alive(self) -> bool:
-        return self.popen.poll() is None
-
-    def terminate(self, timeout_s: float = 30) -> int | None:
-        """SIGTERM, then SIGKILL after ``timeout_s``."""
-        if self.alive():
-            self.popen.send_signal(signal.SIGTERM)
-            try:
-                return self.popen.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                say(f"{self.name} (pid {self.pid}) did not stop within {timeout_s:.0f}s; killing it")
-                self.popen.kill()
-        return self.popen.wait(10)
-
-    def kill(self) -> None:
-        """SIGKILL (a crash)."""
-        if self.alive():
-            self.popen.kill()
-        self.popen.wait(10)
-
-    def tail(self, lines: int = 20) -> str:
-        if not self.log.exists():
-            return ""
-        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
-
-
-class Processes:
-    """Every child process of one benchmark run; ``stop_all`` ends whatever is still running."""
-
-    def __init__(self, workdir: Path) -> None:
-        self.workdir = workdir
-        self.procs: list[Proc] = []
-
-    def spawn(self, name: str, cmd: list[str], cwd: Path = REPO) -> Proc:
-        log = self.workdir / f"{name}.log"
-        with open(log, "ab") as out:
-            popen = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=str(cwd))
-        proc = Proc(name, popen, log)
-        self.procs.append(proc)
-        return proc
-
-    def stop_all(self, timeout_s: float = 30) -> None:
-        for proc in reversed(self.procs):
-            if proc.alive():
-                with contextlib.suppress(Exception):
-                    proc.terminate(timeout_s)
 
 
 class Pipeline:
@@ -730,18 +630,3 @@ def compare(source: dict[int, LogRead], destination: dict[int, LogRead], by: str
         total.duplicated += duplicated
         total.reordered += reordered
     return total
-
-
-def end_offsets(bootstrap: str, topic: str, partitions: int) -> dict[int, int] | None:
-    """High watermark per partition; None when the topic is not (yet) there or the cluster is away."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-offsets", "enable.auto.commit": False})
-    try:
-        ends = {}
-        for p in range(partitions):
-            _, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=5, cached=False)
-            ends[p] = max(high, 0)
-        return ends
-    except KafkaException:
-        return None
-    finally:
-        consumer.close()

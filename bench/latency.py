@@ -54,7 +54,6 @@ latency-bench section of ``docs/benchmarks.md``.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import multiprocessing as mp
 import os
@@ -75,22 +74,11 @@ from typing import Any
 import yaml
 
 from bench import mm2
-from bench.common import REPO, create_topic, end_offsets, load_average, machine_info, proc_sample, say
-from bench.harness import (
-    KEY,
-    BenchError,
-    Flow,
-    Load,
-    Pipeline,
-    Proc,
-    Processes,
-    bench_dir,
-    load_line,
-    own_stack,
-    wait_for,
-)
+from bench.common import REPO, load_average, machine_info, proc_sample
+from bench.harness import KEY, BenchError, Flow, Load, Pipeline, load_line
 from bench.recording import run_and_record
 from devtools import jvm
+from devtools.harness import Proc, Processes, bench_dir, create_topic, end_offsets, own_stack, say, wait_for
 
 START = "<!-- latency-bench:start -->"
 END = "<!-- latency-bench:end -->"
@@ -1068,15 +1056,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.render is not None:
-        from bench.common import DOC, replace_section
+        from bench import render as renderer
 
-        runs = json.loads(args.render.read_text())
-        last = runs[-1] if isinstance(runs, list) else runs
-        if "variants" not in last:
-            say(f"{args.render}: its last entry has no variants (written by an older bench/latency.py)")
-            return 2
-        replace_section(DOC, START, END, render(last))
-        say(f"{DOC} latency section rendered from {args.render}")
+        renderer.render_file(renderer.by_name("latency-bench"), args.render)
         return 0
     return run_and_record(lambda: run(args), prefix="latency", start=START, end=END, render=render,
                           summary=print_summary, no_write=args.no_write)

@@ -41,6 +41,7 @@ from bench import common
 from bench.harness import BenchError
 from bench.recording import run_and_record
 from common.zkschema import Assignment, PartitionStatus, Paths, TopicRecord, WorkerInfo, WorkerStatus
+from devtools.harness import wait_for
 
 START, END = "<!-- leader-cost:start -->", "<!-- leader-cost:end -->"
 DOC = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
@@ -265,7 +266,7 @@ def measure(args: argparse.Namespace, before: bool, routes: int, workers: int, p
         common.say(f"{'before' if before else 'route view'}: {routes} routes, {len(all_workers)} workers, "
                    f"{per_route * routes} partitions")
         leader = Leader(workdir, doc, before)
-        common.wait_until(lambda: leader.stats()["is_leader"], 60, "the leader elected")
+        wait_for(lambda: leader.stats()["is_leader"], 60, "the leader elected", 0.2)
         started = time.monotonic()
         for worker in all_workers:
             worker.register()
@@ -273,7 +274,7 @@ def measure(args: argparse.Namespace, before: bool, routes: int, workers: int, p
         def all_settled() -> bool:
             return all(route_settled(admin, p, ws, per_route) for p, ws in by_route.values())
 
-        common.wait_until(all_settled, args.settle_timeout, "every route settled")
+        wait_for(all_settled, args.settle_timeout, "every route settled", 0.2)
         first_settle_s = time.monotonic() - started
         common.say(f"settled in {first_settle_s:.2f} s")
 
@@ -285,8 +286,8 @@ def measure(args: argparse.Namespace, before: bool, routes: int, workers: int, p
         rounds_before = leader.stats()["round_count"]
         joined = time.monotonic()
         joiner.register()
-        common.wait_until(lambda: route_settled(admin, paths, route_workers, per_route)
-                          and bool(joiner.applied.partitions), 60, "the join settled")
+        wait_for(lambda: route_settled(admin, paths, route_workers, per_route)
+                          and bool(joiner.applied.partitions), 60, "the join settled", 0.2)
         join_settle_s = time.monotonic() - joined
         time.sleep(0.6)  # the leader writes its counters twice a second
         after = leader.stats()
@@ -403,9 +404,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.leader_child:
         return leader_child(args.leader_child, args.stats, args.before)
     if args.render:
-        entries = json.loads(args.render.read_text())
-        common.replace_section(DOC, START, END, render(entries[-1] if isinstance(entries, list) else entries))
-        common.say(f"{DOC} leader-cost section rendered from {args.render}")
+        from bench import render as renderer
+
+        renderer.render_file(renderer.by_name("leader-cost"), args.render)
         return 0
     routes = args.routes or (2 if args.quick else 20)
     workers = args.workers or (10 if args.quick else 200)

@@ -4,13 +4,11 @@
 maps Ctrl-C / SIGTERM to exit 130 and the benchmark errors to ``FAILED: ...`` and exit 1
 (or the script's own label and status), prints the script's summary, then (unless ``no_write``) appends the entry to
 ``<results_dir>/<prefix>-<YYYY-MM-DD>.json`` and re-renders the script's section of
-``docs/benchmarks.md``. ``render_newest`` re-renders that section from the newest
-results file (the scripts' ``--render``).
+``docs/benchmarks.md`` (``python -m bench.render`` re-renders every section from the results).
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -53,17 +51,7 @@ def run_and_record(run: Callable[[], Entry], *, prefix: str, start: str, end: st
     status = summary(entry) if summary is not None else None
     if not no_write:
         path = results_dir / f"{prefix}-{entry['date'][:10]}.json"
-        common.append_json(path, entry)
-        common.replace_section(doc, start, end, render(entry))
+        stored = common.append_json(path, entry)  # the summary when the raw samples went to results/raw/
+        common.replace_section(doc, start, end, render(stored))
         common.say(written.format(path=path, doc=doc))
     return status or 0
-
-
-def render_newest(*, prefix: str, start: str, end: str, render: Callable[[Entry], str],
-                  results_dir: Path | None = None, doc: Path | None = None) -> int:
-    """Re-render the section from the last entry of the newest ``<prefix>-*.json``; returns 0."""
-    results_dir = common.RESULTS_DIR if results_dir is None else results_dir
-    doc = common.DOC if doc is None else doc
-    newest = sorted(results_dir.glob(f"{prefix}-*.json"))[-1]
-    common.replace_section(doc, start, end, render(json.loads(newest.read_text())[-1]))
-    return 0

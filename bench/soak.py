@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import drill as drill_module
-from bench.common import create_topic, load_average, machine_info, say
+from bench.common import load_average, machine_info
 from bench.harness import (
     Arrivals,
     BenchError,
@@ -50,17 +50,14 @@ from bench.harness import (
     Load,
     LogRead,
     Pipeline,
-    Processes,
-    bench_dir,
     compare,
     install_signal_handlers,
     load_line,
-    own_stack,
     read_log,
-    wait_for,
 )
 from bench.recording import run_and_record
 from devtools import stack
+from devtools.harness import Processes, bench_dir, create_topic, own_stack, say, wait_for
 
 START = "<!-- soak:start -->"
 END = "<!-- soak:end -->"

@@ -57,16 +57,7 @@ from typing import Any
 from confluent_kafka.admin import AdminClient
 
 from bench import mm2
-from bench.common import (
-    DOC,
-    RESULTS_DIR,
-    create_topic,
-    free_port,
-    load_average,
-    machine_info,
-    replace_section,
-    say,
-)
+from bench.common import RESULTS_DIR, load_average, machine_info
 from bench.harness import (
     TP,
     Arrivals,
@@ -75,19 +66,15 @@ from bench.harness import (
     Flow,
     Load,
     Pipeline,
-    Proc,
-    Processes,
-    bench_dir,
     compare,
-    end_offsets,
     load_line,
     longest_gap,
-    own_stack,
     read_log,
-    wait_for,
 )
 from bench.recording import run_and_record
 from devtools import jvm, stack
+from devtools.harness import Proc, Processes, bench_dir, create_topic, end_offsets, own_stack, say, wait_for
+from devtools.ports import free_port
 
 START = "<!-- stalls-bench:start -->"
 END = "<!-- stalls-bench:end -->"
@@ -955,23 +942,13 @@ def print_summary(entry: dict[str, Any]) -> None:
                   f"flowing after {e['moved_flowing_after_s']:7.2f}s  dups {e.get('duplicates', 0):>6}")
 
 
-def render_file(path: Path) -> int:
-    """Re-render the section from the last entry of ``path``; every other stored run is listed under it."""
-    try:
-        last = json.loads(path.read_text())[-1]
-    except (OSError, ValueError, IndexError, KeyError) as exc:
-        say(f"{path}: not a stalls results file ({exc})")
-        return 2
-    history = [run for run in _load_runs() if run.get("date") != last.get("date")]
-    replace_section(DOC, START, END, render(last, history))
-    say(f"{DOC} stalls section rendered from {path}")
-    return 0
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.render is not None:
-        return render_file(args.render)
+        from bench import render as renderer
+
+        renderer.render_file(renderer.by_name("stalls-bench"), args.render)
+        return 0
     done: dict[str, Any] = {}
     history: list[dict[str, Any]] = []
 

@@ -40,7 +40,6 @@ import contextlib
 import hashlib
 import json
 import multiprocessing as mp
-import os
 import random
 import re
 import shutil
@@ -50,35 +49,28 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import psutil
 import yaml
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from bench import mm2
 from bench.common import (
-    CLK_TCK,
     CONSUMER_SETTINGS,
     DOC,
     PRODUCER_SETTINGS,
     REPO,
     RESULTS_DIR,
-    Offsets,
     append_json,
-    create_topic,
-    delete_topics,
-    end_offsets,
-    free_port,
-    list_topics,
     load_average,
     machine_info,
     proc_sample,
     replace_section,
-    say,
     stop_process,
 )
 from bench.window import (
@@ -95,7 +87,9 @@ from bench.window import (
 )
 from common.errors import UReplicatorError
 from controller.client import request
-from devtools import jvm, stack
+from devtools import jvm
+from devtools.harness import Offsets, create_topic, delete_topics, list_topics, own_stack, say
+from devtools.ports import free_port
 
 START = "<!-- throughput-bench:start -->"
 END = "<!-- throughput-bench:end -->"
@@ -224,18 +218,15 @@ def threads_of(pids: list[int]) -> dict[tuple[int, int], tuple[str, float]]:
     out: dict[tuple[int, int], tuple[str, float]] = {}
     for pid in pids:
         try:
-            tids = os.listdir(f"/proc/{pid}/task")
-        except OSError:
+            threads = psutil.Process(pid).threads()
+        except psutil.Error:
             continue
-        for tid in tids:
-            try:
-                stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+        for thread in threads:
+            try:  # psutil gives a thread's times, not its name
+                name = Path(f"/proc/{pid}/task/{thread.id}/comm").read_text().rstrip("\n")
             except OSError:
                 continue
-            name = stat[stat.index("(") + 1 : stat.rindex(")")]
-            fields = stat.rsplit(")", 1)[1].split()
-            out[(pid, int(tid))] = (thread_group(name, tid == str(pid)),
-                                    (int(fields[11]) + int(fields[12])) / CLK_TCK)
+            out[(pid, thread.id)] = (thread_group(name, thread.id == pid), thread.user_time + thread.system_time)
     return out
 
 
@@ -261,11 +252,11 @@ def cpu_pressure_us() -> int | None:
     return None
 
 
-def machine_busy_ticks() -> tuple[int, int]:
-    """(busy, total) clock ticks of all cores since boot, from /proc/stat."""
-    fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
-    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
-    return sum(fields) - idle, sum(fields)
+def machine_busy_ticks() -> tuple[float, float]:
+    """(busy, total) CPU seconds of all cores since boot (idle and iowait are not busy)."""
+    times = psutil.cpu_times()
+    total = sum(times)
+    return total - times.idle - getattr(times, "iowait", 0.0), total
 
 
 # ----------------------------------------------------------------------------- measuring
@@ -276,7 +267,7 @@ class Edge:
     point: Point
     threads: dict[tuple[int, int], tuple[str, float]]
     pressure_us: int | None
-    busy: tuple[int, int]
+    busy: tuple[float, float]
 
 
 def observe(bench: Bench, run: Run, name: str, topic: str, ds: Dataset, pids: list[int], started: float,
@@ -877,7 +868,7 @@ def _preload_part(bootstrap: str, ds: Dataset, part: int, parts: int, start: int
 def preload(services: dict[str, str], ds: Dataset, start: int = 0) -> None:
     """Fill ``ds.topic`` with its backlog (reused when an earlier run left exactly that), or append
     records ``start`` .. ``ds.records - 1`` to it (a top-up)."""
-    have = end_offsets(services["source"], ds.topic, PARTITIONS)
+    have = Offsets(services["source"]).end(ds.topic, PARTITIONS)
     if start == 0:
         if have == ds.targets():
             say(f"source topic {ds.topic} already holds {ds.records:,} records; reusing it")
@@ -907,7 +898,7 @@ def preload(services: dict[str, str], ds: Dataset, start: int = 0) -> None:
                 proc.terminate()
     if any(proc.exitcode != 0 for proc in procs):
         raise BenchError(f"preload of {ds.topic} failed (exit codes {[p.exitcode for p in procs]})")
-    got = end_offsets(services["source"], ds.topic, PARTITIONS)
+    got = Offsets(services["source"]).end(ds.topic, PARTITIONS)
     if got != ds.targets():
         raise BenchError(f"preload of {ds.topic}: end offsets {got}, expected {ds.targets()}")
     took = time.monotonic() - started
@@ -1393,24 +1384,6 @@ def _thread_split(runs: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
 # ----------------------------------------------------------------------------- main
 
 
-@contextlib.contextmanager
-def local_stack(directory: Path | None, heap: str) -> Iterator[dict[str, str]]:
-    """Our own stack (always stopped again), or an already running one from ``--stack``."""
-    if directory is not None:
-        say(f"using the running stack in {directory}")
-        yield json.loads((directory / stack.STACK_FILE).read_text())
-        return
-    root = jvm.CACHE_DIR / "bench-throughput" / "stack"
-    stack.KAFKA_HEAP = heap
-    say(f"starting a local stack in {root} (broker heap {heap})")
-    try:
-        services = stack.up(root, timeout_s=180)
-        yield services
-    finally:
-        say("stopping the local stack")
-        stack.down(root)
-
-
 def _ints(text: str) -> list[int]:
     return sorted({int(x) for x in text.split(",") if x.strip()})
 
@@ -1533,17 +1506,12 @@ def _interrupt(signum: int, _frame: object) -> None:
 
 
 def render_file(path: Path) -> int:
-    loaded = json.loads(path.read_text())
-    entries = [e for e in (loaded if isinstance(loaded, list) else [loaded])
-               if e.get("schema") == SCHEMA and not e.get("quick")]
-    if not entries:
-        say(f"no full run of the steady-window method (schema {SCHEMA}) in {path}")
-        return 2
-    if entries[-1].get("exactly_once"):
-        replace_section(DOC, EOS_START, EOS_END, render_eos_section(entries[-1]))
-    else:
-        replace_section(DOC, START, END, render_section(entries[-1]))
-    say(f"section in {DOC.relative_to(REPO)} re-rendered from {path}")
+    """``--render FILE``: the throughput or exactly-once section from FILE's last full run."""
+    from bench import render
+
+    entries = json.loads(path.read_text())
+    eos = bool((entries[-1] if isinstance(entries, list) else entries).get("exactly_once"))
+    render.render_file(render.by_name("eos-bench" if eos else "throughput-bench"), path)
     return 0
 
 
@@ -1603,82 +1571,79 @@ def main(argv: list[str] | None = None) -> int:
     profile: dict[str, Any] | None = None
     rounds_done = 0
     interrupted = False
-    with local_stack(args.stack, args.broker_heap) as services:
+    with own_stack("throughput", args.broker_heap, running=args.stack) as (services, _):
         bench = Bench(services, workdir, stamp, Plan(args.warmup, args.steady), drain_timeout, repo=run_from,
                       python=worker_python(repo), end_mode=args.end)
         bench.destination = Offsets(services["destination"])
+        for ds in datasets:
+            preload(services, ds)
+        warm_group_coordinator(services["source"], datasets[0].topic)
         try:
-            for ds in datasets:
-                preload(services, ds)
-            warm_group_coordinator(services["source"], datasets[0].topic)
-            try:
-                for rnd, ds, variant, scale in order:
-                    if args.stop_by is not None and time.time() + args.warmup + args.steady + 120 > args.stop_by:
-                        left = len(order) - len(bench.runs)
-                        notes.append(f"Stopped before the {left} remaining run(s): they would have ended after "
-                                     f"--stop-by {time.strftime('%H:%M', time.localtime(args.stop_by))}.")
-                        say(notes[-1])
+            for rnd, ds, variant, scale in order:
+                if args.stop_by is not None and time.time() + args.warmup + args.steady + 120 > args.stop_by:
+                    left = len(order) - len(bench.runs)
+                    notes.append(f"Stopped before the {left} remaining run(s): they would have ended after "
+                                 f"--stop-by {time.strftime('%H:%M', time.localtime(args.stop_by))}.")
+                    say(notes[-1])
+                    break
+                say(f"round {rnd}/{args.rounds}: {label(variant, scale)} {ds.label} ({ds.records:,} records) "
+                    f"[{(time.monotonic() - wall) / 60:.1f} min in, load {load_average()[0]}]")
+                run = None
+                for attempt in (1, 2):
+                    try:
+                        run = RUNNERS[variant](bench, ds, rnd, scale)
                         break
-                    say(f"round {rnd}/{args.rounds}: {label(variant, scale)} {ds.label} ({ds.records:,} records) "
-                        f"[{(time.monotonic() - wall) / 60:.1f} min in, load {load_average()[0]}]")
-                    run = None
-                    for attempt in (1, 2):
+                    except BacklogTooShort as exc:
+                        run = Run(variant, scale, ds.label, rnd, bench.counter, ds.records, error=str(exc))
+                        if attempt == 2 or not args.top_up:
+                            break
+                        bigger = top_up_size(ds.records, exc.rate, bench.plan)
+                        say(f"  {exc}; topping the backlog up to {bigger:,} records and running it again")
+                        notes.append(f"{label(variant, scale)} {ds.label} drained the {ds.records:,}-record "
+                                     f"backlog before its window closed (at ~{exc.rate / 1000:.0f}k records/s); "
+                                     f"the backlog was topped up to {bigger:,} records and the run repeated.")
                         try:
-                            run = RUNNERS[variant](bench, ds, rnd, scale)
+                            check_disk(workdir, ds, bigger)
+                            old = ds.records
+                            ds.records = bigger
+                            preload(services, ds, start=old)
+                        except (BenchError, KafkaException) as grow_error:
+                            run.error = f"{exc}; top-up failed: {grow_error}"
                             break
-                        except BacklogTooShort as exc:
-                            run = Run(variant, scale, ds.label, rnd, bench.counter, ds.records, error=str(exc))
-                            if attempt == 2 or not args.top_up:
-                                break
-                            bigger = top_up_size(ds.records, exc.rate, bench.plan)
-                            say(f"  {exc}; topping the backlog up to {bigger:,} records and running it again")
-                            notes.append(f"{label(variant, scale)} {ds.label} drained the {ds.records:,}-record "
-                                         f"backlog before its window closed (at ~{exc.rate / 1000:.0f}k records/s); "
-                                         f"the backlog was topped up to {bigger:,} records and the run repeated.")
-                            try:
-                                check_disk(workdir, ds, bigger)
-                                old = ds.records
-                                ds.records = bigger
-                                preload(services, ds, start=old)
-                            except (BenchError, KafkaException) as grow_error:
-                                run.error = f"{exc}; top-up failed: {grow_error}"
-                                break
-                        except (BenchError, UReplicatorError, TimeoutError, ValueError) as exc:
-                            run = Run(variant, scale, ds.label, rnd, bench.counter, ds.records, error=str(exc))
-                            break
-                    assert run is not None
-                    bench.runs.append(run)
-                    if run.ok:
-                        say(f"  {label(variant, scale)} {ds.label}: {run.records_per_s:,.0f} rec/s "
-                            f"({run.mb_per_s:.1f} MB/s) over {run.window_s:.1f}s, thirds {run.extra['rate_thirds']}; "
-                            f"CPU {run.cpu_s_per_m:.2f} s/M ({run.cpu_s_per_m_without_compiler:.2f} without JIT); "
-                            f"first record after {run.first_record_s:.1f}s; "
-                            f"{run.extra.get('end', {}).get('records_checked', 0):,} records checked exactly; "
-                            f"machine busy {run.extra.get('machine_busy_pct')}%")
-                    else:
-                        say(f"  FAILED: {run.error}")
-                    rounds_done = rnd
-            except KeyboardInterrupt:
-                # Keep what was measured: the completed runs are summarized and written below.
-                notes.append(f"Interrupted after {len(bench.runs)} of {len(order)} runs.")
-                say(notes[-1] + " Writing the completed runs.")
-                interrupted = True
-            if args.profile and "ureplicator" in args.variants and not interrupted:
-                ds = datasets[0]
-                out = workdir / f"profile-{ds.label}.txt"
-                say(f"profiling run: ureplicator {ds.label} (not counted in the results)")
-                try:
-                    prun = run_ureplicator(bench, ds, 0, 1, profile_to=out)
-                    if out.exists():
-                        profile = {"dataset": ds.label, "records_per_s_while_profiled": round(prun.records_per_s),
-                                   **summarize_profile(out)}
-                        keep = RESULTS_DIR / f"throughput-profile-{now.strftime('%Y-%m-%d')}-{ds.label}.txt"
-                        shutil.copyfile(out, keep)
-                        profile["raw_file"] = str(keep.relative_to(REPO))
-                except Exception as exc:  # optional extra: never lose the measured runs over it
-                    say(f"  profiling run failed: {exc!r}")
-        finally:
-            bench.destination.close()
+                    except (BenchError, UReplicatorError, TimeoutError, ValueError) as exc:
+                        run = Run(variant, scale, ds.label, rnd, bench.counter, ds.records, error=str(exc))
+                        break
+                assert run is not None
+                bench.runs.append(run)
+                if run.ok:
+                    say(f"  {label(variant, scale)} {ds.label}: {run.records_per_s:,.0f} rec/s "
+                        f"({run.mb_per_s:.1f} MB/s) over {run.window_s:.1f}s, thirds {run.extra['rate_thirds']}; "
+                        f"CPU {run.cpu_s_per_m:.2f} s/M ({run.cpu_s_per_m_without_compiler:.2f} without JIT); "
+                        f"first record after {run.first_record_s:.1f}s; "
+                        f"{run.extra.get('end', {}).get('records_checked', 0):,} records checked exactly; "
+                        f"machine busy {run.extra.get('machine_busy_pct')}%")
+                else:
+                    say(f"  FAILED: {run.error}")
+                rounds_done = rnd
+        except KeyboardInterrupt:
+            # Keep what was measured: the completed runs are summarized and written below.
+            notes.append(f"Interrupted after {len(bench.runs)} of {len(order)} runs.")
+            say(notes[-1] + " Writing the completed runs.")
+            interrupted = True
+        if args.profile and "ureplicator" in args.variants and not interrupted:
+            ds = datasets[0]
+            out = workdir / f"profile-{ds.label}.txt"
+            say(f"profiling run: ureplicator {ds.label} (not counted in the results)")
+            try:
+                prun = run_ureplicator(bench, ds, 0, 1, profile_to=out)
+                if out.exists():
+                    profile = {"dataset": ds.label, "records_per_s_while_profiled": round(prun.records_per_s),
+                               **summarize_profile(out)}
+                    keep = RESULTS_DIR / f"throughput-profile-{now.strftime('%Y-%m-%d')}-{ds.label}.txt"
+                    shutil.copyfile(out, keep)
+                    profile["raw_file"] = str(keep.relative_to(REPO))
+            except Exception as exc:  # optional extra: never lose the measured runs over it
+                say(f"  profiling run failed: {exc!r}")
     code = code_version(run_from)
     if code["sources_sha256"] != code_before["sources_sha256"]:
         notes.append("The worker/common sources changed while this benchmark ran (commit "

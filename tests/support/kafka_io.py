@@ -3,22 +3,14 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewPartitions
 
 from common import provenance
-
-# Where a helper connects: a bootstrap address, or a whole librdkafka client config (TLS, SASL).
-Cluster = str | Mapping[str, Any]
-
-
-def client_config(cluster: Cluster, **extra: Any) -> dict[str, Any]:
-    base = {"bootstrap.servers": cluster} if isinstance(cluster, str) else dict(cluster)
-    return {**base, **extra}
+from devtools import harness
+from devtools.harness import Cluster, client_config, committed, create_topic  # noqa: F401 - the tests' names
 
 
 @dataclass(frozen=True)
@@ -39,18 +31,6 @@ class Record:
             if k == provenance.HEADER:
                 return provenance.decode(v)
         return None
-
-
-def create_topic(bootstrap: Cluster, topic: str, partitions: int, config: dict[str, str] | None = None) -> None:
-    admin = AdminClient(client_config(bootstrap))
-    admin.create_topics([NewTopic(topic, partitions, 1, config=config or {})])[topic].result(30)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:  # metadata propagates asynchronously even on one broker
-        md = admin.list_topics(topic=topic, timeout=10).topics.get(topic)
-        if md is not None and md.error is None and len(md.partitions) == partitions:
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"topic {topic} did not appear")
 
 
 def grow_topic(bootstrap: str, topic: str, partitions: int) -> None:
@@ -89,19 +69,13 @@ TRANSIENT = frozenset({KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NO
 
 
 def end_offsets(bootstrap: Cluster, topic: str, partitions: int, settle_s: float = 60.0) -> dict[int, int]:
-    """Per partition end offset; transient answers of a restarting broker are retried for ``settle_s``."""
+    """Per partition end offset; asked again for ``settle_s`` while a restarting broker cannot answer."""
     deadline = time.monotonic() + settle_s
-    while True:
-        consumer = Consumer(client_config(bootstrap, **{"group.id": "test-reader", "enable.auto.commit": False}))
-        try:
-            return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
-                    for p in range(partitions)}
-        except KafkaException as exc:
-            if exc.args[0].code() not in TRANSIENT or time.monotonic() > deadline:
-                raise
-        finally:
-            consumer.close()
+    while (ends := harness.end_offsets(bootstrap, topic, partitions)) is None:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no end offsets of {topic} within {settle_s:g}s")
         time.sleep(0.5)
+    return ends
 
 
 def read_partition(bootstrap: Cluster, topic: str, partition: int, timeout_s: float = 60) -> list[Record]:
@@ -128,21 +102,5 @@ def read_partition(bootstrap: Cluster, topic: str, partition: int, timeout_s: fl
         consumer.close()
 
 
-def committed(bootstrap: Cluster, group: str, topic: str, partitions: int) -> dict[int, int]:
-    consumer = Consumer(client_config(bootstrap, **{"group.id": group, "enable.auto.commit": False}))
-    try:
-        tps = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=10)
-        return {tp.partition: tp.offset for tp in tps}
-    finally:
-        consumer.close()
-
-
 def wait_for(predicate, timeout_s: float, what: str, interval_s: float = 0.5):  # noqa: ANN001, ANN201
-    deadline = time.monotonic() + timeout_s
-    last = None
-    while time.monotonic() < deadline:
-        last = predicate()
-        if last:
-            return last
-        time.sleep(interval_s)
-    raise AssertionError(f"timed out after {timeout_s}s waiting for {what} (last: {last!r})")
+    return harness.wait_for(predicate, timeout_s, what, interval_s, error=AssertionError)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -18,32 +17,10 @@ from typing import Any
 import yaml
 
 from controller.client import request
+from devtools.harness import Proc as Process
 from devtools.ports import free_port
 
 _ids = itertools.count()
-
-
-@dataclass
-class Process:
-    name: str
-    popen: subprocess.Popen
-    log: Path
-
-    def alive(self) -> bool:
-        return self.popen.poll() is None
-
-    def terminate(self, timeout_s: float = 30) -> int:
-        if self.alive():
-            self.popen.send_signal(signal.SIGTERM)
-        return self.popen.wait(timeout_s)
-
-    def kill(self) -> None:
-        if self.alive():
-            self.popen.kill()
-        self.popen.wait(10)
-
-    def tail(self, lines: int = 40) -> str:
-        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:]) if self.log.exists() else ""
 
 
 @dataclass

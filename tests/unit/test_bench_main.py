@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from bench import recording
+from bench import render as bench_render
 from bench.harness import BenchError
 from common.errors import UReplicatorError
 from devtools import stack
@@ -131,12 +132,48 @@ def test_sigterm_handler_is_installed(paths: tuple[Path, Path]) -> None:
     assert record(run, paths) == 130
 
 
-def test_render_newest_uses_last_entry_of_newest_file(paths: tuple[Path, Path]) -> None:
+def test_render_uses_last_full_entry_of_newest_file(paths: tuple[Path, Path]) -> None:
     results, doc = paths
     results.mkdir()
     (results / "fake-2026-11-01.json").write_text(json.dumps([{"value": "old"}]))
-    (results / "fake-2026-11-20.json").write_text(json.dumps([{"value": "a"}, {"value": "b"}]))
-    (results / "other-2026-12-01.json").write_text(json.dumps([{"value": "other"}]))
-    assert recording.render_newest(prefix="fake", start=START, end=END, render=render,
-                                   results_dir=results, doc=doc) == 0
+    (results / "fake-2026-11-20.json").write_text(json.dumps([{"value": "a"}, {"value": "b"},
+                                                              {"value": "smoke", "quick": True}]))
+    (results / "fake-other-2026-12-01.json").write_text(json.dumps([{"value": "other"}]))
+    section = bench_render.Section("fake-bench", "fake", __name__, "render")
+    newest = section.newest(results)
+    assert newest == results / "fake-2026-11-20.json"
+    bench_render.render_file(section, newest, doc)
     assert doc.read_text() == f"# Benchmarks\n\nbefore\n\n{START}\nrendered b\n{END}\n\nafter\n"
+
+
+def test_a_run_over_1mb_keeps_its_samples_out_of_git(tmp_path: Path) -> None:
+    from bench import common
+
+    samples = list(range(300_000))  # ~2 MB of per-sample JSON
+    entry = {"date": DATE, "value": "v", "runs": [{"rate": 5000, "p99_ms": 12.5, "samples": samples}]}
+    path = tmp_path / "results" / "fake-2026-11-23.json"
+    stored = common.append_json(path, entry)
+    raw = tmp_path / "results" / "raw" / "fake-2026-11-23-2026-11-23T170000.json"
+    assert json.loads(raw.read_text()) == entry
+    assert stored["runs"][0] == {"rate": 5000, "p99_ms": 12.5, "samples": {"raw_file": f"raw/{raw.name}",
+                                                                         "items": 300_000}}
+    assert json.loads(path.read_text()) == [stored]
+    assert path.stat().st_size < common.RAW_LIMIT_BYTES
+
+
+def test_a_small_run_is_stored_whole(tmp_path: Path) -> None:
+    from bench import common
+
+    entry = {"date": DATE, "runs": [{"samples": [1, 2, 3]}]}
+    path = tmp_path / "fake-2026-11-23.json"
+    assert common.append_json(path, entry) == entry
+    assert not (tmp_path / "raw").exists()
+
+
+def test_no_checked_in_run_is_over_1mb() -> None:
+    from bench import common
+
+    for path in common.RESULTS_DIR.glob("*.json"):
+        loaded = json.loads(path.read_text())
+        for entry in loaded if isinstance(loaded, list) else [loaded]:
+            assert len(json.dumps(entry, indent=2)) <= common.RAW_LIMIT_BYTES, path

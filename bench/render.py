@@ -1,0 +1,147 @@
+"""Render every generated section of docs/benchmarks.md from its JSON in bench/results/ (one command).
+
+    .venv/bin/python -m bench.render            # rewrite every section whose results file exists
+    .venv/bin/python -m bench.render --check    # exit 1 when a section differs from what its JSON renders
+    .venv/bin/python -m bench.render stalls     # only the named sections
+
+Each section is rendered from the last entry of the newest ``<prefix>-*.json`` by the
+function of the benchmark that wrote it; ``tests/unit/test_bench_render.py`` renders
+every section from the checked-in JSON and compares it with the doc, so a change to
+a renderer that would no longer render an old result fails there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import re
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.common import DOC, RESULTS_DIR, replace_section, say
+
+Entry = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Section:
+    """One generated section: its markers, its results files and the benchmark function rendering it."""
+
+    name: str
+    prefix: str  # results files are <prefix>-<date>.json
+    module: str
+    function: str
+    extra: Callable[[Path, Entry], tuple[Entry, tuple[Any, ...]]] | None = None
+
+    @property
+    def start(self) -> str:
+        return f"<!-- {self.name}:start -->"
+
+    @property
+    def end(self) -> str:
+        return f"<!-- {self.name}:end -->"
+
+    def newest(self, results_dir: Path = RESULTS_DIR) -> Path | None:
+        # "<prefix>-2..." so that "throughput" does not pick up throughput-eos or throughput-ab.
+        files = sorted(results_dir.glob(f"{self.prefix}-[0-9]*.json"))
+        return files[-1] if files else None
+
+    def render(self, path: Path) -> str:
+        loaded = json.loads(path.read_text())
+        entries = loaded if isinstance(loaded, list) else [loaded]
+        # A smoke run (--quick) is recorded but never replaces a full run in the doc.
+        entry = next((e for e in reversed(entries) if not e.get("quick")), entries[-1])
+        args: tuple[Any, ...] = ()
+        if self.extra is not None:
+            entry, args = self.extra(path, entry)
+        render = getattr(importlib.import_module(self.module), self.function)
+        return render(entry, *args)
+
+
+def _verifier(path: Path, entry: Entry) -> tuple[Entry, tuple[Any, ...]]:
+    return {**entry, "results_file": path.name}, ()
+
+
+def _stalls(path: Path, entry: Entry) -> tuple[Entry, tuple[Any, ...]]:
+    # Every other stored run is listed under the newest one.
+    runs: list[Entry] = []
+    for other in sorted(path.parent.glob("stalls-[0-9]*.json")):
+        loaded = json.loads(other.read_text())
+        runs.extend(loaded if isinstance(loaded, list) else [loaded])
+    return entry, ([r for r in runs if r.get("date") != entry.get("date")],)
+
+
+def _controller_scale(path: Path, entry: Entry) -> tuple[Entry, tuple[Any, ...]]:
+    # Files written before the entry carried its date: the date is the file name's stamp.
+    stamp = re.search(r"(\d{4})(\d{2})(\d{2})T", path.name)
+    if "date" not in entry and stamp:
+        entry = {**entry, "date": "-".join(stamp.groups())}
+    return entry, ()
+
+
+SECTIONS: tuple[Section, ...] = (
+    Section("controller-scale", "controller-scale", "bench.controller_scale", "render", _controller_scale),
+    Section("verifier-bench", "verifier", "bench.verifier_bench", "render", _verifier),
+    Section("latency-bench", "latency", "bench.latency", "render"),
+    Section("stalls-bench", "stalls", "bench.stalls", "render", _stalls),
+    Section("drill", "drill", "bench.drill", "render"),
+    Section("throughput-bench", "throughput", "bench.throughput", "render_section"),
+    Section("failover-bench", "failover", "bench.failover", "render"),
+    Section("soak", "soak", "bench.soak", "render"),
+    Section("soak-eos", "soak-eos", "bench.soak", "render"),
+    Section("leader-cost", "leader-cost", "bench.leader_cost", "render"),
+    Section("eos-bench", "throughput-eos", "bench.throughput", "render_eos_section"),
+)
+
+
+def by_name(name: str) -> Section:
+    for section in SECTIONS:
+        if section.name == name:
+            return section
+    raise KeyError(f"no generated section {name!r}; known: {', '.join(s.name for s in SECTIONS)}")
+
+
+def current(doc_text: str, section: Section) -> str | None:
+    """The body between the section's markers in ``doc_text`` (None when the doc has no such section)."""
+    if section.start not in doc_text or section.end not in doc_text:
+        return None
+    return doc_text.split(section.start, 1)[1].split(section.end, 1)[0].strip("\n")
+
+
+def render_file(section: Section, path: Path, doc: Path = DOC) -> None:
+    """Re-render ``section`` of ``doc`` from the last entry of ``path`` (the benchmarks' ``--render FILE``)."""
+    replace_section(doc, section.start, section.end, section.render(path))
+    say(f"{doc} {section.name} section rendered from {path}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.render", description=__doc__.splitlines()[0])
+    parser.add_argument("sections", nargs="*", help=f"only these ({', '.join(s.name for s in SECTIONS)})")
+    parser.add_argument("--check", action="store_true", help="compare only; exit 1 when a section differs")
+    args = parser.parse_args(argv)
+    try:
+        chosen = [by_name(n) for n in args.sections] if args.sections else list(SECTIONS)
+    except KeyError as exc:
+        parser.error(str(exc.args[0]))
+    differs = []
+    for section in chosen:
+        path = section.newest()
+        if path is None:
+            continue
+        if args.check:
+            if current(DOC.read_text(), section) != section.render(path).strip("\n"):
+                differs.append(section.name)
+        else:
+            render_file(section, path)
+    if differs:
+        say(f"differs from its JSON: {', '.join(differs)} (python -m bench.render rewrites them)")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
