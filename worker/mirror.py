@@ -218,6 +218,7 @@ class MirrorWorker:
         if state == KazooState.SUSPENDED:
             self._connected = False  # not fenced: the lease decides (a blip pauses nothing)
         elif state == KazooState.LOST:
+            self.status.session = None  # not registered any more: a late status write creates nothing
             self._connected = False
             self._fenced = True
             self._session_lost = True
@@ -277,6 +278,7 @@ class MirrorWorker:
         self.zk.DataWatch(self.paths.assignment(self.worker_id), self._on_assignment)
         self.zk.DataWatch(self.paths.rate_limit, self._on_rate_limit)
         self._lease_at = time.monotonic()
+        self.status.session = self.zk.client_id[0] if self.zk.client_id else None
         self.registered.set()
         self.log.info("worker_registered")
 
@@ -757,10 +759,13 @@ class MirrorWorker:
         self.producer = self._make_producer()
         self.handoff.use_producer(self.producer)
         self._bind_producer()
-        if not len(old):
+        stuck = self._txn is not None and self._txn.busy(old)
+        if not len(old) and not stuck:
             old.close()  # nothing left to flush; otherwise dropping it destroys it without a flush
         # The last reference: librdkafka's handle is destroyed here, so none of its reports can
-        # arrive after the counts below are reset (they would drive them negative).
+        # arrive after the counts below are reset (they would drive them negative). A producer
+        # with a transactional call still stuck in it is never closed under that call: it stays
+        # referenced until the call returns, and nothing polls it, so no report of it arrives.
         del old
         self._producer_failed = self.ledger.producer_failed = self._producer_errors.failed = None
         if self._txn is not None:
@@ -913,6 +918,7 @@ class MirrorWorker:
         log = self.log.bind(partitions=len(self.ledger.partitions))
         log.info("worker_stopping")
         self.registered.clear()
+        self.status.session = None  # deregistering: a status write answered later creates nothing
         try:
             assigned = self.handoff.assigned()
             self.handoff.abandon()  # a change under way: its releases are committed below with the rest

@@ -27,6 +27,8 @@ class StatusReporter:
         self._metrics = metrics
         self._log = log
         self.last_written = time.monotonic()
+        # The ZooKeeper session this worker registered in; None while it is not registered.
+        self.session: int | None = None
         self._progress: dict[TP, tuple[int, float]] = {}  # position, epoch seconds it last moved
 
     def due(self, now: float, interval_s: float) -> bool:
@@ -91,12 +93,28 @@ class StatusReporter:
         except KazooException as exc:
             self._log.warning("status_write_failed", error=str(exc))
 
+    def _current_session(self) -> int | None:
+        client_id = self._zk.client_id
+        return client_id[0] if client_id else None
+
     def _published(self, data: bytes, result: Any) -> None:
-        """ZooKeeper's answer to :meth:`publish` (kazoo's thread): create the node if our session has none."""
+        """ZooKeeper's answer to :meth:`publish` (kazoo's thread): create the node if our session has none.
+
+        Only for a worker registered in the session that answers. A write sent just before
+        a session expired is answered NoNode once kazoo resends it in the new session,
+        before the worker registered again: a node created then would be an ephemeral
+        status in the new session of a worker the leader does not know, which its own
+        register() would have to clear away (it still does, for any other late write).
+        """
         if result.successful():
             return
         error = result.exception
         if isinstance(error, NoNodeError):
+            session = self._current_session()
+            if self.session is None or session != self.session:
+                self._log.info("status_not_recreated", reason="not registered in this ZooKeeper session",
+                               registered_session=hex(self.session or 0), session=hex(session or 0))
+                return
             try:
                 self._zk.create_async(self._path, data, ephemeral=True)
             except KazooException as exc:

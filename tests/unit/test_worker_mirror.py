@@ -565,6 +565,26 @@ def test_a_periodic_status_write_recreates_a_missing_status_node(rig):
     assert rig.status().owned == {("t", 0)}
 
 
+def test_a_status_write_answered_in_a_new_session_before_the_worker_registered_again_creates_nothing(rig):
+    # Given a periodic status write ZooKeeper has not answered when the worker's session expires
+    rig.assign(1, ("t", 0))
+    rig.turns(2)
+    rig.zk.deferred = []
+    rig.turns(1)
+    assert rig.zk.deferred
+    rig.zk.expire()
+    rig.turns(1)  # drops t:0; the new session is not connected yet
+    # When kazoo resends it in the new session, before the worker registered again
+    rig.zk.connection(KazooState.CONNECTED)
+    rig.zk.answer_deferred()
+    # Then no status node is created for a worker the leader does not know
+    assert rig.paths.worker_status("w1") not in rig.zk.nodes
+    # And the worker registers again at once (no node of its own to wait out), and its status is written
+    rig.turns(1)
+    assert rig.worker.registered.is_set()
+    assert rig.status().owned == set()
+
+
 def test_records_expired_before_mirroring_are_reported_from_one_offsets_request_after_the_assignment(rig):
     # Given t:0 whose group committed offset 2 while retention already deleted records below 6,
     # and t:1 committed at 1 with nothing deleted

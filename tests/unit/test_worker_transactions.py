@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
@@ -18,7 +19,7 @@ class Log:
     def info(self, event: str, **kw: Any) -> None:
         self.events.append(event)
 
-    warning = info
+    warning = error = info
 
 
 class TxnError(KafkaError):
@@ -29,11 +30,15 @@ class TxnError(KafkaError):
 
 
 class Producer:
-    def __init__(self, fail_commit: KafkaError | None = None, fail_abort: KafkaError | None = None) -> None:
+    def __init__(self, fail_commit: KafkaError | None = None, fail_abort: KafkaError | None = None,
+                 fail_offsets: KafkaError | None = None, offsets_answer: threading.Event | None = None) -> None:
         self.calls: list[str] = []
         self.offsets: list[TopicPartition] = []
         self.fail_commit = fail_commit
         self.fail_abort = fail_abort
+        self.fail_offsets = fail_offsets
+        # Set: send_offsets_to_transaction returns only once it is (librdkafka's group-coordinator hang)
+        self.offsets_answer = offsets_answer
 
     def init_transactions(self, timeout: float) -> None:
         self.calls.append("init")
@@ -44,6 +49,10 @@ class Producer:
     def send_offsets_to_transaction(self, offsets: list[TopicPartition], metadata: Any, timeout: float) -> None:
         self.calls.append("offsets")
         self.offsets = offsets
+        if self.offsets_answer is not None:
+            self.offsets_answer.wait()
+        if self.fail_offsets is not None:
+            raise KafkaException(self.fail_offsets)
 
     def commit_transaction(self, timeout: float) -> None:
         self.calls.append("commit")
@@ -56,9 +65,11 @@ class Producer:
             raise KafkaException(self.fail_abort)
 
 
-def opened(producer: Producer, clock: list[float] | None = None) -> Transactions:
+def opened(producer: Producer, clock: list[float] | None = None, log: Log | None = None,
+           timeout_s: float = 30.0) -> Transactions:
     now = clock or [0.0]
-    txn = Transactions(1.0, 1000, lambda: "group-metadata", Log(), clock=lambda: now[0])
+    txn = Transactions(1.0, 1000, lambda: "group-metadata", log or Log(), clock=lambda: now[0], timeout_s=timeout_s,
+                       overrun_s=0.0)
     assert txn.ready(producer)
     txn.begin(producer)
     return txn
@@ -92,6 +103,34 @@ def test_each_error_class_asks_for_its_own_recovery(error, outcome, calls):
     txn = opened(producer)
     assert txn.commit(producer, [TopicPartition("dest", 0, 1)]) == outcome
     assert producer.calls == calls
+
+
+def test_an_error_sending_the_positions_is_classified_like_a_commit_error():
+    producer = Producer(fail_offsets=TxnError(KafkaError._STATE, abortable=True))
+    txn = opened(producer)
+    assert txn.commit(producer, [TopicPartition("dest", 0, 1)]) == ABORTED
+    assert producer.calls == ["init", "begin", "offsets", "abort"]
+
+
+def test_sending_the_positions_that_never_returns_gives_the_producer_up_and_keeps_it_open_until_it_does():
+    # Given a send_offsets_to_transaction that ignores its timeout (librdkafka #5456/#5511)
+    answer = threading.Event()
+    producer, log = Producer(offsets_answer=answer), Log()
+    txn = opened(producer, log=log, timeout_s=0.05)
+    # When the positions are sent
+    outcome = txn.commit(producer, [TopicPartition("dest", 0, 1)])
+    # Then the loop gets its thread back: a new producer, whose init_transactions fences this one
+    assert outcome == FATAL and "transaction_call_hung" in log.events
+    assert "commit" not in producer.calls and not txn.open
+    fresh = Producer()
+    assert txn.ready(fresh) and fresh.calls == ["init"]
+    # And the stuck producer is busy (not to be closed) until its call returns
+    assert txn.busy(producer) and not txn.busy(fresh)
+    answer.set()
+    for thread in threading.enumerate():
+        if thread.name == "transaction-call":
+            thread.join(5)
+    assert not txn.busy(producer)
 
 
 def test_a_fenced_producer_needs_init_transactions_again():
