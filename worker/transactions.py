@@ -25,7 +25,13 @@ returns, whatever its timeout (confluentinc/librdkafka#5456 and #5511, both open
 what stalled exactly-once mirroring after two destination restarts. So that call runs on a
 helper thread and the loop waits ``timeout_s`` plus :data:`OVERRUN_S`; past that the outcome
 is ``FATAL``: the loop replaces the producer, whose successor's ``init_transactions`` fences
-the stuck one (:meth:`Transactions.busy` keeps it from being closed under the running call).
+the stuck one. The stuck call's thread keeps its producer alive until the call returns, so the
+client is never destroyed under it.
+
+A replaced producer is let go with :func:`retire`, never ``close()``: confluent-kafka's
+``close()`` aborts the open transaction and flushes, neither bounded by anything the loop
+controls, and after a destination restart one worker stayed inside it for good (the
+successor's ``init_transactions`` aborts that transaction anyway).
 """
 
 from __future__ import annotations
@@ -94,7 +100,6 @@ class Transactions:
         self._timeout_s = timeout_s
         self._clock = clock
         self._overrun_s = overrun_s
-        self._stuck: list[tuple[threading.Thread, Any]] = []  # calls that outlived their timeout, and their producer
         self._ready: Any = None  # the producer init_transactions ran on
         self.open = False
         self.opened_at = 0.0
@@ -136,7 +141,7 @@ class Transactions:
     def commit(self, producer: Any, offsets: list[TopicPartition]) -> str:
         """Send ``offsets`` (destination topic/partition -> next source offset) and commit, all records included."""
         try:
-            if offsets and not self._bounded(producer.send_offsets_to_transaction, producer, offsets,
+            if offsets and not self._bounded(producer.send_offsets_to_transaction, offsets,
                                              self._group_metadata(), self._timeout_s):
                 self.reset()
                 return FATAL
@@ -153,11 +158,12 @@ class Transactions:
         self.commits += 1
         return COMMITTED
 
-    def _bounded(self, call: Callable[..., None], producer: Any, *args: Any) -> bool:
+    def _bounded(self, call: Callable[..., None], *args: Any) -> bool:
         """``call(*args)`` on a helper thread; False (logged) when it is still running past its timeout.
 
         The call's own exception is raised here, in the loop's thread. A call that does not
-        return is left running, with its producer kept open until it does (:meth:`busy`).
+        return is left running: its thread holds the producer (``call`` is bound to it), so
+        the client outlives the call whatever the loop does with it.
         """
         raised: list[BaseException] = []
 
@@ -171,22 +177,12 @@ class Transactions:
         thread.start()
         thread.join(self._timeout_s + self._overrun_s)
         if thread.is_alive():
-            self._stuck.append((thread, producer))
             self._log.error("transaction_call_hung", call=getattr(call, "__name__", str(call)),
                             waited_s=self._timeout_s + self._overrun_s, outcome=FATAL)
             return False
         if raised:
             raise raised[0]
         return True
-
-    def busy(self, producer: Any) -> bool:
-        """Whether a call that outlived its timeout still runs on ``producer`` (then it must not be closed).
-
-        Once that call returns, the client is dropped here at the next look, like any
-        replaced producer; its successor fenced it long before.
-        """
-        self._stuck = [(thread, stuck) for thread, stuck in self._stuck if thread.is_alive()]
-        return any(stuck is producer for _, stuck in self._stuck)
 
     def abort(self, producer: Any, timeout_s: float | None = None) -> str:
         """Abort the open transaction: none of its records is ever visible to a read_committed reader."""
@@ -199,3 +195,13 @@ class Transactions:
             return FATAL
         self.open = False
         return ABORTED
+
+
+def retire(producer: list[Any]) -> None:
+    """Let go of a replaced transactional producer on a thread of its own, without ``close()``.
+
+    ``producer`` is a one-item list holding the last reference the loop has; the thread
+    empties it, so librdkafka's handle is destroyed there and a slow destroy never holds
+    the loop. Nobody polls the client any more, so none of its delivery reports runs.
+    """
+    threading.Thread(target=producer.clear, name="producer-retire", daemon=True).start()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import weakref
 from typing import Any
 
 import pytest
@@ -112,25 +113,37 @@ def test_an_error_sending_the_positions_is_classified_like_a_commit_error():
     assert producer.calls == ["init", "begin", "offsets", "abort"]
 
 
-def test_sending_the_positions_that_never_returns_gives_the_producer_up_and_keeps_it_open_until_it_does():
+def test_sending_the_positions_that_never_returns_gives_the_producer_up():
     # Given a send_offsets_to_transaction that ignores its timeout (librdkafka #5456/#5511)
     answer = threading.Event()
     producer, log = Producer(offsets_answer=answer), Log()
     txn = opened(producer, log=log, timeout_s=0.05)
-    # When the positions are sent
-    outcome = txn.commit(producer, [TopicPartition("dest", 0, 1)])
-    # Then the loop gets its thread back: a new producer, whose init_transactions fences this one
-    assert outcome == FATAL and "transaction_call_hung" in log.events
-    assert "commit" not in producer.calls and not txn.open
-    fresh = Producer()
-    assert txn.ready(fresh) and fresh.calls == ["init"]
-    # And the stuck producer is busy (not to be closed) until its call returns
-    assert txn.busy(producer) and not txn.busy(fresh)
-    answer.set()
-    for thread in threading.enumerate():
-        if thread.name == "transaction-call":
-            thread.join(5)
-    assert not txn.busy(producer)
+    try:
+        # When the positions are sent
+        outcome = txn.commit(producer, [TopicPartition("dest", 0, 1)])
+        # Then the loop gets its thread back: a new producer, whose init_transactions fences this one
+        assert outcome == FATAL and "transaction_call_hung" in log.events
+        assert "commit" not in producer.calls and not txn.open
+        fresh = Producer()
+        assert txn.ready(fresh) and fresh.calls == ["init"]
+    finally:
+        answer.set()
+
+
+def test_a_retired_producer_is_let_go_beside_the_loop_never_closed():
+    closes: list[str] = []
+
+    class Closeable(Producer):
+        def close(self) -> None:
+            closes.append("close")  # would abort its transaction and flush, without a bound
+
+    dropped = threading.Event()
+    old = Closeable()
+    weakref.finalize(old, dropped.set)
+    last = [old]
+    del old
+    transactions.retire(last)
+    assert dropped.wait(5) and closes == []  # the last reference went on the retiring thread
 
 
 def test_a_fenced_producer_needs_init_transactions_again():
