@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from datetime import datetime, timezone
 from functools import partial
 from typing import Any
@@ -19,14 +20,15 @@ class StatusReporter:
     """Build and write ``status/<worker>``: what the leader's hand-off gate and the API read."""
 
     def __init__(self, zk: Any, path: str, consumer: Any, ledger: AckLedger, metrics: WorkerMetrics,
-                 log: Any) -> None:
+                 log: Any, clock: Callable[[], float] = time.monotonic) -> None:
         self._zk = zk
         self._path = path
         self._consumer = consumer
         self._ledger = ledger
         self._metrics = metrics
         self._log = log
-        self.last_written = time.monotonic()
+        self._clock = clock
+        self.last_written = clock()
         # The ZooKeeper session this worker registered in; None while it is not registered.
         self.session: int | None = None
         self._progress: dict[TP, tuple[int, float]] = {}  # position, epoch seconds it last moved
@@ -87,7 +89,7 @@ class StatusReporter:
         ZooKeeper applies one session's requests in order, so a hand-off's status written
         later (also through here) lands after this one.
         """
-        data = self.build(generation, time.monotonic()).encode()
+        data = self.build(generation, self._clock()).encode()
         try:
             self._zk.set_async(self._path, data).rawlink(partial(self._published, data))
         except KazooException as exc:
