@@ -30,8 +30,9 @@ client is never destroyed under it.
 
 A replaced producer is let go with :func:`retire`, never ``close()``: confluent-kafka's
 ``close()`` aborts the open transaction and flushes, neither bounded by anything the loop
-controls, and after a destination restart one worker stayed inside it for good (the
-successor's ``init_transactions`` aborts that transaction anyway).
+controls. After destination restarts one worker never came out of a producer replacement
+whose last step was that ``close()`` (no stack was taken), and the successor's
+``init_transactions`` aborts that transaction anyway.
 """
 
 from __future__ import annotations
