@@ -19,6 +19,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 import time
@@ -57,13 +58,19 @@ class Fencer:
     """Fence departed workers' transactional ids beside the reconcile loop; ``unfenced`` is what the gate asks."""
 
     def __init__(self, config: Config, client: Any, root: str, wake: Callable[[], None], log: Any,
-                 init: Callable[[str], None] | None = None) -> None:
+                 init: Callable[[str], None] | None = None,
+                 spawn: Callable[[Callable[[], None], str], None] | None = None,
+                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> None:
         self._config = config
         self._client = client
         self._root = root
         self._wake = wake
         self._log = log
         self._init = init or self._init_transactions  # tests pass a fake
+        # Runs a fence beside the reconcile loop: a daemon thread; tests run it when they choose.
+        self._spawn = spawn or _daemon_thread
+        self._clock = clock
+        self._sleep = sleep
         self._lock = threading.Lock()
         self._fenced: set[str] = set()
         self._running: set[str] = set()
@@ -84,12 +91,12 @@ class Fencer:
             self._running |= todo
             waiting = departed - self._fenced
         for worker in sorted(todo):
-            threading.Thread(target=self._fence, args=(worker,), name=f"fence-{worker}", daemon=True).start()
+            self._spawn(functools.partial(self._fence, worker), f"fence-{worker}")
         return waiting
 
     def _fence(self, worker: str) -> None:
         txn_id = self.transactional_id(worker)
-        started = time.monotonic()
+        started = self._clock()
         try:
             self._record(worker, {"transactional_id": txn_id, "state": "fencing"})
             self._init(txn_id)
@@ -100,14 +107,14 @@ class Fencer:
                               error=str(exc), consequence="its partitions stay withheld; retried next round")
             with self._lock:
                 self._running.discard(worker)
-            time.sleep(1.0)  # the next round retries; never a tight loop against a cluster that is down
+            self._sleep(1.0)  # the next round retries; never a tight loop against a cluster that is down
             self._wake()
             return
         with self._lock:
             self._running.discard(worker)
             self._fenced.add(worker)
         self._log.info("transactional_id_fenced", worker=worker, transactional_id=txn_id,
-                       duration_s=round(time.monotonic() - started, 3))
+                       duration_s=round(self._clock() - started, 3))
         self._wake()
 
     def _init_transactions(self, txn_id: str) -> None:
@@ -125,3 +132,7 @@ class Fencer:
             self._client.create(path, data, makepath=True)
         except NodeExistsError:
             self._client.set(path, data)
+
+
+def _daemon_thread(run: Callable[[], None], name: str) -> None:
+    threading.Thread(target=run, name=name, daemon=True).start()

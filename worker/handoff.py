@@ -146,8 +146,10 @@ class Handoff:
         log: Any,
         beside: Beside | None = None,
         make_offsets_client: Callable[[], Any] | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._config = config
+        self._clock = clock  # the loop's: the release deadline and the acquisition retry
         # Exactly-once mode: where acquisitions read their start (the destination's group, stable offsets)
         self._make_offsets_client = make_offsets_client
         self._offsets_client: Any = None
@@ -198,7 +200,7 @@ class Handoff:
         removed = sorted(tp for tp in owned if tp not in desired.partitions)
         added = sorted(desired.partitions - set(owned))
         change = Change(desired, removed, added,
-                        release_deadline=time.monotonic() + self._config.worker.release_ack_timeout_s)
+                        release_deadline=self._clock() + self._config.worker.release_ack_timeout_s)
         if removed:
             self._consumer.incremental_unassign([TopicPartition(t, p) for t, p in removed])
             for tp in removed:
@@ -236,7 +238,7 @@ class Handoff:
         partitions = change.releasing
         if change.commit is None:
             outstanding = self._ledger.outstanding(partitions)
-            if outstanding and time.monotonic() < change.release_deadline:
+            if outstanding and self._clock() < change.release_deadline:
                 return  # the loop keeps polling for reports meanwhile
             if outstanding:
                 self._purge_unacknowledged(partitions, outstanding)
@@ -261,7 +263,7 @@ class Handoff:
     def _acquire_step(self, change: Change) -> None:
         job = change.prepare
         if job is None:
-            if time.monotonic() >= change.retry_at:
+            if self._clock() >= change.retry_at:
                 change.prepare = self._beside.submit(lambda: self._prepare(change.acquiring))
             return
         if not job.done.is_set():
@@ -270,7 +272,7 @@ class Handoff:
             self._log.warning("acquisition_retry", partitions=fmt(change.acquiring),
                               error=str(job.error) if job.error is not None else "no result")
             change.prepare = None
-            change.retry_at = time.monotonic() + _RETRY_PREPARE_S
+            change.retry_at = self._clock() + _RETRY_PREPARE_S
             return
         change.acquired = self._start(job.result)
         change.acquire_done = True

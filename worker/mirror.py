@@ -39,6 +39,7 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable
 from datetime import datetime, timezone
 from functools import partial
 from typing import Any
@@ -97,8 +98,12 @@ class MirrorWorker:
         worker_id: str,
         metrics: WorkerMetrics | None = None,
         clients: worker_clients.WorkerClients | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.config = config
+        # The time the loop decides by (lease, intervals, deadlines, stall watch); unit tests pass
+        # a fake. Waits for a cluster's answer (a flush, a drain, a registration) use real time.
+        self._clock = clock
         self.worker_id = worker_id
         self.paths = Paths(config.root)
         self.metrics = metrics or WorkerMetrics()
@@ -123,7 +128,7 @@ class MirrorWorker:
         # Lease: the last time ZooKeeper answered us. A process that was paused (GC, SIGSTOP,
         # a frozen VM) wakes with a stale lease and fences itself before kazoo even notices
         # its session expired, so it cannot write partitions given to someone else meanwhile.
-        self._lease_at = time.monotonic()
+        self._lease_at = clock()
         self._lease_asked = 0.0
         self._lease_s = lease_s(config.zookeeper.session_timeout_s)
         self.produced = 0  # records handed to the producer (tests watch it stop when fenced)
@@ -141,14 +146,15 @@ class MirrorWorker:
         self.zk.add_listener(self._on_connection)
 
         self.ledger = AckLedger(on_latency=self._observe_latency)
+        self.ledger.clock = clock
         self.status = StatusReporter(self.zk, self.paths.worker_status(worker_id), self.consumer, self.ledger,
-                                     self.metrics, self.log)
+                                     self.metrics, self.log, clock=clock)
         self.committer = Committer(clients.make_commit_client, self.ledger, self.metrics, self.log,
-                                   background=clients.commit_thread)
+                                   background=clients.commit_thread, clock=clock)
         self.beside = Beside(background=clients.handoff_thread, log=self.log)
         self.handoff = Handoff(config, self.consumer, self.producer, self.zk, self.ledger, self.committer,
                                self.status, self.metrics, self.log, beside=self.beside,
-                               make_offsets_client=clients.make_offsets_client)
+                               make_offsets_client=clients.make_offsets_client, clock=clock)
         self.handoff.after_purge = partial(self._replace_producer, purged=True)
         self._txn: transactions.Transactions | None = None
         if config.worker.exactly_once:
@@ -156,7 +162,7 @@ class MirrorWorker:
                 raise ConfigError("worker.exactly_once", "is on but the clients were opened for at-least-once mode")
             self._txn = transactions.Transactions(config.worker.transaction_interval_ms / 1000.0,
                                                   config.worker.max_in_flight_bytes,
-                                                  self.consumer.consumer_group_metadata, self.log)
+                                                  self.consumer.consumer_group_metadata, self.log, clock=clock)
             self.handoff.before_release = partial(self._commit_transaction, "release")
             # The C loop has no transaction calls: exactly-once mode runs on the Python loop.
             self._native, native_reason = None, "worker.exactly_once runs on the Python loop"
@@ -171,11 +177,11 @@ class MirrorWorker:
                              replaced_by=["worker.stop_timeout_s", "worker.release_ack_timeout_s",
                                           "worker.release_commit_timeout_s", "worker.producer_stall_s"],
                              applied=config.worker.shutdown_timeout_s)
-        self._last_commit = time.monotonic()
+        self._last_commit = clock()
         self._fetch_wait_s = config.worker.fetch_wait_ms / 1000.0
         # Producer liveness: the acknowledgement count, and when it last moved.
         self._acks_seen = 0
-        self._acks_moved_at = time.monotonic()
+        self._acks_moved_at = self._clock()
 
     def _bind_producer(self) -> None:
         """Point the C loop at the current producer (None: the Python loop serves it)."""
@@ -195,7 +201,7 @@ class MirrorWorker:
     @property
     def ready(self) -> bool:
         """Registered and allowed to write: what ``/ready`` reports."""
-        lease_fresh = time.monotonic() - self._lease_at < self._lease_s  # no renewal from the probe's thread
+        lease_fresh = self._clock() - self._lease_at < self._lease_s  # no renewal from the probe's thread
         return (self.registered.is_set() and not self._fenced and not self._session_lost and lease_fresh
                 and self.not_ready_reason is None)
 
@@ -218,6 +224,7 @@ class MirrorWorker:
         if state == KazooState.SUSPENDED:
             self._connected = False  # not fenced: the lease decides (a blip pauses nothing)
         elif state == KazooState.LOST:
+            self.status.session = None  # not registered any more: a late status write creates nothing
             self._connected = False
             self._fenced = True
             self._session_lost = True
@@ -259,7 +266,7 @@ class MirrorWorker:
         # The registration and the first status in one write: the leader pins a worker's written
         # assignment only while it can read that worker's status, so a registered worker without
         # one would let it hand the same partitions to another worker while this one applies them.
-        status = self.status.build(self.handoff.generation, time.monotonic()).encode()
+        status = self.status.build(self.handoff.generation, self._clock()).encode()
         while True:
             tx = self.zk.transaction()
             tx.create(self.paths.worker(self.worker_id), info.encode(), ephemeral=True)
@@ -276,7 +283,8 @@ class MirrorWorker:
             time.sleep(0.5)
         self.zk.DataWatch(self.paths.assignment(self.worker_id), self._on_assignment)
         self.zk.DataWatch(self.paths.rate_limit, self._on_rate_limit)
-        self._lease_at = time.monotonic()
+        self._lease_at = self._clock()
+        self.status.session = self.zk.client_id[0] if self.zk.client_id else None
         self.registered.set()
         self.log.info("worker_registered")
 
@@ -357,7 +365,8 @@ class MirrorWorker:
 
     def turn(self) -> None:
         """One turn of the loop: apply, fetch and produce (or wait), serve reports, commit, report."""
-        self.last_turn = now = time.monotonic()
+        self.last_turn = time.monotonic()  # /healthz compares it with real time, from its own thread
+        now = self._clock()
         if self._session_lost:
             self._recover_session()
             return
@@ -405,7 +414,7 @@ class MirrorWorker:
             return
         if self.handoff.change is not None and self.handoff.advance():
             self._wake.set()
-        now = time.monotonic()
+        now = self._clock()
         self._watch_producer(now)
         interval = self.config.worker.commit_interval_s
         if now - self._last_commit >= interval and self._txn is None:
@@ -466,7 +475,7 @@ class MirrorWorker:
 
     def _lease_valid(self) -> bool:
         """Renew the ZooKeeper lease asynchronously; valid while younger than :func:`lease_s`."""
-        now = time.monotonic()
+        now = self._clock()
         if now - self._lease_asked >= 1.0:
             self._lease_asked = now
             asked = now
@@ -500,7 +509,7 @@ class MirrorWorker:
         if not n:
             return
         target = self._native_target
-        if target is None or self.ledger.exact(time.monotonic()):
+        if target is None or self.ledger.exact(self._clock()):
             fetched = self._mirror_py(messages, 0, n)
         else:
             mirror = self._native.mirror
@@ -524,7 +533,7 @@ class MirrorWorker:
         if fetched is not None and self._txn is not None:
             self._txn.bytes += fetched
         if fetched is not None and not self.limiter.unlimited:
-            self.limiter.spend(n, fetched, time.monotonic())
+            self.limiter.spend(n, fetched, self._clock())
 
     def _mirror_py(self, messages: list[Any], start: int, stop: int, run_first: int = 0, run_count: int = 0,
                    run_bytes: int = 0) -> int | None:
@@ -549,7 +558,7 @@ class MirrorWorker:
         stamp = self._stamp
         no_timestamp = TIMESTAMP_NOT_AVAILABLE
         bind = partial
-        exact = self.ledger.exact(time.monotonic())
+        exact = self.ledger.exact(self._clock())
         fetched_bytes = 0  # bytes of closed runs: what delivery reports will give back
         produced = 0
         # run_*: the open run, sent but not yet covered by a callback.
@@ -757,20 +766,32 @@ class MirrorWorker:
         self.producer = self._make_producer()
         self.handoff.use_producer(self.producer)
         self._bind_producer()
-        if not len(old):
-            old.close()  # nothing left to flush; otherwise dropping it destroys it without a flush
-        # The last reference: librdkafka's handle is destroyed here, so none of its reports can
-        # arrive after the counts below are reset (they would drive them negative).
-        del old
+        if self._txn is not None:
+            # The new producer's init_transactions aborts whatever the old one left open. The old
+            # one is never closed (close() aborts and flushes without a bound: worker/transactions.py)
+            # and is destroyed beside the loop; nothing polls it, so none of its reports arrives.
+            self._txn.reset()
+            last = [old]
+            del old
+            transactions.retire(last)
+        else:
+            if not len(old):
+                old.close()  # nothing left to flush; otherwise dropping it destroys it without a flush
+            # The last reference: librdkafka's handle is destroyed here, so none of its reports can
+            # arrive after the counts below are reset (they would drive them negative).
+            del old
         self._producer_failed = self.ledger.producer_failed = self._producer_errors.failed = None
         if self._txn is not None:
-            # The new producer's init_transactions aborts whatever the old one left open.
-            self._txn.reset()
             rewind = self._revert_uncommitted()
         self.ledger.forget_outstanding()
         self.ledger.needs_rewind.update(rewind)
         if fatal:
-            self.ledger.exact_until = time.monotonic() + EXACT_FOR_S
+            self.ledger.exact_until = self._clock() + EXACT_FOR_S
+        # The stall watch starts again with the new producer: counted from before the replacement,
+        # it would call a producer stalled that has not had a turn yet (seen: an abort of its
+        # first transaction right after transactions_ready).
+        self._acks_seen = self.ledger.acks
+        self._acks_moved_at = self._clock()
         self.metrics.producer_replacements.inc()
         log = self.log.error if fatal else self.log.warning
         log("producer_replaced", reason=reason, unreported=unreported, partitions_rewound=len(rewind), exact=fatal)
@@ -846,7 +867,7 @@ class MirrorWorker:
             # Which record failed is not known from a run's report (nor from a failed commit): send
             # again with a report per record, so a record the destination refuses is named and
             # only its partition stops (then the next transaction commits without it).
-            self.ledger.exact_until = max(self.ledger.exact_until, time.monotonic() + EXACT_FOR_S)
+            self.ledger.exact_until = max(self.ledger.exact_until, self._clock() + EXACT_FOR_S)
         self.log.warning("transaction_aborted", reason=why, partitions_rewound=len(rewound), exact=exact)
 
     def _revert_uncommitted(self) -> set[TP]:
@@ -913,6 +934,7 @@ class MirrorWorker:
         log = self.log.bind(partitions=len(self.ledger.partitions))
         log.info("worker_stopping")
         self.registered.clear()
+        self.status.session = None  # deregistering: a status write answered later creates nothing
         try:
             assigned = self.handoff.assigned()
             self.handoff.abandon()  # a change under way: its releases are committed below with the rest

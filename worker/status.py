@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from datetime import datetime, timezone
 from functools import partial
 from typing import Any
@@ -19,14 +20,17 @@ class StatusReporter:
     """Build and write ``status/<worker>``: what the leader's hand-off gate and the API read."""
 
     def __init__(self, zk: Any, path: str, consumer: Any, ledger: AckLedger, metrics: WorkerMetrics,
-                 log: Any) -> None:
+                 log: Any, clock: Callable[[], float] = time.monotonic) -> None:
         self._zk = zk
         self._path = path
         self._consumer = consumer
         self._ledger = ledger
         self._metrics = metrics
         self._log = log
-        self.last_written = time.monotonic()
+        self._clock = clock
+        self.last_written = clock()
+        # The ZooKeeper session this worker registered in; None while it is not registered.
+        self.session: int | None = None
         self._progress: dict[TP, tuple[int, float]] = {}  # position, epoch seconds it last moved
 
     def due(self, now: float, interval_s: float) -> bool:
@@ -85,18 +89,34 @@ class StatusReporter:
         ZooKeeper applies one session's requests in order, so a hand-off's status written
         later (also through here) lands after this one.
         """
-        data = self.build(generation, time.monotonic()).encode()
+        data = self.build(generation, self._clock()).encode()
         try:
             self._zk.set_async(self._path, data).rawlink(partial(self._published, data))
         except KazooException as exc:
             self._log.warning("status_write_failed", error=str(exc))
 
+    def _current_session(self) -> int | None:
+        client_id = self._zk.client_id
+        return client_id[0] if client_id else None
+
     def _published(self, data: bytes, result: Any) -> None:
-        """ZooKeeper's answer to :meth:`publish` (kazoo's thread): create the node if our session has none."""
+        """ZooKeeper's answer to :meth:`publish` (kazoo's thread): create the node if our session has none.
+
+        Only for a worker registered in the session that answers. A write sent just before
+        a session expired is answered NoNode once kazoo resends it in the new session,
+        before the worker registered again: a node created then would be an ephemeral
+        status in the new session of a worker the leader does not know, which its own
+        register() would have to clear away (it still does, for any other late write).
+        """
         if result.successful():
             return
         error = result.exception
         if isinstance(error, NoNodeError):
+            session = self._current_session()
+            if self.session is None or session != self.session:
+                self._log.info("status_not_recreated", reason="not registered in this ZooKeeper session",
+                               registered_session=hex(self.session or 0), session=hex(session or 0))
+                return
             try:
                 self._zk.create_async(self._path, data, ephemeral=True)
             except KazooException as exc:

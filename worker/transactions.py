@@ -17,11 +17,28 @@ mirror loop does next:
 
 Calls block the loop for at most ``timeout_s``; the loop calls them only at a transaction
 boundary (every ``worker.transaction_interval_ms``), on a release, a fence and a stop.
+
+``send_offsets_to_transaction`` is the exception librdkafka makes: it waits for the group
+coordinator without a limit, and once its coordinator lookup waits on a broker state change
+that never comes (the destination restarted, and nothing else changes state) it never
+returns, whatever its timeout (confluentinc/librdkafka#5456 and #5511, both open). That is
+what stalled exactly-once mirroring after two destination restarts. So that call runs on a
+helper thread and the loop waits ``timeout_s`` plus :data:`OVERRUN_S`; past that the outcome
+is ``FATAL``: the loop replaces the producer, whose successor's ``init_transactions`` fences
+the stuck one. The stuck call's thread keeps its producer alive until the call returns, so the
+client is never destroyed under it.
+
+A replaced producer is let go with :func:`retire`, never ``close()``: confluent-kafka's
+``close()`` aborts the open transaction and flushes, neither bounded by anything the loop
+controls. After destination restarts one worker never came out of a producer replacement
+whose last step was that ``close()`` (no stack was taken), and the successor's
+``init_transactions`` aborts that transaction anyway.
 """
 
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -32,6 +49,10 @@ COMMITTED = "committed"
 RETRY = "retry"
 ABORTED = "aborted"
 FATAL = "fatal"
+
+# How much longer than its own timeout a transactional call may run before the loop gives up on
+# its producer: librdkafka's own timeout, when it works, always wins.
+OVERRUN_S = 5.0
 
 
 # The pipeline's delivery mode, recorded by the controller (controller/fencing.py writes the same node).
@@ -71,13 +92,15 @@ class Transactions:
     """The transaction state of the worker's current producer (one per producer; reset on replacement)."""
 
     def __init__(self, interval_s: float, max_bytes: int, group_metadata: Callable[[], Any], log: Any,
-                 timeout_s: float = 30.0, clock: Callable[[], float] = time.monotonic) -> None:
+                 timeout_s: float = 30.0, clock: Callable[[], float] = time.monotonic,
+                 overrun_s: float = OVERRUN_S) -> None:
         self.interval_s = interval_s
         self.max_bytes = max_bytes
         self._group_metadata = group_metadata  # the source consumer's: the offsets' group
         self._log = log
         self._timeout_s = timeout_s
         self._clock = clock
+        self._overrun_s = overrun_s
         self._ready: Any = None  # the producer init_transactions ran on
         self.open = False
         self.opened_at = 0.0
@@ -119,8 +142,10 @@ class Transactions:
     def commit(self, producer: Any, offsets: list[TopicPartition]) -> str:
         """Send ``offsets`` (destination topic/partition -> next source offset) and commit, all records included."""
         try:
-            if offsets:
-                producer.send_offsets_to_transaction(offsets, self._group_metadata(), self._timeout_s)
+            if offsets and not self._bounded(producer.send_offsets_to_transaction, offsets,
+                                             self._group_metadata(), self._timeout_s):
+                self.reset()
+                return FATAL
             producer.commit_transaction(self._timeout_s)
         except KafkaException as exc:
             outcome = classify(exc)
@@ -134,6 +159,32 @@ class Transactions:
         self.commits += 1
         return COMMITTED
 
+    def _bounded(self, call: Callable[..., None], *args: Any) -> bool:
+        """``call(*args)`` on a helper thread; False (logged) when it is still running past its timeout.
+
+        The call's own exception is raised here, in the loop's thread. A call that does not
+        return is left running: its thread holds the producer (``call`` is bound to it), so
+        the client outlives the call whatever the loop does with it.
+        """
+        raised: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                call(*args)
+            except BaseException as exc:  # handed over to the loop's thread below
+                raised.append(exc)
+
+        thread = threading.Thread(target=run, name="transaction-call", daemon=True)
+        thread.start()
+        thread.join(self._timeout_s + self._overrun_s)
+        if thread.is_alive():
+            self._log.error("transaction_call_hung", call=getattr(call, "__name__", str(call)),
+                            waited_s=self._timeout_s + self._overrun_s, outcome=FATAL)
+            return False
+        if raised:
+            raise raised[0]
+        return True
+
     def abort(self, producer: Any, timeout_s: float | None = None) -> str:
         """Abort the open transaction: none of its records is ever visible to a read_committed reader."""
         self.aborts += 1
@@ -145,3 +196,13 @@ class Transactions:
             return FATAL
         self.open = False
         return ABORTED
+
+
+def retire(producer: list[Any]) -> None:
+    """Let go of a replaced transactional producer on a thread of its own, without ``close()``.
+
+    ``producer`` is a one-item list holding the last reference the loop has; the thread
+    empties it, so librdkafka's handle is destroyed there and a slow destroy never holds
+    the loop. Nobody polls the client any more, so none of its delivery reports runs.
+    """
+    threading.Thread(target=producer.clear, name="producer-retire", daemon=True).start()

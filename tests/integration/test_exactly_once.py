@@ -484,3 +484,34 @@ def test_a_source_broker_restart_under_load_resumes_exactly_once(pipeline, servi
     # And every record is there exactly once, in order
     assert_each_record_once_in_order(dst, topic, partitions, sent)
 
+
+
+def test_two_destination_restarts_under_load_lose_and_duplicate_nothing(pipeline, services):
+    # Not on a shared stack: it restarts the destination broker. After such restarts librdkafka's
+    # send_offsets_to_transaction can wait for ever (librdkafka #5456/#5511); before the worker gave
+    # such a producer up after its timeout (worker/transactions.py), this stalled for good.
+    from devtools import stack
+
+    # Given two exactly-once workers mirroring under continuous load
+    topic = f"{pipeline.name}-eosdst"
+    partitions = 4
+    kafka_io.create_topic(services["source"], topic, partitions)
+    pipeline.start_controller(worker=dict(EXACT))
+    start(pipeline, "w1")
+    start(pipeline, "w2")
+    assert pipeline.api("POST", "/topics", {"topic": topic})[0] == 201
+    dst = services["destination"]
+    with ContinuousProducer(services["source"], topic, partitions, rate_per_s=500) as load:
+        wait_for(lambda: committed_copies(dst, topic, partitions) > 500, 60, "mirroring")
+        # When the destination broker restarts twice, the second time soon after the first
+        for pause in (3, 1):
+            stack.stop_service(services["dir"], "destination")
+            try:
+                time.sleep(pause)  # the outage
+            finally:
+                stack.start_service(services["dir"], "destination")
+            time.sleep(5)  # load on the restarted broker before the next fault
+        load.stop()
+        sent = load.sent
+    # Then transactions commit again, and every record is there exactly once, in order
+    assert_each_record_once_in_order(dst, topic, partitions, sent, timeout_s=120)

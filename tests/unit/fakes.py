@@ -301,6 +301,16 @@ class _Async:
         return self._value
 
 
+class _Pending:
+    """An asynchronous write ZooKeeper has not answered yet: its callbacks run once it does."""
+
+    def __init__(self) -> None:
+        self.callbacks: list[Callable[[Any], None]] = []
+
+    def rawlink(self, callback: Callable[[Any], None]) -> None:
+        self.callbacks.append(callback)
+
+
 @dataclass
 class FakeZooKeeper:
     """Nodes in a dict, data watches, connection listeners; every write is recorded in order."""
@@ -312,7 +322,12 @@ class FakeZooKeeper:
     watches: dict[str, list[Callable[..., bool]]] = field(default_factory=dict)
     answering: bool = True  # False: lease renewals go unanswered (a frozen ensemble)
     broken: bool = False  # True: every read raises ConnectionLoss (ZooKeeper unreachable)
-    deferred: list[tuple[str, bytes]] | None = None  # a list: set_async calls wait here until answer_deferred()
+    deferred: list[tuple[str, bytes, _Pending]] | None = None  # a list: set_async waits here until answer_deferred()
+    session: int = 1  # the session id; expire() starts a new one
+
+    @property
+    def client_id(self) -> tuple[int, bytes]:
+        return (self.session, b"")
 
     def add_listener(self, listener: Callable[[str], None]) -> None:
         self.listeners.append(listener)
@@ -379,13 +394,20 @@ class FakeZooKeeper:
     def answer_deferred(self) -> None:
         """ZooKeeper answers the asynchronous writes it held back, in order."""
         held, self.deferred = self.deferred or [], None
-        for path, value in held:
-            self.set(path, value)
+        for path, value, pending in held:
+            try:
+                self.set(path, value)
+                answer = _Async(None)
+            except NoNodeError as exc:  # in the session that is current now, as kazoo resends it
+                answer = _Async(None, exc)
+            for callback in pending.callbacks:
+                callback(answer)
 
-    def set_async(self, path: str, value: bytes) -> _Async:
+    def set_async(self, path: str, value: bytes) -> _Async | _Pending:
         if self.deferred is not None:
-            self.deferred.append((path, value))
-            return SimpleNamespace(rawlink=lambda callback: None)  # type: ignore[return-value]
+            pending = _Pending()
+            self.deferred.append((path, value, pending))
+            return pending
         try:
             self.set(path, value)
         except NoNodeError as exc:
@@ -416,6 +438,7 @@ class FakeZooKeeper:
         """The session expires: ephemeral nodes vanish (all of a worker's nodes are ephemeral here)."""
         for path in [p for p in self.nodes if "/workers/" in p or "/status/" in p]:
             del self.nodes[path]
+        self.session += 1
         self.connection(KazooState.LOST)
 
     def stop(self) -> None:

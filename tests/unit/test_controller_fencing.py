@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import threading
-import time
 from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException
 
 from common import config as config_module
 from common.zkschema import Assignment
@@ -32,41 +32,55 @@ class Recorder(FakeKazoo):
         return path
 
 
-def exact_leader(init: Any) -> tuple[Leadership, Recorder]:
+def exact_leader(init: Any) -> tuple[Leadership, Recorder, list[Any]]:
+    """An exactly-once leader whose fences wait in the returned list until the test runs them."""
     client = Recorder()
     leader = Leadership(EXACT, client, "c1", cache=False)  # type: ignore[arg-type]
     assert leader._fencer is not None
+    pending: list[Any] = []
     leader._fencer._init = init
-    return leader, client
+    leader._fencer._spawn = lambda run, name: pending.append(run)
+    return leader, client, pending
 
 
 def test_a_departed_workers_partitions_wait_for_its_fence_then_move():
-    # Given w1 owned everything and departed (its node is gone), w2 is live; the fence is slow
-    release = threading.Event()
+    # Given w1 owned everything and departed (its node is gone), w2 is live
     fenced: list[str] = []
-
-    def init(txn_id: str) -> None:
-        release.wait(5)
-        fenced.append(txn_id)
-
-    leader, client = exact_leader(init)
+    leader, client, pending = exact_leader(fenced.append)
     written = {"w1": Assignment(1, ALL)}
     # When the leader plans before the fence is done
     first = leader._plan(snapshot(["w2"], written), now=1000.0)
     # Then nothing of w1's goes to w2, and w1's assignment node is kept (a new leader fences again)
     assert first.changed.get("w2", Assignment(2)).partitions == frozenset()
     assert first.withheld == ALL and "w1" not in first.departed
+    assert len(pending) == 1 and not fenced
     # When the fence is done
-    release.set()
-    deadline = time.monotonic() + 5
-    while not fenced and time.monotonic() < deadline:
-        time.sleep(0.01)
-    time.sleep(0.05)
+    pending.pop()()
     second = leader._plan(snapshot(["w2"], written), now=1001.0)
     # Then w2 gets them, w1's node goes, and the fence is recorded in ZooKeeper
     assert fenced == ["ureplicator.unit.w1"]
     assert second.changed["w2"].partitions == ALL and second.departed == ["w1"]
     assert b'"state": "fenced"' in client.nodes["/ureplicator/unit/fences/w1"]
+
+
+def test_a_fence_that_fails_keeps_the_partitions_withheld_and_is_started_again_after_a_pause():
+    # Given w1 departed and a destination that refuses the fence
+    def refuse(txn_id: str) -> None:
+        raise KafkaException(KafkaError(KafkaError._TRANSPORT))
+
+    leader, client, pending = exact_leader(refuse)
+    paused: list[float] = []
+    leader._fencer._sleep = paused.append
+    written = {"w1": Assignment(1, ALL)}
+    leader._plan(snapshot(["w2"], written), now=1000.0)
+    # When the fence runs and fails
+    pending.pop()()
+    # Then it pauses before the next round asks again, and w1's partitions stay withheld
+    assert paused == [1.0]
+    again = leader._plan(snapshot(["w2"], written), now=1001.0)
+    assert again.withheld == ALL and "w1" not in again.departed
+    # And that round started the fence again
+    assert len(pending) == 1
 
 
 def test_at_least_once_pipelines_fence_nothing():

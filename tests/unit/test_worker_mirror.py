@@ -18,6 +18,19 @@ from worker.clients import WorkerClients
 from worker.mirror import MirrorWorker
 
 
+class Clock:
+    """The worker's clock: time passes only when a test says so."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
 @dataclass
 class Rig:
     worker: MirrorWorker
@@ -26,6 +39,7 @@ class Rig:
     zk: FakeZooKeeper
     paths: Paths
     commit_clients: list[FakeCommitClient]
+    clock: Clock
 
     def assign(self, generation: int, *partitions: tuple[str, int]) -> None:
         """The leader writes this worker's assignment."""
@@ -33,7 +47,7 @@ class Rig:
 
     def turns(self, n: int = 5) -> None:
         for _ in range(n):
-            time.sleep(0.002)  # past the 1 ms commit interval: every turn commits and reports
+            self.clock.advance(0.002)  # past the 1 ms commit interval: every turn commits and reports
             self.worker.turn()
 
     def lose_zookeeper(self) -> None:
@@ -101,9 +115,10 @@ def make_rig(fresh: list[FakeProducer] | None = None, handoff_thread: bool = Fal
     clients = WorkerClients(consumer=consumer, producer=producer, zk=zk, make_producer=new_producer,
                             make_commit_client=new_commit_client, commit_thread=False,
                             handoff_thread=handoff_thread)
-    worker = MirrorWorker(cfg, "w1", clients=clients)
+    clock = Clock()
+    worker = MirrorWorker(cfg, "w1", clients=clients, clock=clock)
     worker.register()
-    return Rig(worker, consumer, producer, zk, paths, commit_clients)
+    return Rig(worker, consumer, producer, zk, paths, commit_clients, clock)
 
 
 def held_rig() -> tuple[Rig, list[FakeProducer]]:
@@ -400,7 +415,7 @@ def test_a_release_that_times_out_purges_so_nothing_lands_behind_the_next_owner(
     rig.assign(2, ("t", 0))
     rig.turns(1)
     assert rig.status().generation == 1  # the release waits for the acks, beside the loop
-    time.sleep(0.6)
+    rig.clock.advance(0.6)
     rig.turns(1)
     # Then nothing of t:1 is left to be sent and nothing of it was committed
     held = [msg.partition() for msg, _ in rig.producer.queue + rig.producer.wire if msg.topic() == "t"]
@@ -513,7 +528,7 @@ def test_a_producer_that_acknowledges_nothing_for_the_shutdown_timeout_is_replac
     rig, fresh = held_rig()
     assert rig.worker.ledger.in_flight_bytes > 0
     # When no acknowledgement comes for longer than worker.producer_stall_s (0.5 s here)
-    time.sleep(0.6)
+    rig.clock.advance(0.6)
     with capture_logs() as logs:
         rig.turns(2)
     # Then the producer was purged and replaced, and t:0 rewound and resent through the new one
@@ -532,7 +547,7 @@ def test_a_destination_that_acknowledges_slowly_is_not_a_stall(rig):
     rig.turns(1)
     # When acknowledgements keep trickling in for longer than the shutdown timeout
     for _ in range(4):
-        time.sleep(0.2)
+        rig.clock.advance(0.2)
         msg, callback = rig.producer.queue.pop(0)
         rig.producer._deliver([(msg, callback)])
         rig.turns(1)
@@ -563,6 +578,26 @@ def test_a_periodic_status_write_recreates_a_missing_status_node(rig):
     del rig.zk.nodes[rig.paths.worker_status("w1")]
     rig.turns(1)
     assert rig.status().owned == {("t", 0)}
+
+
+def test_a_status_write_answered_in_a_new_session_before_the_worker_registered_again_creates_nothing(rig):
+    # Given a periodic status write ZooKeeper has not answered when the worker's session expires
+    rig.assign(1, ("t", 0))
+    rig.turns(2)
+    rig.zk.deferred = []
+    rig.turns(1)
+    assert rig.zk.deferred
+    rig.zk.expire()
+    rig.turns(1)  # drops t:0; the new session is not connected yet
+    # When kazoo resends it in the new session, before the worker registered again
+    rig.zk.connection(KazooState.CONNECTED)
+    rig.zk.answer_deferred()
+    # Then no status node is created for a worker the leader does not know
+    assert rig.paths.worker_status("w1") not in rig.zk.nodes
+    # And the worker registers again at once (no node of its own to wait out), and its status is written
+    rig.turns(1)
+    assert rig.worker.registered.is_set()
+    assert rig.status().owned == set()
 
 
 def test_records_expired_before_mirroring_are_reported_from_one_offsets_request_after_the_assignment(rig):

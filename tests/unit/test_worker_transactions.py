@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import weakref
 from typing import Any
 
 import pytest
@@ -18,7 +20,7 @@ class Log:
     def info(self, event: str, **kw: Any) -> None:
         self.events.append(event)
 
-    warning = info
+    warning = error = info
 
 
 class TxnError(KafkaError):
@@ -29,11 +31,15 @@ class TxnError(KafkaError):
 
 
 class Producer:
-    def __init__(self, fail_commit: KafkaError | None = None, fail_abort: KafkaError | None = None) -> None:
+    def __init__(self, fail_commit: KafkaError | None = None, fail_abort: KafkaError | None = None,
+                 fail_offsets: KafkaError | None = None, offsets_answer: threading.Event | None = None) -> None:
         self.calls: list[str] = []
         self.offsets: list[TopicPartition] = []
         self.fail_commit = fail_commit
         self.fail_abort = fail_abort
+        self.fail_offsets = fail_offsets
+        # Set: send_offsets_to_transaction returns only once it is (librdkafka's group-coordinator hang)
+        self.offsets_answer = offsets_answer
 
     def init_transactions(self, timeout: float) -> None:
         self.calls.append("init")
@@ -44,6 +50,10 @@ class Producer:
     def send_offsets_to_transaction(self, offsets: list[TopicPartition], metadata: Any, timeout: float) -> None:
         self.calls.append("offsets")
         self.offsets = offsets
+        if self.offsets_answer is not None:
+            self.offsets_answer.wait()
+        if self.fail_offsets is not None:
+            raise KafkaException(self.fail_offsets)
 
     def commit_transaction(self, timeout: float) -> None:
         self.calls.append("commit")
@@ -56,9 +66,11 @@ class Producer:
             raise KafkaException(self.fail_abort)
 
 
-def opened(producer: Producer, clock: list[float] | None = None) -> Transactions:
+def opened(producer: Producer, clock: list[float] | None = None, log: Log | None = None,
+           timeout_s: float = 30.0) -> Transactions:
     now = clock or [0.0]
-    txn = Transactions(1.0, 1000, lambda: "group-metadata", Log(), clock=lambda: now[0])
+    txn = Transactions(1.0, 1000, lambda: "group-metadata", log or Log(), clock=lambda: now[0], timeout_s=timeout_s,
+                       overrun_s=0.0)
     assert txn.ready(producer)
     txn.begin(producer)
     return txn
@@ -92,6 +104,46 @@ def test_each_error_class_asks_for_its_own_recovery(error, outcome, calls):
     txn = opened(producer)
     assert txn.commit(producer, [TopicPartition("dest", 0, 1)]) == outcome
     assert producer.calls == calls
+
+
+def test_an_error_sending_the_positions_is_classified_like_a_commit_error():
+    producer = Producer(fail_offsets=TxnError(KafkaError._STATE, abortable=True))
+    txn = opened(producer)
+    assert txn.commit(producer, [TopicPartition("dest", 0, 1)]) == ABORTED
+    assert producer.calls == ["init", "begin", "offsets", "abort"]
+
+
+def test_sending_the_positions_that_never_returns_gives_the_producer_up():
+    # Given a send_offsets_to_transaction that ignores its timeout (librdkafka #5456/#5511)
+    answer = threading.Event()
+    producer, log = Producer(offsets_answer=answer), Log()
+    txn = opened(producer, log=log, timeout_s=0.05)
+    try:
+        # When the positions are sent
+        outcome = txn.commit(producer, [TopicPartition("dest", 0, 1)])
+        # Then the loop gets its thread back: a new producer, whose init_transactions fences this one
+        assert outcome == FATAL and "transaction_call_hung" in log.events
+        assert "commit" not in producer.calls and not txn.open
+        fresh = Producer()
+        assert txn.ready(fresh) and fresh.calls == ["init"]
+    finally:
+        answer.set()
+
+
+def test_a_retired_producer_is_let_go_beside_the_loop_never_closed():
+    closes: list[str] = []
+
+    class Closeable(Producer):
+        def close(self) -> None:
+            closes.append("close")  # would abort its transaction and flush, without a bound
+
+    dropped = threading.Event()
+    old = Closeable()
+    weakref.finalize(old, dropped.set)
+    last = [old]
+    del old
+    transactions.retire(last)
+    assert dropped.wait(5) and closes == []  # the last reference went on the retiring thread
 
 
 def test_a_fenced_producer_needs_init_transactions_again():
