@@ -22,9 +22,9 @@ from typing import Any
 from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
-from common import kafka
 from devtools import jvm
 from devtools.ports import free_port  # noqa: F401 - re-exported for the bench scripts
+from ureplicator.common import kafka
 
 REPO: Path = Path(__file__).resolve().parent.parent
 RESULTS_DIR: Path = REPO / "bench" / "results"

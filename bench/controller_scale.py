@@ -16,8 +16,8 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from common.zkschema import Assignment
-from controller.assignment import assign, moves
+from ureplicator.common.zkschema import Assignment
+from ureplicator.controller.assignment import assign, moves
 
 ROOT = Path(__file__).resolve().parent.parent
 START, END = "<!-- controller-scale:start -->", "<!-- controller-scale:end -->"

@@ -93,9 +93,9 @@ from bench.window import (
     thread_cpu_between,
     thread_group,
 )
-from common.errors import UReplicatorError
-from controller.client import request
 from devtools import jvm, stack
+from ureplicator.common.errors import UReplicatorError
+from ureplicator.controller.client import request
 
 START = "<!-- throughput-bench:start -->"
 END = "<!-- throughput-bench:end -->"
@@ -590,7 +590,7 @@ def run_ureplicator(bench: Bench, ds: Dataset, rnd: int, scale: int = 1, profile
     }
     config_path = folder / "pipeline.yaml"
     config_path.write_text(yaml.safe_dump(config))
-    python = [bench.python, "-m", "cli"]
+    python = [bench.python, "-m", "ureplicator"]
     procs: list[subprocess.Popen[bytes]] = []
     spy: subprocess.Popen[bytes] | None = None
     try:

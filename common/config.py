@@ -31,8 +31,8 @@ from typing import Any
 
 import yaml
 
-from common import topology
-from common.errors import ConfigError
+from ureplicator.common import topology
+from ureplicator.common.errors import ConfigError
 
 ENV_PREFIX = "UREPLICATOR_"
 

@@ -23,13 +23,13 @@ from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from werkzeug.exceptions import HTTPException
 
-from common import autherrors, httpserve, logs, zk
-from common.config import Config, RouteConfig, route_view
-from common.errors import ClusterUnavailable, ConfigError, UReplicatorError
-from common.zkschema import Paths, RateLimit, SchemaError, TopicRecord, valid_topic_name, valid_worker_id
-from controller import status_api, topics
-from controller.leader import LeaderState, autobalancing
-from controller.openapi import document
+from ureplicator.common import autherrors, httpserve, logs, zk
+from ureplicator.common.config import Config, RouteConfig, route_view
+from ureplicator.common.errors import ClusterUnavailable, ConfigError, UReplicatorError
+from ureplicator.common.zkschema import Paths, RateLimit, SchemaError, TopicRecord, valid_topic_name, valid_worker_id
+from ureplicator.controller import status_api, topics
+from ureplicator.controller.leader import LeaderState, autobalancing
+from ureplicator.controller.openapi import document
 
 log = logs.get(__name__)
 
@@ -112,7 +112,7 @@ class Controller:
         return Paths(self.config.pipeline_root)
 
     def routes(self) -> dict[str, tuple[RouteConfig, Any]]:
-        from controller.routeset import registry
+        from ureplicator.controller.routeset import registry
 
         return registry(self.config, self.zk)
 
@@ -155,7 +155,7 @@ def create_app(controller: Controller) -> Flask:
     app.config["controller"] = controller
     app.json.sort_keys = False  # type: ignore[attr-defined]
     app.url_map.strict_slashes = False
-    from controller import routes_api  # it builds on this module's errors and guards
+    from ureplicator.controller import routes_api  # it builds on this module's errors and guards
 
     scoped = (*_ROUTE_SCOPED, *controller.route_blueprints)
     for blueprint in (*scoped, _meta, routes_api.blueprint, *controller.extra_blueprints):

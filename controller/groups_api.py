@@ -20,13 +20,13 @@ from typing import Any
 from flask import Blueprint, jsonify, request
 from kazoo.client import KazooClient
 
-from common import zk
-from common.config import IMPLICIT_ROUTE, Config
-from common.zkschema import Paths
-from controller.api import ApiError, requires_admin, route_of_request
-from controller.leader import Leadership
-from failover.groups import GroupNotFound, GroupOffsets
-from failover.sync import GroupSync, GroupSyncMetrics
+from ureplicator.common import zk
+from ureplicator.common.config import IMPLICIT_ROUTE, Config
+from ureplicator.common.zkschema import Paths
+from ureplicator.controller.api import ApiError, requires_admin, route_of_request
+from ureplicator.controller.leader import Leadership
+from ureplicator.failover.groups import GroupNotFound, GroupOffsets
+from ureplicator.failover.sync import GroupSync, GroupSyncMetrics
 
 _MAX_GROUP = 255
 

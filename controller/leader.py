@@ -22,14 +22,14 @@ from typing import Any
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import KazooException, NoNodeError
 
-from common import logs, zk
-from common.config import Config
-from common.errors import UReplicatorError
-from common.zkschema import Assignment, Paths, TopicPartition, TopicRecord, WorkerStatus
-from controller import fencing, topics
-from controller.assignment import assign, writable
-from controller.metrics import ControllerMetrics
-from controller.zkview import RouteView
+from ureplicator.common import logs, zk
+from ureplicator.common.config import Config
+from ureplicator.common.errors import UReplicatorError
+from ureplicator.common.zkschema import Assignment, Paths, TopicPartition, TopicRecord, WorkerStatus
+from ureplicator.controller import fencing, topics
+from ureplicator.controller.assignment import assign, writable
+from ureplicator.controller.metrics import ControllerMetrics
+from ureplicator.controller.zkview import RouteView
 
 
 @dataclass

@@ -23,10 +23,10 @@ from typing import Any
 from confluent_kafka import KafkaException, TopicPartition
 from flask import Blueprint, Response, abort, current_app, jsonify, render_template_string, send_file
 
-from common import autherrors, kafka, logs, zk
-from common.config import IMPLICIT_ROUTE
-from common.zkschema import Assignment, TopicRecord, WorkerStatus
-from controller import heartbeat
+from ureplicator.common import autherrors, kafka, logs, zk
+from ureplicator.common.config import IMPLICIT_ROUTE
+from ureplicator.common.zkschema import Assignment, TopicRecord, WorkerStatus
+from ureplicator.controller import heartbeat
 
 log = logs.get(__name__)
 
@@ -350,7 +350,7 @@ class _Reader:
     def _verification(self) -> tuple[dict[str, Any] | None, str | None]:
         if self.reports_dir is None:
             return None, None
-        from reports.store import LATEST_HTML, ReportStore
+        from ureplicator.reports.store import LATEST_HTML, ReportStore
 
         summary = ReportStore(self.reports_dir).summary()
         url = "/ui/verification" if (self.reports_dir / LATEST_HTML).is_file() else None
@@ -413,7 +413,7 @@ def make_blueprint() -> Blueprint:
 
     @blueprint.get("/ui/verification")
     def verification_report() -> Any:
-        from reports.store import LATEST_HTML
+        from ureplicator.reports.store import LATEST_HTML
 
         directory = reports_dir(current_app.config["controller"])
         if directory is None or not (directory / LATEST_HTML).is_file():

@@ -40,8 +40,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from reports import model
-from reports.model import Watermarks
+from ureplicator.reports import model
+from ureplicator.reports.model import Watermarks
 
 FORMAT_VERSION = 1
 FILE_NAME = "checkpoint.json"

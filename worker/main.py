@@ -18,11 +18,11 @@ from datetime import datetime, timezone
 from kazoo.client import KazooState
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
-from common import logs, signals, zk
-from common.config import Config, worker_id
-from common.errors import UReplicatorError
-from common.zkschema import Paths, PoolBinding, SchemaError, WorkerInfo
-from worker.mirror import VERSION, MirrorWorker
+from ureplicator.common import logs, signals, zk
+from ureplicator.common.config import Config, worker_id
+from ureplicator.common.errors import UReplicatorError
+from ureplicator.common.zkschema import Paths, PoolBinding, SchemaError, WorkerInfo
+from ureplicator.worker.mirror import VERSION, MirrorWorker
 
 
 def run(config: Config) -> int:

@@ -37,6 +37,7 @@ def todays_code(directory: Path) -> Path:
 def spawn_in(pipeline: Pipeline, code: Path, label: str, role: str, config: Path) -> Process:
     """A ``ureplicator <role>`` process that imports its packages from ``code`` (it is first on sys.path)."""
     log = pipeline.workdir / f"{pipeline.name}-{label}.log"
+    # The old code predates the ureplicator namespace: its packages are top-level.
     popen = subprocess.Popen([sys.executable, "-m", "cli", role, "--config", str(config)], cwd=code,
                              stdout=log.open("ab"), stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     proc = Process(label, popen, log)
@@ -237,10 +238,10 @@ def test_adding_and_deleting_a_route_leaves_another_routes_assignment_untouched(
 
 def test_a_worker_resolves_a_route_added_through_the_api_from_zookeeper(pipeline, services):
     # Given a deployment whose only declared route is not "default" (its state has a root of its own)
-    from common import config as config_module
-    from common import zk
-    from common.errors import ConfigError
-    from common.zkschema import RouteRecord
+    from ureplicator.common import config as config_module
+    from ureplicator.common import zk
+    from ureplicator.common.errors import ConfigError
+    from ureplicator.common.zkschema import RouteRecord
 
     clusters = {"src": {"bootstrap_servers": services["source"]},
                 "dst": {"bootstrap_servers": services["destination"]}}
@@ -292,7 +293,7 @@ def test_a_route_to_an_unreachable_cluster_never_holds_up_another_routes_hand_of
     client = KazooClient(hosts=services["zookeeper"])
     client.start(15)
     try:
-        from common.zkschema import TopicRecord
+        from ureplicator.common.zkschema import TopicRecord
 
         # A topic of route "lost" (registered as the API would have, while "lost" still answered)
         client.create(f"{root}/routes/lost/topics/{topic}", TopicRecord(topic, f"src.{topic}", partitions).encode(),

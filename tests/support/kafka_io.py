@@ -10,7 +10,7 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
-from common import provenance
+from ureplicator.common import provenance
 
 # Where a helper connects: a bootstrap address, or a whole librdkafka client config (TLS, SASL).
 Cluster = str | Mapping[str, Any]

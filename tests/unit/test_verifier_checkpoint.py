@@ -7,10 +7,16 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from reports import model
-from reports.model import Watermarks
-from verifier import checkpoint
-from verifier.checkpoint import Checkpoint, CheckpointFile, PartitionCheckpoint, TopicCheckpoint, TopicIdentity
+from ureplicator.reports import model
+from ureplicator.reports.model import Watermarks
+from ureplicator.verifier import checkpoint
+from ureplicator.verifier.checkpoint import (
+    Checkpoint,
+    CheckpointFile,
+    PartitionCheckpoint,
+    TopicCheckpoint,
+    TopicIdentity,
+)
 
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=timezone.utc)
 DAY = 86_400.0
