@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -18,6 +17,7 @@ from kazoo.client import KazooClient
 from tests.support import kafka_io
 from tests.support.kafka_io import wait_for
 from tests.support.pipeline import Pipeline, Process
+from tests.support.rounds import wait_rounds
 
 pytestmark = pytest.mark.integration
 
@@ -123,7 +123,7 @@ def test_todays_single_pipeline_state_is_taken_over_without_a_move_or_a_copy(pip
         old_controller.terminate()
         new_controller = pipeline.start_controller("new-controller")
         wait_for(lambda: pipeline.api("GET", "/health")[1]["is_leader"], 30, "the new controller leads")
-        time.sleep(5)  # five reconcile rounds (reconcile_interval_s: 1)
+        wait_rounds(pipeline.url, 5)  # five reconcile rounds of the new leader
 
         # Then it sees today's state as the route "default", moves nothing and copies nothing again
         status, routes = pipeline.api("GET", "/routes")
@@ -223,7 +223,7 @@ def test_adding_and_deleting_a_route_leaves_another_routes_assignment_untouched(
         assert not client.exists(f"{root}/routes/back")
         wait_for(lambda: waiting not in metrics(pipeline), 30, "route back's series dropped")
         kafka_io.produce(services["source"], topic, 200, partitions, start=200)
-        time.sleep(3)
+        wait_rounds(pipeline.url, 3)  # rounds after the delete: any move they would make is made
 
         # Then route default mirrored everything once and its workers' assignment nodes never changed
         wait_for(lambda: mirrored_exactly(services, "source", "destination", topic, topic, partitions), 60,
@@ -351,10 +351,10 @@ def test_active_active_in_one_deployment_copies_each_record_once_each_way_and_th
         copies = [r for r in records if r.provenance() is not None]
         assert len(copies) == 100 and {c.provenance().origin for c in copies} == {other}
         assert len({(r.key, r.value) for r in records}) == 200
-    # and nothing bounces back: the end offsets stay still
-    time.sleep(5)
-    assert both_hold(200)
     # each route committed in its own group on its own source (past the copies it skipped, too)
     wait_for(lambda: sum(kafka_io.committed(services["source"], pipeline.group, topic, partitions).values()) == 200
              and sum(kafka_io.committed(services["destination"], f"{pipeline.group}.back", topic,
                                         partitions).values()) == 200, 30, "both routes committed")
+    # and nothing bounces back: with every record consumed and acknowledged on both sides, an echo
+    # would already be written, and the end offsets still hold
+    assert both_hold(200)
