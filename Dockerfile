@@ -34,6 +34,7 @@ RUN apt-get update \
 WORKDIR /src
 # setup.cfg reads README.md as the long description.
 COPY setup.cfg setup.py pyproject.toml README.md ./
+COPY ureplicator/ ureplicator/
 COPY cli/ cli/
 COPY common/ common/
 COPY controller/ controller/

@@ -106,13 +106,13 @@ sanitize:
 	@set -e; [ -x $(BIN)/python ] || { echo "sanitize: run make install first"; exit 1; }; rm -rf build/sanitize; \
 	CFLAGS="$(SANITIZE_CFLAGS)" LDFLAGS="-fsanitize=address,undefined" \
 	  $(BIN)/python setup.py -q build_ext --build-lib build/sanitize --build-temp build/sanitize/tmp; \
-	so=$$(ls build/sanitize/worker/_native*.so 2>/dev/null || true); \
+	so=$$(ls build/sanitize/ureplicator/worker/_native*.so 2>/dev/null || true); \
 	[ -n "$$so" ] || { echo "sanitize: the instrumented build failed (is gcc with libasan installed?)"; exit 1; }; \
 	so=$$(realpath $$so); \
 	export LD_PRELOAD="$$($${CC:-gcc} -print-file-name=libasan.so) $$($${CC:-gcc} -print-file-name=libubsan.so)"; \
 	export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1; \
 	export UREPLICATOR_NATIVE_MODULE=$$so; \
-	$(BIN)/python -c "from worker import native; m = native.load(); assert m.__file__ == '$$so', m.__file__; \
+	$(BIN)/python -c "from ureplicator.worker import native; m = native.load(); assert m.__file__ == '$$so', m.__file__; \
 	  print('sanitize: C loop under ASan/UBSan:', m.__file__)"; \
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests/unit/test_worker_native.py tests/integration/test_native_loop.py \
 	  $(PYTEST_ARGS)

@@ -19,13 +19,13 @@ from typing import Any
 
 import psutil
 
-from common import kafka
 from devtools import jvm
 from devtools.harness import (
     REPO,
     create_topic,  # noqa: F401 - verifier_bench.py imports it from here
     say,
 )
+from ureplicator.common import kafka
 
 RESULTS_DIR: Path = REPO / "bench" / "results"
 DOC: Path = REPO / "docs" / "benchmarks.md"

@@ -19,8 +19,8 @@ from pathlib import Path
 import psutil
 
 from bench.common import DOC, RESULTS_DIR, replace_section
-from common.zkschema import Assignment
-from controller.assignment import assign, moves
+from ureplicator.common.zkschema import Assignment
+from ureplicator.controller.assignment import assign, moves
 
 START, END = "<!-- controller-scale:start -->", "<!-- controller-scale:end -->"
 

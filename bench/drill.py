@@ -16,7 +16,7 @@ out the source broker's restart) and keeps the key of every record the source
 
 Then the load stops, the drill waits until the committed offsets reach the end
 of every partition, stops the pipeline and runs the verifier
-(``python -m verifier --config <pipeline yaml> --output <dir> --master local[2]``).
+(``python -m ureplicator.verifier --config <pipeline yaml> --output <dir> --master local[2]``).
 It prints the verifier's verdict and its own exact totals: records the source
 acknowledged, records in the source log, mirrored (distinct source offsets on
 the destination, from the ``urep`` header), lost (must be 0), duplicated,
@@ -311,9 +311,9 @@ def _dups_per_step(steps: list[dict[str, Any]], arrivals: Arrivals, topic: str) 
 
 
 def run_verifier(config: Path, output: Path, timeout_s: float) -> dict[str, Any]:
-    """``python -m verifier``; its verdict line, exit status and the JSON report's totals."""
+    """``python -m ureplicator.verifier``; its verdict line, exit status and the JSON report's totals."""
     output.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "verifier", "--config", str(config), "--output", str(output),
+    cmd = [sys.executable, "-m", "ureplicator.verifier", "--config", str(config), "--output", str(output),
            "--master", "local[2]"]
     say(f"drill: running the verifier: {' '.join(cmd[1:])}")
     started = time.monotonic()

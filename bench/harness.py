@@ -38,12 +38,12 @@ import yaml
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
 from bench.common import load_average
-from common import provenance
-from common.errors import UReplicatorError
-from controller.client import request
 from devtools.harness import HarnessError as BenchError
 from devtools.harness import Proc, Processes, wait_for
 from devtools.ports import free_port
+from ureplicator.common import provenance
+from ureplicator.common.errors import UReplicatorError
+from ureplicator.controller.client import request
 
 KEY = struct.Struct(">HQ")  # load records: run tag, sequence number within the flow
 UREP = struct.Struct(">Bqi")  # provenance header: version, source offset, source partition
@@ -125,7 +125,7 @@ class Pipeline:
         port = self.ports.get(label) or free_port()
         self.ports[label] = port
         config = self.write_config(label, port)
-        proc = self.processes.spawn(label, [sys.executable, "-m", "cli", "controller", "--config", str(config)])
+        proc = self.processes.spawn(label, [sys.executable, "-m", "ureplicator", "controller", "--config", str(config)])
         self.controllers[label] = proc
 
         def healthy() -> bool:
@@ -142,7 +142,7 @@ class Pipeline:
     def start_worker(self, worker_id: str, timeout_s: float = 60) -> Proc:
         port = next(iter(self.ports.values()))
         config = self.write_config(worker_id, port, worker_id)
-        proc = self.processes.spawn(worker_id, [sys.executable, "-m", "cli", "worker", "--config", str(config)])
+        proc = self.processes.spawn(worker_id, [sys.executable, "-m", "ureplicator", "worker", "--config", str(config)])
         self.workers[worker_id] = proc
 
         def registered() -> bool:

@@ -398,13 +398,19 @@ class Probe:
 
 
 class CheckoutProcesses(Processes):
-    """Processes that run ``python -m cli`` from another checkout (``--code``): its worker, our harness."""
+    """Processes that run ``python -m ureplicator`` from another checkout (``--code``): its worker, our harness.
+
+    A checkout from before the ``ureplicator`` namespace has top-level packages: its command is ``-m cli``.
+    """
 
     def __init__(self, workdir: Path, code: Path) -> None:
         super().__init__(workdir)
         self.code = code
+        self.namespaced = (code / "ureplicator").is_dir()
 
     def spawn(self, name: str, cmd: list[str], cwd: Path = REPO) -> Proc:
+        if not self.namespaced:
+            cmd = ["cli" if arg == "ureplicator" and cmd[i - 1] == "-m" else arg for i, arg in enumerate(cmd)]
         return super().spawn(name, cmd, self.code if cwd == REPO else cwd)
 
 

@@ -40,8 +40,8 @@ from kazoo.client import KazooClient
 from bench import common
 from bench.harness import BenchError
 from bench.recording import run_and_record
-from common.zkschema import Assignment, PartitionStatus, Paths, TopicRecord, WorkerInfo, WorkerStatus
 from devtools.harness import wait_for
+from ureplicator.common.zkschema import Assignment, PartitionStatus, Paths, TopicRecord, WorkerInfo, WorkerStatus
 
 START, END = "<!-- leader-cost:start -->", "<!-- leader-cost:end -->"
 DOC = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
@@ -66,9 +66,9 @@ class CountingClient(KazooClient):
 
 def leader_child(config_file: Path, stats_file: Path, before: bool) -> int:
     """Run the leader until SIGTERM, writing its counters to ``stats_file`` twice a second."""
-    from common import config as config_module
-    from controller import leader as leader_module
-    from controller.routeset import RouteSet, register_declared
+    from ureplicator.common import config as config_module
+    from ureplicator.controller import leader as leader_module
+    from ureplicator.controller.routeset import RouteSet, register_declared
 
     cfg = config_module.from_dict(json.loads(config_file.read_text()))
     client = CountingClient(hosts=cfg.zookeeper.connect, timeout=cfg.zookeeper.session_timeout_s)
@@ -235,7 +235,7 @@ def measure(args: argparse.Namespace, before: bool, routes: int, workers: int, p
     zookeeper = _zookeeper(args)
     pipeline = f"leader-cost-{os.getpid()}-{'before' if before else 'view'}-{int(time.time())}"
     doc = _config(pipeline, zookeeper, routes)
-    from common import config as config_module
+    from ureplicator.common import config as config_module
 
     cfg = config_module.from_dict(doc)
     admin = KazooClient(hosts=zookeeper, timeout=10)
@@ -247,7 +247,7 @@ def measure(args: argparse.Namespace, before: bool, routes: int, workers: int, p
     workdir.mkdir(parents=True, exist_ok=True)
     leader = None
     try:
-        from controller.routeset import register_declared
+        from ureplicator.controller.routeset import register_declared
 
         register_declared(cfg, admin)  # as the controller does at start, before the route's nodes exist
         per_route = partitions // routes

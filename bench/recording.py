@@ -15,8 +15,8 @@ from typing import Any
 
 from bench import common
 from bench.harness import BenchError, install_signal_handlers
-from common.errors import UReplicatorError
 from devtools import stack
+from ureplicator.common.errors import UReplicatorError
 
 BENCH_ERRORS: tuple[type[BaseException], ...] = (BenchError, UReplicatorError, stack.StackError, TimeoutError)
 

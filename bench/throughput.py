@@ -85,11 +85,11 @@ from bench.window import (
     thread_cpu_between,
     thread_group,
 )
-from common.errors import UReplicatorError
-from controller.client import request
 from devtools import jvm
 from devtools.harness import Offsets, create_topic, delete_topics, list_topics, own_stack, say
 from devtools.ports import free_port
+from ureplicator.common.errors import UReplicatorError
+from ureplicator.controller.client import request
 
 START = "<!-- throughput-bench:start -->"
 END = "<!-- throughput-bench:end -->"
@@ -581,7 +581,7 @@ def run_ureplicator(bench: Bench, ds: Dataset, rnd: int, scale: int = 1, profile
     }
     config_path = folder / "pipeline.yaml"
     config_path.write_text(yaml.safe_dump(config))
-    python = [bench.python, "-m", "cli"]
+    python = [bench.python, "-m", "ureplicator"]
     procs: list[subprocess.Popen[bytes]] = []
     spy: subprocess.Popen[bytes] | None = None
     try:

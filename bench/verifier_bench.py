@@ -25,7 +25,7 @@ commits the end offsets for the replicator's group, then measures on
    (both clusters are read in full: N source and N destination records),
    against the worker's CPU per million copied records from the newest
    throughput results;
-2. **start to verdict** — ``python -m verifier`` as a new process on a
+2. **start to verdict** — ``python -m ureplicator.verifier`` as a new process on a
    100,000-record topic: JVM and Spark start-up, offsets, both passes, reports;
 3. **incremental** — 1 % more records mirrored, then an incremental run
    (continuing from the checkpoint of a full run) against a full run of the
@@ -64,9 +64,9 @@ from bench.common import (
     replace_section,
     say,
 )
-from common import provenance
-from common.config import from_dict
 from devtools import stack
+from ureplicator.common import provenance
+from ureplicator.common.config import from_dict
 
 START = "<!-- verifier-bench:start -->"
 END = "<!-- verifier-bench:end -->"
@@ -136,8 +136,8 @@ class Verifier:
     """A warm SparkSession and the CPU clock of its JVM."""
 
     def __init__(self, services: dict[str, str], args: argparse.Namespace) -> None:
-        from verifier import sparkjob
-        from verifier.watermarks import Clusters
+        from ureplicator.verifier import sparkjob
+        from ureplicator.verifier.watermarks import Clusters
 
         self.services = services
         conf = {"spark.driver.memory": args.driver_memory}
@@ -156,7 +156,7 @@ class Verifier:
 
     def verify(self, topic: str, checkpoint: Path | None = None, full: bool = False) -> dict[str, Any]:
         """One verification of ``topic``: wall and CPU seconds, the report's verdict and what it read."""
-        from verifier import run
+        from ureplicator.verifier import run
 
         incremental = run.Incremental(checkpoint, full=full, full_every_s=None) if checkpoint else None
         cpu, load, started = self.cpu_s(), load_average()[0], time.monotonic()
@@ -226,7 +226,7 @@ def worker_cpu_per_million() -> dict[str, Any] | None:
 
 
 def pass_one(verifier: Verifier, topic: str, records: int, rounds: int, reader: str = "digest") -> dict[str, Any]:
-    from verifier import digest
+    from ureplicator.verifier import digest
 
     runs = []
     previous = os.environ.pop(digest.READER_ENV, None)
@@ -252,7 +252,7 @@ def pass_one(verifier: Verifier, topic: str, records: int, rounds: int, reader: 
 
 
 def start_to_verdict(services: dict[str, str], topic: str, rounds: int, work: Path) -> dict[str, Any]:
-    """``python -m verifier`` as a new process, as a CronJob runs it; the full pass each time."""
+    """``python -m ureplicator.verifier`` as a new process, as a CronJob runs it; the full pass each time."""
     config = work / "bench.yaml"
     config.write_text(json.dumps({
         "pipeline": PIPELINE, "zookeeper": {"connect": services["zookeeper"]},
@@ -264,7 +264,7 @@ def start_to_verdict(services: dict[str, str], topic: str, rounds: int, work: Pa
         started = time.monotonic()
         load = load_average()[0]
         done = subprocess.run(
-            [sys.executable, "-m", "verifier", "--config", str(config), "--topic", f"{topic}={topic}",
+            [sys.executable, "-m", "ureplicator.verifier", "--config", str(config), "--topic", f"{topic}={topic}",
              "--master", "local[2]", "--output", str(work / f"reports-{index}"), "--full"],
             cwd=REPO, capture_output=True, text=True, timeout=600, check=False,
         )
@@ -331,7 +331,7 @@ def render(entry: dict[str, Any]) -> str:
         f"{_verdict(p1['records_per_s'] >= TARGET_RATE)} |",
         f"| Spark JVM CPU per million verified records (pass 1) | {p1['cpu_s_per_million']:.1f} CPU-s | | |",
         *_floor_rows(entry),
-        f"| start to verdict, 100,000-record topic, new `python -m verifier` process (median of "
+        f"| start to verdict, 100,000-record topic, new `python -m ureplicator.verifier` process (median of "
         f"{len(start['rounds'])}) | {start['median_s']:.1f} s | < {TARGET_START_S:.0f} s | "
         f"{_verdict(start['median_s'] < TARGET_START_S)} |",
         f"| incremental run after {inc['new_records']:,} new records (1 %) vs full run of the "

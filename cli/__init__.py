@@ -1,1 +1,1 @@
-"""The ``ureplicator`` command line (``python -m cli``): above every part, imported by none."""
+"""The ``ureplicator`` command line (``python -m ureplicator``): above every part, imported by none."""

@@ -1,7 +1,7 @@
-"""``python -m cli``: the same as the ``ureplicator`` console script."""
+"""``python -m ureplicator.cli``: the same as the ``ureplicator`` console script."""
 
 import sys
 
-from cli.main import main
+from ureplicator.cli.main import main
 
 sys.exit(main())

@@ -10,13 +10,13 @@ import argparse
 import json
 import logging
 
-from common import config as config_module
-from common import logs
-from common.errors import ConfigError
+from ureplicator.common import config as config_module
+from ureplicator.common import logs
+from ureplicator.common.errors import ConfigError
 
 
 def run(args: argparse.Namespace) -> int:
-    from controller import preflight
+    from ureplicator.controller import preflight
 
     try:
         cfg = config_module.load(args.config)

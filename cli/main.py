@@ -16,8 +16,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from common import logs
-from common.errors import UReplicatorError
+from ureplicator.common import logs
+from ureplicator.common.errors import UReplicatorError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -66,19 +66,19 @@ def _parser() -> argparse.ArgumentParser:
                        help="with up: also a SASL_SSL listener per broker (SCRAM-SHA-512, a local CA); see stack.json")
     stack.set_defaults(func=_stack)
 
-    from cli import rest
+    from ureplicator.cli import rest
 
     rest.add_parsers(sub)
 
-    from cli import routes as routes_cli  # `ureplicator routes ...` and `stack up --clusters N`
+    from ureplicator.cli import routes as routes_cli  # `ureplicator routes ...` and `stack up --clusters N`
 
     routes_cli.register(sub)
 
-    from failover import cli as failover_cli
+    from ureplicator.failover import cli as failover_cli
 
     failover_cli.add_parser(sub, lambda _parser: None, rest.call, rest.table)
 
-    from verifier import cli as verifier_cli
+    from ureplicator.verifier import cli as verifier_cli
 
     verify = sub.add_parser("verify", help="prove with Spark that the destination holds every source record once")
     verifier_cli.add_arguments(verify)
@@ -136,14 +136,14 @@ def _add_global_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_process(args: argparse.Namespace) -> int:
-    from common import config as config_module
+    from ureplicator.common import config as config_module
 
     cfg = config_module.load(args.config)
     logs.register_secrets(config_module.secret_values(cfg))
     if args.command == "controller":
-        from controller.main import run
+        from ureplicator.controller.main import run
     else:
-        from worker.main import run
+        from ureplicator.worker.main import run
     return run(cfg)
 
 
@@ -185,19 +185,19 @@ def _rest_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _call(args: argparse.Namespace, method: str, path: str, body: Any = None) -> Any:
-    from cli import rest
+    from ureplicator.cli import rest
 
     return rest.call(args, method, path, body)
 
 
 def _table(header: list[str], rows: list[tuple[str, ...]]) -> None:
-    from cli import rest
+    from ureplicator.cli import rest
 
     rest.table(header, rows)
 
 
 def _check(args: argparse.Namespace) -> int:
-    from cli import check
+    from ureplicator.cli import check
 
     return check.run(args)
 

@@ -11,8 +11,8 @@ import json
 import urllib.parse
 from typing import Any
 
-from common.errors import UReplicatorError
-from controller.client import request
+from ureplicator.common.errors import UReplicatorError
+from ureplicator.controller.client import request
 
 # Paths that belong to the deployment, not to a route: never prefixed with /routes/<id>.
 _UNROUTED = ("/health", "/healthz", "/status", "/clusters", "/routes", "/openapi.json", "/metrics")
@@ -340,6 +340,6 @@ def _health(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from cli import status
+    from ureplicator.cli import status
 
     return status.run(args)

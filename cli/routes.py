@@ -7,7 +7,7 @@ import json
 import sys
 from typing import Any
 
-from cli import rest
+from ureplicator.cli import rest
 
 
 def register(subparsers: Any) -> argparse.ArgumentParser:

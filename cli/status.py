@@ -10,7 +10,7 @@ import argparse
 import json
 from typing import Any
 
-from cli.rest import call, table
+from ureplicator.cli.rest import call, table
 
 
 def run(args: argparse.Namespace) -> int:

@@ -23,7 +23,7 @@ import threading
 import time
 from typing import Any
 
-from common.errors import ClusterUnavailable
+from ureplicator.common.errors import ClusterUnavailable
 
 # librdkafka's local codes for a failed SASL exchange or TLS handshake, and the broker's codes
 # for a refused credential or a missing ACL.

@@ -39,8 +39,8 @@ import yaml
 from pydantic import BeforeValidator, ConfigDict, Field, StrictBool, StrictInt, StrictStr, TypeAdapter, ValidationError
 from pydantic_core import PydanticCustomError
 
-from common import topology
-from common.errors import ConfigError
+from ureplicator.common import topology
+from ureplicator.common.errors import ConfigError
 
 ENV_PREFIX = "UREPLICATOR_"
 

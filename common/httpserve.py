@@ -22,7 +22,7 @@ from typing import Any
 
 from waitress.server import create_server
 
-from common import logs
+from ureplicator.common import logs
 
 WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 

@@ -6,7 +6,7 @@ import os
 import shutil
 from pathlib import Path
 
-from common.errors import UReplicatorError
+from ureplicator.common.errors import UReplicatorError
 
 
 class JavaNotFound(UReplicatorError):

@@ -23,9 +23,9 @@ from confluent_kafka.admin import (
     NewTopic,
 )
 
-from common import autherrors, logs
-from common.config import ClusterConfig
-from common.errors import ClusterUnavailable, ConfigError, UReplicatorError
+from ureplicator.common import autherrors, logs
+from ureplicator.common.config import ClusterConfig
+from ureplicator.common.errors import ClusterUnavailable, ConfigError, UReplicatorError
 
 # Topic configs that describe the source cluster rather than the data; never copied.
 _CLUSTER_SPECIFIC = {

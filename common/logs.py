@@ -16,7 +16,7 @@ from typing import Any
 
 import structlog
 
-from common.config import REDACTED, is_secret
+from ureplicator.common.config import REDACTED, is_secret
 
 _configured = False
 # Secret values of this process's config (passwords, tokens): masked in any text that shows them.

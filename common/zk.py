@@ -16,10 +16,10 @@ from kazoo.exceptions import NoAuthError, NodeExistsError, NoNodeError, RolledBa
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.security import ACL, Permissions, make_acl, make_digest_acl
 
-from common import logs, zktls
-from common.config import Config, parse_route, route_view
-from common.errors import ClusterUnavailable, ConfigError, UReplicatorError
-from common.zkschema import Assignment, Paths, RouteRecord, SchemaError, TopicRecord, WorkerStatus
+from ureplicator.common import logs, zktls
+from ureplicator.common.config import Config, parse_route, route_view
+from ureplicator.common.errors import ClusterUnavailable, ConfigError, UReplicatorError
+from ureplicator.common.zkschema import Assignment, Paths, RouteRecord, SchemaError, TopicRecord, WorkerStatus
 
 log = logs.get(__name__)
 T = TypeVar("T")

@@ -11,7 +11,7 @@ import socket
 import ssl
 from typing import Any
 
-from common.config import Config
+from ureplicator.common.config import Config
 
 
 def options(config: Config) -> dict[str, Any]:

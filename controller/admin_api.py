@@ -12,11 +12,11 @@ from typing import Any
 from flask import Blueprint, jsonify, request
 from kazoo.exceptions import NoNodeError
 
-from common import zk
-from common.zkschema import RateLimit, SchemaError
-from controller.api import ApiError, _put, _rt, _wake, body_as, requires_admin
-from controller.leader import autobalancing
-from controller.schemas import BlacklistRequest, RateLimitRequest
+from ureplicator.common import zk
+from ureplicator.common.zkschema import RateLimit, SchemaError
+from ureplicator.controller.api import ApiError, _put, _rt, _wake, body_as, requires_admin
+from ureplicator.controller.leader import autobalancing
+from ureplicator.controller.schemas import BlacklistRequest, RateLimitRequest
 
 blueprint = Blueprint("admin", __name__)
 

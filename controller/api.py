@@ -27,13 +27,13 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel
 from werkzeug.exceptions import HTTPException
 
-from common import httpserve, logs, zk
-from common.config import Config, RouteConfig, route_view
-from common.errors import ClusterUnavailable, ConfigError, UReplicatorError
-from common.zkschema import Paths, TopicRecord, valid_worker_id
-from controller import schemas, status_api, topics
-from controller.leader import LeaderState
-from controller.openapi import document
+from ureplicator.common import httpserve, logs, zk
+from ureplicator.common.config import Config, RouteConfig, route_view
+from ureplicator.common.errors import ClusterUnavailable, ConfigError, UReplicatorError
+from ureplicator.common.zkschema import Paths, TopicRecord, valid_worker_id
+from ureplicator.controller import schemas, status_api, topics
+from ureplicator.controller.leader import LeaderState
+from ureplicator.controller.openapi import document
 
 log = logs.get(__name__)
 _M = TypeVar("_M", bound=BaseModel)
@@ -117,7 +117,7 @@ class Controller:
         return Paths(self.config.pipeline_root)
 
     def routes(self) -> dict[str, tuple[RouteConfig, Any]]:
-        from controller.routeset import registry
+        from ureplicator.controller.routeset import registry
 
         return registry(self.config, self.zk)
 
@@ -161,7 +161,7 @@ def create_app(controller: Controller) -> Flask:
     app.json.sort_keys = False  # type: ignore[attr-defined]
     app.url_map.strict_slashes = False
     # They build on this module's errors and guards, hence imported here.
-    from controller import admin_api, instances_api, routes_api, topics_api
+    from ureplicator.controller import admin_api, instances_api, routes_api, topics_api
 
     own = (topics_api.blueprint, instances_api.blueprint, topics_api.offsets, admin_api.blueprint)
     scoped = (*own, *controller.route_blueprints)

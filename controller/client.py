@@ -8,7 +8,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from common.errors import UReplicatorError
+from ureplicator.common.errors import UReplicatorError
 
 
 def request(url: str, method: str = "GET", body: Any = None, token: str | None = None,

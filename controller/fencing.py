@@ -29,8 +29,8 @@ from typing import Any
 from confluent_kafka import KafkaException
 from kazoo.exceptions import KazooException, NodeExistsError
 
-from common import kafka
-from common.config import Config
+from ureplicator.common import kafka
+from ureplicator.common.config import Config
 
 MODE_NODE = "mode"
 FENCES_NODE = "fences"

@@ -21,14 +21,14 @@ from flask import Blueprint, jsonify, request
 from kazoo.client import KazooClient
 from prometheus_client import CollectorRegistry, Metric
 
-from common import logs, zk
-from common.config import Config, route_view
-from common.errors import ConfigError
-from common.zkschema import Paths
-from controller.api import ApiError, requires_admin, route_of_request
-from controller.leader import Leadership
-from failover.groups import GroupNotFound, GroupOffsets
-from failover.sync import GroupSync, GroupSyncMetrics
+from ureplicator.common import logs, zk
+from ureplicator.common.config import Config, route_view
+from ureplicator.common.errors import ConfigError
+from ureplicator.common.zkschema import Paths
+from ureplicator.controller.api import ApiError, requires_admin, route_of_request
+from ureplicator.controller.leader import Leadership
+from ureplicator.failover.groups import GroupNotFound, GroupOffsets
+from ureplicator.failover.sync import GroupSync, GroupSyncMetrics
 
 _MAX_GROUP = 255
 
@@ -189,7 +189,7 @@ class _Schedule:
 
     def refresh(self) -> None:
         """Start a sync for each route in the registry that has none; stop those of deleted routes."""
-        from controller.routeset import registry
+        from ureplicator.controller.routeset import registry
 
         wanted: dict[tuple[str, str, str], Config] = {}
         for route_id, (route, _) in sorted(registry(self._config, self._client).items()):

@@ -31,10 +31,10 @@ from confluent_kafka import KafkaException, TopicPartition
 from kazoo.client import KazooClient
 from prometheus_client import CollectorRegistry, Gauge
 
-from common import kafka, logs
-from common.config import Config, RouteConfig, route_view
-from common.errors import ConfigError, UReplicatorError
-from controller import routeset, topics
+from ureplicator.common import kafka, logs
+from ureplicator.common.config import Config, RouteConfig, route_view
+from ureplicator.common.errors import ConfigError, UReplicatorError
+from ureplicator.controller import routeset, topics
 
 AGE_METRIC = "ureplicator_heartbeat_age_seconds"
 

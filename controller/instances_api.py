@@ -13,8 +13,8 @@ from typing import Any
 from flask import Blueprint, jsonify
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
-from common import zk
-from controller.api import ApiError, _put, _rt, _wake, _worker_name, requires_admin
+from ureplicator.common import zk
+from ureplicator.controller.api import ApiError, _put, _rt, _wake, _worker_name, requires_admin
 
 # --- workers -------------------------------------------------------------------------------
 

@@ -22,14 +22,14 @@ from typing import Any
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import KazooException, NoNodeError
 
-from common import logs, zk
-from common.config import Config
-from common.errors import UReplicatorError
-from common.zkschema import Assignment, Paths, TopicPartition, TopicRecord, WorkerStatus
-from controller import fencing, topics
-from controller.assignment import assign, writable
-from controller.metrics import ControllerMetrics
-from controller.zkview import RouteView
+from ureplicator.common import logs, zk
+from ureplicator.common.config import Config
+from ureplicator.common.errors import UReplicatorError
+from ureplicator.common.zkschema import Assignment, Paths, TopicPartition, TopicRecord, WorkerStatus
+from ureplicator.controller import fencing, topics
+from ureplicator.controller.assignment import assign, writable
+from ureplicator.controller.metrics import ControllerMetrics
+from ureplicator.controller.zkview import RouteView
 
 
 @dataclass
@@ -284,6 +284,7 @@ class Leadership:
             if any(changes.values()):
                 self._log.info("topics_synced", **changes)
                 self._wake.set()  # new or grown partitions to assign
+            self.metrics.topic_sync_rounds.labels(self._route_label).inc()
 
     def _watch(self) -> None:
         self._client.DataWatch(self._paths.rebalance_request, self._on_rebalance_request)
@@ -342,6 +343,7 @@ class Leadership:
         snapshot = self._read()
         plan = self._plan(snapshot, time.time())
         self._write(plan, snapshot, fence)
+        self.metrics.reconcile_rounds.labels(self._route_label).inc()
 
     def _read(self) -> Snapshot:
         client, paths, view = self._client, self._paths, self._view

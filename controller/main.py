@@ -11,13 +11,13 @@ import socket
 import threading
 from pathlib import Path
 
-from common import kafka, logs, signals, zk
-from common.config import Config, check_rest_exposure, route_view
-from controller import groups_api
-from controller import heartbeat as heartbeat_module
-from controller.api import Controller, create_app, route_of_request, serve
-from controller.routeset import RouteSet, register_declared, registry
-from controller.verification_api import make_blueprint, register_metrics
+from ureplicator.common import kafka, logs, signals, zk
+from ureplicator.common.config import Config, check_rest_exposure, route_view
+from ureplicator.controller import groups_api
+from ureplicator.controller import heartbeat as heartbeat_module
+from ureplicator.controller.api import Controller, create_app, route_of_request, serve
+from ureplicator.controller.routeset import RouteSet, register_declared, registry
+from ureplicator.controller.verification_api import make_blueprint, register_metrics
 
 
 def run(config: Config) -> int:

@@ -51,6 +51,16 @@ class ControllerMetrics:
                              "1 while the route is active and has no worker (a state, not an error)", route,
                              registry=r)
         self.paused = Gauge("ureplicator_controller_route_paused", "1 while the route is paused", route, registry=r)
+        # Rounds, so a test (or an operator) can wait for "N rounds later" instead of for N seconds.
+        self.reconcile_rounds = Counter(
+            "ureplicator_controller_reconcile_rounds",
+            "Reconcile rounds of the route completed by this replica as leader", route, registry=r,
+        )
+        self.topic_sync_rounds = Counter(
+            "ureplicator_controller_topic_sync_rounds",
+            "Topic-sync passes of the route (Kafka admin reads, topics created or grown) completed as leader",
+            route, registry=r,
+        )
 
     def observe(self, route: str, state: Any, paused: bool) -> None:
         """One reconcile round of ``route``: its workers, partitions and generation."""
@@ -65,7 +75,8 @@ class ControllerMetrics:
     def forget_route(self, route: str) -> None:
         """Drop a route's series when this replica stops reconciling it (no stale gauges, no stale leader)."""
         for family in (self.leader, self.live_workers, self.assigned, self.unassigned, self.generation,
-                       self.rebalances, self.handoff, self.waiting, self.paused):
+                       self.rebalances, self.handoff, self.waiting, self.paused, self.reconcile_rounds,
+                       self.topic_sync_rounds):
             try:
                 family.remove(route)
             except KeyError:

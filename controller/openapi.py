@@ -15,8 +15,8 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
-from common.schemagen import Untitled, untitled
-from controller import schemas
+from ureplicator.common.schemagen import Untitled, untitled
+from ureplicator.controller import schemas
 
 
 def _ref(name: str) -> dict[str, str]:

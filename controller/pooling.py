@@ -30,10 +30,18 @@ from typing import TypeVar
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
 
-from common import logs, zk
-from common.config import Config, RouteConfig, route_root
-from common.zkschema import POOL_DRAIN, Assignment, Paths, PoolBinding, RouteRecord, SchemaError, WorkerStatus
-from controller.pool import Demand, allocate
+from ureplicator.common import logs, zk
+from ureplicator.common.config import Config, RouteConfig, route_root
+from ureplicator.common.zkschema import (
+    POOL_DRAIN,
+    Assignment,
+    Paths,
+    PoolBinding,
+    RouteRecord,
+    SchemaError,
+    WorkerStatus,
+)
+from ureplicator.controller.pool import Demand, allocate
 
 Registry = Callable[[], dict[str, tuple[RouteConfig, RouteRecord]]]
 

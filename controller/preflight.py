@@ -24,9 +24,9 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import AuthFailedError, KazooException, NoAuthError, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 
-from common import autherrors, kafka, zk, zktls
-from common.config import ClusterConfig, Config
-from common.zkschema import Paths
+from ureplicator.common import autherrors, kafka, zk, zktls
+from ureplicator.common.config import ClusterConfig, Config
+from ureplicator.common.zkschema import Paths
 
 # What the replicator does on each cluster, as Kafka ACL operations (resource -> operations).
 REQUIRED: dict[str, dict[str, tuple[str, ...]]] = {

@@ -16,11 +16,11 @@ from typing import Any
 from flask import Blueprint, jsonify
 from kazoo.exceptions import NoNodeError
 
-from common import zk
-from common.config import RouteConfig, check_topology, parse_route, route_group, route_root
-from common.errors import ConfigError
-from common.zkschema import Paths, RouteRecord
-from controller.api import ApiError, _ctl, _json_body, requires_admin
+from ureplicator.common import zk
+from ureplicator.common.config import RouteConfig, check_topology, parse_route, route_group, route_root
+from ureplicator.common.errors import ConfigError
+from ureplicator.common.zkschema import Paths, RouteRecord
+from ureplicator.controller.api import ApiError, _ctl, _json_body, requires_admin
 
 blueprint = Blueprint("routes", __name__)
 

@@ -27,8 +27,8 @@ from typing import Any
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import KazooException
 
-from common import logs, zk
-from common.config import (
+from ureplicator.common import logs, zk
+from ureplicator.common.config import (
     Config,
     RouteConfig,
     check_topology,
@@ -36,11 +36,11 @@ from common.config import (
     route_root,
     route_view,
 )
-from common.errors import ConfigError
-from common.zkschema import Paths, RouteRecord
-from controller.leader import Leadership, LeaderState, stand_for_election
-from controller.metrics import ControllerMetrics
-from controller.pooling import PoolKeeper
+from ureplicator.common.errors import ConfigError
+from ureplicator.common.zkschema import Paths, RouteRecord
+from ureplicator.controller.leader import Leadership, LeaderState, stand_for_election
+from ureplicator.controller.metrics import ControllerMetrics
+from ureplicator.controller.pooling import PoolKeeper
 
 
 @dataclass

@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal, TypeVar
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, RootModel, ValidationError, WithJsonSchema
 from pydantic_core import PydanticCustomError
 
-from common.zkschema import PartitionStatus, RateLimit, TopicRecord, valid_topic_name
+from ureplicator.common.zkschema import PartitionStatus, RateLimit, TopicRecord, valid_topic_name
 
 _M = TypeVar("_M", bound=BaseModel)
 

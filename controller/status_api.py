@@ -25,10 +25,10 @@ from typing import Any
 from confluent_kafka import KafkaException, TopicPartition
 from flask import Blueprint, Response, abort, current_app, jsonify, render_template_string, request, send_file
 
-from common import autherrors, kafka, logs, zk
-from common.config import IMPLICIT_ROUTE
-from common.zkschema import Assignment, TopicRecord, WorkerStatus
-from controller import heartbeat
+from ureplicator.common import autherrors, kafka, logs, zk
+from ureplicator.common.config import IMPLICIT_ROUTE
+from ureplicator.common.zkschema import Assignment, TopicRecord, WorkerStatus
+from ureplicator.controller import heartbeat
 
 log = logs.get(__name__)
 
@@ -371,7 +371,7 @@ class _Reader:
 
     def views(self, ctl: Any, now: float) -> tuple[list[View], dict[str, str]]:
         """A view of every route in the registry (the first route first), and the routes that could not be read."""
-        from controller.api import ApiError  # the API module imports this one
+        from ureplicator.controller.api import ApiError  # the API module imports this one
 
         routes = sorted(ctl.routes(), key=lambda r: (r != ctl.config.route_id, r))
         views, unreadable = [], {}
@@ -439,8 +439,8 @@ class _Reader:
     def _verification(self, route_id: str) -> tuple[dict[str, Any] | None, str | None]:
         if self.reports_dir is None:
             return None, None
-        from controller.verification_api import route_reports_dir
-        from reports.store import LATEST_HTML, ReportStore
+        from ureplicator.controller.verification_api import route_reports_dir
+        from ureplicator.reports.store import LATEST_HTML, ReportStore
 
         directory = route_reports_dir(self.reports_dir, route_id)
         summary = ReportStore(directory).summary()
@@ -508,8 +508,8 @@ def make_blueprint() -> Blueprint:
 
     @blueprint.get("/ui/verification")
     def verification_report() -> Any:
-        from controller.verification_api import route_reports_dir
-        from reports.store import LATEST_HTML
+        from ureplicator.controller.verification_api import route_reports_dir
+        from ureplicator.reports.store import LATEST_HTML
 
         ctl = current_app.config["controller"]
         directory = reports_dir(ctl)

@@ -13,10 +13,10 @@ from typing import Any
 
 from kazoo.client import KazooClient
 
-from common import kafka, logs, zk
-from common.config import Config
-from common.errors import UReplicatorError
-from common.zkschema import Paths, TopicRecord, valid_topic_name
+from ureplicator.common import kafka, logs, zk
+from ureplicator.common.config import Config
+from ureplicator.common.errors import UReplicatorError
+from ureplicator.common.zkschema import Paths, TopicRecord, valid_topic_name
 
 log = logs.get(__name__)
 

@@ -14,10 +14,10 @@ from typing import Any
 from confluent_kafka import KafkaException, TopicPartition
 from flask import Blueprint, jsonify
 
-from common import autherrors, logs, zk
-from controller import topics
-from controller.api import ApiError, _record, _rt, _topic_name, _wake, body_as, requires_admin
-from controller.schemas import TopicExpand, TopicOptions, TopicRequest
+from ureplicator.common import autherrors, logs, zk
+from ureplicator.controller import topics
+from ureplicator.controller.api import ApiError, _record, _rt, _topic_name, _wake, body_as, requires_admin
+from ureplicator.controller.schemas import TopicExpand, TopicOptions, TopicRequest
 
 log = logs.get(__name__)
 

@@ -21,9 +21,9 @@ from prometheus_client import CollectorRegistry, Metric
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from common.config import IMPLICIT_ROUTE
-from reports.metrics import VerificationCollector
-from reports.store import ReportStore
+from ureplicator.common.config import IMPLICIT_ROUTE
+from ureplicator.reports.metrics import VerificationCollector
+from ureplicator.reports.store import ReportStore
 
 MAX_HISTORY = 1000
 

@@ -28,8 +28,8 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 from kazoo.recipe.cache import TreeCache, TreeEvent
 
-from common import logs, zk
-from common.zkschema import Assignment, Paths, SchemaError, TopicPartition, TopicRecord, WorkerStatus
+from ureplicator.common import logs, zk
+from ureplicator.common.zkschema import Assignment, Paths, SchemaError, TopicPartition, TopicRecord, WorkerStatus
 
 T = TypeVar("T")
 log = logs.get(__name__)

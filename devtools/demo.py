@@ -21,11 +21,11 @@ import yaml
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from controller.client import request
 from devtools import jvm, stack
 from devtools.jvm import CACHE_DIR
 from devtools.ports import free_port
-from verifier import connector
+from ureplicator.controller.client import request
+from ureplicator.verifier import connector
 
 TOPIC = "demo.orders"
 
@@ -72,7 +72,7 @@ def run(records: int = 100_000, partitions: int = 8, timeout_s: float = 300.0, d
 
 def _local_process(role: str, name: str, config: Path, log: IO[bytes]) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "cli", role, "--config", str(config)],
+        [sys.executable, "-m", "ureplicator", role, "--config", str(config)],
         stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
         env={**os.environ, "UREPLICATOR_LOG_LEVEL": "info"},
     )
@@ -80,7 +80,7 @@ def _local_process(role: str, name: str, config: Path, log: IO[bytes]) -> subpro
 
 def _local_verify(config: Path, output: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "cli", "--log-level", "warning", "verify", "--config", str(config),
+        [sys.executable, "-m", "ureplicator", "--log-level", "warning", "verify", "--config", str(config),
          "--output", str(output), "--master", "local[2]"],
         stdout=subprocess.PIPE, stderr=None, text=True, stdin=subprocess.DEVNULL,
         env={**os.environ, connector.JARS_ENV: str(jvm.jvm_dir() / "spark-kafka")},

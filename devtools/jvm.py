@@ -14,8 +14,8 @@ import time
 from collections import deque
 from pathlib import Path
 
-from common import java
 from devtools.locking import file_lock
+from ureplicator.common import java
 
 REPO_ROOT: Path = Path(__file__).resolve().parent.parent
 CACHE_DIR: Path = Path(os.environ.get("UREPLICATOR_CACHE") or REPO_ROOT / ".cache").resolve()

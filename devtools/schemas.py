@@ -12,8 +12,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from controller import openapi
-from reports import document
+from ureplicator.controller import openapi
+from ureplicator.reports import document
 
 ROOT = Path(__file__).resolve().parents[1]
 GENERATED: dict[str, Callable[[], str]] = {

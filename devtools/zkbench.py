@@ -16,7 +16,7 @@ import timeit
 from pathlib import Path
 from types import ModuleType
 
-from common import zkschema
+from ureplicator.common import zkschema
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -19,10 +19,10 @@ from typing import Any
 from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
-from common import kafka, logs, provenance
-from common.config import Config
-from common.errors import ClusterUnavailable, UReplicatorError
-from failover.translation import (
+from ureplicator.common import kafka, logs, provenance
+from ureplicator.common.config import Config
+from ureplicator.common.errors import ClusterUnavailable, UReplicatorError
+from ureplicator.failover.translation import (
     AnchorIndex,
     PartitionTranslation,
     Seen,

@@ -17,11 +17,11 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from common import logs
-from common.config import GroupSyncConfig
-from common.errors import UReplicatorError
-from failover.groups import GroupNotFound, GroupOffsets
-from failover.translation import AHEAD, eligible_group
+from ureplicator.common import logs
+from ureplicator.common.config import GroupSyncConfig
+from ureplicator.common.errors import UReplicatorError
+from ureplicator.failover.groups import GroupNotFound, GroupOffsets
+from ureplicator.failover.translation import AHEAD, eligible_group
 
 
 class GroupSyncMetrics:

@@ -13,8 +13,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, create_model
 
-from common.schemagen import Untitled, untitled
-from reports.model import CATEGORIES, MAX_RANGES, MAX_SAMPLES, SCHEMA_VERSION
+from ureplicator.common.schemagen import Untitled, untitled
+from ureplicator.reports.model import CATEGORIES, MAX_RANGES, MAX_SAMPLES, SCHEMA_VERSION
 
 Count = Annotated[int, Field(ge=0)]
 Offset = Annotated[int, Field(ge=0)]

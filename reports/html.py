@@ -20,7 +20,7 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
-from reports import model
+from ureplicator.reports import model
 
 _COLOURS = {model.OK: "#2e7d32", model.WARN: "#b26a00", model.FAIL: "#c62828", model.ERROR: "#6a1b9a"}
 

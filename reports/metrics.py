@@ -19,8 +19,8 @@ from pathlib import Path
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from reports import model
-from reports.store import ReportStore
+from ureplicator.reports import model
+from ureplicator.reports.store import ReportStore
 
 
 class VerificationCollector(Collector):

@@ -380,7 +380,7 @@ class Report:
 
     def to_dict(self) -> dict[str, Any]:
         """The report's JSON document, checked against its models (``reports.document``)."""
-        from reports.document import validated  # built on this module's constants
+        from ureplicator.reports.document import validated  # built on this module's constants
 
         topics = [t.to_dict() for t in self.topics]
         return validated({

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from reports import html, model
+from ureplicator.reports import html, model
 
 HISTORY = "history.jsonl"
 SUMMARY = "summary.json"

@@ -1,7 +1,7 @@
-"""``python -m verifier``: the verification job (same as ``ureplicator verify``)."""
+"""``python -m ureplicator.verifier``: the verification job (same as ``ureplicator verify``)."""
 
 import sys
 
-from verifier.cli import main
+from ureplicator.verifier.cli import main
 
 sys.exit(main())

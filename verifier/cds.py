@@ -2,7 +2,7 @@
 
 A new ``ureplicator verify`` process (the CronJob path) spent most of its
 start-to-verdict loading and verifying Spark's classes. The JVM can map them
-from an archive dumped by an earlier run instead. ``python -m verifier.cds
+from an archive dumped by an earlier run instead. ``python -m ureplicator.verifier.cds
 ARCHIVE`` writes one: it starts the verifier's own SparkSession with
 ``-XX:ArchiveClassesAtExit``, runs the kind of query the verifier runs (no
 cluster needed) and exits, which dumps the classes the run loaded. The
@@ -35,7 +35,7 @@ def java_options(environ: dict[str, str] | None = None) -> list[str]:
 
 def train(target: Path) -> None:
     """Dump the classes a verifier run loads into ``target`` (at the JVM's exit, so call it in a fresh process)."""
-    from verifier import digest, sparkjob
+    from ureplicator.verifier import digest, sparkjob
 
     os.environ.pop(CDS_ENV, None)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -47,7 +47,7 @@ def train(target: Path) -> None:
     # the header handling and the bucket aggregation, without a cluster.
     from datetime import datetime, timezone
 
-    from common import provenance
+    from ureplicator.common import provenance
 
     now = datetime.now(timezone.utc)
     records = [(b"k%d" % i, b"v%d" % i, "t", i % 2, i, now, 0,
@@ -62,7 +62,7 @@ def train(target: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        print("usage: python -m verifier.cds ARCHIVE", file=sys.stderr)
+        print("usage: python -m ureplicator.verifier.cds ARCHIVE", file=sys.stderr)
         return 2
     train(Path(args[0]).resolve())
     return 0

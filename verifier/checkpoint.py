@@ -43,8 +43,8 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from reports import model
-from reports.model import Watermarks
+from ureplicator.reports import model
+from ureplicator.reports.model import Watermarks
 
 FORMAT_VERSION = 1
 FILE_NAME = "checkpoint.json"

@@ -32,12 +32,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from common import config as config_module
-from common import logs
-from common.errors import ConfigError, UReplicatorError
-from reports import model
-from reports.store import ReportStore, error_entry
-from verifier import checkpoint, kafka_options
+from ureplicator.common import config as config_module
+from ureplicator.common import logs
+from ureplicator.common.errors import ConfigError, UReplicatorError
+from ureplicator.reports import model
+from ureplicator.reports.store import ReportStore, error_entry
+from ureplicator.verifier import checkpoint, kafka_options
 
 DESCRIPTION = (
     "Prove per partition that the destination holds every record the replicator committed, exactly once, "
@@ -136,8 +136,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m verifier``: parse, set up logging, run."""
-    parser = argparse.ArgumentParser(prog="python -m verifier", description=DESCRIPTION)
+    """``python -m ureplicator.verifier``: parse, set up logging, run."""
+    parser = argparse.ArgumentParser(prog="python -m ureplicator.verifier", description=DESCRIPTION)
     parser.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
     add_arguments(parser)
     args = parser.parse_args(argv)
@@ -208,8 +208,8 @@ class _SessionCache:
             self._starting.start()
 
     def _start(self) -> None:
-        from verifier import sparkjob
-        from verifier.run import stderr_progress
+        from ureplicator.verifier import sparkjob
+        from ureplicator.verifier.run import stderr_progress
 
         started = time.monotonic()
         try:
@@ -217,7 +217,7 @@ class _SessionCache:
         except BaseException as exc:  # noqa: BLE001 - raised again by the caller's thread
             self._failure = exc
             return
-        from verifier import cds
+        from ureplicator.verifier import cds
 
         mapped = cds.archive()
         shared = f", classes from {mapped}" if mapped is not None else ""
@@ -246,7 +246,7 @@ def route_output(output: Path, route_id: str) -> Path:
 
 def routes_to_verify(args: argparse.Namespace, config: config_module.Config) -> list[config_module.Config]:
     """The route views this run verifies: ``--route``, every route with ``--all-routes``, else the only one."""
-    from common import zk
+    from ureplicator.common import zk
 
     if args.all_routes:
         if args.checkpoint is not None or args.group is not None:
@@ -272,8 +272,8 @@ def routes_to_verify(args: argparse.Namespace, config: config_module.Config) -> 
 
 def _registered_routes(config: config_module.Config, timeout_s: float) -> list[str]:
     """Route ids in the deployment's registry (routes added through ``POST /routes``)."""
-    from common import zk
-    from common.zkschema import Paths
+    from ureplicator.common import zk
+    from ureplicator.common.zkschema import Paths
 
     client = zk.connect(config, timeout_s, read_only=True)
     try:
@@ -285,10 +285,10 @@ def _registered_routes(config: config_module.Config, timeout_s: float) -> list[s
 
 def run_once(args: argparse.Namespace, spark: Callable[[], Any]) -> int:
     """One run: the deployment check, or each chosen route in turn; the worst exit status."""
-    from verifier.run import iso, new_run_id
+    from ureplicator.verifier.run import iso, new_run_id
 
     if getattr(args, "deployment", False):
-        from verifier import deployment
+        from ureplicator.verifier import deployment
 
         return deployment.run(args, spark)
     started = datetime.now(timezone.utc)
@@ -316,9 +316,9 @@ def _run_route(args: argparse.Namespace, spark: Callable[[], Any], config: confi
     # Imported here so that building the argument parser (``ureplicator --help``) stays cheap.
     from confluent_kafka import KafkaException
 
-    from verifier import run as runner
-    from verifier.run import iso, new_run_id, stderr_progress
-    from verifier.watermarks import Clusters
+    from ureplicator.verifier import run as runner
+    from ureplicator.verifier.run import iso, new_run_id, stderr_progress
+    from ureplicator.verifier.watermarks import Clusters
 
     started = datetime.now(timezone.utc)
     clock = time.monotonic()
@@ -375,7 +375,7 @@ def _run_route(args: argparse.Namespace, spark: Callable[[], Any], config: confi
 
 
 def _periodic(args: argparse.Namespace, spark: Callable[[], Any]) -> int:
-    from verifier.run import stderr_progress
+    from ureplicator.verifier.run import stderr_progress
 
     stop = threading.Event()
 

@@ -22,7 +22,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from common.errors import UReplicatorError
+from ureplicator.common.errors import UReplicatorError
 
 JARS_ENV = "UREPLICATOR_SPARK_JARS"
 DIGEST_JAR = "ureplicator-digest.jar"

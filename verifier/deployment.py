@@ -50,10 +50,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from common import config as config_module
-from common import logs
-from common.config import Config
-from common.errors import UReplicatorError
+from ureplicator.common import config as config_module
+from ureplicator.common import logs
+from ureplicator.common.config import Config
+from ureplicator.common.errors import UReplicatorError
 
 PROBLEMS = ("missing", "duplicate", "unexpected", "unresolved")
 SAMPLES = 10
@@ -152,7 +152,7 @@ def _records(spark: Any, side: Any, cluster: str, topic: str, ranges: Mapping[in
     """(c, t, p, o, oc, hc, sp, so): every record of one family topic, its origin and hop (null: an original)."""
     from pyspark.sql import functions as F
 
-    from verifier import sparkjob
+    from ureplicator.verifier import sparkjob
 
     frame = sparkjob._with_header_columns(sparkjob.read(spark, side, topic, ranges), sparkjob._LAST_UREP)
     valid = f"({sparkjob._UREP_VALID})"
@@ -478,8 +478,8 @@ def save_checkpoint(output: Path, families: Mapping[str, Any]) -> None:
 
 def deployment_edges(config: Config, timeout_s: float) -> tuple[list[Edge], list[Config]]:
     """Every route's mirrored topics as edges (routes from the config file and the REST registry)."""
-    from common import zk
-    from common.zkschema import Paths
+    from ureplicator.common import zk
+    from ureplicator.common.zkschema import Paths
 
     views = [config_module.route_view(config, r.id) for r in config.routes]
     client = zk.connect(config, timeout_s, read_only=True)
@@ -507,7 +507,7 @@ def snapshot(
     config: Config, views: Sequence[Config], edges: Sequence[Edge], timeout_s: float
 ) -> tuple[dict[Edge, dict[int, int | None]], dict[tuple[str, str], dict[int, tuple[int, int]]]]:
     """Committed offsets of every edge first, then (log start, end) of every family topic."""
-    from verifier.watermarks import Clusters
+    from ureplicator.verifier.watermarks import Clusters
 
     cluster_configs = {v.source.alias: v.source for v in views} | {v.destination.alias: v.destination for v in views}
     admins = {alias: Clusters(c, c, timeout_s) for alias, c in cluster_configs.items()}
@@ -529,8 +529,8 @@ def run(args: argparse.Namespace, spark: Callable[[], Any]) -> int:
     """``ureplicator verify --deployment``: 0 every family exact, 1 a problem, 2 could not run."""
     from confluent_kafka import KafkaException
 
-    from verifier import kafka_options
-    from verifier.run import iso, kafka_side, stderr_progress
+    from ureplicator.verifier import kafka_options
+    from ureplicator.verifier.run import iso, kafka_side, stderr_progress
 
     started = datetime.now(timezone.utc)
     clock = time.monotonic()

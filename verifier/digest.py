@@ -21,10 +21,10 @@ import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from verifier.watermarks import TopicSnapshot
+from ureplicator.verifier.watermarks import TopicSnapshot
 
 if TYPE_CHECKING:
-    from verifier.sparkjob import RouteRule
+    from ureplicator.verifier.sparkjob import RouteRule
 
 FORMAT = "io.ureplicator.digest.DigestSource"
 READER_ENV = "UREPLICATOR_VERIFIER_READER"

@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from common.errors import ConfigError
+from ureplicator.common.errors import ConfigError
 
 _SAME_NAME = ("sasl.kerberos.service.name", "ssl.key.password", "ssl.keystore.password")
 _CONSUMED = {

@@ -16,16 +16,16 @@ from typing import Any
 
 from kazoo.exceptions import NoNodeError
 
-from common import zk
-from common.config import IMPLICIT_ROUTE, ClusterConfig, Config
-from common.errors import UReplicatorError
-from common.zkschema import Paths
-from reports import model
-from reports.model import CategoryResult, PartitionReport, Report, TopicReport, Watermarks
-from verifier import checkpoint, digest, kafka_options, sparkjob
-from verifier.checkpoint import Checkpoint, CheckpointFile, Decision, TopicIdentity
-from verifier.sparkjob import BucketPass, ClassAggregate, KafkaSide, RecordPlan, RouteRule, SparkUnavailable
-from verifier.watermarks import Clusters, TopicMissing, TopicSnapshot
+from ureplicator.common import zk
+from ureplicator.common.config import IMPLICIT_ROUTE, ClusterConfig, Config
+from ureplicator.common.errors import UReplicatorError
+from ureplicator.common.zkschema import Paths
+from ureplicator.reports import model
+from ureplicator.reports.model import CategoryResult, PartitionReport, Report, TopicReport, Watermarks
+from ureplicator.verifier import checkpoint, digest, kafka_options, sparkjob
+from ureplicator.verifier.checkpoint import Checkpoint, CheckpointFile, Decision, TopicIdentity
+from ureplicator.verifier.sparkjob import BucketPass, ClassAggregate, KafkaSide, RecordPlan, RouteRule, SparkUnavailable
+from ureplicator.verifier.watermarks import Clusters, TopicMissing, TopicSnapshot
 
 Progress = Callable[[str], None]
 

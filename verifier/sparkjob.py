@@ -30,12 +30,12 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from common import java, provenance
-from common.errors import UReplicatorError
-from reports import model
-from reports.model import BucketAggregate, BucketKey, CategoryResult, Sample
-from verifier import cds, connector, digest
-from verifier.watermarks import TopicSnapshot
+from ureplicator.common import java, provenance
+from ureplicator.common.errors import UReplicatorError
+from ureplicator.reports import model
+from ureplicator.reports.model import BucketAggregate, BucketKey, CategoryResult, Sample
+from ureplicator.verifier import cds, connector, digest
+from ureplicator.verifier.watermarks import TopicSnapshot
 
 CONNECTOR_PACKAGE = "org.apache.spark:spark-sql-kafka-0-10_2.13:4.1.1"
 LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")

@@ -27,10 +27,10 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, ConfigResource, OffsetSpec
 
-from common import kafka
-from common.config import ClusterConfig
-from common.errors import ClusterUnavailable, UReplicatorError
-from reports.model import Watermarks
+from ureplicator.common import kafka
+from ureplicator.common.config import ClusterConfig
+from ureplicator.common.errors import ClusterUnavailable, UReplicatorError
+from ureplicator.reports.model import Watermarks
 
 
 class TopicMissing(UReplicatorError):

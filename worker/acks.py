@@ -43,7 +43,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError
 
-from worker.offsets import PartitionOffsets
+from ureplicator.worker.offsets import PartitionOffsets
 
 TP = tuple[str, int]
 # Records librdkafka dropped (producer.purge, or its own purge after a fatal error) or failed

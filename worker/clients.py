@@ -8,8 +8,8 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 
-from common import autherrors, kafka, zk
-from common.config import Config
+from ureplicator.common import autherrors, kafka, zk
+from ureplicator.common.config import Config
 
 
 class FatalErrors:

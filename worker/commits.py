@@ -36,8 +36,8 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from tenacity import Retrying, retry_if_exception, retry_if_result, wait_exponential
 
-from worker.acks import TP, AckLedger
-from worker.metrics import WorkerMetrics
+from ureplicator.worker.acks import TP, AckLedger
+from ureplicator.worker.metrics import WorkerMetrics
 
 _REPLACE_AFTER = 2  # consecutive failed calls before the commit client is opened anew
 _COORDINATOR_ERRORS = frozenset({

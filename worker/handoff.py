@@ -32,13 +32,13 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, KafkaException, TopicPartition
 
-from common import zk
-from common.config import Config
-from common.zkschema import Assignment, Paths
-from worker.acks import TP, AckLedger, PartitionAcks
-from worker.commits import Committer, ReleaseCommit
-from worker.metrics import WorkerMetrics
-from worker.status import StatusReporter
+from ureplicator.common import zk
+from ureplicator.common.config import Config
+from ureplicator.common.zkschema import Assignment, Paths
+from ureplicator.worker.acks import TP, AckLedger, PartitionAcks
+from ureplicator.worker.commits import Committer, ReleaseCommit
+from ureplicator.worker.metrics import WorkerMetrics
+from ureplicator.worker.status import StatusReporter
 
 # source partition -> (destination topic, its acquisition, source topic, partition)
 Route = tuple[str, PartitionAcks, str, int]

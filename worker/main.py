@@ -22,13 +22,13 @@ from kazoo.client import KazooState
 from kazoo.exceptions import NodeExistsError, NoNodeError
 from prometheus_client import CollectorRegistry
 
-from common import httpserve, logs, signals, zk
-from common.config import IMPLICIT_ROUTE, Config, worker_id
-from common.errors import UReplicatorError
-from common.zkschema import Paths, PoolBinding, SchemaError, WorkerInfo
-from worker import probes
-from worker.metrics import WorkerMetrics, per_route
-from worker.mirror import VERSION, MirrorWorker
+from ureplicator.common import httpserve, logs, signals, zk
+from ureplicator.common.config import IMPLICIT_ROUTE, Config, worker_id
+from ureplicator.common.errors import UReplicatorError
+from ureplicator.common.zkschema import Paths, PoolBinding, SchemaError, WorkerInfo
+from ureplicator.worker import probes
+from ureplicator.worker.metrics import WorkerMetrics, per_route
+from ureplicator.worker.mirror import VERSION, MirrorWorker
 
 
 def run(config: Config) -> int:

@@ -48,18 +48,18 @@ from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, KafkaError, KafkaException,
 from kazoo.client import KazooState
 from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError, RolledBackError
 
-from common import httpserve, logs, provenance
-from common.config import Config
-from common.errors import ConfigError
-from common.zkschema import Assignment, Paths, RateLimit, SchemaError, WorkerInfo
-from worker import clients as worker_clients
-from worker import forwarding, native, probes, transactions
-from worker.acks import EXACT_FOR_S, TP, AckLedger, PartitionAcks
-from worker.commits import Committer
-from worker.handoff import Beside, Handoff, fmt
-from worker.metrics import WorkerMetrics
-from worker.ratelimit import RateLimiter
-from worker.status import StatusReporter
+from ureplicator.common import httpserve, logs, provenance
+from ureplicator.common.config import Config
+from ureplicator.common.errors import ConfigError
+from ureplicator.common.zkschema import Assignment, Paths, RateLimit, SchemaError, WorkerInfo
+from ureplicator.worker import clients as worker_clients
+from ureplicator.worker import forwarding, native, probes, transactions
+from ureplicator.worker.acks import EXACT_FOR_S, TP, AckLedger, PartitionAcks
+from ureplicator.worker.commits import Committer
+from ureplicator.worker.handoff import Beside, Handoff, fmt
+from ureplicator.worker.metrics import WorkerMetrics
+from ureplicator.worker.ratelimit import RateLimiter
+from ureplicator.worker.status import StatusReporter
 
 _FENCING = frozenset({"fenced", "session_lost", "stopping_while_fenced"})  # purges that mean "not ours any more"
 

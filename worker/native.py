@@ -27,7 +27,7 @@ from types import ModuleType
 import confluent_kafka
 from confluent_kafka import Message, Producer
 
-from common import provenance
+from ureplicator.common import provenance
 
 # confluent-kafka releases whose struct layouts worker/_native.c was reviewed against: 2.13.0
 # to 2.15.0 from their sources (Handle.rk first, Message fields up to tstype, Producer_msgstate
@@ -88,16 +88,16 @@ def _import() -> ModuleType:
     """``worker._native``: the in-place build, or the file named by ``$UREPLICATOR_NATIVE_MODULE``."""
     path = os.environ.get(MODULE_ENV)
     if not path:
-        from worker import _native
+        from ureplicator.worker import _native
 
         return _native
-    loaded = sys.modules.get("worker._native")
+    loaded = sys.modules.get("ureplicator.worker._native")
     if loaded is not None and getattr(loaded, "__file__", None) == path:
         return loaded
-    spec = importlib.util.spec_from_file_location("worker._native", path)
+    spec = importlib.util.spec_from_file_location("ureplicator.worker._native", path)
     if spec is None or spec.loader is None:
         raise ImportError(f"{MODULE_ENV}={path} is not an extension module")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    sys.modules["worker._native"] = module
+    sys.modules["ureplicator.worker._native"] = module
     return module

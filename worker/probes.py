@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, make_wsgi_app
 
-from common.httpserve import WSGIApp
+from ureplicator.common.httpserve import WSGIApp
 
 
 class Observed(Protocol):

@@ -11,9 +11,9 @@ from typing import Any
 from confluent_kafka import KafkaException, TopicPartition
 from kazoo.exceptions import KazooException, NoNodeError
 
-from common.zkschema import PartitionStatus, WorkerStatus
-from worker.acks import TP, AckLedger
-from worker.metrics import WorkerMetrics
+from ureplicator.common.zkschema import PartitionStatus, WorkerStatus
+from ureplicator.worker.acks import TP, AckLedger
+from ureplicator.worker.metrics import WorkerMetrics
 
 
 class StatusReporter:

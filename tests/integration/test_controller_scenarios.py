@@ -10,10 +10,10 @@ import time
 
 import pytest
 
-from common.errors import UReplicatorError
 from tests.support import kafka_io
 from tests.support.kafka_io import wait_for
 from tests.support.load import ContinuousProducer, compare, wait_mirrored
+from ureplicator.common.errors import UReplicatorError
 
 pytestmark = pytest.mark.integration
 
@@ -149,7 +149,7 @@ def test_killing_the_leader_controller_hands_leadership_to_a_standby(pipeline, s
         standby_port = pipeline.rest_port + 1 if leader is first else pipeline.rest_port
         # When the leader is killed -9
         leader.kill()
-        from controller.client import request
+        from ureplicator.controller.client import request
 
         def standby_leads() -> bool:
             try:

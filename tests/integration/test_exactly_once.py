@@ -13,10 +13,10 @@ import time
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
-from common import provenance
 from tests.support import kafka_io, verifier_env
 from tests.support.kafka_io import wait_for
 from tests.support.load import ContinuousProducer
+from ureplicator.common import provenance
 
 pytestmark = pytest.mark.integration
 
@@ -377,9 +377,9 @@ def test_sigterm_under_load_commits_the_transaction_and_hands_off_exactly_once(p
 def test_a_lost_session_ends_the_open_transaction_uncommitted(pipeline, services):
     import threading
 
-    from common import config as config_module
     from tests.integration.test_worker_fencing import expire_session
-    from worker.mirror import MirrorWorker
+    from ureplicator.common import config as config_module
+    from ureplicator.worker.mirror import MirrorWorker
 
     # Given an in-process exactly-once worker mirroring under continuous produce
     topic = f"{pipeline.name}-lost"

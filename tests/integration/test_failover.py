@@ -107,7 +107,7 @@ def scrape(url: str, name: str) -> float:
 
 
 def cli(pipeline, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "cli", "groups", "--url", pipeline.url, *args],
+    return subprocess.run([sys.executable, "-m", "ureplicator", "groups", "--url", pipeline.url, *args],
                           capture_output=True, text=True, timeout=60)
 
 
@@ -261,6 +261,6 @@ def test_unknown_groups_unreachable_clusters_and_controllers_are_clear_errors(pi
         assert failed.returncode == 1 and "503" in failed.stderr and "destination cluster dst" in failed.stderr
     finally:
         stack.start_service(services["dir"], "destination")
-    down = subprocess.run([sys.executable, "-m", "cli", "groups", "--url", "http://127.0.0.1:9", "list"],
+    down = subprocess.run([sys.executable, "-m", "ureplicator", "groups", "--url", "http://127.0.0.1:9", "list"],
                           capture_output=True, text=True, timeout=60)
     assert down.returncode == 1 and "cannot reach the controller" in down.stderr

@@ -11,11 +11,11 @@ from __future__ import annotations
 import pytest
 from kazoo.client import KazooClient
 
-from common import config as config_module
-from common import zk
-from common.zkschema import Assignment, PartitionStatus, Paths, TopicRecord, WorkerInfo, WorkerStatus
-from controller.leader import Leadership
 from tests.support.kafka_io import wait_for
+from ureplicator.common import config as config_module
+from ureplicator.common import zk
+from ureplicator.common.zkschema import Assignment, PartitionStatus, Paths, TopicRecord, WorkerInfo, WorkerStatus
+from ureplicator.controller.leader import Leadership
 
 pytestmark = pytest.mark.integration
 

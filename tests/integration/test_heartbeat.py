@@ -60,7 +60,7 @@ def test_heartbeat_age_reflects_a_worker_stopped_for_60s_and_recovers(pipeline, 
     assert doc["freshness"]["late"] is True
     assert any(p.startswith("freshness: the newest heartbeat on the destination is") for p in doc["problems"])
     assert 55 <= _age_metric(pipeline) <= 75
-    result = subprocess.run([sys.executable, "-m", "cli", "status", "--url", pipeline.url, "--json"],
+    result = subprocess.run([sys.executable, "-m", "ureplicator", "status", "--url", pipeline.url, "--json"],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 1 and json.loads(result.stdout)["freshness"]["late"] is True
 

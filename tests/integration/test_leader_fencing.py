@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from common import config as config_module
-from common import zk
-from common.zkschema import Assignment, Paths
-from controller.leader import Leadership
 from tests.integration.test_worker_fencing import expire_session
 from tests.support.kafka_io import wait_for
+from ureplicator.common import config as config_module
+from ureplicator.common import zk
+from ureplicator.common.zkschema import Assignment, Paths
+from ureplicator.controller.leader import Leadership
 
 pytestmark = pytest.mark.integration
 

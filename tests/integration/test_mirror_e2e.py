@@ -111,7 +111,7 @@ def test_cli_manages_topics_and_workers_through_rest(pipeline, services):
 
     def cli(*args: str) -> subprocess.CompletedProcess:
         command, *rest = args
-        return subprocess.run([sys.executable, "-m", "cli", command, "--url", pipeline.url, *rest],
+        return subprocess.run([sys.executable, "-m", "ureplicator", command, "--url", pipeline.url, *rest],
                               capture_output=True, text=True, timeout=60)
 
     assert cli("topics", "add", topic, "--partitions", "2").returncode == 0

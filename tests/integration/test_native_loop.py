@@ -8,9 +8,9 @@ import time
 import pytest
 from confluent_kafka import Producer
 
-from common import provenance
 from tests.support import kafka_io
 from tests.support.kafka_io import wait_for
+from ureplicator.common import provenance
 
 pytestmark = pytest.mark.integration
 

@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from controller.client import request
 from tests.support import kafka_io
+from ureplicator.controller.client import request
 
 pytestmark = pytest.mark.integration
 
@@ -28,7 +28,8 @@ def _secure_pipeline(pipeline, services, destination_password: str | None = None
 
 
 def _check(config, *extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "cli", "check", "--config", str(config), "--timeout", "6", *extra],
+    return subprocess.run([sys.executable, "-m", "ureplicator", "check", "--config", str(config),
+                           "--timeout", "6", *extra],
                           capture_output=True, text=True, timeout=120)
 
 
@@ -103,7 +104,7 @@ def test_rest_api_says_authentication_failed_not_did_not_answer(pipeline, servic
     assert "did not answer" not in message
 
     # And `ureplicator status` does not call it healthy: it names the cluster and exits 1
-    result = subprocess.run([sys.executable, "-m", "cli", "status", "--url", pipeline.url, "--json"],
+    result = subprocess.run([sys.executable, "-m", "ureplicator", "status", "--url", pipeline.url, "--json"],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 1, result.stdout + result.stderr
     problems = json.loads(result.stdout)["problems"]
@@ -122,7 +123,7 @@ def test_rest_api_says_authentication_failed_not_did_not_answer(pipeline, servic
     # And liveness stays 200: restarting the pod cannot fix a password
     assert _get(f"{pipeline.url}/healthz") == (200, {"status": "ok", "election_thread": True})
     # And `ureplicator health` exits non-zero
-    result = subprocess.run([sys.executable, "-m", "cli", "health", "--url", pipeline.url],
+    result = subprocess.run([sys.executable, "-m", "ureplicator", "health", "--url", pipeline.url],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 1, result.stdout + result.stderr
 

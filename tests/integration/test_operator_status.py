@@ -11,18 +11,18 @@ import time
 import jsonschema
 import pytest
 
-from controller.openapi import document
 from tests.support import kafka_io
 from tests.support.kafka_io import wait_for
+from ureplicator.controller.openapi import document
 
 pytestmark = pytest.mark.integration
 
 
 def clean_report_dir(directory):
     """A reports directory holding one passing run, as `ureplicator verify --output` writes it."""
-    from reports.model import PartitionReport, TopicReport, Watermarks
-    from reports.store import ReportStore
     from tests.support.verifier_samples import sample_report
+    from ureplicator.reports.model import PartitionReport, TopicReport, Watermarks
+    from ureplicator.reports.store import ReportStore
 
     report = sample_report()
     report.topics = [TopicReport("orders", "orders", [PartitionReport(0, Watermarks(0, 0, 100, 100, 0, 100),
@@ -32,7 +32,7 @@ def clean_report_dir(directory):
 
 
 def status(pipeline, *extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "cli", "status", "--url", pipeline.url, *extra],
+    return subprocess.run([sys.executable, "-m", "ureplicator", "status", "--url", pipeline.url, *extra],
                           capture_output=True, text=True, timeout=60)
 
 

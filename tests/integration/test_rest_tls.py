@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from controller.client import request
 from devtools import certs
+from ureplicator.controller.client import request
 
 pytestmark = pytest.mark.integration
 
@@ -51,10 +51,10 @@ def test_rest_api_answers_over_tls_and_refuses_the_token_over_plain_http(pipelin
     assert status == 404, body  # past the token check: the topic does not exist on the source
 
     # And the CLI speaks HTTPS with --ca, and refuses a server it cannot verify
-    ok = subprocess.run([sys.executable, "-m", "cli", "health", "--url", url, "--ca", str(tls.ca)],
+    ok = subprocess.run([sys.executable, "-m", "ureplicator", "health", "--url", url, "--ca", str(tls.ca)],
                         capture_output=True, text=True, timeout=60)
     assert ok.returncode == 0, ok.stdout + ok.stderr
-    unverified = subprocess.run([sys.executable, "-m", "cli", "health", "--url", url],
+    unverified = subprocess.run([sys.executable, "-m", "ureplicator", "health", "--url", url],
                                 capture_output=True, text=True, timeout=60)
     assert unverified.returncode == 1 and "CERTIFICATE_VERIFY_FAILED" in unverified.stderr
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -18,6 +17,7 @@ from kazoo.client import KazooClient
 from tests.support import kafka_io
 from tests.support.kafka_io import wait_for
 from tests.support.pipeline import Pipeline, Process
+from tests.support.rounds import wait_rounds
 
 pytestmark = pytest.mark.integration
 
@@ -37,7 +37,8 @@ def todays_code(directory: Path) -> Path:
 def spawn_in(pipeline: Pipeline, code: Path, label: str, role: str, config: Path) -> Process:
     """A ``ureplicator <role>`` process that imports its packages from ``code`` (it is first on sys.path)."""
     log = pipeline.workdir / f"{pipeline.name}-{label}.log"
-    popen = subprocess.Popen([sys.executable, "-m", "cli", role, "--config", str(config)], cwd=code,
+    # The old code predates the ureplicator namespace: its packages are top-level.
+    popen = subprocess.Popen([sys.executable, "-m", "ureplicator", role, "--config", str(config)], cwd=code,
                              stdout=log.open("ab"), stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     proc = Process(label, popen, log)
     pipeline.processes.append(proc)
@@ -122,7 +123,7 @@ def test_todays_single_pipeline_state_is_taken_over_without_a_move_or_a_copy(pip
         old_controller.terminate()
         new_controller = pipeline.start_controller("new-controller")
         wait_for(lambda: pipeline.api("GET", "/health")[1]["is_leader"], 30, "the new controller leads")
-        time.sleep(5)  # five reconcile rounds (reconcile_interval_s: 1)
+        wait_rounds(pipeline.url, 5)  # five reconcile rounds of the new leader
 
         # Then it sees today's state as the route "default", moves nothing and copies nothing again
         status, routes = pipeline.api("GET", "/routes")
@@ -222,7 +223,7 @@ def test_adding_and_deleting_a_route_leaves_another_routes_assignment_untouched(
         assert not client.exists(f"{root}/routes/back")
         wait_for(lambda: waiting not in metrics(pipeline), 30, "route back's series dropped")
         kafka_io.produce(services["source"], topic, 200, partitions, start=200)
-        time.sleep(3)
+        wait_rounds(pipeline.url, 3)  # rounds after the delete: any move they would make is made
 
         # Then route default mirrored everything once and its workers' assignment nodes never changed
         wait_for(lambda: mirrored_exactly(services, "source", "destination", topic, topic, partitions), 60,
@@ -237,10 +238,10 @@ def test_adding_and_deleting_a_route_leaves_another_routes_assignment_untouched(
 
 def test_a_worker_resolves_a_route_added_through_the_api_from_zookeeper(pipeline, services):
     # Given a deployment whose only declared route is not "default" (its state has a root of its own)
-    from common import config as config_module
-    from common import zk
-    from common.errors import ConfigError
-    from common.zkschema import RouteRecord
+    from ureplicator.common import config as config_module
+    from ureplicator.common import zk
+    from ureplicator.common.errors import ConfigError
+    from ureplicator.common.zkschema import RouteRecord
 
     clusters = {"src": {"bootstrap_servers": services["source"]},
                 "dst": {"bootstrap_servers": services["destination"]}}
@@ -292,7 +293,7 @@ def test_a_route_to_an_unreachable_cluster_never_holds_up_another_routes_hand_of
     client = KazooClient(hosts=services["zookeeper"])
     client.start(15)
     try:
-        from common.zkschema import TopicRecord
+        from ureplicator.common.zkschema import TopicRecord
 
         # A topic of route "lost" (registered as the API would have, while "lost" still answered)
         client.create(f"{root}/routes/lost/topics/{topic}", TopicRecord(topic, f"src.{topic}", partitions).encode(),
@@ -350,10 +351,10 @@ def test_active_active_in_one_deployment_copies_each_record_once_each_way_and_th
         copies = [r for r in records if r.provenance() is not None]
         assert len(copies) == 100 and {c.provenance().origin for c in copies} == {other}
         assert len({(r.key, r.value) for r in records}) == 200
-    # and nothing bounces back: the end offsets stay still
-    time.sleep(5)
-    assert both_hold(200)
     # each route committed in its own group on its own source (past the copies it skipped, too)
     wait_for(lambda: sum(kafka_io.committed(services["source"], pipeline.group, topic, partitions).values()) == 200
              and sum(kafka_io.committed(services["destination"], f"{pipeline.group}.back", topic,
                                         partitions).values()) == 200, 30, "both routes committed")
+    # and nothing bounces back: with every record consumed and acknowledged on both sides, an echo
+    # would already be written, and the end offsets still hold
+    assert both_hold(200)

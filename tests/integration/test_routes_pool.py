@@ -11,10 +11,10 @@ import urllib.request
 import pytest
 from kazoo.client import KazooClient
 
-from common.zkschema import PoolBinding
 from devtools.ports import free_port
 from tests.support import kafka_io
 from tests.support.kafka_io import wait_for
+from ureplicator.common.zkschema import PoolBinding
 
 pytestmark = pytest.mark.integration
 
@@ -130,9 +130,17 @@ def test_the_leader_rebinds_a_pool_worker_only_once_its_route_drained_it(service
     # p2 holding partitions of a, and route b with a topic and no worker
     import uuid
 
-    from common import config
-    from common.zkschema import POOL_DRAIN, Assignment, PartitionStatus, Paths, RouteRecord, TopicRecord, WorkerStatus
-    from controller.pooling import PoolKeeper
+    from ureplicator.common import config
+    from ureplicator.common.zkschema import (
+        POOL_DRAIN,
+        Assignment,
+        PartitionStatus,
+        Paths,
+        RouteRecord,
+        TopicRecord,
+        WorkerStatus,
+    )
+    from ureplicator.controller.pooling import PoolKeeper
 
     cfg = config.from_dict({
         "pipeline": f"pool{uuid.uuid4().hex[:8]}",

@@ -9,12 +9,12 @@ from confluent_kafka import KafkaException
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
 
-from common import config as config_module
-from common import zk
-from common.errors import ConfigError
-from common.zkschema import Paths
 from tests.support import kafka_io
 from tests.support.kafka_io import wait_for
+from ureplicator.common import config as config_module
+from ureplicator.common import zk
+from ureplicator.common.errors import ConfigError
+from ureplicator.common.zkschema import Paths
 
 pytestmark = pytest.mark.integration
 

@@ -213,7 +213,8 @@ def test_stack_up_with_three_clusters_names_them_c1_to_c3(stack_dir: Path) -> No
     import subprocess
     import sys
 
-    result = subprocess.run([sys.executable, "-m", "cli", "stack", "up", "--clusters", "3", "--dir", str(stack_dir)],
+    result = subprocess.run([sys.executable, "-m", "ureplicator", "stack", "up", "--clusters", "3",
+                             "--dir", str(stack_dir)],
                             capture_output=True, text=True, timeout=240, check=False)
     assert result.returncode == 0, result.stderr[-2000:]
     # Then stack.json names three distinct clusters and keeps source and destination for c1 and c2

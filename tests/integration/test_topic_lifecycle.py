@@ -11,6 +11,7 @@ from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, C
 
 from tests.support import kafka_io
 from tests.support.kafka_io import wait_for
+from tests.support.rounds import wait_rounds
 
 pytestmark = pytest.mark.integration
 
@@ -42,7 +43,7 @@ def test_auto_whitelisting_adds_matching_topics_and_never_re_adds_a_removed_one(
     wait_for(lambda: kafka_io.end_offsets(services["destination"], wanted, 1)[0] == 20, 30, "mirrored")
     # When an operator removes it, auto-whitelisting does not bring it back
     assert pipeline.api("DELETE", f"/topics/{wanted}")[0] == 200
-    time.sleep(3)
+    wait_rounds(pipeline.url, 2, "topic_sync")  # a pass that started before the DELETE, and a whole one after
     assert mirrored() == set()
     assert wanted in pipeline.api("GET", "/blacklist")[1]["topics"]
     # but an explicit add does (and lifts the blacklist entry)

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from common import config as config_module
-from common import zk
-from common.zkschema import Paths, TopicRecord
+from ureplicator.common import config as config_module
+from ureplicator.common import zk
+from ureplicator.common.zkschema import Paths, TopicRecord
 
 pytestmark = pytest.mark.integration
 

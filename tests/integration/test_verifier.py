@@ -18,13 +18,13 @@ import pytest
 from flask import Flask
 from prometheus_client import CollectorRegistry, generate_latest
 
-from controller.verification_api import make_blueprint, register_metrics
 from tests.support import kafka_io, verifier_topics
 from tests.support import verifier_env as env
 from tests.support.kafka_io import wait_for
 from tests.support.verifier_env import nonzero, ranges
 from tests.support.verifier_xxh64 import content_hash
-from verifier import digest
+from ureplicator.controller.verification_api import make_blueprint, register_metrics
+from ureplicator.verifier import digest
 
 pytestmark = pytest.mark.integration
 
@@ -282,7 +282,7 @@ def test_missing_connector_jars_is_exit_status_2_naming_the_fix(services, tmp_pa
     kafka_io.create_topic(services["source"], topic, 1)
     config = env.config_file(tmp_path, services, "vjars")
     result = subprocess.run(
-        [sys.executable, "-m", "verifier", "--config", str(config), "--topic", f"{topic}={topic}",
+        [sys.executable, "-m", "ureplicator.verifier", "--config", str(config), "--topic", f"{topic}={topic}",
          "--output", str(tmp_path / "r"), "--master", "local[1]"],
         capture_output=True, text=True, timeout=120,
         env={**os.environ, "UREPLICATOR_CACHE": str(tmp_path / "empty-cache")},

@@ -1,4 +1,4 @@
-"""The class data sharing archive: ``python -m verifier.cds`` writes one, and a verifier JVM maps it."""
+"""The class data sharing archive: ``python -m ureplicator.verifier.cds`` writes one, and a verifier JVM maps it."""
 
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from verifier import cds
+from ureplicator.verifier import cds
 
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
 PROBE = """
-from verifier import sparkjob
+from ureplicator.verifier import sparkjob
 spark = sparkjob.session("local[1]")
 spark.range(10).selectExpr("xxhash64(id) AS h").collect()
 """
@@ -24,7 +24,7 @@ spark.range(10).selectExpr("xxhash64(id) AS h").collect()
 def test_an_archive_written_by_a_training_run_is_mapped_by_the_next_driver(tmp_path):
     # Given an archive written by the training command (no cluster needed)
     archive = tmp_path / "spark.jsa"
-    trained = subprocess.run([sys.executable, "-m", "verifier.cds", str(archive)], cwd=REPO,
+    trained = subprocess.run([sys.executable, "-m", "ureplicator.verifier.cds", str(archive)], cwd=REPO,
                              capture_output=True, text=True, timeout=600, check=False)
     assert trained.returncode == 0 and archive.stat().st_size > 10 * 2**20, trained.stderr[-2000:]
     # When a driver starts with UREPLICATOR_SPARK_CDS naming it (and the JVM logs where each class came from)

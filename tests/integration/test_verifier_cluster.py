@@ -2,7 +2,7 @@
 
 A master and one worker are started from pyspark's own jars on loopback
 (``spark-class org.apache.spark.deploy.master.Master`` / ``...deploy.worker.Worker``);
-``python -m verifier --master spark://…`` runs as its own process (one
+``python -m ureplicator.verifier --master spark://…`` runs as its own process (one
 SparkContext per JVM: the session's local Spark cannot share this process).
 """
 
@@ -95,7 +95,7 @@ def test_a_standalone_cluster_gives_the_same_report_as_local(spark, services, st
     local = env.run_verifier(args, tmp_path / "local")
     cluster_out = tmp_path / "cluster"
     driver = subprocess.run(
-        [sys.executable, "-m", "verifier", *args, "--master", master, "--output", str(cluster_out),
+        [sys.executable, "-m", "ureplicator.verifier", *args, "--master", master, "--output", str(cluster_out),
          "--conf", "spark.driver.host=127.0.0.1", "--conf", "spark.driver.bindAddress=127.0.0.1",
          "--conf", "spark.executor.memory=512m", "--conf", "spark.sql.shuffle.partitions=2"],
         cwd=REPO, capture_output=True, text=True, timeout=600, check=False,

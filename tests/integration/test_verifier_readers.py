@@ -11,16 +11,16 @@ import copy
 
 import pytest
 
-from common import config as config_module
-from common import provenance
 from tests.support import verifier_env as env
 from tests.support import verifier_topics
 from tests.support.verifier_env import nonzero, ranges
 from tests.support.verifier_topics import PER_PARTITION
 from tests.support.verifier_xxh64 import content_hash, xxh64
-from verifier import digest
-from verifier.sparkjob import ORDER, KafkaSide, RouteRule
-from verifier.watermarks import Clusters
+from ureplicator.common import config as config_module
+from ureplicator.common import provenance
+from ureplicator.verifier import digest
+from ureplicator.verifier.sparkjob import ORDER, KafkaSide, RouteRule
+from ureplicator.verifier.watermarks import Clusters
 
 pytestmark = pytest.mark.integration
 

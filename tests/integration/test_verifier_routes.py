@@ -75,7 +75,7 @@ def deployment_check(config: Path, output: Path) -> tuple[int, str, dict]:
     import contextlib
     import io
 
-    from verifier import cli
+    from ureplicator.verifier import cli
 
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
@@ -117,7 +117,7 @@ def test_each_route_verifies_on_its_own_under_its_forwarding_policy(spark, mesh,
 
 
 def test_all_routes_keep_their_reports_and_checkpoints_apart(spark, mesh, tmp_path):
-    from verifier import cli
+    from ureplicator.verifier import cli
 
     config, _, _ = mesh
     output = tmp_path / "verification"

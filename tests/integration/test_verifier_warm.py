@@ -60,7 +60,7 @@ def test_every_keeps_one_session_verifies_new_records_incrementally_and_stops_on
 
     # When the warm verifier runs every second
     process = subprocess.Popen(
-        [sys.executable, "-m", "verifier", "--config", str(config),
+        [sys.executable, "-m", "ureplicator.verifier", "--config", str(config),
          *(f"--topic={topic}={destination}" for topic, destination in topics),
          "--every", "1s", "--master", "local[2]", "--output", str(reports), "--bucket-size", "16",
          "--conf", "spark.driver.memory=512m"],

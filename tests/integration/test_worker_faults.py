@@ -53,7 +53,11 @@ def test_active_active_pair_mirrors_everything_once_and_nothing_loops(pipeline, 
         for side in ("source", "destination"):
             wait_for(lambda side=side: sum(kafka_io.end_offsets(services[side], topic, 2).values()) >= 500, 60,
                      f"{side} has both sides' records")
-        time.sleep(3)  # a loop would keep growing the topics: give it time to show
+        # Once each side's worker has consumed and acknowledged every record there (mirrored or
+        # skipped), a loop would already have written its echo
+        wait_for(lambda: sum(kafka_io.committed(services["source"], pipeline.group, topic, 2).values()) == 500
+                 and sum(kafka_io.committed(services["destination"], back.group, topic, 2).values()) == 500, 60,
+                 "both sides committed every record")
         for side in ("source", "destination"):
             assert sum(kafka_io.end_offsets(services[side], topic, 2).values()) == 500
             values = [r.value for p in range(2) for r in kafka_io.read_partition(services[side], topic, p)]

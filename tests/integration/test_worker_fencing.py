@@ -8,11 +8,11 @@ import time
 import pytest
 from kazoo.client import KazooClient
 
-from common import config as config_module
 from tests.support import kafka_io
 from tests.support.kafka_io import wait_for
 from tests.support.load import ContinuousProducer, compare, wait_mirrored
-from worker.mirror import MirrorWorker
+from ureplicator.common import config as config_module
+from ureplicator.worker.mirror import MirrorWorker
 
 pytestmark = pytest.mark.integration
 

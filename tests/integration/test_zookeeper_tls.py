@@ -27,8 +27,8 @@ def _zookeeper_tls(pipeline, services) -> dict:
 
 
 def _check(config, timeout_s: int = 6) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "cli", "check", "--config", str(config), "--timeout", str(timeout_s),
-                           "--json"],
+    return subprocess.run([sys.executable, "-m", "ureplicator", "check", "--config", str(config),
+                           "--timeout", str(timeout_s), "--json"],
                           capture_output=True, text=True, timeout=120)
 
 

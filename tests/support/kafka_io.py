@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions
 
-from common import provenance
 from devtools import harness
 from devtools.harness import Cluster, client_config, committed, create_topic  # noqa: F401 - the tests' names
+from ureplicator.common import provenance
 
 
 @dataclass(frozen=True)

@@ -16,9 +16,9 @@ from typing import Any
 
 import yaml
 
-from controller.client import request
 from devtools.harness import Proc as Process
 from devtools.ports import free_port
+from ureplicator.controller.client import request
 
 _ids = itertools.count()
 
@@ -68,7 +68,7 @@ class Pipeline:
     def _spawn(self, label: str, args: list[str], env: dict[str, str] | None = None) -> Process:
         log = self.workdir / f"{self.name}-{label}.log"
         popen = subprocess.Popen(
-            [sys.executable, "-m", "cli", *args],
+            [sys.executable, "-m", "ureplicator", *args],
             stdout=log.open("ab"),
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,

@@ -21,9 +21,9 @@ import yaml
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 from kazoo.client import KazooClient
 
-from common import provenance
-from common.zkschema import Paths, TopicRecord
 from tests.support.kafka_io import Record
+from ureplicator.common import provenance
+from ureplicator.common.zkschema import Paths, TopicRecord
 
 SCHEMA = json.loads((Path(__file__).resolve().parents[2] / "reports" / "report.schema.json").read_text())
 
@@ -141,9 +141,9 @@ class Outcome:
 
 
 def run_verifier(args: list[str], output: Path, route: str = "") -> Outcome:
-    """Run ``python -m verifier`` in this process (sharing the session's SparkSession); validate the report
+    """Run ``python -m ureplicator.verifier`` in this process (sharing the session's SparkSession); validate the report
     (for ``route``, the one in its reports directory under ``output``)."""
-    from verifier import cli
+    from ureplicator.verifier import cli
 
     out, err = io.StringIO(), io.StringIO()
     route_args = ["--route", route] if route else []

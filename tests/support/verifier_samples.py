@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from reports import model
-from reports.model import CategoryResult, PartitionReport, Report, Sample, TopicReport, Watermarks
+from ureplicator.reports import model
+from ureplicator.reports.model import CategoryResult, PartitionReport, Report, Sample, TopicReport, Watermarks
 
 
 def sample_report() -> Report:

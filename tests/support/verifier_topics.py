@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from common import provenance
 from tests.support import kafka_io
 from tests.support import verifier_env as env
 from tests.support.kafka_io import wait_for
 from tests.support.verifier_env import mirrored
+from ureplicator.common import provenance
 
 PARTITIONS = 10
 PER_PARTITION = 60

@@ -15,7 +15,7 @@ from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, KafkaError, KafkaExcep
 from kazoo.client import KazooState
 from kazoo.exceptions import ConnectionLoss, NodeExistsError, NoNodeError, RolledBackError, RuntimeInconsistency
 
-from common import provenance
+from ureplicator.common import provenance
 
 TP = tuple[str, int]
 

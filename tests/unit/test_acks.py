@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import KafkaError
 
-from common.errors import ConfigError
 from tests.unit.fakes import FakeMessage
-from worker.acks import AckLedger
-from worker.clients import check_producer_properties
+from ureplicator.common.errors import ConfigError
+from ureplicator.worker.acks import AckLedger
+from ureplicator.worker.clients import check_producer_properties
 
 OK = None
 

@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from common import config as config_module
-from common.zkschema import Paths, TopicRecord
-from controller.api import Controller, create_app
-from controller.leader import LeaderState
 from tests.unit.fakes import FakeAdmin, FakeZooKeeper
+from ureplicator.common import config as config_module
+from ureplicator.common.zkschema import Paths, TopicRecord
+from ureplicator.controller.api import Controller, create_app
+from ureplicator.controller.leader import LeaderState
 
 TOKEN = "s3cret-token"
 
@@ -235,7 +235,7 @@ def test_an_unknown_route_is_a_json_404_and_a_wrong_method_a_json_405(api):
 
 
 def test_a_bug_is_a_json_500_that_names_no_internals(api, monkeypatch):
-    from controller import api as api_module
+    from ureplicator.controller import api as api_module
 
     monkeypatch.setattr(api_module.zk, "read_topics", lambda *a: 1 / 0)
     code, body = api.call("GET", "/topics")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from controller.assignment import assign, gate_handoff, moves, writable
+from ureplicator.controller.assignment import assign, gate_handoff, moves, writable
 
 topics = st.dictionaries(st.sampled_from(list("abcdefgh")), st.integers(min_value=1, max_value=24), max_size=6)
 worker_sets = st.sets(st.sampled_from([f"w{i}" for i in range(10)]), min_size=1, max_size=8)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from confluent_kafka import KafkaError
 
-from common import autherrors
-from common.errors import ClusterUnavailable
+from ureplicator.common import autherrors
+from ureplicator.common.errors import ClusterUnavailable
 
 
 def test_a_transport_failure_after_a_refused_login_names_the_login():

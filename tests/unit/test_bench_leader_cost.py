@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from bench import leader_cost
-from common import config
+from ureplicator.common import config
 
 
 def test_the_benchmark_deployments_are_valid_meshes():

@@ -12,8 +12,8 @@ import pytest
 from bench import recording
 from bench import render as bench_render
 from bench.harness import BenchError
-from common.errors import UReplicatorError
 from devtools import stack
+from ureplicator.common.errors import UReplicatorError
 
 START = "<!-- fake-bench:start -->"
 END = "<!-- fake-bench:end -->"

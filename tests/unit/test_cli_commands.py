@@ -7,9 +7,9 @@ import re
 
 import pytest
 
-from cli import main as cli
-from cli import rest
-from controller.openapi import PATHS
+from ureplicator.cli import main as cli
+from ureplicator.cli import rest
+from ureplicator.controller.openapi import PATHS
 
 # Endpoints that are for machines, not for a person at a terminal.
 _NOT_COMMANDS = {"/healthz", "/openapi.json", "/metrics", "/ui", "/ui/verification"}  # the last two: pages

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from cli import main as cli
-from verifier import connector
+from ureplicator.cli import main as cli
+from ureplicator.verifier import connector
 
 
 def test_verify_without_pyspark_exits_2_saying_how_to_install_it(monkeypatch, capsys, tmp_path):

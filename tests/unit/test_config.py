@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from common import config
-from common.errors import ConfigError
+from ureplicator.common import config
+from ureplicator.common.errors import ConfigError
 
 MINIMAL = """
 pipeline: dr
@@ -111,7 +111,7 @@ def test_redacted_hides_secrets_but_keeps_the_rest(tmp_path):
 def test_cli_exits_2_with_one_message_naming_the_key(tmp_path):
     path = write(tmp_path, MINIMAL + "worker: {commit_interval_s: soon}\n")
     proc = subprocess.run(
-        [sys.executable, "-m", "cli", "worker", "--config", str(path)],
+        [sys.executable, "-m", "ureplicator", "worker", "--config", str(path)],
         capture_output=True, text=True, timeout=60,
     )
     assert proc.returncode == 2

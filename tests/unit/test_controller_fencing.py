@@ -6,11 +6,11 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 
-from common import config as config_module
-from common.zkschema import Assignment
-from controller import fencing
-from controller.leader import Leadership
 from tests.unit.test_leader import ALL, FakeKazoo, snapshot
+from ureplicator.common import config as config_module
+from ureplicator.common.zkschema import Assignment
+from ureplicator.controller import fencing
+from ureplicator.controller.leader import Leadership
 
 EXACT = config_module.from_dict({
     "pipeline": "unit",

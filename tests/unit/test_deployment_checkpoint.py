@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from verifier.deployment import CHECKPOINT, Edge, Family, family_snapshot, load_checkpoint, save_checkpoint
+from ureplicator.verifier.deployment import CHECKPOINT, Edge, Family, family_snapshot, load_checkpoint, save_checkpoint
 
 EDGE = Edge("c1", "t", "c2", "t", "c1-c2", "origin", "ureplicator.p.c1-c2")
 FAMILY = Family([("c1", "t"), ("c2", "t")], [EDGE])
@@ -44,14 +44,14 @@ def _mesh(forward: str) -> Family:
 
 
 def test_marks_are_used_only_where_each_origin_has_one_path():
-    from verifier.deployment import single_paths
+    from ureplicator.verifier.deployment import single_paths
 
     assert single_paths(_mesh("origin"))  # active-active under origin: one hop each way
     assert not single_paths(_mesh("transit"))  # c1 -> c3 directly and through c2
 
 
 def test_a_changed_family_is_read_from_its_marks_and_only_if_nothing_went_back():
-    from verifier.deployment import usable_marks, windows
+    from ureplicator.verifier.deployment import usable_marks, windows
 
     bounds = {("c1", "t"): {0: (0, 50)}, ("c2", "t"): {0: (5, 80)}}
     family = Family([("c1", "t"), ("c2", "t")], [EDGE])

@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from common import config
+from ureplicator.common import config
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS = sorted((REPO / "docs").glob("*.md")) + [REPO / "README.md", REPO / "helm" / "ureplicator" / "README.md"]
@@ -54,9 +54,9 @@ def test_every_config_key_in_configuration_md_exists_and_every_key_is_documented
 
 
 def _app_rules() -> list[str]:
-    from controller import groups_api
-    from controller.api import Controller, create_app
-    from controller.verification_api import make_blueprint
+    from ureplicator.controller import groups_api
+    from ureplicator.controller.api import Controller, create_app
+    from ureplicator.controller.verification_api import make_blueprint
 
     stub = Controller(config=None, zk=None, leadership=None, source_admin=None, destination_admin=None,  # type: ignore[arg-type]
                       route_blueprints=[make_blueprint(None), groups_api.make_blueprint(None)])  # type: ignore[arg-type]
@@ -138,7 +138,7 @@ def test_every_chart_key_named_in_the_docs_exists_in_values_yaml():
 
 
 def test_the_report_example_shows_the_schema_version_its_heading_names():
-    from reports import model
+    from ureplicator.reports import model
 
     text = (REPO / "docs" / "verification.md").read_text()
     heading = int(re.search(r"## Report \(schema version (\d+)\)", text).group(1))
@@ -158,7 +158,7 @@ def test_readme_curl_examples_carry_the_token_and_install_from_the_checkout():
 
 
 def test_security_md_lists_every_acl_the_preflight_checks():
-    from controller.preflight import REQUIRED
+    from ureplicator.controller.preflight import REQUIRED
 
     rows = [line for line in (REPO / "docs" / "security.md").read_text().splitlines() if line.startswith("| ")]
     for cluster, resources in REQUIRED.items():

@@ -9,9 +9,9 @@ import shutil
 import jsonschema
 import pytest
 
-from controller import openapi
 from devtools import schemas
 from tests.unit.test_api_errors import api  # noqa: F401 - the fixture
+from ureplicator.controller import openapi
 
 
 def test_every_generated_document_matches_its_models():
@@ -40,7 +40,7 @@ def test_the_openapi_document_is_valid_and_every_reference_resolves():
 
 
 def _report() -> dict:
-    from reports.model import Report
+    from ureplicator.reports.model import Report
 
     cluster = {"alias": "a", "bootstrap_servers": "a:9092"}
     return Report("20260101T000000Z-abcdef", "2026-01-01T00:00:00Z", "2026-01-01T00:00:01Z", 1.0, "p", "g",
@@ -51,7 +51,7 @@ def _report() -> dict:
 def test_a_report_that_strays_from_its_model_fails_where_it_is_made_and_the_schema_agrees():
     from pydantic import ValidationError
 
-    from reports.document import json_schema, validated
+    from ureplicator.reports.document import json_schema, validated
 
     doc = _report()
     jsonschema.validate(doc, json_schema())

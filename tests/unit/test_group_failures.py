@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import KafkaError
 
-from common.errors import ClusterUnavailable, UReplicatorError
-from failover.groups import cluster_failure
+from ureplicator.common.errors import ClusterUnavailable, UReplicatorError
+from ureplicator.failover.groups import cluster_failure
 
 WHAT = "the source cluster src (127.0.0.1:9092)"
 

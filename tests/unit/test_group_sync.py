@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry
 
-from common.config import GroupSyncConfig
-from common.errors import ClusterUnavailable
-from failover.groups import GroupNotFound, GroupTranslation, SyncOutcome
-from failover.sync import GroupSync, GroupSyncMetrics
-from failover.translation import PartitionTranslation, SyncPlan
+from ureplicator.common.config import GroupSyncConfig
+from ureplicator.common.errors import ClusterUnavailable
+from ureplicator.failover.groups import GroupNotFound, GroupTranslation, SyncOutcome
+from ureplicator.failover.sync import GroupSync, GroupSyncMetrics
+from ureplicator.failover.translation import PartitionTranslation, SyncPlan
 
 
 def _partition(committed: int, mirrored: int) -> PartitionTranslation:

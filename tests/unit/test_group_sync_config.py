@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from common import config
-from common.errors import ConfigError
+from ureplicator.common import config
+from ureplicator.common.errors import ConfigError
 
 BASE = {
     "pipeline": "dr",

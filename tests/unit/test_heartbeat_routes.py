@@ -7,9 +7,9 @@ from types import SimpleNamespace
 
 from prometheus_client import CollectorRegistry
 
-from common import config as config_module
-from controller import heartbeat
-from controller.status_api import View, evaluate
+from ureplicator.common import config as config_module
+from ureplicator.controller import heartbeat
+from ureplicator.controller.status_api import View, evaluate
 
 
 def _config(routes: list[dict] | None = None, **controller):

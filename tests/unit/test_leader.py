@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 from kazoo.exceptions import NodeExistsError, NoNodeError, RolledBackError
 
-from common import config as config_module
-from common import zk
-from common.zkschema import Assignment, PartitionStatus, TopicRecord, WorkerStatus
-from controller import leader as leader_module
-from controller.leader import Leadership, Snapshot
+from ureplicator.common import config as config_module
+from ureplicator.common import zk
+from ureplicator.common.zkschema import Assignment, PartitionStatus, TopicRecord, WorkerStatus
+from ureplicator.controller import leader as leader_module
+from ureplicator.controller.leader import Leadership, Snapshot
 
 CONFIG = config_module.from_dict({
     "pipeline": "unit",
@@ -321,7 +321,7 @@ def test_a_route_capped_at_two_workers_leaves_the_third_idle_and_never_moves_a_p
 def test_every_controller_series_names_its_route_and_a_routes_series_go_when_it_stops():
     from prometheus_client import generate_latest
 
-    from controller.metrics import ControllerMetrics
+    from ureplicator.controller.metrics import ControllerMetrics
 
     # Given the implicit route (today's config) and a declared route reconciled by one replica
     metrics = ControllerMetrics()

@@ -6,7 +6,7 @@ import io
 import json
 import logging
 
-from common import logs
+from ureplicator.common import logs
 
 
 class FakeTty(io.StringIO):

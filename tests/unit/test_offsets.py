@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from worker.acks import AckLedger
+from ureplicator.worker.acks import AckLedger
 
 
 def test_in_order_acks_advance_the_watermark():

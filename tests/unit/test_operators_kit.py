@@ -32,12 +32,12 @@ METRIC = re.compile(r"\b(ureplicator_\w+)")
 @pytest.fixture(scope="session")
 def served(tmp_path_factory) -> set[str]:
     """Every ureplicator_* sample and family name the worker, controller and verification views expose."""
-    from controller import heartbeat
-    from controller.metrics import ControllerMetrics
-    from controller.verification_api import register_metrics
-    from failover.sync import GroupSyncMetrics
-    from reports.store import ReportStore
-    from worker.metrics import WorkerMetrics
+    from ureplicator.controller import heartbeat
+    from ureplicator.controller.metrics import ControllerMetrics
+    from ureplicator.controller.verification_api import register_metrics
+    from ureplicator.failover.sync import GroupSyncMetrics
+    from ureplicator.reports.store import ReportStore
+    from ureplicator.worker.metrics import WorkerMetrics
 
     worker = WorkerMetrics()
     for family in (worker.records, worker.bytes, worker.skipped, worker.produce_errors, worker.expired):

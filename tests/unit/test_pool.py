@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from controller.pool import Demand, allocate
+from ureplicator.controller.pool import Demand, allocate
 
 ROUTES = ["a", "b", "c", "d"]
 
@@ -126,8 +126,8 @@ def test_with_steady_demand_the_pool_settles_and_never_undoes_a_move(situation):
 
 
 def test_a_worker_joins_the_pool_or_pins_a_route_never_both():
-    from common import config
-    from common.errors import ConfigError
+    from ureplicator.common import config
+    from ureplicator.common.errors import ConfigError
 
     doc = {
         "pipeline": "mesh",
@@ -144,7 +144,7 @@ def test_a_worker_joins_the_pool_or_pins_a_route_never_both():
 
 
 def test_pool_bindings_round_trip_and_refuse_a_route_that_is_not_a_string():
-    from common.zkschema import PoolBinding, SchemaError
+    from ureplicator.common.zkschema import PoolBinding, SchemaError
 
     assert PoolBinding.decode(PoolBinding("ew", "t").encode()) == PoolBinding("ew", "t")
     assert PoolBinding.decode(PoolBinding(None).encode()).route is None

@@ -6,8 +6,8 @@ from types import SimpleNamespace
 
 from confluent_kafka.admin import AclOperation
 
-from common import config
-from controller import preflight
+from ureplicator.common import config
+from ureplicator.controller import preflight
 
 CONFIG = config.from_dict({
     "pipeline": "p", "zookeeper": {"connect": "zk:2181"},

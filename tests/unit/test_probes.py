@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from prometheus_client import CollectorRegistry, Counter
 from structlog.testing import capture_logs
 
-from common import httpserve
-from worker import probes
+from ureplicator.common import httpserve
+from ureplicator.worker import probes
 
 
 @dataclass

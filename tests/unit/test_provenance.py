@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from common import provenance
+from ureplicator.common import provenance
 
 
 @given(

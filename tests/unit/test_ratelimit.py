@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from worker.ratelimit import RateLimiter
+from ureplicator.worker.ratelimit import RateLimiter
 
 
 def simulate(limiter: RateLimiter, batch: int, size: int, seconds: float) -> int:

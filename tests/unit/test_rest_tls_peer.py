@@ -9,8 +9,8 @@ from pathlib import Path
 
 from structlog.testing import capture_logs
 
-from common import httpserve
 from devtools import certs
+from ureplicator.common import httpserve
 
 
 def _echo(environ, start_response):  # noqa: ANN001, ANN202 - a WSGI app

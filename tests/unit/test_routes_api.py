@@ -7,12 +7,12 @@ from typing import Any
 
 import pytest
 
-from common import config as config_module
-from common.zkschema import Paths, RouteRecord, TopicRecord
-from controller.api import Controller, create_app
-from controller.leader import LeaderState
 from tests.unit.fakes import FakeAdmin, FakeZooKeeper
 from tests.unit.test_api_errors import TOKEN, FakeLeadership
+from ureplicator.common import config as config_module
+from ureplicator.common.zkschema import Paths, RouteRecord, TopicRecord
+from ureplicator.controller.api import Controller, create_app
+from ureplicator.controller.leader import LeaderState
 
 
 class Api:
@@ -142,8 +142,8 @@ def test_with_one_route_the_bare_paths_behave_as_today(api):
 
 
 def test_the_cli_lists_adds_pauses_and_refuses_routes(api, capsys):
-    from cli.main import main
-    from controller.api import serve
+    from ureplicator.cli.main import main
+    from ureplicator.controller.api import serve
 
     server = serve(create_app(api.controller), "127.0.0.1", 0)
     url = f"http://127.0.0.1:{server.server_port}"
@@ -173,9 +173,9 @@ class RouteGroups:
 
 
 def _scoped_api(routes: list[dict[str, Any]], reports: Any) -> Api:
-    from controller import groups_api
-    from controller.api import route_of_request
-    from controller.verification_api import make_blueprint
+    from ureplicator.controller import groups_api
+    from ureplicator.controller.api import route_of_request
+    from ureplicator.controller.verification_api import make_blueprint
 
     return Api(routes, [make_blueprint(reports, lambda: route_of_request().config.route_id),
                         groups_api.make_blueprint(RouteGroups)])
@@ -239,9 +239,9 @@ def test_a_write_to_one_route_leaves_the_others_state_alone():
 def test_the_verification_gauges_carry_the_route_whose_reports_they_read(tmp_path):
     from prometheus_client import CollectorRegistry
 
-    from controller.verification_api import register_metrics
-    from reports.store import ReportStore
     from tests.support.verifier_samples import sample_report
+    from ureplicator.controller.verification_api import register_metrics
+    from ureplicator.reports.store import ReportStore
 
     # Given the implicit route's reports in the directory itself and route a2b's in <dir>/a2b
     ReportStore(tmp_path).save(sample_report().to_dict())

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from common import config
-from common.errors import ConfigError
+from ureplicator.common import config
+from ureplicator.common.errors import ConfigError
 
 TODAY = {
     "pipeline": "dr",
@@ -167,7 +167,7 @@ def test_a_controller_with_a_looping_config_stops_at_start_naming_the_path(tmp_p
 
     path = tmp_path / "mesh.yaml"
     path.write_text(yaml.safe_dump(mesh_doc("transit")))
-    result = subprocess.run([sys.executable, "-m", "cli", "controller", "--config", str(path)],
+    result = subprocess.run([sys.executable, "-m", "ureplicator", "controller", "--config", str(path)],
                             capture_output=True, text=True, timeout=60, check=False)
     assert result.returncode == 2
     assert "config error: routes: a record produced on east would reach" in result.stderr

@@ -10,7 +10,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import padding
 
 from devtools import certs, stack
-from verifier import kafka_options
+from ureplicator.verifier import kafka_options
 
 
 def test_broker_certificate_names_the_stack_addresses_and_chains_to_the_ca(tmp_path: Path):

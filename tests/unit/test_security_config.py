@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from common import config
-from common.errors import ConfigError
+from ureplicator.common import config
+from ureplicator.common.errors import ConfigError
 
 MINIMAL = """
 pipeline: dr
@@ -68,7 +68,7 @@ def test_controller_process_refuses_to_start_and_exits_2(tmp_path: Path):
     path = tmp_path / "c.yaml"
     # ZooKeeper at a port nobody serves: the refusal must come first, not a connection timeout.
     path.write_text(MINIMAL.replace("127.0.0.1:2181", "127.0.0.1:1") + "controller: {rest_host: 0.0.0.0}\n")
-    proc = subprocess.run([sys.executable, "-m", "cli", "controller", "--config", str(path)],
+    proc = subprocess.run([sys.executable, "-m", "ureplicator", "controller", "--config", str(path)],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2, proc.stderr
     assert "ureplicator: config error: controller.admin_token: the REST API would listen on 0.0.0.0:9000" in proc.stderr

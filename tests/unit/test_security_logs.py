@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from common import config, logs
+from ureplicator.common import config, logs
 
 TOKEN = "tok-3f9a1c77e2"
 PASSWORD = "Scram-Pw-5512"

@@ -7,7 +7,7 @@ import sys
 
 SCRIPT = """
 import os, signal, threading, time
-from common import signals
+from ureplicator.common import signals
 signals.on_stop_signals(lambda: None, None, "stop")
 threading.Thread(target=lambda: time.sleep(5), name="sleeper", daemon=True).start()
 os.kill(os.getpid(), signal.SIGUSR1)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from common.zkschema import Assignment, PartitionStatus, TopicRecord, WorkerStatus
-from controller.status_api import View, evaluate
+from ureplicator.common.zkschema import Assignment, PartitionStatus, TopicRecord, WorkerStatus
+from ureplicator.controller.status_api import View, evaluate
 
 NOW = 1_800_000_000.0
 
@@ -94,7 +94,7 @@ def test_the_page_escapes_what_it_shows():
 
     from flask import Flask, render_template_string
 
-    import controller.status_api as status_api
+    import ureplicator.controller.status_api as status_api
 
     status = WorkerStatus(3, {("orders", 0): PartitionStatus(committed=1, lag=1, error="<script>alert(1)</script>"),
                               ("orders", 1): PartitionStatus(committed=1, lag=0)})
@@ -110,7 +110,7 @@ def test_the_page_escapes_what_it_shows():
 def test_two_routes_each_have_their_rows_problems_and_group_sync():
     from dataclasses import replace
 
-    from controller.status_api import evaluate_routes
+    from ureplicator.controller.status_api import evaluate_routes
 
     # Given route a2b healthy with a fresh sync, and route a2c with a partition nobody owns and a stale sync
     healthy = _view(route="a2b", group_sync_enabled=True, group_sync_interval_s=60, group_sync_last=NOW - 10)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from kazoo.client import KazooClient
 
-from common import config, zktls
-from common.errors import ConfigError
+from ureplicator.common import config, zktls
+from ureplicator.common.errors import ConfigError
 
 BASE = {
     "pipeline": "p",

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from common import topology
-from common.topology import TopologyError
+from ureplicator.common import topology
+from ureplicator.common.topology import TopologyError
 
 CLUSTERS = {name: frozenset({f"{name}:9092"}) for name in ("a", "b", "c", "d")}
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from failover.translation import (
+from ureplicator.failover.translation import (
     AHEAD,
     AT,
     BEHIND,

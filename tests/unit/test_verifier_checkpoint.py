@@ -7,10 +7,16 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from reports import model
-from reports.model import Watermarks
-from verifier import checkpoint
-from verifier.checkpoint import Checkpoint, CheckpointFile, PartitionCheckpoint, TopicCheckpoint, TopicIdentity
+from ureplicator.reports import model
+from ureplicator.reports.model import Watermarks
+from ureplicator.verifier import checkpoint
+from ureplicator.verifier.checkpoint import (
+    Checkpoint,
+    CheckpointFile,
+    PartitionCheckpoint,
+    TopicCheckpoint,
+    TopicIdentity,
+)
 
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=timezone.utc)
 DAY = 86_400.0
@@ -180,7 +186,7 @@ def test_two_verifiers_cannot_share_a_checkpoint(tmp_path):
 
 
 def test_the_file_s_model_names_what_is_wrong_in_one_line(tmp_path):
-    from verifier.checkpoint import from_dict
+    from ureplicator.verifier.checkpoint import from_dict
 
     body = {"pipeline": "p", "group": "g", "source_alias": "a", "destination_alias": "b", "hash_version": 2,
             "topics": {"t": {"destination": "t", "source_topic_id": None, "destination_topic_id": None,

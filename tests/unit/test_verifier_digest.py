@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from verifier import digest
+from ureplicator.verifier import digest
 
 
 def _covered(chunks):
@@ -41,14 +41,14 @@ def test_the_digest_module_never_invalidates_the_pinned_jar_cache(tmp_path):
 
 
 def test_the_digest_jar_is_found_beside_the_connector_first(tmp_path):
-    from verifier import connector
+    from ureplicator.verifier import connector
 
     shipped = str(tmp_path / connector.DIGEST_JAR)
     assert connector.digest_jar([str(tmp_path / "kafka-clients.jar"), shipped]) == shipped
 
 
 def test_chunk_order_rows_prove_order_across_gaps_and_refuse_a_step_back():
-    from verifier.sparkjob import _ascending
+    from ureplicator.verifier.sparkjob import _ascending
 
     # Given chunks in destination order (start, rising, first source offset, last source offset)
     gapped = [(0, True, 0, 97), (100, True, 120, 400), (200, True, 401, 405)]

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from reports import model
-from reports.model import BucketAggregate, Watermarks
 from tests.support.verifier_samples import sample_report
+from ureplicator.reports import model
+from ureplicator.reports.model import BucketAggregate, Watermarks
 
 SCHEMA = json.loads((Path(__file__).resolve().parents[2] / "reports" / "report.schema.json").read_text())
 

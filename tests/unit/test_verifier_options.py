@@ -6,11 +6,11 @@ import argparse
 
 import pytest
 
-from common.config import from_dict
-from common.errors import ConfigError
-from verifier import kafka_options
-from verifier.cli import parse_interval
-from verifier.run import Target, VerifyError, resolve_targets
+from ureplicator.common.config import from_dict
+from ureplicator.common.errors import ConfigError
+from ureplicator.verifier import kafka_options
+from ureplicator.verifier.cli import parse_interval
+from ureplicator.verifier.run import Target, VerifyError, resolve_targets
 
 
 def test_plaintext_cluster_needs_no_options():

@@ -8,10 +8,10 @@ import pytest
 from flask import Flask
 from prometheus_client import CollectorRegistry, generate_latest
 
-from controller.verification_api import make_blueprint, register_metrics
-from reports import html
-from reports.store import ReportStore, error_entry
 from tests.support.verifier_samples import sample_report
+from ureplicator.controller.verification_api import make_blueprint, register_metrics
+from ureplicator.reports import html
+from ureplicator.reports.store import ReportStore, error_entry
 
 
 def _doc(run_id: str = "20251121T120000Z-abcdef", **changes):

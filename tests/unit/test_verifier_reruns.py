@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from reports.model import Watermarks
-from verifier import run
-from verifier.watermarks import TopicSnapshot
+from ureplicator.reports.model import Watermarks
+from ureplicator.verifier import run
+from ureplicator.verifier.watermarks import TopicSnapshot
 
 
 class _LogStarts:
@@ -64,9 +64,9 @@ class _Retention:
 
 
 def test_only_the_partitions_whose_log_start_moved_are_verified_again(monkeypatch):
-    from reports.model import BucketAggregate
-    from verifier import sparkjob
-    from verifier.sparkjob import BucketPass, KafkaSide
+    from ureplicator.reports.model import BucketAggregate
+    from ureplicator.verifier import sparkjob
+    from ureplicator.verifier.sparkjob import BucketPass, KafkaSide
 
     clusters = _Retention()
 

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from common import config as config_module
-from common.errors import ConfigError
-from verifier import cli
-from verifier.deployment import Edge, families
-from verifier.run import route_rule
+from ureplicator.common import config as config_module
+from ureplicator.common.errors import ConfigError
+from ureplicator.verifier import cli
+from ureplicator.verifier.deployment import Edge, families
+from ureplicator.verifier.run import route_rule
 
 
 def _config(routes: list[dict] | None) -> config_module.Config:

@@ -8,10 +8,10 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from structlog.testing import capture_logs
 
-from common import logs
-from worker.acks import AckLedger
-from worker.commits import Committer
-from worker.metrics import WorkerMetrics
+from ureplicator.common import logs
+from ureplicator.worker.acks import AckLedger
+from ureplicator.worker.commits import Committer
+from ureplicator.worker.metrics import WorkerMetrics
 
 
 class Coordinator:

@@ -6,10 +6,10 @@ import dataclasses
 
 import pytest
 
-from common import provenance
 from tests.unit.fakes import FakeMessage
 from tests.unit.test_worker_mirror import Rig, make_rig, values
-from worker import forwarding
+from ureplicator.common import provenance
+from ureplicator.worker import forwarding
 
 # t:0's records, as the source cluster "src" holds them (the worker writes to "dst")
 HEADERS = {

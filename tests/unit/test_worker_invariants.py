@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
-from common import config as config_module
-from common import kafka
-from common.errors import ConfigError
-from worker import clients
+from ureplicator.common import config as config_module
+from ureplicator.common import kafka
+from ureplicator.common.errors import ConfigError
+from ureplicator.worker import clients
 
 
 def config_with(source: dict[str, Any] | None = None, destination: dict[str, Any] | None = None) -> Any:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from worker.metrics import WorkerMetrics, per_route
+from ureplicator.worker.metrics import WorkerMetrics, per_route
 
 
 def test_a_pinned_workers_series_name_its_route_and_the_implicit_one_is_default():

@@ -10,12 +10,12 @@ import pytest
 from kazoo.client import KazooState
 from structlog.testing import capture_logs
 
-from common import config as config_module
-from common import provenance
-from common.zkschema import Assignment, Paths, TopicRecord, WorkerStatus
 from tests.unit.fakes import FakeCommitClient, FakeConsumer, FakeProducer, FakeZooKeeper
-from worker.clients import WorkerClients
-from worker.mirror import MirrorWorker
+from ureplicator.common import config as config_module
+from ureplicator.common import provenance
+from ureplicator.common.zkschema import Assignment, Paths, TopicRecord, WorkerStatus
+from ureplicator.worker.clients import WorkerClients
+from ureplicator.worker.mirror import MirrorWorker
 
 
 class Clock:

@@ -8,13 +8,13 @@ import pytest
 from confluent_kafka import Message, Producer
 from structlog.testing import capture_logs
 
-from common import config as config_module
-from common import provenance
-from common.errors import ConfigError
 from tests.unit.fakes import FakeCommitClient, FakeConsumer, FakeProducer, FakeZooKeeper
-from worker import mirror, native
-from worker.clients import WorkerClients
-from worker.mirror import MirrorWorker
+from ureplicator.common import config as config_module
+from ureplicator.common import provenance
+from ureplicator.common.errors import ConfigError
+from ureplicator.worker import mirror, native
+from ureplicator.worker.clients import WorkerClients
+from ureplicator.worker.mirror import MirrorWorker
 
 
 def worker_with(loop: str) -> MirrorWorker:

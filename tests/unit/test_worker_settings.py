@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from common import config as config_module
-from common.errors import ConfigError
+from ureplicator.common import config as config_module
+from ureplicator.common.errors import ConfigError
 
 WAITS = ("stop_timeout_s", "release_ack_timeout_s", "release_commit_timeout_s", "producer_stall_s")
 
@@ -52,6 +52,6 @@ def test_the_deprecated_key_must_not_be_negative():
 
 @pytest.mark.parametrize(("session_s", "lease"), [(15.0, 10.0), (10.0, 10.0 - 10.0 / 3), (6.0, 4.0), (3.0, 1.0)])
 def test_the_lease_is_the_session_minus_a_third_and_at_least_two_seconds_of_margin(session_s, lease):
-    from worker.mirror import lease_s
+    from ureplicator.worker.mirror import lease_s
 
     assert lease_s(session_s) == pytest.approx(lease)

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-from worker import transactions
-from worker.transactions import ABORTED, COMMITTED, FATAL, RETRY, Transactions
+from ureplicator.worker import transactions
+from ureplicator.worker.transactions import ABORTED, COMMITTED, FATAL, RETRY, Transactions
 
 
 class Log:
@@ -168,7 +168,7 @@ def test_the_recorded_mode_decodes_or_says_nothing():
 
 
 def _config(**worker: Any) -> Any:
-    from common import config as config_module
+    from ureplicator.common import config as config_module
     return config_module.from_dict({
         "pipeline": "unit",
         "zookeeper": {"connect": "127.0.0.1:1"},
@@ -179,7 +179,7 @@ def _config(**worker: Any) -> Any:
 
 
 def test_exactly_once_is_off_by_default_and_its_transactional_id_is_the_group_plus_the_worker_id():
-    from worker import clients
+    from ureplicator.worker import clients
     cfg = _config()
     assert cfg.worker.exactly_once is False and cfg.worker.transaction_interval_ms == 1000
     assert clients.transactional_id(cfg, "w1") == "ureplicator.unit.w1"
@@ -191,6 +191,6 @@ def test_exactly_once_is_off_by_default_and_its_transactional_id_is_the_group_pl
     ({"transaction_interval_ms": 5}, "worker.transaction_interval_ms"),
 ])
 def test_settings_exactly_once_cannot_serve_are_refused(worker, key):
-    from common.errors import ConfigError
+    from ureplicator.common.errors import ConfigError
     with pytest.raises(ConfigError, match=key):
         _config(**worker)

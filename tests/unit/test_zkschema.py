@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from common.zkschema import (
+from ureplicator.common.zkschema import (
     Assignment,
     PartitionStatus,
     RateLimit,

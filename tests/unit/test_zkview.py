@@ -9,8 +9,8 @@ from typing import Any
 from kazoo.exceptions import NoNodeError
 from kazoo.recipe.cache import NodeData, TreeEvent
 
-from common.zkschema import Assignment, PartitionStatus, Paths, WorkerStatus
-from controller.zkview import RouteView
+from ureplicator.common.zkschema import Assignment, PartitionStatus, Paths, WorkerStatus
+from ureplicator.controller.zkview import RouteView
 
 PATHS = Paths("/u/p/routes/r")
 

@@ -1,0 +1,7 @@
+"""``python -m ureplicator``: the same as the ``ureplicator`` console script."""
+
+import sys
+
+from ureplicator.cli.main import main
+
+sys.exit(main())
