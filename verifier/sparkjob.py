@@ -528,27 +528,63 @@ def bucket_pass(
     bucket_size: int,
     rule: RouteRule | None = None,
 ) -> BucketPass:
-    """Per side, one aggregate per (partition, class, bucket): from the digest reader when this session has
-    it (verifier/digest.py), else with SQL over Spark's Kafka source. Both give the same rows."""
-    rule = rule or default_rule(source, destination)
-    result = BucketPass()
-    src_ranges = {p: (min(w.verify_from, w.end), w.end) for p, w in snap.partitions.items()}
-    if digest.available(spark):
-        from pyspark.sql import functions as F
+    """Pass 1 of one topic (``bucket_passes`` of one)."""
+    return bucket_passes(spark, source, destination, [(snap, rule)], bucket_size)[0]
 
-        # Both sides in one Spark job: one round of scheduling and one collect per topic.
-        src = digest.bucket_rows(
-            spark, source, snap.topic, "source", src_ranges, snap, bucket_size, rule, READ_TUNING
-        ).withColumn("side", F.lit(0))
-        dst = digest.bucket_rows(
-            spark, destination, snap.destination, "destination", snap.destination_ranges(), snap, bucket_size,
-            rule, READ_TUNING,
-        ).withColumn("side", F.lit(1))
-        rows = src.unionByName(dst).collect()
-        src_rows = [r for r in rows if r.side == 0]
-        dst_rows = [r for r in rows if r.side == 1]
-    else:
-        src_rows, dst_rows = _sql_bucket_rows(spark, source, destination, snap, bucket_size, src_ranges, rule)
+
+def bucket_passes(
+    spark: Any,
+    source: KafkaSide,
+    destination: KafkaSide,
+    topics: Sequence[tuple[TopicSnapshot, RouteRule | None]],
+    bucket_size: int,
+) -> list[BucketPass]:
+    """Pass 1 of several topics, in their order: per side, one aggregate per (partition, class, bucket).
+
+    With the digest reader (verifier/digest.py), both sides of every topic are one Spark job: one stage of
+    reader tasks, no shuffle, one collect; the driver merges the rows. Without it, the same rows come from
+    SQL over Spark's Kafka source, a topic at a time.
+    """
+    if not topics:
+        return []
+    if not digest.available(spark):
+        results = []
+        for snap, rule in topics:
+            rule = rule or default_rule(source, destination)
+            src_rows, dst_rows = _sql_bucket_rows(
+                spark, source, destination, snap, bucket_size, _source_ranges(snap), rule
+            )
+            results.append(_bucket_pass(src_rows, dst_rows))
+        return results
+    from pyspark.sql import functions as F
+
+    frames = []
+    for index, (snap, rule) in enumerate(topics):
+        rule = rule or default_rule(source, destination)
+        for side, which, topic, ranges in (
+            (source, "source", snap.topic, _source_ranges(snap)),
+            (destination, "destination", snap.destination, snap.destination_ranges()),
+        ):
+            rows = digest.bucket_rows(spark, side, topic, which, ranges, snap, bucket_size, rule, READ_TUNING)
+            frames.append(rows.withColumn("_topic", F.lit(index)).withColumn("_side", F.lit(which)))
+    union = frames[0]
+    for frame in frames[1:]:
+        union = union.unionByName(frame)
+    grouped: dict[tuple[int, str], list[Any]] = {}
+    for r in union.collect():
+        grouped.setdefault((r["_topic"], r["_side"]), []).append(r)
+    return [
+        _bucket_pass(digest.merge(grouped.get((i, "source"), [])), digest.merge(grouped.get((i, "destination"), [])))
+        for i in range(len(topics))
+    ]
+
+
+def _source_ranges(snap: TopicSnapshot) -> dict[int, tuple[int, int]]:
+    return {p: (min(w.verify_from, w.end), w.end) for p, w in snap.partitions.items()}
+
+
+def _bucket_pass(src_rows: Iterable[Any], dst_rows: Iterable[Any]) -> BucketPass:
+    result = BucketPass()
     for r in src_rows:
         result.source_records += r.n
         if r.cls == VERIFIED:
