@@ -65,12 +65,14 @@ class SparkUnavailable(UReplicatorError):
 # --- session -----------------------------------------------------------------------------------
 
 
-def session(master: str | None = None, conf: Mapping[str, str] | None = None) -> Any:
+def session(master: str | None = None, conf: Mapping[str, str] | None = None, own_archive: bool = False) -> Any:
     """The process's SparkSession, created with the Kafka connector on the classpath.
 
     ``master`` None means: what spark-submit chose, else ``local[*]``. For local
     masters the connector jars come from ``connector.spark_jars()``; on a
     cluster pass ``--packages`` (see CONNECTOR_PACKAGE) or ``spark.jars``.
+    ``own_archive`` (the ``verify`` command): without ``UREPLICATOR_SPARK_CDS``, map the class archive an
+    earlier run dumped, or dump one for the next run (verifier/cds.py).
     """
     conf = dict(conf or {})
     submitted = "PYSPARK_GATEWAY_PORT" in os.environ  # launched by spark-submit: keep its master
@@ -90,9 +92,6 @@ def session(master: str | None = None, conf: Mapping[str, str] | None = None) ->
     java_options = []
     if LOG4J_CONFIG.is_file():  # errors only, so progress lines stay readable
         java_options.append(f"-Dlog4j2.configurationFile=file:{LOG4J_CONFIG}")
-    java_options += cds.java_options()
-    if java_options:
-        settings["spark.driver.extraJavaOptions"] = " ".join(java_options)
     if resolved is not None:
         settings["spark.master"] = resolved
     if "spark.jars" not in conf and "spark.jars.packages" not in conf:
@@ -103,6 +102,17 @@ def session(master: str | None = None, conf: Mapping[str, str] | None = None) ->
         except connector.ConnectorMissing as exc:
             if resolved is None or resolved.startswith("local"):
                 raise SparkUnavailable(f"Spark's Kafka connector is missing: {exc}") from None
+    explicit = cds.java_options()  # UREPLICATOR_SPARK_CDS names an archive
+    java_options += explicit
+    if own_archive and not explicit and os.environ.get(cds.CDS_ENV, "").strip() == "":
+        try:
+            archive = cds.auto_archive(java.java_executable(), settings.get("spark.jars", "").split(","),
+                                       cds.cache_folder())
+            java_options += cds.auto_options(archive)
+        except java.JavaNotFound:
+            pass  # reported below, where the session starts
+    if java_options:
+        settings["spark.driver.extraJavaOptions"] = " ".join(java_options)
     settings.update(conf)
     # pyspark logs every captured JVM error on its own before raising it; we report them once.
     for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
