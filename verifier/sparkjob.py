@@ -2,15 +2,18 @@
 
 Per-record work happens in the executors' JVMs — in the digest reader
 (verifier/digest.py, jvm/digest) or in built-in SQL over Spark's Kafka source
-(hash, header parsing, windows, aggregates); Python sees bucket aggregates and
-summarised findings, never records. Two passes per topic:
+(hash, header parsing, windows, aggregates; the SQL is built in verifier/sql.py);
+Python sees bucket aggregates and summarised findings, never records. Two
+passes per topic:
 
 1. **buckets** — source: per (partition, offset bucket) count, exact sum and
    xor of the bucket hashes; destination: the same per (partition, bucket of
    the ``urep`` source offset), plus each record's class (verified, pending,
    expired, or an orphan class) and the bounds of ``destination offset -
    source offset`` (the order proof). The digest reader computes these rows
-   inside the reader; without it, the same rows come from SQL.
+   inside the reader, for every topic of a run in one Spark job
+   (``bucket_passes``); without it, the same rows come from SQL, a topic at
+   a time.
 2. **records** — only when pass 1 found a difference: re-read with Spark's
    Kafka source, join the records of the differing buckets, list orphans and,
    for partitions not proven in order, order the first copies; summarise to
