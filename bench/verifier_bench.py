@@ -352,8 +352,8 @@ def render(entry: dict[str, Any]) -> str:
         f"{inc['incremental']['read']['destination']:,} destination (the full run: "
         f"{inc['full']['read']['source']:,} and {inc['full']['read']['destination']:,}).",
     ]
-    if entry.get("notes"):
-        lines += ["", *entry["notes"]]
+    for note in entry.get("notes") or []:  # a paragraph each
+        lines += ["", note]
     return "\n".join(lines)
 
 
