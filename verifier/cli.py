@@ -213,14 +213,17 @@ class _SessionCache:
 
         started = time.monotonic()
         try:
-            self.spark = sparkjob.session(self.master, self.conf)
+            self.spark = sparkjob.session(self.master, self.conf, own_archive=True)
         except BaseException as exc:  # noqa: BLE001 - raised again by the caller's thread
             self._failure = exc
             return
         from ureplicator.verifier import cds
 
-        mapped = cds.archive()
-        shared = f", classes from {mapped}" if mapped is not None else ""
+        options = str(self.spark.sparkContext.getConf().get("spark.driver.extraJavaOptions", ""))
+        mapped = re.search(r"-XX:SharedArchiveFile=(\S+)", options)
+        dumping = "-XX:ArchiveClassesAtExit=" in options
+        shared = (f", classes from {mapped.group(1)}" if mapped else
+                  f", its classes archived at exit for the next run ({cds.CDS_ENV}=off: never)" if dumping else "")
         stderr_progress(f"Spark {self.spark.version} ({self.spark.sparkContext.master}) started in "
                         f"{time.monotonic() - started:.1f}s{shared}; this process keeps it for every run")
 

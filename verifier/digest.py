@@ -6,9 +6,10 @@ in Java, ``io.ureplicator.digest.DigestSource``) consumes each offset range
 with the plain Kafka consumer, hashes and classifies every record exactly as
 ``verifier/sparkjob.py``'s SQL does, and hands Spark one row per (partition,
 class, bucket). This module turns a snapshot into the reader's options and
-merges the rows of ranges that share a bucket; ``sparkjob.bucket_pass``
-decides which reader runs. Nobody configures it: when its jar is not on the
-classpath, pass 1 falls back to Spark's Kafka source with a warning.
+merges the rows of chunks that share a bucket in the driver (no shuffle);
+``sparkjob.bucket_passes`` decides which reader runs. Nobody configures it:
+when its jar is not on the classpath, pass 1 falls back to Spark's Kafka
+source with a warning.
 ``UREPLICATOR_VERIFIER_READER=kafka`` forces the fallback (tests and the
 benchmark compare both readers with it).
 """
@@ -18,7 +19,8 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ureplicator.verifier.watermarks import TopicSnapshot
@@ -98,9 +100,8 @@ def bucket_rows(
     rule: RouteRule | None = None,
     tuning: Mapping[str, str] | None = None,
 ) -> Any:
-    """Pass-1 rows (p, cls, bucket, n, high, low, xor, first, last, first_do, delta_min, delta_max) of one side."""
-    from pyspark.sql import functions as F
-
+    """The reader's pass-1 rows (p, cls, bucket, n, high, low, xor, first, last, first_do, delta_min,
+    delta_max) of one side, one row per (chunk, class, bucket): unmerged (see ``merge``), and no shuffle."""
     parts = snap.partitions
     reader = (
         spark.read.format(FORMAT)
@@ -127,13 +128,66 @@ def bucket_rows(
         )
     for key, value in {**(tuning or {}), **side.options}.items():
         reader = reader.option(f"kafka.{key}", value)
-    return (
-        reader.load()
-        .groupBy("p", "cls", "bucket")
-        .agg(
-            F.sum("n").alias("n"), F.sum("high").alias("high"), F.sum("low").alias("low"),
-            F.bit_xor("xor").alias("xor"), F.min("first").alias("first"), F.max("last").alias("last"),
-            F.min("first_do").alias("first_do"), F.min("delta_min").alias("delta_min"),
-            F.max("delta_max").alias("delta_max"),
-        )
-    )
+    return reader.load()
+
+
+@dataclass(frozen=True)
+class BucketRow:
+    """One pass-1 row of one side: a (partition, class, bucket)'s aggregates, merged over the chunks that read it.
+
+    The fields are the reader's columns (``sparkjob`` reads them by name, like a Spark Row's); a sum or a
+    bound no chunk gave is None, as SQL's ``sum``/``min`` of nulls would be.
+    """
+
+    p: int
+    cls: int
+    bucket: int
+    n: int
+    high: int | None
+    low: int | None
+    xor: int | None
+    first: int | None
+    last: int | None
+    first_do: int | None
+    delta_min: int | None
+    delta_max: int | None
+
+
+def _add(a: int | None, b: int | None) -> int | None:
+    return b if a is None else a if b is None else a + b
+
+
+def _xor(a: int | None, b: int | None) -> int | None:
+    return b if a is None else a if b is None else a ^ b
+
+
+def _low(a: int | None, b: int | None) -> int | None:
+    return b if a is None else a if b is None else min(a, b)
+
+
+def _high(a: int | None, b: int | None) -> int | None:
+    return b if a is None else a if b is None else max(a, b)
+
+
+def merge(rows: Iterable[Any]) -> list[BucketRow]:
+    """The reader's rows of one side, merged per (partition, class, bucket): a bucket cut across two chunks
+    (never, with ``chunks``; but a partition read in two ranges may share one) becomes one row.
+
+    Done in the driver instead of a Spark ``groupBy``: the rows are a few per bucket, and without the shuffle
+    pass 1 of every topic is one Spark stage.
+    """
+    merged: dict[tuple[int, int, int], BucketRow] = {}
+    for r in rows:
+        key = (int(r.p), int(r.cls), int(r.bucket))
+        row = BucketRow(key[0], key[1], key[2], int(r.n), r.high, r.low, r.xor, r.first, r.last, r.first_do,
+                        r.delta_min, r.delta_max)
+        seen = merged.get(key)
+        if seen is not None:
+            row = BucketRow(
+                key[0], key[1], key[2], seen.n + row.n, _add(seen.high, row.high), _add(seen.low, row.low),
+                _xor(seen.xor, row.xor), _low(seen.first, row.first), _high(seen.last, row.last),
+                _low(seen.first_do, row.first_do), _low(seen.delta_min, row.delta_min),
+                _high(seen.delta_max, row.delta_max),
+            )
+        merged[key] = row
+    return [merged[k] for k in sorted(merged)]

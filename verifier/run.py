@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import secrets
 import sys
 import threading
@@ -12,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from kazoo.exceptions import NoNodeError
 
@@ -133,29 +134,32 @@ def verify(
 ) -> Report:
     """Verify every target topic; a topic that cannot be verified gets an error, the others go on.
 
-    Up to CONCURRENT_TOPICS topics are verified at once: their Spark jobs share the executors, and one
-    topic's driver-side waits (offsets, scheduling, collects) overlap another's reading.
+    The topics are verified together: each is snapshotted and planned (full or incremental), then pass 1 of
+    every topic, both sides, runs as one Spark job (with the digest reader; see ``_first_passes``), then each
+    topic's pass 2, when needed, and its re-reads of partitions whose log start moved. Up to
+    CONCURRENT_TOPICS topics are in that last part at once: their Spark jobs share the executors.
     With ``incremental``, each topic continues from the checkpoint file where it can (else a full pass,
-    with the reason in the report) and the checkpoint is rewritten after each topic.
+    with the reason in the report), and the file is saved as soon as each topic's verdict is known.
     """
     started = datetime.now(timezone.utc)
     clock = time.monotonic()
     run_id = new_run_id(started)
     stored, unusable = _load_checkpoint(incremental, config, group, progress)
-    saving = threading.Lock()
+    saving = threading.Lock()  # one checkpoint file, saved from the topics' threads one at a time
     rule = route_rule(config)
-
-    def one(index: int, target: Target) -> TopicReport:
-        label = f"[{index}/{len(targets)}] {target.topic}"
-        job = _TopicJob(clusters, sides, target, group, bucket_size, label, progress, rule)
+    jobs = []
+    for index, target in enumerate(targets, 1):
+        job = _TopicJob(clusters, sides, target, group, bucket_size, f"[{index}/{len(targets)}] {target.topic}",
+                        progress, rule)
         if incremental is not None:
             job.checkpointed = _Checkpointed(stored, incremental, unusable, started, saving)
-        return job.run(spark)
-
-    if len(targets) <= 1:
-        topics = [one(index, target) for index, target in enumerate(targets, 1)]
-    else:
-        topics = _concurrently(spark, [(one, index, target) for index, target in enumerate(targets, 1)])
+        jobs.append(job)
+    topics: list[TopicReport] = []
+    for batch in _batches(jobs, TOPICS_PER_JOB):
+        prepared = _concurrently(spark, [functools.partial(_prepare, job) for job in batch])
+        _first_passes(spark, batch, prepared, progress)
+        topics += _concurrently(spark, [functools.partial(_verify_topic, spark, job, ready)
+                                        for job, ready in zip(batch, prepared, strict=True)])
     finished = datetime.now(timezone.utc)
     return Report(
         run_id=run_id,
@@ -210,6 +214,9 @@ def _load_checkpoint(
     return fresh, problem
 
 
+_SAVING = threading.Lock()  # one checkpoint file, saved from the topics' threads one at a time
+
+
 @dataclass
 class _Checkpointed:
     """The checkpoint side of a run: what is stored, how to use it, the run's clock."""
@@ -218,7 +225,7 @@ class _Checkpointed:
     options: Incremental
     unusable: str | None
     now: datetime
-    saving: threading.Lock = field(default_factory=threading.Lock)
+    saving: threading.Lock = field(default_factory=lambda: _SAVING)
 
     def record(self, topic: str, entry: checkpoint.TopicCheckpoint) -> None:
         """Keep one topic's next checkpoint and save the file now: a crash later keeps this topic's progress."""
@@ -228,13 +235,24 @@ class _Checkpointed:
 
 
 CONCURRENT_TOPICS = 4
+# Topics whose pass 1 is one Spark job: the plan of a union of two reads per topic stays small.
+TOPICS_PER_JOB = 64
+
+T = TypeVar("T")
 
 
-def _concurrently(spark: Any, calls: list[tuple[Callable[..., TopicReport], int, Target]]) -> list[TopicReport]:
-    """Run the topic jobs on a few threads; the reports in the order of ``calls``. An error (or an interrupt)
-    cancels the Spark jobs still running, so that the other threads end promptly, and is raised again."""
+def _batches(items: list[T], size: int) -> list[list[T]]:
+    return [items[i:i + size] for i in range(0, len(items), size)]
+
+
+def _concurrently(spark: Any, calls: list[Callable[[], T]]) -> list[T]:
+    """Run the calls on up to CONCURRENT_TOPICS threads (one call: on this one); the results in the order of
+    ``calls``. An error (or an interrupt) cancels the Spark jobs still running, so that the other threads end
+    promptly, and is raised again."""
+    if len(calls) <= 1:
+        return [call() for call in calls]
     with ThreadPoolExecutor(max_workers=min(CONCURRENT_TOPICS, len(calls)), thread_name_prefix="verify") as pool:
-        futures = [pool.submit(call, index, target) for call, index, target in calls]
+        futures = [pool.submit(call) for call in calls]
         try:
             return [future.result() for future in futures]
         except BaseException:
@@ -262,19 +280,76 @@ class _TopicJob:
     checkpointed: _Checkpointed | None = None
 
     def run(self, spark: Any) -> TopicReport:
-        return _verify_topic(spark, self)
+        """This topic alone: planned, pass 1 and the rest (``verify`` plans and runs pass 1 of many at once)."""
+        return _verify_topic(spark, self, _prepare(self))
 
 
-def _verify_topic(spark: Any, job: _TopicJob) -> TopicReport:
+@dataclass
+class _Prepared:
+    """A topic's first attempt as planned before any Spark job: its snapshot (continued from the checkpoint
+    where the decision says so), identity and decision; pass 1's result once ``_first_passes`` ran it."""
+
+    clock: float
+    snap: TopicSnapshot | None = None
+    identity: TopicIdentity | None = None
+    decision: Decision | None = None
+    error: TopicMissing | None = None  # the topic cannot be verified: the snapshot said why
+    buckets: BucketPass | None = None
+
+
+def _prepare(job: _TopicJob) -> _Prepared:
+    """Snapshot the topic and decide how much of it to verify; announce it."""
+    ready = _Prepared(time.monotonic())
+    target = job.target
+    try:
+        snap = job.clusters.snapshot(target.topic, target.destination, job.group)
+        if job.checkpointed is not None:
+            ready.identity = TopicIdentity(
+                target.destination,
+                job.clusters.topic_id("source", target.topic),
+                job.clusters.topic_id("destination", target.destination),
+            )
+            ready.decision = _decide(job.checkpointed, target, ready.identity, snap)
+            snap = snap.resumed(ready.decision.resume)
+    except TopicMissing as exc:
+        ready.error = exc
+        return ready
+    ready.snap = snap
+    _announce(snap, job.label, job.progress, ready.decision)
+    return ready
+
+
+def _first_passes(spark: Any, jobs: list[_TopicJob], prepared: list[_Prepared], progress: Progress) -> None:
+    """Pass 1 of every planned topic in one Spark job (the digest reader's; with Spark's Kafka source each topic
+    runs its own, later). When that job fails, each topic runs its own pass 1 again, so that the failure is
+    reported on the topic it belongs to and the other topics are verified."""
+    from py4j.protocol import Py4JError
+    from pyspark.errors import PySparkException
+
+    ready = [(job, r) for job, r in zip(jobs, prepared, strict=True) if r.snap is not None]
+    if len(ready) < 2 or not digest.available(spark):
+        return
+    first = ready[0][0]
+    try:
+        with _heartbeat(spark, f"pass 1 of {len(ready)} topics", progress):
+            found = sparkjob.bucket_passes(spark, first.sides[0], first.sides[1],
+                                           [(r.snap, job.rule) for job, r in ready], first.bucket_size)
+    except (PySparkException, Py4JError) as exc:
+        progress(f"pass 1 of {len(ready)} topics together failed ({_first_line(exc)}); each topic on its own")
+        return
+    for (_, r), buckets in zip(ready, found, strict=True):
+        r.buckets = buckets
+
+
+def _verify_topic(spark: Any, job: _TopicJob, ready: _Prepared) -> TopicReport:
     from py4j.protocol import Py4JError
     from pyspark.errors import PySparkException
 
     target, label, progress = job.target, job.label, job.progress
-    clock = time.monotonic()
     report = TopicReport(target.topic, target.destination)
     try:
         with _heartbeat(spark, label, progress):
-            _passes(spark, job, report)
+            _passes(spark, job, report, ready)
     except TopicMissing as exc:
         report.error = str(exc)
     except (PySparkException, Py4JError) as exc:
@@ -284,7 +359,7 @@ def _verify_topic(spark: Any, job: _TopicJob) -> TopicReport:
                 f"{sparkjob.CONNECTOR_PACKAGE} to spark-submit (or the jars with spark.jars)"
             ) from None
         report.error = f"Spark failed: {_first_line(exc)}"
-    report.duration_s = time.monotonic() - clock
+    report.duration_s = time.monotonic() - ready.clock
     counts = {c: sum(p.counts[c] for p in report.partitions) for c in model.CATEGORIES}
     shown = ", ".join(f"{c} {n}" for c, n in counts.items() if n)
     detail = report.error or shown or "no differences"
@@ -292,14 +367,17 @@ def _verify_topic(spark: Any, job: _TopicJob) -> TopicReport:
     return report
 
 
-def _passes(spark: Any, job: _TopicJob, report: TopicReport) -> None:
-    """Snapshot, plan, bucket pass, record pass when needed; again, for the partitions concerned only, when
-    retention moved a log start meanwhile. Fills ``report`` and, for incremental runs, the topic's next
-    checkpoint."""
+def _passes(spark: Any, job: _TopicJob, report: TopicReport, ready: _Prepared | None = None) -> None:
+    """Pass 1 (run already when ``ready`` carries it), pass 2 when needed; again, for the partitions concerned
+    only, when retention moved a log start meanwhile. Fills ``report`` and, for incremental runs, the topic's
+    next checkpoint, saved at once."""
+    ready = ready or _prepare(job)
+    if ready.error is not None:
+        raise ready.error
     clusters, sides, target, group = job.clusters, job.sides, job.target, job.group
     bucket_size, label, progress = job.bucket_size, job.label, job.progress
     clock = time.monotonic()
-    identity = decision = None
+    identity, decision = ready.identity, ready.decision
     reports: dict[int, PartitionReport] = {}
     seen: dict[int, Watermarks] = {}  # each partition's watermarks as its final attempt read them
     first_unverified: dict[int, int] = {}
@@ -307,20 +385,18 @@ def _passes(spark: Any, job: _TopicJob, report: TopicReport) -> None:
     only: set[int] | None = None  # after the first attempt: the partitions to verify again
     moved: dict[int, str] = {}
     for attempt in range(1, _ATTEMPTS + 1):
-        snap = clusters.snapshot(target.topic, target.destination, group)
-        if job.checkpointed is not None and decision is None:
-            identity = TopicIdentity(
-                target.destination,
-                clusters.topic_id("source", target.topic),
-                clusters.topic_id("destination", target.destination),
-            )
-            decision = _decide(job.checkpointed, target, identity, snap)
-        if decision is not None:
-            snap = snap.resumed(decision.resume)
-        if only is not None:
-            snap = snap.only(only)
-        _announce(snap, label, progress, decision if attempt == 1 else None)
-        buckets = sparkjob.bucket_pass(spark, sides[0], sides[1], snap, bucket_size, job.rule)
+        if attempt == 1 and ready.snap is not None:
+            snap, buckets = ready.snap, ready.buckets
+        else:
+            snap = clusters.snapshot(target.topic, target.destination, group)
+            if decision is not None:
+                snap = snap.resumed(decision.resume)
+            if only is not None:
+                snap = snap.only(only)
+            _announce(snap, label, progress)
+            buckets = None
+        if buckets is None:
+            buckets = sparkjob.bucket_pass(spark, sides[0], sides[1], snap, bucket_size, job.rule)
         plan = RecordPlan(
             mismatched=model.mismatched_buckets(buckets.source, buckets.destination),
             ordering=buckets.unordered,

@@ -2,15 +2,18 @@
 
 Per-record work happens in the executors' JVMs — in the digest reader
 (verifier/digest.py, jvm/digest) or in built-in SQL over Spark's Kafka source
-(hash, header parsing, windows, aggregates); Python sees bucket aggregates and
-summarised findings, never records. Two passes per topic:
+(hash, header parsing, windows, aggregates; the SQL is built in verifier/sql.py);
+Python sees bucket aggregates and summarised findings, never records. Two
+passes per topic:
 
 1. **buckets** — source: per (partition, offset bucket) count, exact sum and
    xor of the bucket hashes; destination: the same per (partition, bucket of
    the ``urep`` source offset), plus each record's class (verified, pending,
    expired, or an orphan class) and the bounds of ``destination offset -
    source offset`` (the order proof). The digest reader computes these rows
-   inside the reader; without it, the same rows come from SQL.
+   inside the reader, for every topic of a run in one Spark job
+   (``bucket_passes``); without it, the same rows come from SQL, a topic at
+   a time.
 2. **records** — only when pass 1 found a difference: re-read with Spark's
    Kafka source, join the records of the differing buckets, list orphans and,
    for partitions not proven in order, order the first copies; summarise to
@@ -30,11 +33,22 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from ureplicator.common import java, provenance
+from ureplicator.common import java
 from ureplicator.common.errors import UReplicatorError
 from ureplicator.reports import model
 from ureplicator.reports.model import BucketAggregate, BucketKey, CategoryResult, Sample
-from ureplicator.verifier import cds, connector, digest
+from ureplicator.verifier import cds, connector, digest, sql
+from ureplicator.verifier.sql import (
+    CONTENT_HASH,
+    HEADERS,
+    KEPT_HEADERS,
+    LAST_UREP,
+    UREP_OFFSET,
+    UREP_PARTITION,
+    UREP_POSITION,
+    UREP_VALID,
+    UREP_VALUE,
+)
 from ureplicator.verifier.watermarks import TopicSnapshot
 
 CONNECTOR_PACKAGE = "org.apache.spark:spark-sql-kafka-0-10_2.13:4.1.1"
@@ -65,12 +79,14 @@ class SparkUnavailable(UReplicatorError):
 # --- session -----------------------------------------------------------------------------------
 
 
-def session(master: str | None = None, conf: Mapping[str, str] | None = None) -> Any:
+def session(master: str | None = None, conf: Mapping[str, str] | None = None, own_archive: bool = False) -> Any:
     """The process's SparkSession, created with the Kafka connector on the classpath.
 
     ``master`` None means: what spark-submit chose, else ``local[*]``. For local
     masters the connector jars come from ``connector.spark_jars()``; on a
     cluster pass ``--packages`` (see CONNECTOR_PACKAGE) or ``spark.jars``.
+    ``own_archive`` (the ``verify`` command): without ``UREPLICATOR_SPARK_CDS``, map the class archive an
+    earlier run dumped, or dump one for the next run (verifier/cds.py).
     """
     conf = dict(conf or {})
     submitted = "PYSPARK_GATEWAY_PORT" in os.environ  # launched by spark-submit: keep its master
@@ -90,9 +106,6 @@ def session(master: str | None = None, conf: Mapping[str, str] | None = None) ->
     java_options = []
     if LOG4J_CONFIG.is_file():  # errors only, so progress lines stay readable
         java_options.append(f"-Dlog4j2.configurationFile=file:{LOG4J_CONFIG}")
-    java_options += cds.java_options()
-    if java_options:
-        settings["spark.driver.extraJavaOptions"] = " ".join(java_options)
     if resolved is not None:
         settings["spark.master"] = resolved
     if "spark.jars" not in conf and "spark.jars.packages" not in conf:
@@ -103,6 +116,17 @@ def session(master: str | None = None, conf: Mapping[str, str] | None = None) ->
         except connector.ConnectorMissing as exc:
             if resolved is None or resolved.startswith("local"):
                 raise SparkUnavailable(f"Spark's Kafka connector is missing: {exc}") from None
+    explicit = cds.java_options()  # UREPLICATOR_SPARK_CDS names an archive
+    java_options += explicit
+    if own_archive and not explicit and os.environ.get(cds.CDS_ENV, "").strip() == "":
+        try:
+            archive = cds.auto_archive(java.java_executable(), settings.get("spark.jars", "").split(","),
+                                       cds.cache_folder())
+            java_options += cds.auto_options(archive)
+        except java.JavaNotFound:
+            pass  # reported below, where the session starts
+    if java_options:
+        settings["spark.driver.extraJavaOptions"] = " ".join(java_options)
     settings.update(conf)
     # pyspark logs every captured JVM error on its own before raising it; we report them once.
     for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
@@ -129,92 +153,10 @@ def is_connector_missing(exc: BaseException) -> bool:
     return "Failed to find data source: kafka" in text or "DATA_SOURCE_NOT_FOUND" in text
 
 
-# --- SQL expressions ---------------------------------------------------------------------------
-#
-# Everything per record is built-in SQL that whole-stage code generation compiles: no string
-# formatting, no decimal arithmetic and no lambda in the common case. Lambdas (filter) run only in
-# CASE branches for rare records: a urep header that is not the last one, or a header with a null value.
+# --- SQL expressions (verifier/sql.py) ------------------------------------------------------------
 
-_HEADER = provenance.HEADER
-_HEADER_TYPE = "ARRAY<STRUCT<key: STRING, value: BINARY>>"
-# The record's headers, never null.
-_HEADERS = f"coalesce(headers, CAST(array() AS {_HEADER_TYPE}))"
-# 1-based position of the first urep header; 0 when there is none. The replicator appends exactly
-# one, last: then _upos = size(_hdrs), and the content headers are a slice, not a filter.
-_UREP_POSITION = f"CAST(array_position(_hdrs.key, '{_HEADER}') AS INT)"
-KEPT_HEADERS = (
-    "CASE WHEN _upos = 0 THEN _hdrs "
-    "WHEN _upos = size(_hdrs) THEN slice(_hdrs, 1, size(_hdrs) - 1) "
-    f"ELSE filter(_hdrs, h -> h.key <> '{_HEADER}') END"
-)
-# A random value no header carries: arrays_overlap() is NULL exactly when a header value is null.
-_SENTINEL = "X'9B1C3F6E22D54A8FA07E5C31D8B46F20'"
-# Positions of headers whose value is null: Spark's hash skips nulls, so they are hashed explicitly.
-_NULL_HEADERS = (
-    f"CASE WHEN arrays_overlap(_kept.value, array({_SENTINEL})) IS NOT FALSE "
-    "THEN filter(sequence(1, size(_kept)), i -> element_at(_kept, i).value IS NULL) "
-    "ELSE CAST(array() AS ARRAY<INT>) END"
-)
-# docs/verification.md "The record hash": Spark's xxhash64 (seed 42) chained over typed fields.
-CONTENT_HASH = (
-    "xxhash64(key IS NULL, key, value IS NULL, value, coalesce(unix_millis(timestamp), -1L), "
-    f"size(_kept), _kept, {_NULL_HEADERS})"
-)
-# urep version 1: u8 1 | i64 source offset | i32 source partition | u8 n | n bytes origin alias.
-# Version 2 appends u8 m | m bytes hop source alias; offset and partition keep their bytes (2-13).
-_UREP_VALUE = (
-    "CASE WHEN _upos = 0 THEN NULL "
-    "WHEN _upos = size(_hdrs) THEN element_at(_hdrs, _upos).value "
-    f"WHEN size(filter(_hdrs, h -> h.key = '{_HEADER}')) = 1 THEN element_at(_hdrs, _upos).value END"
-)
-# Byte comparisons against literals instead of number parsing (conv costs ~230 ns a record): the alias
-# length byte must equal octet_length - 14, looked up in an array of the 256 one-byte values. Version 2
-# headers parse their two length bytes (they are checked only when the version byte says 2).
-_BYTES = "array(" + ", ".join(f"X'{b:02X}'" for b in range(256)) + ")"
-_ORIGIN_LENGTH = "CAST(conv(hex(substr(_urep, 14, 1)), 16, 10) AS INT)"
-_UREP_VALID = (
-    "coalesce(CASE substr(_urep, 1, 1) "
-    "WHEN X'01' THEN octet_length(_urep) BETWEEN 14 AND 269 "
-    "AND substr(_urep, 14, 1) = element_at(" + _BYTES + ", octet_length(_urep) - 13) "
-    f"WHEN X'02' THEN octet_length(_urep) >= 15 + {_ORIGIN_LENGTH} AND octet_length(_urep) = 15 + "
-    f"{_ORIGIN_LENGTH} + CAST(conv(hex(substr(_urep, 15 + {_ORIGIN_LENGTH}, 1)), 16, 10) AS INT) "
-    "ELSE false END, false)"
-)
-
-
-def _origin_is(alias: str) -> str:
-    """Whether a valid urep names ``alias`` as its origin (both versions: length byte, then the alias)."""
-    raw = alias.encode()
-    return f"(substr(_urep, 14, 1) = X'{len(raw):02X}' AND substr(_urep, 15, {len(raw)}) = X'{raw.hex()}')"
-
-
-_UREP_OFFSET = "CAST(conv(hex(substr(_urep, 2, 8)), 16, -10) AS BIGINT)"  # the one number parsed per record
-_UREP_PARTITION = "CAST(conv(hex(substr(_urep, 10, 4)), 16, 10) AS BIGINT)"
-# The worker takes a source record's origin from its last urep header, when readable.
-_LAST_UREP = (
-    f"CASE WHEN _upos = 0 THEN NULL ELSE try_element_at(filter(_hdrs, h -> h.key = '{_HEADER}'), -1).value END"
-)
-
-
-def _per_partition(values: Sequence[int | None]) -> str:
-    """An array literal indexed by partition: ``try_element_at(<this>, p + 1)`` is O(1) per record."""
-    if not values:
-        return "CAST(array() AS ARRAY<BIGINT>)"
-    return "array(" + ", ".join("CAST(NULL AS BIGINT)" if v is None else f"{int(v)}L" for v in values) + ")"
-
-
-def _lookup(values: Mapping[int, int], column: str) -> str:
-    """``values[column]`` per record; NULL for a partition ``values`` does not have."""
-    dense = [values.get(p) for p in range(max(values) + 1)] if values else []
-    return f"try_element_at({_per_partition(dense)}, {column} + 1)"
-
-
-def _int_map(values: Mapping[int, int]) -> str:
-    """A map literal for the few per-partition values pass 2 prints in notes."""
-    if not values:
-        return "map()"
-    pairs = ", ".join(f"{int(k)}, {int(v)}L" for k, v in sorted(values.items()))
-    return f"map({pairs})"
+# Names verifier/deployment.py reads from this module.
+_LAST_UREP, _UREP_VALID, _UREP_OFFSET = LAST_UREP, UREP_VALID, UREP_OFFSET
 
 
 # --- the route's rule ----------------------------------------------------------------------------
@@ -240,27 +182,13 @@ class RouteRule:
 
     def skipped_sql(self) -> str:
         """SQL: whether a source record (``_urep`` = its last urep value) is one the route does not copy."""
-        if self.forward == "origin":
-            if not self.source:
-                return "false"
-            return f"coalesce({_UREP_VALID} AND NOT {_origin_is(self.source)}, false)"
-        if not self.destination:
-            return "false"
-        return f"coalesce({_UREP_VALID} AND {_origin_is(self.destination)}, false)"
+        return sql.skipped(self.forward, self.source, self.destination)
 
     def skipped_note(self) -> str:
         if self.forward == "origin":
             return (f"the source record did not originate on {self.source} and the route forwards origin only: "
                     "it should not have been copied")
         return f"the source record came from {self.destination}: loop prevention should have kept it there"
-
-
-def _other_hop(source: str) -> str:
-    """SQL: whether a valid urep is a version 2 value naming another hop source than ``source``."""
-    raw = source.encode()
-    at = f"15 + {_ORIGIN_LENGTH}"
-    return (f"(substr(_urep, 1, 1) = X'02' AND NOT (substr(_urep, {at}, 1) = X'{len(raw):02X}' "
-            f"AND substr(_urep, {at} + 1, {len(raw)}) = X'{raw.hex()}'))")
 
 
 def default_rule(source: KafkaSide, destination: KafkaSide) -> RouteRule:
@@ -372,8 +300,8 @@ def _with_header_columns(frame: Any, urep: str) -> Any:
     from pyspark.sql import functions as F
 
     return (
-        frame.withColumn("_hdrs", F.expr(_HEADERS))
-        .withColumn("_upos", F.expr(_UREP_POSITION))
+        frame.withColumn("_hdrs", F.expr(HEADERS))
+        .withColumn("_upos", F.expr(UREP_POSITION))
         .withColumn("_kept", F.expr(KEPT_HEADERS))
         .withColumn("_urep", F.expr(urep))
     )
@@ -394,14 +322,14 @@ def _source_records(
     verify_to = {p: w.verify_to for p, w in snap.partitions.items()}
     looped = rule.skipped_sql()
     return (
-        _with_header_columns(read(spark, side, snap.topic, ranges), _LAST_UREP)
+        _with_header_columns(read(spark, side, snap.topic, ranges), LAST_UREP)
         .select(
             F.col("partition").alias("p"),
             F.col("offset").alias("o"),
             F.expr(CONTENT_HASH).alias("h"),
             F.expr(
                 f"CASE WHEN {looped} THEN {SKIPPED} "
-                f"WHEN offset < {_lookup(verify_to, 'partition')} THEN {VERIFIED} ELSE {PENDING} END"
+                f"WHEN offset < {sql.lookup(verify_to, 'partition')} THEN {VERIFIED} ELSE {PENDING} END"
             ).alias("cls"),
             *([F.col("key").alias("k")] if with_key else []),
         )
@@ -424,41 +352,41 @@ def _destination_records(
         keep = set(partitions)
         ranges = {p: r for p, r in ranges.items() if p in keep}
     parts = snap.partitions
-    end = _lookup({p: w.end for p, w in parts.items()}, "dp")
+    end = sql.lookup({p: w.end for p, w in parts.items()}, "dp")
     # The urep partition is nearly always the record's own: compare 4 bytes, parse only when they differ.
     highest = max([*ranges, *parts], default=0)
-    own = "array(" + ", ".join(f"X'{p:08X}'" for p in range(highest + 1)) + ")"
+    own = "array(" + ", ".join(sql.partition_bytes(p) for p in range(highest + 1)) + ")"
     partition = (
-        f"CASE WHEN substr(_urep, 10, 4) = try_element_at({own}, partition + 1) THEN CAST(partition AS BIGINT) "
-        f"ELSE {_UREP_PARTITION} END"
+        f"CASE WHEN {sql.PARTITION_FIELD} = try_element_at({own}, partition + 1) THEN CAST(partition AS BIGINT) "
+        f"ELSE {UREP_PARTITION} END"
     )
     foreign = ""
     if rule is not None and rule.attribute:
-        foreign = (f"WHEN (_valid AND {_other_hop(rule.source)}) OR (NOT _valid AND _upos = 0) THEN {FOREIGN} ")
+        foreign = (f"WHEN (_valid AND {sql.other_hop(rule.source)}) OR (NOT _valid AND _upos = 0) THEN {FOREIGN} ")
     cls = (
         f"CASE {foreign}WHEN NOT _valid OR so < 0 THEN {UNREADABLE} "
         f"WHEN sp <> dp THEN {OTHER_PARTITION} "
         f"WHEN {end} IS NULL THEN {NO_SOURCE_PARTITION} "
         f"WHEN so >= {end} THEN {BEYOND_END} "
-        f"WHEN so < {_lookup({p: w.log_start for p, w in parts.items()}, 'dp')} THEN {EXPIRED} "
-        f"WHEN so < {_lookup({p: w.verify_from for p, w in parts.items()}, 'dp')} THEN {OLD} "
-        f"WHEN so >= {_lookup({p: w.verify_to for p, w in parts.items()}, 'dp')} THEN {PENDING} "
+        f"WHEN so < {sql.lookup({p: w.log_start for p, w in parts.items()}, 'dp')} THEN {EXPIRED} "
+        f"WHEN so < {sql.lookup({p: w.verify_from for p, w in parts.items()}, 'dp')} THEN {OLD} "
+        f"WHEN so >= {sql.lookup({p: w.verify_to for p, w in parts.items()}, 'dp')} THEN {PENDING} "
         f"ELSE {VERIFIED} END"
     )
     return (
-        _with_header_columns(read(spark, side, snap.destination, ranges), _UREP_VALUE)
+        _with_header_columns(read(spark, side, snap.destination, ranges), UREP_VALUE)
         .select(
             F.col("partition").alias("dp"),
             F.col("offset").alias("do"),
-            F.expr(f"CASE WHEN {_UREP_VALID} THEN {partition} END").alias("_spu"),
-            F.expr(f"CASE WHEN {_UREP_VALID} THEN {_UREP_OFFSET} END").alias("so"),
+            F.expr(f"CASE WHEN {UREP_VALID} THEN {partition} END").alias("_spu"),
+            F.expr(f"CASE WHEN {UREP_VALID} THEN {UREP_OFFSET} END").alias("so"),
             F.expr(CONTENT_HASH).alias("dh"),
-            F.expr(_UREP_VALID).alias("_valid"),
-            *([F.expr(_other_hop(rule.source)).alias("_other"), F.col("_upos")] if foreign else []),
+            F.expr(UREP_VALID).alias("_valid"),
+            *([F.expr(sql.other_hop(rule.source)).alias("_other"), F.col("_upos")] if foreign else []),
             *([F.col("key").alias("k")] if with_key else []),
         )
         .withColumn("sp", F.expr("CASE WHEN _spu >= 2147483648 THEN _spu - 4294967296 ELSE _spu END"))
-        .withColumn("cls", F.expr(cls.replace(_other_hop(rule.source), "_other") if foreign else cls))
+        .withColumn("cls", F.expr(cls.replace(sql.other_hop(rule.source), "_other") if foreign else cls))
         .drop("_spu", "_valid", "_other", "_upos")
     )
 
@@ -528,27 +456,63 @@ def bucket_pass(
     bucket_size: int,
     rule: RouteRule | None = None,
 ) -> BucketPass:
-    """Per side, one aggregate per (partition, class, bucket): from the digest reader when this session has
-    it (verifier/digest.py), else with SQL over Spark's Kafka source. Both give the same rows."""
-    rule = rule or default_rule(source, destination)
-    result = BucketPass()
-    src_ranges = {p: (min(w.verify_from, w.end), w.end) for p, w in snap.partitions.items()}
-    if digest.available(spark):
-        from pyspark.sql import functions as F
+    """Pass 1 of one topic (``bucket_passes`` of one)."""
+    return bucket_passes(spark, source, destination, [(snap, rule)], bucket_size)[0]
 
-        # Both sides in one Spark job: one round of scheduling and one collect per topic.
-        src = digest.bucket_rows(
-            spark, source, snap.topic, "source", src_ranges, snap, bucket_size, rule, READ_TUNING
-        ).withColumn("side", F.lit(0))
-        dst = digest.bucket_rows(
-            spark, destination, snap.destination, "destination", snap.destination_ranges(), snap, bucket_size,
-            rule, READ_TUNING,
-        ).withColumn("side", F.lit(1))
-        rows = src.unionByName(dst).collect()
-        src_rows = [r for r in rows if r.side == 0]
-        dst_rows = [r for r in rows if r.side == 1]
-    else:
-        src_rows, dst_rows = _sql_bucket_rows(spark, source, destination, snap, bucket_size, src_ranges, rule)
+
+def bucket_passes(
+    spark: Any,
+    source: KafkaSide,
+    destination: KafkaSide,
+    topics: Sequence[tuple[TopicSnapshot, RouteRule | None]],
+    bucket_size: int,
+) -> list[BucketPass]:
+    """Pass 1 of several topics, in their order: per side, one aggregate per (partition, class, bucket).
+
+    With the digest reader (verifier/digest.py), both sides of every topic are one Spark job: one stage of
+    reader tasks, no shuffle, one collect; the driver merges the rows. Without it, the same rows come from
+    SQL over Spark's Kafka source, a topic at a time.
+    """
+    if not topics:
+        return []
+    if not digest.available(spark):
+        results = []
+        for snap, rule in topics:
+            rule = rule or default_rule(source, destination)
+            src_rows, dst_rows = _sql_bucket_rows(
+                spark, source, destination, snap, bucket_size, _source_ranges(snap), rule
+            )
+            results.append(_bucket_pass(src_rows, dst_rows))
+        return results
+    from pyspark.sql import functions as F
+
+    frames = []
+    for index, (snap, rule) in enumerate(topics):
+        rule = rule or default_rule(source, destination)
+        for side, which, topic, ranges in (
+            (source, "source", snap.topic, _source_ranges(snap)),
+            (destination, "destination", snap.destination, snap.destination_ranges()),
+        ):
+            rows = digest.bucket_rows(spark, side, topic, which, ranges, snap, bucket_size, rule, READ_TUNING)
+            frames.append(rows.withColumn("_topic", F.lit(index)).withColumn("_side", F.lit(which)))
+    union = frames[0]
+    for frame in frames[1:]:
+        union = union.unionByName(frame)
+    grouped: dict[tuple[int, str], list[Any]] = {}
+    for r in union.collect():
+        grouped.setdefault((r["_topic"], r["_side"]), []).append(r)
+    return [
+        _bucket_pass(digest.merge(grouped.get((i, "source"), [])), digest.merge(grouped.get((i, "destination"), [])))
+        for i in range(len(topics))
+    ]
+
+
+def _source_ranges(snap: TopicSnapshot) -> dict[int, tuple[int, int]]:
+    return {p: (min(w.verify_from, w.end), w.end) for p, w in snap.partitions.items()}
+
+
+def _bucket_pass(src_rows: Iterable[Any], dst_rows: Iterable[Any]) -> BucketPass:
+    result = BucketPass()
     for r in src_rows:
         result.source_records += r.n
         if r.cls == VERIFIED:
@@ -738,7 +702,7 @@ def record_pass(
                     f"WHEN {OTHER_PARTITION} THEN concat('urep names source partition ', sp) "
                     f"WHEN {NO_SOURCE_PARTITION} THEN 'the source has no partition with this number' "
                     f"ELSE concat('source offset at or above the source end offset ', "
-                    f"try_element_at({_int_map(ends)}, dp)) END"
+                    f"try_element_at({sql.int_map(ends)}, dp)) END"
                 ).alias("note"),
             )
         )

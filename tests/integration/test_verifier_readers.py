@@ -8,6 +8,7 @@ ids and the reader's name, the reports must be identical.
 from __future__ import annotations
 
 import copy
+import time
 
 import pytest
 
@@ -36,6 +37,14 @@ def scenarios(spark, services):
     }
 
 
+@pytest.fixture(scope="module")
+def kafka_reports(spark, services, scenarios, tmp_path_factory):
+    """Each planted topic verified alone with Spark's Kafka source: the reports both tests compare with."""
+    with pytest.MonkeyPatch.context() as patch:
+        return {name: _verify(services, tmp_path_factory.mktemp(name), planted, "kafka", patch)
+                for name, planted in scenarios.items()}
+
+
 def _verify(services, workdir, planted, reader: str, monkeypatch) -> env.Outcome:
     with monkeypatch.context() as patch:
         if reader == "kafka":
@@ -61,12 +70,12 @@ def _comparable(report: dict) -> dict:
 
 @pytest.mark.parametrize("name", ["defects", "gaps", "v2"])
 def test_the_digest_reader_and_sparks_kafka_source_give_identical_reports(
-    spark, services, scenarios, tmp_path, monkeypatch, name
+    spark, services, scenarios, kafka_reports, tmp_path, monkeypatch, name
 ):
     # Given a topic with planted defects
     planted = scenarios[name]
     # When it is verified with each reader
-    kafka = _verify(services, tmp_path, planted, "kafka", monkeypatch)
+    kafka = kafka_reports[name]
     digested = _verify(services, tmp_path, planted, "digest", monkeypatch)
     # Then each run says which reader it used, and the reports are the same
     assert kafka.report["spark"]["reader"] == "kafka"
@@ -129,3 +138,33 @@ def test_the_digest_readers_record_hashes_agree_with_the_independent_implementat
         copies[origin.source_offset] = (1, _bucket_hash(content_hash(r.key, r.value, r.headers, r.timestamp),
                                                         origin.source_offset))
     assert rows["destination"] == copies
+
+
+def test_topics_verified_together_get_the_reports_each_gets_alone(
+    spark, services, scenarios, kafka_reports, tmp_path, monkeypatch
+):
+    from ureplicator.verifier import sparkjob
+
+    # Given the planted topics under one pipeline: its group committed what each topic's own group committed
+    pipeline = f"together{time.time_ns()}"
+    for planted in scenarios.values():
+        committed = env.committed(services["source"], f"ureplicator.{planted.pipeline}", planted.topic)
+        env.commit(services["source"], f"ureplicator.{pipeline}", planted.topic, committed)
+    alone = {scenarios[name].topic: outcome.report["topics"][0] for name, outcome in kafka_reports.items()}
+    # When all are verified in one run with the digest reader (counting the pass-1 Spark jobs)
+    jobs = []
+    real = sparkjob.bucket_passes
+    monkeypatch.setattr(sparkjob, "bucket_passes", lambda *a, **k: jobs.append(len(a[3])) or real(*a, **k))
+    monkeypatch.delenv(digest.READER_ENV, raising=False)
+    config = env.config_file(tmp_path, services, pipeline)
+    topics = [f"{p.topic}={p.destination}" for p in scenarios.values()]
+    together = env.run_verifier(["--config", str(config), *[a for t in topics for a in ("--topic", t)],
+                                 "--bucket-size", "4"], tmp_path / "together")
+    # Then pass 1 of the three topics was one job, and each topic's report is the one it got alone
+    assert jobs == [3], together.stderr
+    assert together.report["spark"]["reader"] == "digest"
+    for entry in together.report["topics"]:
+        entry.pop("duration_s")
+        expected = dict(alone[entry["topic"]])
+        expected.pop("duration_s")
+        assert entry == expected

@@ -8,6 +8,7 @@ commits) while it runs.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -65,6 +66,7 @@ def test_every_keeps_one_session_verifies_new_records_incrementally_and_stops_on
          "--every", "1s", "--master", "local[2]", "--output", str(reports), "--bucket-size", "16",
          "--conf", "spark.driver.memory=512m"],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "UREPLICATOR_SPARK_CDS": "off"},  # no class archive dumped into the user's cache
     )
     try:
         wait_for(lambda: len(_history(reports)) >= 1, 120, "the first run")

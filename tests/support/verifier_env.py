@@ -98,6 +98,17 @@ def commit(bootstrap: str, group: str, topic: str, offsets: dict[int, int]) -> N
         consumer.close()
 
 
+def committed(bootstrap: str, group: str, topic: str) -> dict[int, int]:
+    """The offsets ``group`` committed for ``topic``'s partitions (those it committed)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        partitions = consumer.list_topics(topic, timeout=30).topics[topic].partitions
+        found = consumer.committed([TopicPartition(topic, p) for p in partitions], timeout=30)
+        return {tp.partition: tp.offset for tp in found if tp.offset >= 0}
+    finally:
+        consumer.close()
+
+
 def register(zookeeper: str, pipeline: str, topic: str, destination: str, partitions: int) -> None:
     """Record a mirrored topic in ZooKeeper as the controller's POST /topics does."""
     client = KazooClient(hosts=zookeeper)

@@ -57,3 +57,29 @@ def test_chunk_order_rows_prove_order_across_gaps_and_refuse_a_step_back():
     assert not _ascending([(0, True, 0, 97), (100, True, 97, 400)])  # a chunk starts at or below the last
     assert not _ascending([(0, True, 0, 97), (100, False, 120, 400)])  # a chunk fell back inside
     assert not _ascending(None) and not _ascending([])  # no proof (Spark's Kafka source gives none)
+
+
+def _row(p, cls, bucket, n, high=None, low=None, xor=None, first=None, last=None, first_do=None,
+         delta_min=None, delta_max=None):
+    return digest.BucketRow(p, cls, bucket, n, high, low, xor, first, last, first_do, delta_min, delta_max)
+
+
+def test_rows_of_one_bucket_read_by_two_chunks_merge_like_sqls_aggregates():
+    # Given the rows of two chunks that both read bucket 3 of partition 0, and one of another bucket
+    a = _row(0, 0, 3, 5, high=2**40, low=7, xor=-6, first=30, last=34, first_do=100, delta_min=70, delta_max=70)
+    b = _row(0, 0, 3, 2, high=2**40, low=None, xor=3, first=35, last=36, first_do=90, delta_min=55, delta_max=72)
+    other = _row(1, 0, 3, 1, high=1, low=1, xor=1)
+    # When they are merged
+    merged = digest.merge([b, other, a])
+    # Then counts and sums add (exactly, beyond 64 bits), xors xor, bounds take the extreme; a value one chunk
+    # lacks is ignored and the rows come out in key order
+    assert merged == [
+        _row(0, 0, 3, 7, high=2**41, low=7, xor=-6 ^ 3, first=30, last=36, first_do=90, delta_min=55, delta_max=72),
+        other,
+    ]
+
+
+def test_merging_keeps_classes_and_each_chunks_order_row_apart():
+    rows = [_row(0, 6, 0, 0, xor=1, first=0, last=9), _row(0, 6, 10, 0, xor=0, first=10, last=19),
+            _row(0, 1, -1, 4, first=20, last=23)]
+    assert digest.merge(rows) == sorted(rows, key=lambda r: (r.p, r.cls, r.bucket))
