@@ -16,6 +16,10 @@ from tests.support.pipeline import Pipeline
 settings.register_profile("ureplicator", deadline=None)
 settings.load_profile("ureplicator")
 
+# No class data sharing archive dumped by the tests' Spark drivers: the first cold `verify` would
+# write ~170 MB into $HOME and spend seconds at its JVM's exit (the CDS tests pass their own env).
+os.environ.setdefault("UREPLICATOR_SPARK_CDS", "off")
+
 # Reproductions of open bugs fail until the bug is fixed: collected only on purpose.
 collect_ignore = [] if os.environ.get("UREPLICATOR_REPRODUCTIONS") else ["reproductions"]
 
