@@ -152,17 +152,17 @@ def _records(spark: Any, side: Any, cluster: str, topic: str, ranges: Mapping[in
     """(c, t, p, o, oc, hc, sp, so): every record of one family topic, its origin and hop (null: an original)."""
     from pyspark.sql import functions as F
 
-    from ureplicator.verifier import sparkjob
+    from ureplicator.verifier import sparkjob, sql
 
-    frame = sparkjob._with_header_columns(sparkjob.read(spark, side, topic, ranges), sparkjob._LAST_UREP)
-    valid = f"({sparkjob._UREP_VALID})"
+    frame = sparkjob._with_header_columns(sparkjob.read(spark, side, topic, ranges), sql.LAST_UREP)
+    valid = f"({sql.UREP_VALID})"
     return frame.select(
         F.lit(cluster).alias("c"), F.lit(topic).alias("t"), F.col("partition").cast("bigint").alias("p"),
         F.col("offset").alias("o"),
         F.expr(f"CASE WHEN {valid} THEN {_ORIGIN} END").alias("oc"),
         F.expr(f"CASE WHEN {valid} THEN {_HOP} END").alias("hc"),
         F.expr(f"CASE WHEN {valid} THEN {_PARTITION} END").alias("sp"),
-        F.expr(f"CASE WHEN {valid} THEN {sparkjob._UREP_OFFSET} END").alias("so"),
+        F.expr(f"CASE WHEN {valid} THEN {sql.UREP_OFFSET} END").alias("so"),
     )
 
 

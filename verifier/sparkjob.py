@@ -153,12 +153,6 @@ def is_connector_missing(exc: BaseException) -> bool:
     return "Failed to find data source: kafka" in text or "DATA_SOURCE_NOT_FOUND" in text
 
 
-# --- SQL expressions (verifier/sql.py) ------------------------------------------------------------
-
-# Names verifier/deployment.py reads from this module.
-_LAST_UREP, _UREP_VALID, _UREP_OFFSET = LAST_UREP, UREP_VALID, UREP_OFFSET
-
-
 # --- the route's rule ----------------------------------------------------------------------------
 
 
