@@ -794,9 +794,6 @@ def _check(config: Config) -> None:
     if not 10 <= config.worker.transaction_interval_ms <= 600_000:
         raise ConfigError("worker.transaction_interval_ms",
                           f"must be between 10 and 600000, got {config.worker.transaction_interval_ms}")
-    if config.worker.exactly_once and config.worker.native_loop == "on":
-        raise ConfigError("worker.native_loop", "'on' cannot serve worker.exactly_once: exactly-once mode runs "
-                          "on the Python loop (the C loop has no transaction calls); use 'auto' or 'off'")
     if config.worker.auto_offset_reset not in ("earliest", "latest"):
         raise ConfigError("worker.auto_offset_reset", "must be 'earliest' or 'latest'")
     ctl = config.controller

@@ -164,10 +164,10 @@ class MirrorWorker:
                                                   config.worker.max_in_flight_bytes,
                                                   self.consumer.consumer_group_metadata, self.log, clock=clock)
             self.handoff.before_release = partial(self._commit_transaction, "release")
-            # The C loop has no transaction calls: exactly-once mode runs on the Python loop.
-            self._native, native_reason = None, "worker.exactly_once runs on the Python loop"
-        else:
-            self._native, native_reason = _load_native(config.worker.native_loop)
+        # Both loops serve exactly-once mode: the transaction's calls (begin, send offsets,
+        # commit, abort) are made by this class at the batch and interval boundaries, never
+        # per record, and a produce inside a transaction is the same librdkafka call.
+        self._native, native_reason = _load_native(config.worker.native_loop)
         self._native_target: Any = None  # the confluent_kafka.Producer the C loop drives, if any
         self._bind_producer()
         self.log.info("mirror_loop", loop="native" if self._native_target is not None else "python",

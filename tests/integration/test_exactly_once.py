@@ -60,7 +60,8 @@ def assert_each_record_once_in_order(bootstrap: str, topic: str, partitions: int
 
 
 def start(pipeline, worker_id: str):  # noqa: ANN001, ANN201
-    return pipeline.start_worker(worker_id, worker=dict(EXACT))
+    # The C loop, or a config error if it cannot run here: these tests prove exactly-once on it.
+    return pipeline.start_worker(worker_id, worker={**EXACT, "native_loop": "on"})
 
 
 def test_kill_9_mid_transaction_then_a_restart_fences_the_predecessor(pipeline, services):
@@ -434,7 +435,8 @@ def test_zookeeper_away_past_the_lease_aborts_then_resumes_exactly_once(pipeline
     kafka_io.create_topic(services["source"], topic, partitions)
     session = {"zookeeper": {"connect": services["zookeeper"], "session_timeout_s": 15}}
     pipeline.start_controller(worker=dict(EXACT), **session)
-    worker = pipeline.start_worker("w1", worker=dict(EXACT), **session)
+    # The Python loop here, so that exactly-once mode is proved on both loops.
+    worker = pipeline.start_worker("w1", worker={**EXACT, "native_loop": "off"}, **session)
     assert pipeline.api("POST", "/topics", {"topic": topic})[0] == 201
     dst = services["destination"]
     with ContinuousProducer(services["source"], topic, partitions, rate_per_s=500) as load:

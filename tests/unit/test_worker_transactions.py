@@ -187,10 +187,16 @@ def test_exactly_once_is_off_by_default_and_its_transactional_id_is_the_group_pl
 
 
 @pytest.mark.parametrize(("worker", "key"), [
-    ({"exactly_once": True, "native_loop": "on"}, "worker.native_loop"),
     ({"transaction_interval_ms": 5}, "worker.transaction_interval_ms"),
+    ({"transaction_interval_ms": 600_001}, "worker.transaction_interval_ms"),
 ])
 def test_settings_exactly_once_cannot_serve_are_refused(worker, key):
     from ureplicator.common.errors import ConfigError
     with pytest.raises(ConfigError, match=key):
         _config(**worker)
+
+
+def test_exactly_once_accepts_the_c_loop():
+    # Both loops serve exactly-once mode: 'on' is no longer refused with it.
+    cfg = _config(exactly_once=True, native_loop="on")
+    assert cfg.worker.exactly_once and cfg.worker.native_loop == "on"
