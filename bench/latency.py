@@ -77,7 +77,6 @@ from bench import mm2
 from bench.common import REPO, load_average, machine_info, proc_sample
 from bench.harness import KEY, BenchError, Flow, Load, Pipeline, load_line
 from bench.recording import run_and_record
-from devtools import jvm
 from devtools.harness import Proc, Processes, bench_dir, create_topic, end_offsets, own_stack, say, wait_for
 
 START = "<!-- latency-bench:start -->"
@@ -501,13 +500,9 @@ def mm2_properties(variant: Variant, alias: str, services: dict[str, str], topic
 
 def start_mirrormaker2(variant: Variant, services: dict[str, str], workdir: Path, topic: str) -> Running:
     folder = workdir / variant.name
-    folder.mkdir(parents=True, exist_ok=True)
     alias = f"src{topic[-6:].replace('-', '')}"
     props = mm2_properties(variant, alias, services, topic)
-    config = mm2.write_props(folder / "mm2.properties", props)
-    log4j = mm2.write_props(folder / "log4j.properties", mm2.log4j_properties(folder / "mm2.log"))
-    cmd = [jvm.java_executable(), *mm2.HEAP, *mm2.JVM_FLAGS, f"-Dlog4j.configuration=file:{log4j}",
-           "-cp", jvm.classpath("mirrormaker"), mm2.MAIN_CLASS, str(config)]
+    cmd = mm2.launch(folder, props)
     processes = Processes(folder)
     proc = processes.spawn("mirrormaker2", cmd, cwd=folder)
     return Running(variant, [proc], processes.stop_all,

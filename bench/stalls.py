@@ -364,7 +364,6 @@ def _mm2_node(processes: Processes, workdir: Path, index: int, alias: str, servi
               topics_regex: str, delay_ms: int) -> tuple[Proc, str]:
     """Start one dedicated-mode node; returns the process and its internal REST URL."""
     folder = workdir / f"mm2-node{index}"
-    folder.mkdir(parents=True, exist_ok=True)
     props = mm2.properties(alias, services["source"], services["destination"], topics_regex)
     props.update({
         "tasks.max": 4,
@@ -374,10 +373,7 @@ def _mm2_node(processes: Processes, workdir: Path, index: int, alias: str, servi
         "listeners": (url := f"http://127.0.0.1:{free_port()}"),
         f"{mm2.DESTINATION}.scheduled.rebalance.max.delay.ms": delay_ms,
     })
-    config = mm2.write_props(folder / "mm2.properties", props)
-    log4j = mm2.write_props(folder / "log4j.properties", mm2.log4j_properties(folder / "mm2.log"))
-    cmd = [jvm.java_executable(), *mm2.HEAP, *mm2.JVM_FLAGS, f"-Dlog4j.configuration=file:{log4j}",
-           "-cp", jvm.classpath("mirrormaker"), mm2.MAIN_CLASS, str(config)]
+    cmd = mm2.launch(folder, props)
     return processes.spawn(f"mm2-node{index}", cmd, cwd=folder), url
 
 
