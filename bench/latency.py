@@ -75,7 +75,7 @@ import yaml
 
 from bench import mm2
 from bench.common import REPO, load_average, machine_info, proc_sample
-from bench.harness import KEY, BenchError, Flow, Load, Pipeline, load_line
+from bench.harness import KEY, BenchError, CheckoutProcesses, Flow, Load, Pipeline, load_line
 from bench.recording import run_and_record
 from devtools.harness import Proc, Processes, bench_dir, create_topic, end_offsets, own_stack, say, wait_for
 
@@ -394,23 +394,6 @@ class Probe:
 
 
 # ----------------------------------------------------------------------------- variants
-
-
-class CheckoutProcesses(Processes):
-    """Processes that run ``python -m ureplicator`` from another checkout (``--code``): its worker, our harness.
-
-    A checkout from before the ``ureplicator`` namespace has top-level packages: its command is ``-m cli``.
-    """
-
-    def __init__(self, workdir: Path, code: Path) -> None:
-        super().__init__(workdir)
-        self.code = code
-        self.namespaced = (code / "ureplicator").is_dir()
-
-    def spawn(self, name: str, cmd: list[str], cwd: Path = REPO) -> Proc:
-        if not self.namespaced:
-            cmd = ["cli" if arg == "ureplicator" and cmd[i - 1] == "-m" else arg for i, arg in enumerate(cmd)]
-        return super().spawn(name, cmd, self.code if cwd == REPO else cwd)
 
 
 @dataclass

@@ -36,7 +36,6 @@ checkout's ``.venv/bin/python`` when it has one).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import hashlib
 import json
 import multiprocessing as mp
@@ -56,7 +55,6 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-import yaml
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from bench import mm2
@@ -71,8 +69,8 @@ from bench.common import (
     machine_info,
     proc_sample,
     replace_section,
-    stop_process,
 )
+from bench.harness import BenchError, CheckoutProcesses, Pipeline
 from bench.window import (
     Measured,
     Plan,
@@ -86,10 +84,18 @@ from bench.window import (
     thread_group,
 )
 from devtools import jvm
-from devtools.harness import Offsets, create_topic, delete_topics, list_topics, own_stack, say
-from devtools.ports import free_port
+from devtools.harness import (
+    Offsets,
+    Proc,
+    Processes,
+    create_topic,
+    delete_topics,
+    list_topics,
+    own_stack,
+    say,
+    wait_for,
+)
 from ureplicator.common.errors import UReplicatorError
-from ureplicator.controller.client import request
 
 START = "<!-- throughput-bench:start -->"
 END = "<!-- throughput-bench:end -->"
@@ -121,10 +127,6 @@ def label(variant: str, scale: int) -> str:
     if variant.startswith("mirrormaker2"):
         return f"MirrorMaker 2 ({scale} task{'s' if scale != 1 else ''}{mode})"
     return "raw client pair"
-
-
-class BenchError(Exception):
-    """A run could not be completed or measured fairly (process died, timed out, backlog too short)."""
 
 
 class BacklogTooShort(BenchError):
@@ -279,12 +281,12 @@ def observe(bench: Bench, run: Run, name: str, topic: str, ds: Dataset, pids: li
     ``started`` is when the variant was handed its work (for the first-record time only).
     End (``bench.end_mode``): "stop" stops the variant with ``stop`` (SIGTERM, graceful)
     when the window closes and verifies every destination record by identity
-    (:func:`verify_prefix`); "drain" lets it mirror the whole backlog and compares the
+    (:func:`verify`); "drain" lets it mirror the whole backlog and compares the
     per-partition end offsets with the source's.
 
     ``transactional``: the destination holds transaction markers, which take offsets but are
     no records. The end check then reads ``read_committed`` and checks order by position
-    (:func:`verify_committed`), and every rate is scaled by records per offset it counted,
+    (:func:`verify`), and every rate is scaled by records per offset it counted,
     so markers never count as copied records (MirrorMaker 2 commits a transaction per poll,
     so it writes more of them than we do). Only the stop end applies.
     """
@@ -359,11 +361,10 @@ def observe(bench: Bench, run: Run, name: str, topic: str, ds: Dataset, pids: li
         final = _settled_ends(bench, topic)
         run.extra["stop_s"] = round(time.monotonic() - stopping, 1)
         checked = time.monotonic()
+        bad, records = verify(bench.services["destination"], topic, final,
+                              "read_committed" if transactional else "read_uncommitted")
         if transactional:
-            bad, records = verify_committed(bench.services["destination"], topic, final)
             run.extra["records_per_offset"] = round(records / sum(final), 6) if sum(final) else 1.0
-        else:
-            bad, records = verify_prefix(bench.services["destination"], topic, final), sum(final)
         run.count_diff = {str(p): -n for p, n in bad.items()}
         run.extra["end"] = {"mode": "stop", "records_checked": records, "ends": final,
                             "check_s": round(time.monotonic() - checked, 1)}
@@ -405,19 +406,21 @@ def observe(bench: Bench, run: Run, name: str, topic: str, ds: Dataset, pids: li
         run.error = f"count check failed: destination - source per partition {run.count_diff}"
 
 
-def _exited(popen: subprocess.Popen[bytes], log: Path) -> Callable[[], str | None]:
+def _exited(procs: list[Proc]) -> Callable[[], str | None]:
+    """The first of ``procs`` that exited, with its status and last log lines (None while all run)."""
+
     def check() -> str | None:
-        if popen.poll() is None:
-            return None
-        tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:]) if log.exists() else ""
-        return f"process exited with status {popen.returncode}; last log lines:\n{tail}"
+        for proc in procs:
+            if not proc.alive():
+                return f"{proc.name} exited with status {proc.popen.returncode}; last log lines:\n{proc.tail(15)}"
+        return None
 
     return check
 
 
-def _mm2_alive(popen: subprocess.Popen[bytes], log: Path) -> Callable[[], str | None]:
+def _mm2_alive(proc: Proc, log: Path) -> Callable[[], str | None]:
     """MM2 keeps running when its connector config is refused; its log says so."""
-    exited = _exited(popen, log)
+    exited = _exited([proc])
     checked = {"offset": 0}
 
     def check() -> str | None:
@@ -437,11 +440,6 @@ def _mm2_alive(popen: subprocess.Popen[bytes], log: Path) -> Callable[[], str | 
         return None
 
     return check
-
-
-def _spawn(cmd: list[str], log: Path, cwd: Path) -> subprocess.Popen[bytes]:
-    with open(log, "ab") as out:
-        return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=str(cwd))
 
 
 def preload_key(index: int) -> bytes:
@@ -470,44 +468,15 @@ def _settled_ends(bench: Bench, topic: str, quiet_s: float = SETTLE_S, timeout_s
     raise BenchError(f"the destination's end offsets of {topic} did not settle within {timeout_s:.0f}s")
 
 
-def verify_prefix(bootstrap: str, topic: str, ends: list[int], timeout_s: float = 900) -> dict[int, int]:
-    """Read every destination record below ``ends``; per partition, how many are not the source's record at
-    their offset (by key). Empty: each partition holds exactly its source's first ``ends[p]`` records, in
-    order — nothing lost, duplicated or reordered."""
+def verify(bootstrap: str, topic: str, ends: list[int], isolation: str = "read_uncommitted",
+           timeout_s: float = 900) -> tuple[dict[int, int], int]:
+    """Read every destination record below ``ends``; per partition, how many are not the source's record
+    at their position (the n-th record read must be the source's n-th, by key), and how many records
+    were read. Empty: every partition holds exactly a prefix of its source partition, in order, with no
+    loss and no duplicate; ``read_committed`` (a transactional destination) also with no aborted copy
+    visible, and transaction markers, which take offsets, are skipped."""
     consumer = Consumer({**CONSUMER_SETTINGS, "bootstrap.servers": bootstrap, "group.id": "bench-verify",
-                         "enable.auto.commit": False, "log_level": 2})
-    wanted = [p for p in range(PARTITIONS) if ends[p] > 0]
-    consumer.assign([TopicPartition(topic, p, 0) for p in wanted])
-    expected_next = [0] * PARTITIONS
-    bad: dict[int, int] = {}
-    left = sum(ends)
-    deadline = time.monotonic() + timeout_s
-    try:
-        while left > 0:
-            if time.monotonic() > deadline:
-                raise BenchError(f"reading {topic} back took longer than {timeout_s:.0f}s ({left:,} records left)")
-            for msg in consumer.consume(10_000, 1.0):
-                if msg.error() is not None:
-                    continue
-                p, o = msg.partition(), msg.offset()
-                if o >= ends[p]:
-                    continue
-                if o != expected_next[p] or msg.key() != preload_key(source_index(o, p)):
-                    bad[p] = bad.get(p, 0) + 1
-                expected_next[p] = o + 1
-                left -= 1
-    finally:
-        consumer.close()
-    return bad
-
-
-def verify_committed(bootstrap: str, topic: str, ends: list[int], timeout_s: float = 900) -> tuple[dict[int, int], int]:
-    """Read every committed destination record below ``ends`` (``read_committed``); per partition, how
-    many are not the source's record at their position (the n-th record read must be the source's
-    n-th), and how many records were read. Empty: every partition holds exactly a prefix of its source
-    partition, in order, with no duplicate and no aborted copy visible."""
-    consumer = Consumer({**CONSUMER_SETTINGS, "bootstrap.servers": bootstrap, "group.id": "bench-verify",
-                         "enable.auto.commit": False, "isolation.level": "read_committed", "log_level": 2})
+                         "enable.auto.commit": False, "isolation.level": isolation, "log_level": 2})
     wanted = [p for p in range(PARTITIONS) if ends[p] > 0]
     consumer.assign([TopicPartition(topic, p, 0) for p in wanted])
     position = [0] * PARTITIONS  # records read so far per partition = the source offset expected next
@@ -542,12 +511,6 @@ def verify_committed(bootstrap: str, topic: str, ends: list[int], timeout_s: flo
     return bad, sum(position)
 
 
-def _stop_all(procs: list[subprocess.Popen[bytes]]) -> None:
-    """SIGTERM in reverse start order (workers before their controller), each given 30 s to finish."""
-    for proc in reversed(procs):
-        stop_process(proc, 30)
-
-
 def _peak_rss(pids: list[int]) -> int:
     total = 0
     for pid in pids:
@@ -569,58 +532,33 @@ def run_ureplicator(bench: Bench, ds: Dataset, rnd: int, scale: int = 1, profile
     # Exactly-once is pipeline-wide: the controller records the mode, the workers must agree.
     mode = {"exactly_once": True, "transaction_interval_ms": TRANSACTION_INTERVAL_MS} if exactly_once else {}
     destination = f"{ds.topic}.urep{run_no}"
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    config = {
-        "pipeline": f"bench{bench.stamp}r{run_no}",
-        "zookeeper": {"connect": bench.services["zookeeper"]},
-        "source": {"alias": "src", "bootstrap_servers": bench.services["source"]},
-        "destination": {"alias": "dst", "bootstrap_servers": bench.services["destination"]},
-        "controller": {"rest_host": "127.0.0.1", "rest_port": port},
-        "worker": {"id": "bench-worker", **mode},  # every other key at its default; --id per process below
-    }
-    config_path = folder / "pipeline.yaml"
-    config_path.write_text(yaml.safe_dump(config))
-    python = [bench.python, "-m", "ureplicator"]
-    procs: list[subprocess.Popen[bytes]] = []
+    processes = CheckoutProcesses(folder, bench.repo, bench.python)
+    # Every key not named here at its default.
+    pipeline = Pipeline(bench.services, processes, f"bench{bench.stamp}r{run_no}", overrides={"worker": mode})
     spy: subprocess.Popen[bytes] | None = None
     try:
-        controller = _spawn([*python, "controller", "--config", str(config_path)], folder / "controller.log",
-                            bench.repo)
-        procs.append(controller)
-        _wait_http(url, "/health", controller, folder / "controller.log")
-        workers = []
-        for i in range(scale):
-            cfg = folder / f"worker{i}.yaml"
-            cfg.write_text(yaml.safe_dump({**config, "worker": {"id": f"bench-worker-{i}", **mode}}))
-            worker = _spawn([*python, "worker", "--config", str(cfg)], folder / f"worker{i}.log", bench.repo)
-            procs.append(worker)
-            workers.append(worker)
-        _wait_workers(url, workers, folder, scale)
+        controller = pipeline.start_controller("controller")
+        wait_for(lambda: pipeline.leader() is not None, 60, "the controller to lead", 0.2)
+        workers = [pipeline.start_worker(f"bench-worker-{i}", timeout_s=90) for i in range(scale)]
+        procs = [controller, *workers]
         run.load_before = load_average()
         started = time.monotonic()
-        status, body = request(f"{url}/topics", "POST",
-                               {"topic": ds.topic, "numPartitions": PARTITIONS, "destination": destination})
-        if status != 201:
-            raise BenchError(f"POST /topics answered {status}: {body}")
+        pipeline.add_topic(ds.topic, PARTITIONS, destination)
         if profile_to is not None:
             spy = _start_py_spy(workers[0].pid, profile_to)
-        checks = [_exited(p, folder / ("controller.log" if p is controller else f"worker{procs.index(p) - 1}.log"))
-                  for p in procs]
         controller_rss = proc_sample(controller.pid)
         observe(bench, run, f"{variant} x{scale} {ds.label}", destination, ds, [p.pid for p in procs], started,
-                lambda: next((problem for check in checks if (problem := check())), None),
-                [w.pid for w in workers], lambda: _stop_all(procs), transactional=exactly_once)
+                _exited(procs), [w.pid for w in workers], pipeline.stop_all, transactional=exactly_once)
         run.extra.update({
             "controller_peak_rss_bytes": controller_rss.hwm_bytes if controller_rss else 0,
             "destination_topic": destination,
-            "pipeline": config["pipeline"],
+            "pipeline": pipeline.name,
         })
     finally:
         if spy is not None:
             _stop_py_spy(spy)
-        for proc in reversed(procs):
-            stop_process(proc, 30)
+        pipeline.stop_all()
+        processes.stop_all()
         _cleanup(bench, [destination])
     return run
 
@@ -636,19 +574,17 @@ def run_mirrormaker2(bench: Bench, ds: Dataset, rnd: int, scale: int = 1, exactl
     _cleanup(bench, [destination])
     cmd = mm2.command(folder, alias, bench.services["source"], bench.services["destination"], ds.topic,
                       tasks_max=scale, exactly_once=exactly_once)
-    popen: subprocess.Popen[bytes] | None = None
+    processes = Processes(folder)
     try:
         run.load_before = load_average()
         started = time.monotonic()
-        popen = _spawn(cmd, folder / "stdout.log", folder)
-        mm2_process = popen
-        observe(bench, run, f"{variant} x{scale} {ds.label}", destination, ds, [popen.pid], started,
-                _mm2_alive(popen, folder / "mm2.log"), [popen.pid], lambda: _stop_all([mm2_process]),
+        proc = processes.spawn("stdout", cmd, folder)
+        observe(bench, run, f"{variant} x{scale} {ds.label}", destination, ds, [proc.pid], started,
+                _mm2_alive(proc, folder / "mm2.log"), [proc.pid], lambda: processes.stop_all(),
                 transactional=exactly_once)
         run.extra.update({"destination_topic": destination, "source_alias": alias})
     finally:
-        if popen is not None:
-            stop_process(popen, 20)
+        processes.stop_all(20)
         internal = [t for t in list_topics(bench.services["destination"]) if alias in t.split(".")]
         _cleanup(bench, [destination, *internal])
     return run
@@ -666,18 +602,16 @@ def run_raw(bench: Bench, ds: Dataset, rnd: int, scale: int = 1) -> Run:
     cmd = [sys.executable, "-m", "bench.rawcopy", "--source", bench.services["source"],
            "--destination", bench.services["destination"], "--topic", ds.topic, "--to", destination,
            "--partitions", str(PARTITIONS), "--records", str(ds.records)]
-    popen: subprocess.Popen[bytes] | None = None
+    processes = Processes(folder)
     try:
         run.load_before = load_average()
         started = time.monotonic()
-        popen = _spawn(cmd, folder / "rawcopy.log", REPO)
-        raw_process = popen
-        observe(bench, run, f"raw {ds.label}", destination, ds, [popen.pid], started,
-                _exited(popen, folder / "rawcopy.log"), [popen.pid], lambda: _stop_all([raw_process]))
+        proc = processes.spawn("rawcopy", cmd)
+        observe(bench, run, f"raw {ds.label}", destination, ds, [proc.pid], started, _exited([proc]), [proc.pid],
+                lambda: processes.stop_all())
         run.extra["destination_topic"] = destination
     finally:
-        if popen is not None:
-            stop_process(popen, 10)
+        processes.stop_all(10)
         _cleanup(bench, [destination])
     return run
 
@@ -689,36 +623,6 @@ RUNNERS: dict[str, Callable[..., Run]] = {
     "ureplicator-eos": lambda bench, ds, rnd, scale=1: run_ureplicator(bench, ds, rnd, scale, exactly_once=True),
     "mirrormaker2-eos": lambda bench, ds, rnd, scale=1: run_mirrormaker2(bench, ds, rnd, scale, exactly_once=True),
 }
-
-
-def _wait_http(url: str, path: str, popen: subprocess.Popen[bytes], log: Path, timeout_s: float = 60) -> None:
-    alive = _exited(popen, log)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if problem := alive():
-            raise BenchError(f"controller: {problem}")
-        with contextlib.suppress(UReplicatorError):
-            status, body = request(f"{url}{path}", timeout_s=2)
-            if status == 200 and isinstance(body, dict) and body.get("is_leader"):
-                return
-        time.sleep(0.2)
-    raise BenchError(f"controller at {url} not healthy (leader) within {timeout_s:.0f}s")
-
-
-def _wait_workers(url: str, workers: list[subprocess.Popen[bytes]], folder: Path, count: int,
-                  timeout_s: float = 90) -> None:
-    checks = [_exited(w, folder / f"worker{i}.log") for i, w in enumerate(workers)]
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        for check in checks:
-            if problem := check():
-                raise BenchError(f"worker: {problem}")
-        status, body = request(f"{url}/instances", timeout_s=5)
-        rows = body.get("instances", []) if status == 200 and isinstance(body, dict) else []
-        if sum(1 for row in rows if row.get("live") and row.get("generation") is not None) >= count:
-            return
-        time.sleep(0.2)
-    raise BenchError(f"{count} worker(s) did not register within {timeout_s:.0f}s")
 
 
 def _cleanup(bench: Bench, topics: list[str]) -> None:
@@ -742,8 +646,9 @@ def _start_py_spy(pid: int, output: Path) -> subprocess.Popen[bytes] | None:
     # frames; it has to pause the process per sample (no --nonblocking), so this run is untimed.
     cmd = [spy, "record", "--pid", str(pid), "--format", "raw", "--native", "--rate", "200", "--output", str(output)]
     say(f"  profiling the worker (pid {pid}) with py-spy into {output}")
-    log = output.with_suffix(".log")
-    return _spawn(cmd, log, output.parent)
+    with open(output.with_suffix(".log"), "ab") as log:
+        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                cwd=str(output.parent))
 
 
 def _stop_py_spy(spy: subprocess.Popen[bytes]) -> None:
