@@ -76,6 +76,11 @@ def load_average() -> tuple[float, float, float]:
     return round(one, 2), round(five, 2), round(fifteen, 2)
 
 
+def fmt_load(values: Any) -> str:
+    """Load averages as ``1.2/3.4/5.6``."""
+    return "/".join(f"{v:.1f}" for v in values)
+
+
 def stop_process(popen: subprocess.Popen[bytes], timeout_s: float = 30) -> int | None:
     """SIGTERM, then SIGKILL after ``timeout_s``; returns the exit status."""
     if popen.poll() is None:

@@ -34,7 +34,7 @@ import sys
 import time
 from typing import Any
 
-from bench.common import load_average, repo_relative
+from bench.common import fmt_load, load_average, repo_relative
 from bench.harness import load_line
 from bench.recording import run_and_record
 from bench.scenario import (
@@ -47,7 +47,6 @@ from bench.scenario import (
     count_step_duplicates,
     defaults,
     drop_timestamps,
-    fmt_load,
     new_entry,
     parser,
     run_verifier,

@@ -63,14 +63,6 @@ def install_signal_handlers() -> None:
     signal.signal(signal.SIGTERM, interrupt)
 
 
-def percentile(ordered: list[float], q: float) -> float:
-    """Nearest-rank percentile of an already sorted list (0 when empty)."""
-    if not ordered:
-        return 0.0
-    index = min(len(ordered) - 1, max(0, int(round(q / 100 * len(ordered) + 0.5)) - 1))
-    return ordered[index]
-
-
 def load_line() -> str:
     one, five, fifteen = load_average()
     return f"{one:.2f} {five:.2f} {fifteen:.2f}"

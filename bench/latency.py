@@ -74,7 +74,7 @@ from typing import Any
 import yaml
 
 from bench import mm2
-from bench.common import REPO, load_average, machine_info, proc_sample
+from bench.common import REPO, fmt_load, load_average, machine_info, proc_sample
 from bench.harness import KEY, BenchError, CheckoutProcesses, Flow, Load, Pipeline, load_line
 from bench.recording import run_and_record
 from devtools.harness import Proc, Processes, bench_dir, create_topic, end_offsets, own_stack, say, wait_for
@@ -135,10 +135,7 @@ def parse_setting(text: str) -> tuple[str, Any]:
 
 
 def nearest_rank(ordered: Sequence[float], q: float) -> float:
-    """The smallest value with at least ``q`` % of the values at or below it (0 when empty).
-
-    (``bench.harness.percentile`` rounds half ranks to even, so its p99.9 of 1,000 values is the maximum.)
-    """
+    """The smallest value with at least ``q`` % of the values at or below it (0 when empty)."""
     if not ordered:
         return 0.0
     rank = math.ceil(round(q * len(ordered) / 100, 9))
@@ -770,7 +767,7 @@ def render(entry: dict[str, Any]) -> str:
         f"{m['java']}, Kafka {m['kafka_brokers']}, MirrorMaker 2 {m['mirrormaker2']}, librdkafka {m['librdkafka']}, "
         f"{entry['date'][:10]}; ureplicator at commit `{s.get('code_commit', 'unknown')}`; "
         f"{entry['elapsed_s'] / 60:.0f} min in all. Load average at start "
-        f"{_fmt_load(entry['load_at_start'])}, at end {_fmt_load(entry['load_at_end'])}.",
+        f"{fmt_load(entry['load_at_start'])}, at end {fmt_load(entry['load_at_end'])}.",
         "",
         layout + f"{s['value_bytes']}-byte values: ureplicator = one controller and {s['ureplicator_workers']} worker "
         f"process{'es' if s['ureplicator_workers'] > 1 else ''}; MirrorMaker 2 = dedicated mode, one task "
@@ -815,7 +812,7 @@ def render(entry: dict[str, Any]) -> str:
         "MirrorMaker 2: its task thread), seconds on a CPU and seconds runnable but waiting for a CPU over the "
         "measured window (`/proc/<pid>/task/<tid>/schedstat`), with the waiting share of the window"
         + ". Load average per rate (before → after): "
-        + "; ".join(f"{v['variant']} {r['rate']:,}/s {_fmt_load(r['load_before'])} → {_fmt_load(r['load_after'])}"
+        + "; ".join(f"{v['variant']} {r['rate']:,}/s {fmt_load(r['load_before'])} → {fmt_load(r['load_after'])}"
                     for v in entry["variants"] for r in v["rates"]) + ".",
         "",
         "**Analysis.**",
@@ -985,9 +982,6 @@ def analysis(entry: dict[str, Any]) -> list[str]:
                    "probes).")
     return out
 
-
-def _fmt_load(values: Any) -> str:
-    return "/".join(f"{v:.1f}" for v in values)
 
 
 def print_summary(entry: dict[str, Any]) -> None:

@@ -443,7 +443,3 @@ def drop_timestamps(steps: list[dict[str, Any]]) -> None:
     for step in steps:
         step.pop("t0", None)
         step.pop("t1", None)
-
-
-def fmt_load(values: Any) -> str:
-    return "/".join(f"{v:.1f}" for v in values)

@@ -56,7 +56,7 @@ from typing import Any
 from confluent_kafka.admin import AdminClient
 
 from bench import mm2
-from bench.common import RESULTS_DIR, load_average
+from bench.common import RESULTS_DIR, fmt_load, load_average
 from bench.harness import TP, Arrivals, BenchError, Load, Pipeline, load_line, longest_gap
 from bench.recording import run_and_record
 from bench.scenario import (
@@ -559,7 +559,7 @@ def render(entry: dict[str, Any], history: list[dict[str, Any]] | None = None) -
         f"{' (**quick mode**)' if entry['mode'] == 'quick' else ''} on {m['cpu_model']}, {m['cores']} cores, "
         f"{m['ram_bytes'] / 2**30:.0f} GiB RAM, Python {m['python']}, {m['java']}, Kafka {m['kafka_brokers']}, "
         f"{entry['date'][:10]}; {entry['elapsed_s'] / 60:.1f} min. Load average at start "
-        f"{_fmt_load(entry['load_at_start'])}, at end {_fmt_load(entry['load_at_end'])} ({load_note(entry)}).",
+        f"{fmt_load(entry['load_at_start'])}, at end {fmt_load(entry['load_at_end'])} ({load_note(entry)}).",
         "",
         f"Continuous load of {entry['setup']['rate']:,} records/s on a 16-partition topic (a second topic added "
         "by the first event gets the same rate plus a 10 s backlog). ureplicator: two controllers, two workers, "
@@ -773,9 +773,6 @@ def load_note(entry: dict[str, Any]) -> str:
     return (f"quiet before the benchmark; the load during it is the benchmark's own: both brokers, ZooKeeper, "
             f"the load producer, the probe consumer and the mirroring processes on {cores} cores")
 
-
-def _fmt_load(values: Any) -> str:
-    return "/".join(f"{v:.1f}" for v in values)
 
 
 # ----------------------------------------------------------------------------- main

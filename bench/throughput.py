@@ -20,10 +20,10 @@ JIT warm-up lie before it) and closes ``--steady`` seconds later; records/s and
 CPU seconds per million records (with and without JVM JIT compiler threads) are
 taken between the two edge samples. A run whose destination was complete before
 the window closed is invalid: the backlog must outlast the fastest variant's
-window. After the window every run drains the rest of the backlog; when every
-destination partition's end offset reaches the source's, the benchmark waits
-``SETTLE_S`` and requires exact per-partition equality (no loss, no duplicates
-by count). ``--scale 1,2,4`` adds the scaling curve on the 100 B topic (N worker
+window (the backlog is then topped up and the run repeated once). When the window
+closes the variant is stopped gracefully; once the destination's end offsets stayed
+put for ``SETTLE_S`` every destination record is read back and must be its source's
+record at that position (no loss, no duplicate, order kept). ``--scale 1,2,4`` adds the scaling curve on the 100 B topic (N worker
 processes against ``tasks.max`` N; N = 1 is the main 100 B run).
 
 Results go to ``bench/results/throughput-<date>.json`` (appended) and, for runs
@@ -77,7 +77,6 @@ from bench.window import (
     Point,
     ThreadLedger,
     compiler_cpu,
-    count_check,
     measure,
     rate_spread,
     thread_cpu_between,
@@ -197,7 +196,6 @@ class Bench:
     drain_timeout_s: float
     repo: Path = REPO  # checkout the controller and worker run from (--worker-repo)
     python: str = sys.executable  # the interpreter they run with
-    end_mode: str = "stop"  # "stop": stop at the window's end and verify by identity; "drain": mirror everything
     runs: list[Run] = field(default_factory=list)
     counter: int = 0
     destination: Offsets | None = None
@@ -279,16 +277,14 @@ def observe(bench: Bench, run: Run, name: str, topic: str, ds: Dataset, pids: li
 
     ``pids`` are the processes whose CPU counts, ``rss_pids`` those whose peak RSS does;
     ``started`` is when the variant was handed its work (for the first-record time only).
-    End (``bench.end_mode``): "stop" stops the variant with ``stop`` (SIGTERM, graceful)
-    when the window closes and verifies every destination record by identity
-    (:func:`verify`); "drain" lets it mirror the whole backlog and compares the
-    per-partition end offsets with the source's.
+    When the window closes the variant is stopped with ``stop`` (SIGTERM, graceful) and
+    every destination record is verified by identity (:func:`verify`).
 
     ``transactional``: the destination holds transaction markers, which take offsets but are
     no records. The end check then reads ``read_committed`` and checks order by position
     (:func:`verify`), and every rate is scaled by records per offset it counted,
     so markers never count as copied records (MirrorMaker 2 commits a transaction per poll,
-    so it writes more of them than we do). Only the stop end applies.
+    so it writes more of them than we do).
     """
     assert bench.destination is not None
     plan = bench.plan
@@ -335,13 +331,8 @@ def observe(bench: Bench, run: Run, name: str, topic: str, ds: Dataset, pids: li
                 run.load_window = load_average()
                 run.peak_rss_bytes = _peak_rss(rss_pids)
                 rate = (closed.point.records - opened.point.records) / (closed.point.t - opened.point.t)
-                say(f"  {name}: window closed: {rate / 1000:.1f}k rec/s; "
-                    + ("stopping it" if bench.end_mode == "stop" else "draining the rest"))
-                if bench.end_mode == "stop":
-                    break
-        if closed is not None and complete:
-            run.drained_s = round(now - (first_at or now), 3)
-            break
+                say(f"  {name}: window closed: {rate / 1000:.1f}k rec/s; stopping it")
+                break
         if problem := alive():
             raise BenchError(f"{name}: {problem} after {now - started:.1f}s at {n:,}/{ds.records:,} records")
         timeout = max(bench.drain_timeout_s, ds.records / 10_000)  # a topped-up backlog gets more time
@@ -349,35 +340,26 @@ def observe(bench: Bench, run: Run, name: str, topic: str, ds: Dataset, pids: li
             raise BenchError(f"{name}: timed out after {timeout:.0f}s at {n:,}/{ds.records:,} records")
         if now - last_print >= PROGRESS_S:
             rate = (n - last_n) / (now - last_print)
-            phase = "warm-up" if opened is None else ("window" if closed is None else "drain")
+            phase = "warm-up" if opened is None else "window"
             say(f"  {name}: {n:>11,}/{ds.records:,} ({100 * n / ds.records:5.1f}%) {rate / 1000:7.1f}k rec/s [{phase}]")
             last_print, last_n = now, n
         time.sleep(POLL_S)
     assert opened is not None and closed is not None
-    if bench.end_mode == "stop":
-        # Stop gracefully, wait until nothing more arrives, then check every record by identity.
-        stopping = time.monotonic()
-        stop()
-        final = _settled_ends(bench, topic)
-        run.extra["stop_s"] = round(time.monotonic() - stopping, 1)
-        checked = time.monotonic()
-        bad, records = verify(bench.services["destination"], topic, final,
-                              "read_committed" if transactional else "read_uncommitted")
-        if transactional:
-            run.extra["records_per_offset"] = round(records / sum(final), 6) if sum(final) else 1.0
-        run.count_diff = {str(p): -n for p, n in bad.items()}
-        run.extra["end"] = {"mode": "stop", "records_checked": records, "ends": final,
-                            "check_s": round(time.monotonic() - checked, 1)}
-        say(f"  {name}: stopped in {run.extra['stop_s']}s; {records:,} destination records checked by identity "
-            f"in {run.extra['end']['check_s']}s: " + ("exact" if not bad else f"MISMATCHES {bad}"))
-    else:
-        # The exact count check: settle, then per partition equality with the source's end offsets.
-        time.sleep(SETTLE_S)
-        final = bench.destination.end(topic, PARTITIONS)
-        if final is None:
-            raise BenchError(f"{name}: could not read the destination's end offsets for the count check")
-        run.count_diff = count_check(final, targets)
-        run.extra["end"] = {"mode": "drain", "records_checked": sum(final), "ends": final}
+    # Stop gracefully, wait until nothing more arrives, then check every record by identity.
+    stopping = time.monotonic()
+    stop()
+    final = _settled_ends(bench, topic)
+    run.extra["stop_s"] = round(time.monotonic() - stopping, 1)
+    checked = time.monotonic()
+    bad, records = verify(bench.services["destination"], topic, final,
+                          "read_committed" if transactional else "read_uncommitted")
+    if transactional:
+        run.extra["records_per_offset"] = round(records / sum(final), 6) if sum(final) else 1.0
+    run.count_diff = {str(p): -n for p, n in bad.items()}
+    run.extra["end"] = {"mode": "stop", "records_checked": records, "ends": final,
+                        "check_s": round(time.monotonic() - checked, 1)}
+    say(f"  {name}: stopped in {run.extra['stop_s']}s; {records:,} destination records checked by identity "
+        f"in {run.extra['end']['check_s']}s: " + ("exact" if not bad else f"MISMATCHES {bad}"))
     groups = thread_cpu_between(opened.threads, closed.threads)
     result: Measured = measure(opened.point, closed.point, compiler_cpu(groups))
     if transactional:  # offsets -> records: markers are not copied records
@@ -1316,21 +1298,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              "one worker / task; results in throughput-eos-<date>.json and the eos-bench section")
     parser.add_argument("--datasets", default="100B,1KB", help="comma-separated subset of 100B,1KB")
     parser.add_argument("--profile", action="store_true", help="py-spy the worker in one extra untimed run")
-    parser.add_argument("--end", choices=("stop", "drain"), default="stop",
-                        help="after the window: stop the variant and verify every destination record by identity "
-                             "(default), or let it mirror the whole backlog and compare end offsets")
     parser.add_argument("--stop-by", default=None, metavar="HH:MM",
                         help="start no run that could end after this local time; the runs done are written")
-    parser.add_argument("--no-top-up", dest="top_up", action="store_false",
-                        help="do not grow the backlog and repeat a run that drained it before its window closed")
     parser.add_argument("--drain-timeout", type=float, default=None,
                         help="seconds per run before it counts as failed (default: backlog / 10k rec/s, >= 600)")
     parser.add_argument("--broker-heap", default="1g", help="heap of each local broker (default 1g)")
     parser.add_argument("--worker-repo", type=Path, default=REPO,
                         help="run controller and worker from this checkout (its .venv/bin/python if present)")
-    parser.add_argument("--no-snapshot", dest="snapshot", action="store_false",
-                        help="run --worker-repo's files in place instead of a copy taken at the start")
-    parser.add_argument("--stack", type=Path, default=None, help="use a running `ureplicator stack up --dir D`")
     parser.add_argument("--no-write", action="store_true", help="print only; no JSON, no docs section")
     parser.add_argument("--render", type=Path, default=None, metavar="RESULTS_JSON",
                         help="only re-write the docs section from the last full run in RESULTS_JSON")
@@ -1458,7 +1432,7 @@ def main(argv: list[str] | None = None) -> int:
     workdir.mkdir(parents=True, exist_ok=True)
     repo = args.worker_repo.resolve()
     code_before = code_version(repo)
-    run_from = snapshot(repo, workdir) if args.snapshot and repo != REPO else repo
+    run_from = snapshot(repo, workdir) if repo != REPO else repo
     order = plan_runs(datasets, args.variants, args.scale, args.rounds)
     say("backlogs: " + ", ".join(f"{d.records:,} x {d.value_bytes} B" for d in datasets)
         + f"; {len(order)} runs; warm-up {args.warmup:.0f}s, window {args.steady:.0f}s; "
@@ -1476,9 +1450,9 @@ def main(argv: list[str] | None = None) -> int:
     profile: dict[str, Any] | None = None
     rounds_done = 0
     interrupted = False
-    with own_stack("throughput", args.broker_heap, running=args.stack) as (services, _):
+    with own_stack("throughput", args.broker_heap) as (services, _):
         bench = Bench(services, workdir, stamp, Plan(args.warmup, args.steady), drain_timeout, repo=run_from,
-                      python=worker_python(repo), end_mode=args.end)
+                      python=worker_python(repo))
         bench.destination = Offsets(services["destination"])
         for ds in datasets:
             preload(services, ds)
@@ -1500,7 +1474,7 @@ def main(argv: list[str] | None = None) -> int:
                         break
                     except BacklogTooShort as exc:
                         run = Run(variant, scale, ds.label, rnd, bench.counter, ds.records, error=str(exc))
-                        if attempt == 2 or not args.top_up:
+                        if attempt == 2:
                             break
                         bigger = top_up_size(ds.records, exc.rate, bench.plan)
                         say(f"  {exc}; topping the backlog up to {bigger:,} records and running it again")
@@ -1576,7 +1550,7 @@ def main(argv: list[str] | None = None) -> int:
             "warmup_s": args.warmup,
             "steady_s": args.steady,
             "settle_s": SETTLE_S,
-            "end": args.end,
+            "end": "stop",
             "broker_heap": args.broker_heap,
             "producer": {k: v for k, v in PRODUCER_SETTINGS.items() if not k.startswith("queue.")},
             "consumer": CONSUMER_SETTINGS,
