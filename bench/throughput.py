@@ -23,8 +23,9 @@ the window closed is invalid: the backlog must outlast the fastest variant's
 window (the backlog is then topped up and the run repeated once). When the window
 closes the variant is stopped gracefully; once the destination's end offsets stayed
 put for ``SETTLE_S`` every destination record is read back and must be its source's
-record at that position (no loss, no duplicate, order kept). ``--scale 1,2,4`` adds the scaling curve on the 100 B topic (N worker
-processes against ``tasks.max`` N; N = 1 is the main 100 B run).
+record at that position (no loss, no duplicate, order kept). ``--scale 1,2,4`` adds
+the scaling curve on the 100 B topic (N worker processes against ``tasks.max`` N;
+N = 1 is the main 100 B run).
 
 Results go to ``bench/results/throughput-<date>.json`` (appended) and, for runs
 that are not ``--quick``, to the throughput-bench section of
@@ -62,6 +63,7 @@ from bench.common import (
     CONSUMER_SETTINGS,
     DOC,
     PRODUCER_SETTINGS,
+    RAW_LIMIT_BYTES,
     REPO,
     RESULTS_DIR,
     append_json,
@@ -1518,7 +1520,10 @@ def main(argv: list[str] | None = None) -> int:
                 if out.exists():
                     profile = {"dataset": ds.label, "records_per_s_while_profiled": round(prun.records_per_s),
                                **summarize_profile(out)}
-                    keep = RESULTS_DIR / f"throughput-profile-{now.strftime('%Y-%m-%d')}-{ds.label}.txt"
+                    # The raw stacks are per-sample data: over RAW_LIMIT_BYTES they go to the git-ignored raw/.
+                    folder = RESULTS_DIR / "raw" if out.stat().st_size > RAW_LIMIT_BYTES else RESULTS_DIR
+                    folder.mkdir(exist_ok=True)
+                    keep = folder / f"throughput-profile-{now.strftime('%Y-%m-%d')}-{ds.label}.txt"
                     shutil.copyfile(out, keep)
                     profile["raw_file"] = str(keep.relative_to(REPO))
             except Exception as exc:  # optional extra: never lose the measured runs over it
