@@ -61,7 +61,6 @@ import queue
 import re
 import signal
 import statistics
-import subprocess
 import sys
 import time
 from array import array
@@ -74,7 +73,7 @@ from typing import Any
 import yaml
 
 from bench import mm2
-from bench.common import REPO, fmt_load, load_average, machine_info, proc_sample
+from bench.common import REPO, code_version, fmt_load, load_average, machine_info, proc_sample
 from bench.harness import KEY, BenchError, CheckoutProcesses, Flow, Load, Pipeline, load_line
 from bench.recording import run_and_record
 from devtools.harness import Proc, Processes, bench_dir, create_topic, end_offsets, own_stack, say, wait_for
@@ -701,14 +700,8 @@ def run_contest(services: dict[str, str], workdir: Path, stamp: str, chosen: lis
 
 def code_commit(code: Path) -> str:
     """HEAD of the checkout whose controller and worker ran, with ``+dirty`` when its worker/ or common/ differ."""
-    try:
-        head = subprocess.run(["git", "-C", str(code), "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, timeout=10, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(code), "status", "--porcelain", "--", "worker", "common"],
-                               capture_output=True, text=True, timeout=10, check=True).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    return f"{head}+dirty" if dirty else head
+    version = code_version(code)
+    return version["commit"] + ("+dirty" if version["worker_common_modified"] else "")
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:

@@ -37,7 +37,6 @@ checkout's ``.venv/bin/python`` when it has one).
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import multiprocessing as mp
 import random
@@ -67,6 +66,7 @@ from bench.common import (
     REPO,
     RESULTS_DIR,
     append_json,
+    code_version,
     load_average,
     machine_info,
     proc_sample,
@@ -1342,22 +1342,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     except ValueError as exc:
         parser.error(str(exc))
     return args
-
-
-def code_version(repo: Path) -> dict[str, Any]:
-    """The commit the worker ran from and a digest of its Python sources (to notice edits mid-run)."""
-    digest = hashlib.sha256()
-    for path in sorted([*repo.glob("worker/*.py"), *repo.glob("common/*.py"), *repo.glob("worker/*.so")]):
-        digest.update(path.name.encode())
-        digest.update(path.read_bytes())
-    try:
-        commit = subprocess.run(["git", "-C", str(repo), "rev-parse", "--short", "HEAD"], capture_output=True,
-                                text=True, timeout=10, check=False).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--", "worker", "common"],
-                               capture_output=True, text=True, timeout=10, check=False).stdout.strip()
-    except OSError:
-        commit, dirty = "", ""
-    return {"commit": commit or "unknown", "worker_common_modified": bool(dirty), "sources_sha256": digest.hexdigest()}
 
 
 SNAPSHOT_SKIP = {".venv", ".cache", ".git", "bench", "tests", "docs", "helm", "jvm", "__pycache__", ".pytest_cache",
