@@ -56,8 +56,6 @@ from bench.scenario import (
 from devtools import stack
 from devtools.harness import say, wait_for
 
-START = "<!-- drill:start -->"
-END = "<!-- drill:end -->"
 TAG = 7
 
 
@@ -283,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
             entry["drill"] = run_drill(runner, stamp, args)
         return entry
 
-    return run_and_record(go, prefix="drill", start=START, end=END, render=render,
+    return run_and_record(go, section="drill",
                           summary=lambda e: print_summary(e, wall), no_write=args.no_write, failed_status=2)
 
 

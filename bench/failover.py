@@ -35,8 +35,6 @@ from bench.recording import run_and_record
 from bench.scenario import parser
 from devtools.harness import Proc, Processes, bench_dir, committed, create_topic, end_offsets, own_stack, say, wait_for
 
-START = "<!-- failover-bench:start -->"
-END = "<!-- failover-bench:end -->"
 MM2_SETTINGS = {
     "emit.checkpoints.enabled": "true",
     "emit.checkpoints.interval.seconds": "1",
@@ -335,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
 
         renderer.main(["failover-bench"])
         return 0
-    return run_and_record(lambda: run(args), prefix="failover", start=START, end=END, render=render,
+    return run_and_record(lambda: run(args), section="failover-bench",
                           summary=print_summary, no_write=args.no_write,
                           written="results in {path}; {doc} section updated")
 

@@ -78,8 +78,6 @@ from bench.harness import KEY, BenchError, CheckoutProcesses, Flow, Load, Pipeli
 from bench.recording import run_and_record
 from devtools.harness import Proc, Processes, bench_dir, create_topic, end_offsets, own_stack, say, wait_for
 
-START = "<!-- latency-bench:start -->"
-END = "<!-- latency-bench:end -->"
 PARTITIONS = 16
 WARMUP_TAG = 0  # priming and warm-up records: received, never counted
 MAX_TAGS = 64
@@ -1031,7 +1029,7 @@ def main(argv: list[str] | None = None) -> int:
 
         renderer.render_file(renderer.by_name("latency-bench"), args.render)
         return 0
-    return run_and_record(lambda: run(args), prefix="latency", start=START, end=END, render=render,
+    return run_and_record(lambda: run(args), section="latency-bench",
                           summary=print_summary, no_write=args.no_write)
 
 

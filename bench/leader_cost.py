@@ -43,7 +43,6 @@ from bench.recording import run_and_record
 from devtools.harness import wait_for
 from ureplicator.common.zkschema import Assignment, PartitionStatus, Paths, TopicRecord, WorkerInfo, WorkerStatus
 
-START, END = "<!-- leader-cost:start -->", "<!-- leader-cost:end -->"
 DOC = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
 ZK_ROOT = "/ureplicator-bench"
 READS = ("GetData", "GetChildren", "GetChildren2", "Exists")
@@ -434,7 +433,7 @@ def main(argv: list[str] | None = None) -> int:
         for r in entry["results"]:
             print(json.dumps(r))
 
-    return run_and_record(go, prefix="leader-cost", start=START, end=END, render=render, summary=summary,
+    return run_and_record(go, section="leader-cost", summary=summary,
                           no_write=args.no_write)
 
 

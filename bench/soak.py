@@ -59,11 +59,6 @@ from bench.scenario import (
 from devtools import stack
 from devtools.harness import say, wait_for
 
-START = "<!-- soak:start -->"
-END = "<!-- soak:end -->"
-# ``--exactly-once``: its own results file and section; duplicates must be 0, read read_committed.
-EOS_START = "<!-- soak-eos:start -->"
-EOS_END = "<!-- soak-eos:end -->"
 TRANSACTION_INTERVAL_MS = 1000
 SESSION_S = 10.0  # the bench pipeline's zookeeper.session_timeout_s (the default)
 COMMIT_INTERVAL_S = 5.0  # the bench pipeline's worker.commit_interval_s (the default)
@@ -317,9 +312,8 @@ def main(argv: list[str] | None = None) -> int:
             entry["soak"] = run_soak(runner, stamp, args, rng)
         return entry
 
-    return run_and_record(go, prefix="soak-eos" if exact else "soak", start=EOS_START if exact else START,
-                          end=EOS_END if exact else END, render=render,
-                          summary=lambda e: print_summary(e, seed), no_write=args.no_write,
+    return run_and_record(go, section="soak-eos" if exact else "soak", summary=lambda e: print_summary(e, seed),
+                          no_write=args.no_write,
                           failed=f"FAILED (seed {seed})", failed_status=2)
 
 

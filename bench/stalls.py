@@ -44,8 +44,6 @@ stalls-bench section of ``docs/benchmarks.md``.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import json
 import sys
 import time
 from collections.abc import Callable
@@ -56,7 +54,7 @@ from typing import Any
 from confluent_kafka.admin import AdminClient
 
 from bench import mm2
-from bench.common import RESULTS_DIR, fmt_load, load_average
+from bench.common import fmt_load, load_average
 from bench.harness import TP, Arrivals, BenchError, Load, Pipeline, load_line, longest_gap
 from bench.recording import run_and_record
 from bench.scenario import (
@@ -76,8 +74,6 @@ from devtools import jvm, stack
 from devtools.harness import Proc, Processes, create_topic, end_offsets, say, wait_for
 from devtools.ports import free_port
 
-START = "<!-- stalls-bench:start -->"
-END = "<!-- stalls-bench:end -->"
 GAP_BEFORE_S = 0.5  # the gap window opens this long before the event
 
 
@@ -750,16 +746,6 @@ def analysis(entry: dict[str, Any]) -> list[str]:
     return out
 
 
-def _load_runs() -> list[dict[str, Any]]:
-    """Earlier runs from ``bench/results/stalls-*.json``, oldest first."""
-    runs: list[dict[str, Any]] = []
-    for path in sorted(RESULTS_DIR.glob("stalls-*.json")):
-        with contextlib.suppress(ValueError, OSError):
-            loaded = json.loads(path.read_text())
-            runs.extend(loaded if isinstance(loaded, list) else [loaded])
-    return runs
-
-
 def _fmt_s(value: float | None) -> str:
     return "–" if value is None else f"{value:.2f} s"
 
@@ -848,32 +834,20 @@ def main(argv: list[str] | None = None) -> int:
 
         renderer.render_file(renderer.by_name("stalls-bench"), args.render)
         return 0
-    done: dict[str, Any] = {}
-    history: list[dict[str, Any]] = []
 
-    def go() -> dict[str, Any]:
-        done["entry"] = run(args)
-        return done["entry"]
-
-    def summary(entry: dict[str, Any]) -> None:
+    def summary(entry: dict[str, Any]) -> int:
+        """1 when ureplicator lost a record (MirrorMaker 2's losses are reported, not failed)."""
         print_summary(entry)
-        done["lost"] = sum(c["lost"] for phase in entry["phases"].values()
-                           for c in phase.get("comparison", {}).values())
-        if not args.no_write:
-            history.extend(_load_runs())  # the earlier runs, read right before this one is appended
-
-    status = run_and_record(go, prefix="stalls", start=START, end=END, render=lambda e: render(e, history),
-                            summary=summary, no_write=args.no_write)
-    if status:
-        return status
-    entry = done["entry"]
-    with contextlib.suppress(Exception):
-        urep_lost = sum(c["lost"] for c in entry["phases"]["ureplicator"]["comparison"].values())
+        lost = sum(c["lost"] for phase in entry["phases"].values() for c in phase.get("comparison", {}).values())
+        urep_lost = sum(c["lost"] for c in entry["phases"].get("ureplicator", {}).get("comparison", {}).values())
         if urep_lost:
             say(f"ureplicator LOST {urep_lost} records")
             return 1
-    say(f"records lost over the run (all systems): {done['lost']}")
-    return 0
+        say(f"records lost over the run (all systems): {lost}")
+        return 0
+
+    return run_and_record(lambda: run(args), section="stalls-bench", summary=summary, no_write=args.no_write)
+
 
 if __name__ == "__main__":
     sys.exit(main())
