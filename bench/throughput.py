@@ -58,6 +58,7 @@ import psutil
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from bench import mm2
+from bench import render as bench_render
 from bench.common import (
     CONSUMER_SETTINGS,
     DOC,
@@ -73,6 +74,7 @@ from bench.common import (
     replace_section,
 )
 from bench.harness import BenchError, CheckoutProcesses, Pipeline
+from bench.render import by_name
 from bench.window import (
     Measured,
     Plan,
@@ -98,8 +100,6 @@ from devtools.harness import (
 )
 from ureplicator.common.errors import UReplicatorError
 
-START = "<!-- throughput-bench:start -->"
-END = "<!-- throughput-bench:end -->"
 SCHEMA = 2  # results entries written by this method (steady window); older entries are not rendered
 PARTITIONS = 16
 KEY_BYTES = 8
@@ -110,8 +110,6 @@ SCALED: tuple[str, ...] = ("ureplicator", "mirrormaker2")
 EOS_VARIANTS: tuple[str, ...] = ("ureplicator", "ureplicator-eos", "mirrormaker2-eos")
 ALL_VARIANTS: tuple[str, ...] = (*VARIANTS, "ureplicator-eos", "mirrormaker2-eos")
 TRANSACTION_INTERVAL_MS = 1000
-EOS_START = "<!-- eos-bench:start -->"
-EOS_END = "<!-- eos-bench:end -->"
 POLL_S = 0.5
 THREADS_EVERY_S = 1.0
 SETTLE_S = 3.0  # after the destination reached the source's end offsets: late duplicates would show by then
@@ -1372,11 +1370,9 @@ def _interrupt(signum: int, _frame: object) -> None:
 
 def render_file(path: Path) -> int:
     """``--render FILE``: the throughput or exactly-once section from FILE's last full run."""
-    from bench import render
-
     entries = json.loads(path.read_text())
     eos = bool((entries[-1] if isinstance(entries, list) else entries).get("exactly_once"))
-    render.render_file(render.by_name("eos-bench" if eos else "throughput-bench"), path)
+    bench_render.render_file(by_name("eos-bench" if eos else "throughput-bench"), path)
     return 0
 
 
@@ -1558,21 +1554,18 @@ def main(argv: list[str] | None = None) -> int:
     kind = "throughput-eos" if args.exactly_once else "throughput"
     results = RESULTS_DIR / f"{kind}-{now.strftime('%Y-%m-%d')}.json"
     entry["results_file"] = str(results.relative_to(REPO))
-    start, end, render = ((EOS_START, EOS_END, render_eos_section) if args.exactly_once
-                          else (START, END, render_section))
     (workdir / "result.json").write_text(json.dumps(entry, indent=2) + "\n")
-    (workdir / "section.md").write_text(render(entry) + "\n")
+    (workdir / "section.md").write_text((render_eos_section if args.exactly_once else render_section)(entry) + "\n")
     if args.no_write:
         say(f"--no-write: result and docs section left in {workdir.relative_to(REPO)}")
-    elif args.quick:
-        # A smoke run's numbers are not worth publishing over a full run's.
-        append_json(results, entry)
-        say(f"results appended to {results.relative_to(REPO)} (quick: docs section left alone; "
-            f"it is in {workdir.relative_to(REPO)}/section.md)")
     else:
+        # The section is rendered from the results file, as by python -m bench.render: from its last
+        # full run, so a smoke run (--quick) is recorded but never published over a full run's numbers.
         append_json(results, entry)
-        replace_section(DOC, start, end, render(entry))
-        say(f"results appended to {results.relative_to(REPO)}; section updated in {DOC.relative_to(REPO)}")
+        section = by_name("eos-bench" if args.exactly_once else "throughput-bench")
+        replace_section(DOC, section.start, section.end, section.render(results))
+        say(f"results appended to {results.relative_to(REPO)}; section rendered in {DOC.relative_to(REPO)}"
+            + (f" (quick: this run is in {workdir.relative_to(REPO)}/section.md)" if args.quick else ""))
     say(f"done in {(time.monotonic() - wall) / 60:.1f} min")
     if interrupted:
         return 130
