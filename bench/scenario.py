@@ -297,8 +297,10 @@ class Runner:
 
     def _caught_up(self) -> bool:
         status, body = self.pipeline.api("GET", "/offset")
-        if status != 200 or body.get("total_lag") != 0:
-            return False
+        return status == 200 and body.get("total_lag") == 0 and self.destination_complete()
+
+    def destination_complete(self) -> bool:
+        """Every mirrored topic's destination end offsets at or past its source's."""
         for topic, partitions in self.topics.items():
             src = end_offsets(self.services["source"], topic, partitions)
             dst = end_offsets(self.services["destination"], topic, partitions)

@@ -71,7 +71,7 @@ from bench.scenario import (
     stage,
 )
 from devtools import jvm, stack
-from devtools.harness import Proc, Processes, create_topic, end_offsets, say, wait_for
+from devtools.harness import Proc, Processes, create_topic, say, wait_for
 from devtools.ports import free_port
 
 GAP_BEFORE_S = 0.5  # the gap window opens this long before the event
@@ -472,7 +472,10 @@ def mm2_phase(runner: Runner, stamp: str, args: argparse.Namespace) -> dict[str,
     results = [load.stop() for load in runner.loads]
     out["load"] = [{"sent": r.sent, "acked": r.acked, "failed": r.failed} for r in results]
     try:
-        _wait_destination_complete(runner, 180)
+        # Every source record there, and nothing arrived for 3 s.
+        wait_for(lambda: runner.destination_complete()
+                 and time.time() - max(arrivals.last_arrival(tp) for tp in runner.tps()) > 3,
+                 180, "the destination to hold every source record", 1.0)
     except BenchError as exc:
         out["catch_up_error"] = str(exc)
         say(f"  {exc}; comparing what is there")
@@ -524,20 +527,6 @@ def _say_mm2(event: Event) -> None:
     say(f"  {r['all_paused']} of {r['partitions']} partition(s) paused > {PAUSED_S:.0f}s; longest gap "
         f"{max(r['moved_max_gap_s'], r['unmoved_max_gap_s']):.2f}s; flowing again "
         f"{r['moved_flowing_after_s']:.2f}s after the event")
-
-
-def _wait_destination_complete(runner: Runner, timeout_s: float) -> None:
-    """Destination end offsets >= source end offsets everywhere, and nothing arrived for 3 s."""
-
-    def complete() -> bool:
-        for topic, partitions in runner.topics.items():
-            src = end_offsets(runner.services["source"], topic, partitions)
-            dst = end_offsets(runner.services["destination"], topic, partitions)
-            if src is None or dst is None or any(dst[p] < src[p] for p in src):
-                return False
-        return time.time() - max(runner.arrivals.last_arrival(tp) for tp in runner.tps()) > 3
-
-    wait_for(complete, timeout_s, "the destination to hold every source record", 1.0)
 
 
 # ----------------------------------------------------------------------------- report
