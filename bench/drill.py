@@ -36,7 +36,7 @@ from typing import Any
 
 from bench.common import fmt_load, load_average, repo_relative
 from bench.harness import load_line
-from bench.recording import run_and_record
+from bench.recording import parser, run_and_record
 from bench.scenario import (
     PARTITIONS,
     Fault,
@@ -48,7 +48,6 @@ from bench.scenario import (
     defaults,
     drop_timestamps,
     new_entry,
-    parser,
     run_verifier,
     stage,
     verdict,

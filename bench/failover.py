@@ -31,8 +31,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from bench import mm2
 from bench.common import machine_info
 from bench.harness import BenchError, Pipeline
-from bench.recording import run_and_record
-from bench.scenario import parser
+from bench.recording import parser, run_and_record
 from devtools.harness import Proc, Processes, bench_dir, committed, create_topic, end_offsets, own_stack, say, wait_for
 
 MM2_SETTINGS = {

@@ -75,7 +75,7 @@ import yaml
 from bench import mm2
 from bench.common import REPO, code_version, fmt_load, load_average, machine_info, proc_sample
 from bench.harness import KEY, BenchError, CheckoutProcesses, Flow, Load, Pipeline, load_line
-from bench.recording import run_and_record
+from bench.recording import parser, rendered, run_and_record
 from devtools.harness import Proc, Processes, bench_dir, create_topic, end_offsets, own_stack, say, wait_for
 
 PARTITIONS = 16
@@ -984,31 +984,27 @@ def print_summary(entry: dict[str, Any]) -> None:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m bench.latency", description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="smoke run: rates 5k and 20k, 3 s + 10 s per rate")
-    parser.add_argument("--rates", default=None, help="records/s, comma-separated (5000,20000,50000; quick "
+    cli = parser("python -m bench.latency", __doc__, "512m", render=True)
+    cli.add_argument("--quick", action="store_true", help="smoke run: rates 5k and 20k, 3 s + 10 s per rate")
+    cli.add_argument("--rates", default=None, help="records/s, comma-separated (5000,20000,50000; quick "
                                                        "5000,20000)")
-    parser.add_argument("--variants", default=",".join(VARIANTS),
+    cli.add_argument("--variants", default=",".join(VARIANTS),
                         help=f"comma-separated, run in this order (known: {', '.join(ALL_VARIANTS)})")
-    parser.add_argument("--set", dest="sets", action="append", default=[], type=parse_setting, metavar="KEY=VALUE",
+    cli.add_argument("--set", dest="sets", action="append", default=[], type=parse_setting, metavar="KEY=VALUE",
                         help="override a key of ureplicator-low-latency, e.g. worker.fetch_wait_ms=2 "
                              "(repeatable; dotted pipeline keys as in docs/configuration.md)")
-    parser.add_argument("--warmup", type=float, default=None, help="seconds not counted per rate (5; quick 3)")
-    parser.add_argument("--duration", type=float, default=None, help="measured seconds per rate (30; quick 10)")
-    parser.add_argument("--variant-warmup", type=float, default=None,
+    cli.add_argument("--warmup", type=float, default=None, help="seconds not counted per rate (5; quick 3)")
+    cli.add_argument("--duration", type=float, default=None, help="measured seconds per rate (30; quick 10)")
+    cli.add_argument("--variant-warmup", type=float, default=None,
                         help="seconds of unmeasured load per variant before it idles (15; quick 5)")
-    parser.add_argument("--idle", type=float, default=5.0, help="idle seconds before the first rate")
-    parser.add_argument("--workers", type=int, default=1, help="ureplicator worker processes")
-    parser.add_argument("--no-source-leg", dest="source_leg", action="store_false",
+    cli.add_argument("--idle", type=float, default=5.0, help="idle seconds before the first rate")
+    cli.add_argument("--workers", type=int, default=1, help="ureplicator worker processes")
+    cli.add_argument("--no-source-leg", dest="source_leg", action="store_false",
                         help="no probe on the source (no source/replicator leg split)")
-    parser.add_argument("--code", type=Path, default=REPO,
+    cli.add_argument("--code", type=Path, default=REPO,
                         help="checkout whose controller and worker run (default: this one), e.g. /work/main")
-    parser.add_argument("--value-bytes", type=int, default=100)
-    parser.add_argument("--broker-heap", default="512m")
-    parser.add_argument("--no-write", action="store_true", help="print only; no JSON, no docs section")
-    parser.add_argument("--render", type=Path, metavar="FILE",
-                        help="only re-render the docs section from the last entry of this results file")
-    args = parser.parse_args(argv)
+    cli.add_argument("--value-bytes", type=int, default=100)
+    args = cli.parse_args(argv)
     args.rates = [int(r) for r in (args.rates or ("5000,20000" if args.quick else "5000,20000,50000")).split(",")
                   if r.strip()]
     args.variants = [v.strip() for v in args.variants.split(",") if v.strip()]
@@ -1018,16 +1014,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.low_latency = {**LOW_LATENCY, **dict(args.sets)}
     args.code = args.code.resolve()
     if not (args.code / "cli").is_dir():
-        parser.error(f"--code {args.code}: not a ureplicator checkout (no cli/)")
+        cli.error(f"--code {args.code}: not a ureplicator checkout (no cli/)")
     return args
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    if args.render is not None:
-        from bench import render as renderer
-
-        renderer.render_file(renderer.by_name("latency-bench"), args.render)
+    if rendered(args, "latency-bench"):
         return 0
     return run_and_record(lambda: run(args), section="latency-bench",
                           summary=print_summary, no_write=args.no_write)

@@ -11,19 +11,41 @@ writes the doc exactly as a later ``--check`` expects it).
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from bench import common
 from bench.harness import BenchError, install_signal_handlers
-from bench.render import Section, by_name
+from bench.render import Section, by_name, render_file
 from devtools import stack
 from ureplicator.common.errors import UReplicatorError
 
 BENCH_ERRORS: tuple[type[BaseException], ...] = (BenchError, UReplicatorError, stack.StackError, TimeoutError)
 
 Entry = dict[str, Any]
+
+
+def parser(prog: str, doc: str | None, heap: str | None = None, render: bool = False) -> argparse.ArgumentParser:
+    """A benchmark's command line with the options they share: ``--broker-heap`` (given a default ``heap``),
+    ``--no-write`` and (``render``) ``--render FILE``, which :func:`rendered` handles."""
+    out = argparse.ArgumentParser(prog=prog, description=(doc or "").splitlines()[0])
+    if heap is not None:
+        out.add_argument("--broker-heap", default=heap)
+    out.add_argument("--no-write", action="store_true", help="print only; no JSON, no docs section")
+    if render:
+        out.add_argument("--render", type=Path, metavar="FILE",
+                         help="only re-render the docs section from the last entry of this results file")
+    return out
+
+
+def rendered(args: argparse.Namespace, section: str) -> bool:
+    """With ``--render FILE``: re-render ``section`` from FILE and say so (the script then exits 0)."""
+    if getattr(args, "render", None) is None:
+        return False
+    render_file(by_name(section), args.render)
+    return True
 
 
 def run_and_record(run: Callable[[], Entry], *, section: Section | str,

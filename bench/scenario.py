@@ -100,14 +100,6 @@ def new_entry(benchmark: str, setup: dict[str, Any], **extra: Any) -> tuple[dict
     return entry, now.strftime("%Y%m%dT%H%M%SZ")
 
 
-def parser(prog: str, doc: str | None, heap: str) -> argparse.ArgumentParser:
-    """The options every fault benchmark has: ``--broker-heap`` and ``--no-write``."""
-    out = argparse.ArgumentParser(prog=prog, description=(doc or "").splitlines()[0])
-    out.add_argument("--broker-heap", default=heap)
-    out.add_argument("--no-write", action="store_true", help="print only; no JSON, no docs section")
-    return out
-
-
 def defaults(args: argparse.Namespace, quick: bool, **values: tuple[Any, Any]) -> None:
     """Fill every option left at None with its (full, quick) default."""
     for name, (full, smoke) in values.items():

@@ -40,7 +40,7 @@ from collections.abc import Callable
 from typing import Any
 
 from bench.harness import LogRead, load_line
-from bench.recording import run_and_record
+from bench.recording import parser, run_and_record
 from bench.scenario import (
     PARTITIONS,
     Fault,
@@ -51,7 +51,6 @@ from bench.scenario import (
     count_step_duplicates,
     drop_timestamps,
     new_entry,
-    parser,
     run_verifier,
     stage,
     verdict,

@@ -56,7 +56,7 @@ from confluent_kafka.admin import AdminClient
 from bench import mm2
 from bench.common import fmt_load, load_average
 from bench.harness import TP, Arrivals, BenchError, Load, Pipeline, load_line, longest_gap
-from bench.recording import run_and_record
+from bench.recording import parser, rendered, run_and_record
 from bench.scenario import (
     PARTITIONS,
     PAUSED_S,
@@ -67,7 +67,6 @@ from bench.scenario import (
     duplicate_arrivals,
     duplicates_after,
     new_entry,
-    parser,
     stage,
 )
 from devtools import jvm, stack
@@ -754,7 +753,7 @@ def load_note(entry: dict[str, Any]) -> str:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    cli = parser("python -m bench.stalls", __doc__, "512m")
+    cli = parser("python -m bench.stalls", __doc__, "512m", render=True)
     cli.add_argument("--quick", action="store_true",
                      help="smoke run: shorter windows, MM2 rebalance delay 20 s (~3-4 min)")
     cli.add_argument("--rate", type=int, default=None, help="records/s per topic (default 3000; quick 2000)")
@@ -768,9 +767,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                      help="MirrorMaker 2 nodes (3: a follower, then the group leader is killed)")
     cli.add_argument("--mm2-settle", type=float, default=None,
                      help="seconds MM2 runs before its baseline (20; quick 10)")
-    cli.add_argument("--render", type=Path, metavar="FILE",
-                     help="only re-render the docs section from the last entry of this results file "
-                          "(the other runs in bench/results/stalls-*.json are listed under it)")
     args = cli.parse_args(argv)
     defaults(args, args.quick, rate=(3000, 2000), mm2_delay_s=(300.0, 20.0), baseline=(8.0, 5.0), post=(3.0, 2.0),
              mm2_settle=(20.0, 10.0))
@@ -818,10 +814,7 @@ def print_summary(entry: dict[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    if args.render is not None:
-        from bench import render as renderer
-
-        renderer.render_file(renderer.by_name("stalls-bench"), args.render)
+    if rendered(args, "stalls-bench"):  # the other runs in bench/results/stalls-*.json are listed under it
         return 0
 
     def summary(entry: dict[str, Any]) -> int:
