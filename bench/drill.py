@@ -50,41 +50,26 @@ from bench.scenario import (
     new_entry,
     run_verifier,
     stage,
+    stop_leader,
+    stop_service,
+    stop_worker,
     verdict,
 )
-from devtools import stack
-from devtools.harness import say, wait_for
+from devtools.harness import say
 
 TAG = 7
 
 
 def script(runner: Runner) -> list[Fault]:
     """The drill's fault script: each component in turn, killed -9 and restarted."""
-    pipeline, root, topics = runner.pipeline, runner.root, runner.topics
-    assert root is not None
-    killed: dict[str, str] = {}
-
-    def kill_leader() -> str:
-        killed["label"] = runner.leader()
-        pipeline.controllers[killed["label"]].kill()
-        return killed["label"]
-
-    def restart_leader() -> None:
-        wait_for(lambda: pipeline.leader() is not None, 60, "the standby to lead", 0.3)
-        pipeline.start_controller(killed["label"])
-
-    def broker(name: str) -> Fault:
-        return Fault(f"kill -9 {name} broker", lambda: stack.kill_service(root, name) or name,
-                     lambda: stack.start_service(root, name, timeout_s=120))
-
+    pipeline, topics = runner.pipeline, runner.topics
     return [
-        Fault("kill -9 worker", lambda: pipeline.workers["w1"].kill() or "w1",
-              lambda: pipeline.start_worker("w1", timeout_s=90),
-              lambda: "w1" in {w for t in topics for w in pipeline.owners(t).values()} and pipeline.settled(topics)),
-        Fault("kill -9 leader controller", kill_leader, restart_leader,
-              lambda: pipeline.leader() is not None and pipeline.settled(topics)),
-        broker("destination"),
-        broker("source"),
+        stop_worker(runner, "w1", "kill -9 worker", recovered=lambda: "w1" in {
+            w for t in topics for w in pipeline.owners(t).values()} and pipeline.settled(topics)),
+        stop_leader(runner, "kill -9 leader controller",
+                    recovered=lambda: pipeline.leader() is not None and pipeline.settled(topics)),
+        stop_service(runner, "destination", "kill -9 destination broker", kill=True),
+        stop_service(runner, "source", "kill -9 source broker", kill=True),
     ]
 
 

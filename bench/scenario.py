@@ -11,7 +11,8 @@ The stalls, drill and soak benchmarks (``bench/stalls.py``, ``drill.py``, ``soak
   :meth:`Runner.start` brings a :class:`Profile` up until every partition flows;
 * a fault script is a list of :class:`Fault` steps: :meth:`Runner.step` breaks, stays down,
   repairs, and waits until every partition flows again
-  (:meth:`Runner.diagnose_never_recovered` when it does not);
+  (:meth:`Runner.diagnose_never_recovered` when it does not); the fault library
+  (:func:`stop_worker`, :func:`stop_leader`, :func:`freeze`, :func:`stop_service`) builds them;
 * the measures at the end: :meth:`Runner.finish` stops the load and waits until the
   destination caught up, :func:`compare_logs` reads both logs exactly,
   :func:`acked_check` accounts for every acknowledged record, :func:`duplicate_arrivals`
@@ -54,6 +55,7 @@ from bench.harness import (
     longest_gap,
     read_log,
 )
+from devtools import stack
 from devtools.harness import Processes, bench_dir, create_topic, end_offsets, own_stack, say, wait_for
 
 PARTITIONS = 16
@@ -299,6 +301,62 @@ class Runner:
             if src is None or dst is None or any(dst[p] < src[p] for p in src):
                 return False
         return True
+
+
+# ----------------------------------------------------------------------------- the fault library
+# Each builds one Fault on a running scenario; ``name`` is what the results call the step.
+
+
+def stop_worker(runner: Runner, worker: str, name: str, kill: bool = True, down_s: float | None = None,
+                recovered: Callable[[], bool] | None = None) -> Fault:
+    """kill -9 (or SIGTERM) ``worker``; the repair starts it again."""
+    pipeline = runner.pipeline
+
+    def fault() -> str:
+        if kill:
+            pipeline.workers[worker].kill()
+        else:
+            pipeline.workers[worker].terminate(60)
+        return worker
+
+    return Fault(name, fault, lambda: pipeline.start_worker(worker, timeout_s=90), recovered, down_s)
+
+
+def stop_leader(runner: Runner, name: str, label: str | None = None, kill: bool = True,
+                down_s: float | None = None, recovered: Callable[[], bool] | None = None) -> Fault:
+    """kill -9 (or SIGTERM) the leading controller (``label``, or whichever leads when the fault strikes);
+    the repair waits for the standby to lead, then starts it again."""
+    pipeline = runner.pipeline
+    hit: list[str] = []
+
+    def fault() -> str:
+        hit.append(label or runner.leader())
+        if kill:
+            pipeline.controllers[hit[-1]].kill()
+        else:
+            pipeline.controllers[hit[-1]].terminate(60)
+        return hit[-1]
+
+    def repair() -> None:
+        wait_for(lambda: pipeline.leader() is not None, 60, "the standby to lead", 0.3)
+        pipeline.start_controller(hit[-1])
+
+    return Fault(name, fault, repair, recovered, down_s)
+
+
+def freeze(pid: int, name: str, hit: str, down_s: float) -> Fault:
+    """SIGSTOP ``pid`` for ``down_s`` seconds, then SIGCONT (a process that stops answering, then wakes up)."""
+    return Fault(name, lambda: os.kill(pid, signal.SIGSTOP) or hit, lambda: os.kill(pid, signal.SIGCONT),
+                 down_s=down_s)
+
+
+def stop_service(runner: Runner, service: str, name: str, kill: bool = False, down_s: float | None = None) -> Fault:
+    """Stop (or kill -9) a stack service (a broker or ZooKeeper; its data stays); the repair starts it again."""
+    root = runner.root
+    assert root is not None
+    stop = stack.kill_service if kill else stack.stop_service
+    return Fault(name, lambda: stop(root, service) or service,
+                 lambda: stack.start_service(root, service, timeout_s=120), down_s=down_s)
 
 
 def compare_logs(services: dict[str, str], topic: str, by: str = "urep", isolation: str = "read_uncommitted",

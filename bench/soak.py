@@ -50,13 +50,17 @@ from bench.scenario import (
     compare_logs,
     count_step_duplicates,
     drop_timestamps,
+    freeze,
     new_entry,
     run_verifier,
     stage,
+    stop_leader,
+    stop_service,
+    stop_worker,
     verdict,
 )
 from devtools import stack
-from devtools.harness import say, wait_for
+from devtools.harness import say
 
 TRANSACTION_INTERVAL_MS = 1000
 SESSION_S = 10.0  # the bench pipeline's zookeeper.session_timeout_s (the default)
@@ -75,26 +79,6 @@ def menu(runner: Runner, rng: random.Random) -> dict[str, Callable[[], Fault]]:
     assert root is not None
     frozen = SESSION_S + 4  # past the ZooKeeper session
 
-    def pid_signal(pid: int, sig: signal.Signals, returns: str | None = None) -> Callable[[], str | None]:
-        return lambda: os.kill(pid, sig) or returns
-
-    def restart_controller(label: str) -> None:
-        wait_for(lambda: pipeline.leader() is not None, 60, "the standby to lead", 0.3)
-        pipeline.start_controller(label)
-
-    def kill_worker(w: str) -> Fault:
-        return Fault(f"kill -9 worker {w}", lambda: pipeline.workers[w].kill() or w,
-                     lambda: pipeline.start_worker(w, timeout_s=90), down_s=3)
-
-    def term_worker(w: str) -> Fault:
-        return Fault(f"SIGTERM worker {w}", lambda: pipeline.workers[w].terminate(60) and w,
-                     lambda: pipeline.start_worker(w, timeout_s=90), down_s=3)
-
-    def freeze_worker(w: str) -> Fault:
-        pid = pipeline.workers[w].pid
-        return Fault(f"worker {w} frozen", pid_signal(pid, signal.SIGSTOP, w), pid_signal(pid, signal.SIGCONT),
-                     down_s=frozen)
-
     def freeze_worker_and_destination(w: str) -> Fault:
         pid = pipeline.workers[w].pid
         broker = int(stack.status(root)["destination"]["pid"])
@@ -111,35 +95,26 @@ def menu(runner: Runner, rng: random.Random) -> dict[str, Callable[[], Fault]]:
 
         return Fault(f"worker {w} and destination frozen", freeze, thaw, down_s=frozen)
 
-    def kill_leader(label: str) -> Fault:
-        return Fault(f"kill -9 leader {label}", lambda: pipeline.controllers[label].kill() or label,
-                     lambda: restart_controller(label), down_s=3)
-
-    def term_leader(label: str) -> Fault:
-        return Fault(f"SIGTERM leader {label}", lambda: pipeline.controllers[label].terminate(60) and label,
-                     lambda: restart_controller(label), down_s=3)
-
-    def freeze_leader(label: str) -> Fault:
-        pid = pipeline.controllers[label].pid
-        return Fault(f"leader {label} frozen", pid_signal(pid, signal.SIGSTOP, label),
-                     pid_signal(pid, signal.SIGCONT), down_s=frozen)
-
-    def restart(name: str) -> Fault:
-        return Fault(f"{name} restart", lambda: stack.stop_service(root, name) or name,
-                     lambda: stack.start_service(root, name, timeout_s=120), down_s=3)
-
-    on_worker = {"kill -9 worker": kill_worker, "SIGTERM worker": term_worker,
-                 "worker frozen past its session": freeze_worker,
-                 "worker and destination frozen": freeze_worker_and_destination}
-    on_leader = {"kill -9 leader": kill_leader, "SIGTERM leader": term_leader,
-                 "leader frozen past its session": freeze_leader}
+    on_worker: dict[str, Callable[[str], Fault]] = {
+        "kill -9 worker": lambda w: stop_worker(runner, w, f"kill -9 worker {w}", down_s=3),
+        "SIGTERM worker": lambda w: stop_worker(runner, w, f"SIGTERM worker {w}", kill=False, down_s=3),
+        "worker frozen past its session": lambda w: freeze(pipeline.workers[w].pid, f"worker {w} frozen", w, frozen),
+        "worker and destination frozen": freeze_worker_and_destination,
+    }
+    on_leader: dict[str, Callable[[str], Fault]] = {
+        "kill -9 leader": lambda c: stop_leader(runner, f"kill -9 leader {c}", c, down_s=3),
+        "SIGTERM leader": lambda c: stop_leader(runner, f"SIGTERM leader {c}", c, kill=False, down_s=3),
+        "leader frozen past its session": lambda c: freeze(pipeline.controllers[c].pid, f"leader {c} frozen", c,
+                                                           frozen),
+    }
     out: dict[str, Callable[[], Fault]] = {}
     for name, make in on_worker.items():
         out[name] = lambda make=make: make(rng.choice(WORKERS))
     for name, make in on_leader.items():
         out[name] = lambda make=make: make(runner.leader())
     for service in ("source broker", "destination broker", "zookeeper"):
-        out[f"{service} restart"] = lambda service=service: restart(service.split()[0])
+        short = service.split()[0]
+        out[f"{service} restart"] = lambda short=short: stop_service(runner, short, f"{short} restart", down_s=3)
     return out
 
 
