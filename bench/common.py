@@ -7,6 +7,7 @@ time and resident memory come from psutil; the resident-set high-water mark
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import platform
@@ -76,6 +77,11 @@ def load_average() -> tuple[float, float, float]:
     return round(one, 2), round(five, 2), round(fifteen, 2)
 
 
+def fmt_load(values: Any) -> str:
+    """Load averages as ``1.2/3.4/5.6``."""
+    return "/".join(f"{v:.1f}" for v in values)
+
+
 def stop_process(popen: subprocess.Popen[bytes], timeout_s: float = 30) -> int | None:
     """SIGTERM, then SIGKILL after ``timeout_s``; returns the exit status."""
     if popen.poll() is None:
@@ -89,6 +95,22 @@ def stop_process(popen: subprocess.Popen[bytes], timeout_s: float = 30) -> int |
 
 
 # ----------------------------------------------------------------------------- machine
+
+
+def code_version(repo: Path) -> dict[str, Any]:
+    """The commit the worker ran from and a digest of its Python sources (to notice edits mid-run)."""
+    digest = hashlib.sha256()
+    for path in sorted([*repo.glob("worker/*.py"), *repo.glob("common/*.py"), *repo.glob("worker/*.so")]):
+        digest.update(path.name.encode())
+        digest.update(path.read_bytes())
+    try:
+        commit = subprocess.run(["git", "-C", str(repo), "rev-parse", "--short", "HEAD"], capture_output=True,
+                                text=True, timeout=10, check=False).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--", "worker", "common"],
+                               capture_output=True, text=True, timeout=10, check=False).stdout.strip()
+    except OSError:
+        commit, dirty = "", ""
+    return {"commit": commit or "unknown", "worker_common_modified": bool(dirty), "sources_sha256": digest.hexdigest()}
 
 
 def machine_info() -> dict[str, Any]:

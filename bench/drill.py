@@ -30,343 +30,87 @@ of ``docs/benchmarks.md``.
 
 from __future__ import annotations
 
-import argparse
-import contextlib
-import json
-import os
-import re
-import signal
-import subprocess
 import sys
 import time
-from collections.abc import Callable
-from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
-from bench.common import REPO, load_average, machine_info, repo_relative
-from bench.harness import (
-    KEY,
-    TAG_SHIFT,
-    Arrivals,
-    BenchError,
-    Flow,
-    Load,
-    LoadResult,
-    LogRead,
-    Pipeline,
-    compare,
-    install_signal_handlers,
-    load_line,
-    longest_gap,
-    read_log,
+from bench.common import fmt_load, load_average, repo_relative
+from bench.harness import load_line
+from bench.recording import parser, run_and_record
+from bench.scenario import (
+    PARTITIONS,
+    Fault,
+    Profile,
+    Runner,
+    acked_check,
+    compare_logs,
+    count_step_duplicates,
+    defaults,
+    drop_timestamps,
+    new_entry,
+    run_verifier,
+    stage,
+    stop_leader,
+    stop_service,
+    stop_worker,
+    verdict,
 )
-from bench.recording import run_and_record
-from devtools import stack
-from devtools.harness import Processes, bench_dir, create_topic, end_offsets, own_stack, say, wait_for
+from devtools.harness import say
 
-START = "<!-- drill:start -->"
-END = "<!-- drill:end -->"
-PARTITIONS = 16
 TAG = 7
 
 
-def transactions_tool(bootstrap: str, args: list[str], timeout_s: float = 60) -> str:
-    """The output of Kafka's ``kafka-transactions.sh`` (TransactionsCommand, from the pinned jars)."""
-    from devtools import jvm
-
-    cmd = [jvm.java_executable(), "-cp", jvm.classpath("kafka"), "org.apache.kafka.tools.TransactionsCommand",
-           "--bootstrap-server", bootstrap, *args]
-    try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
-    except (OSError, subprocess.TimeoutExpired, jvm.JvmError) as exc:
-        return f"(could not run: {exc})"
-    lines = [line for line in (done.stdout + done.stderr).splitlines() if not line.startswith("log4j:")]
-    return "\n".join(lines).strip() or f"(no output, exit {done.returncode})"
-
-
-class Drill:
-    def __init__(self, services: dict[str, str], root: Path, pipeline: Pipeline, arrivals: Arrivals, topic: str,
-                 args: argparse.Namespace) -> None:
-        self.services = services
-        self.root = root
-        self.pipeline = pipeline
-        self.arrivals = arrivals
-        self.topic = topic
-        self.args = args
-        self.steps: list[dict[str, Any]] = []
-
-    def flowing_since(self, since: float) -> bool:
-        return all(self.arrivals.last_arrival((self.topic, p)) > since for p in range(PARTITIONS))
-
-    def wait_flowing(self, since: float, timeout_s: float, what: str) -> float:
-        wait_for(lambda: self.flowing_since(since), timeout_s, what, 0.2)
-        return time.time()
-
-    def diagnose(self, name: str) -> None:
-        """A step that never recovered: the stalled partitions' ends, and every process's thread stacks."""
-        recent = time.time() - 10
-        stalled = [p for p in range(PARTITIONS) if self.arrivals.last_arrival((self.topic, p)) <= recent]
-        ends = end_offsets(self.services["destination"], self.topic, PARTITIONS)
-        seen = [len(self.arrivals.logs[(self.topic, p)].idents) for p in stalled]
-        say(f"  {name}: partitions without an arrival for 10 s: {stalled}; their destination end offsets "
-            f"{[ends[p] for p in stalled] if ends else 'unknown'}; records the reader saw there {seen}")
-        for proc in [*self.pipeline.workers.values(), *self.pipeline.controllers.values()]:
-            with contextlib.suppress(OSError):
-                os.kill(proc.pid, signal.SIGUSR1)  # faulthandler: thread stacks into the process's log
-        # A last stable offset held back by a transaction nobody finishes (exactly-once mode):
-        # Kafka's own tool names it, with its producer id and start offset.
-        for args in (["list"], ["find-hanging", "--broker-id", "1"]):
-            say(f"  kafka-transactions {' '.join(args)}:\n{transactions_tool(self.services['destination'], args)}")
-        time.sleep(1)
-
-    def step(self, name: str, kill: Callable[[], Any], restart: Callable[[], Any],
-             recovered: Callable[[], bool] | None = None) -> None:
-        """Kill, stay down ``--down`` seconds, restart, wait until every partition flows again."""
-        say(f"drill: {name} [load {load_line()}]")
-        record: dict[str, Any] = {"name": name, "load_before": load_average()}
-        t0 = time.time()
-        record["killed"] = kill()
-        time.sleep(self.args.down)
-        t_restart = time.time()
-        restart()
-        t_ready = time.time()  # the restarted component answers (broker ready, process registered)
-        if recovered is not None:
-            wait_for(recovered, 120, f"{name}: recovered", 0.3)
-        try:
-            flowing = self.wait_flowing(t_ready, 180, f"{name}: every partition flowing again")
-        except BenchError:
-            self.diagnose(name)
-            raise
-        time.sleep(self.args.settle)
-        t1 = time.time()
-        gaps = [longest_gap(self.arrivals.logs[(self.topic, p)].arrivals, t0, t1, 0.5) for p in range(PARTITIONS)]
-        record.update({
-            "down_s": round(t_restart - t0, 2),
-            "restart_took_s": round(t_ready - t_restart, 2),
-            "flowing_after_ready_s": round(flowing - t_ready, 2),
-            "flowing_after_restart_s": round(flowing - t_restart, 2),
-            "flowing_after_kill_s": round(flowing - t0, 2),
-            "max_gap_s": round(max(g for g, _ in gaps), 2),
-            "partitions_paused": sum(1 for g, _ in gaps if g > 2.0),
-            "t0": t0,
-            "t1": t1,
-            "load_after": load_average(),
-        })
-        say(f"  down {record['down_s']:.1f}s; restart took {record['restart_took_s']:.1f}s; every partition "
-            f"flowing {record['flowing_after_ready_s']:.1f}s after it was back; longest destination gap "
-            f"{record['max_gap_s']:.1f}s "
-            f"({record['partitions_paused']} partition(s) paused > 2 s)")
-        self.steps.append(record)
+def script(runner: Runner) -> list[Fault]:
+    """The drill's fault script: each component in turn, killed -9 and restarted."""
+    pipeline, topics = runner.pipeline, runner.topics
+    return [
+        stop_worker(runner, "w1", "kill -9 worker", recovered=lambda: "w1" in {
+            w for t in topics for w in pipeline.owners(t).values()} and pipeline.settled(topics)),
+        stop_leader(runner, "kill -9 leader controller",
+                    recovered=lambda: pipeline.leader() is not None and pipeline.settled(topics)),
+        stop_service(runner, "destination", "kill -9 destination broker", kill=True),
+        stop_service(runner, "source", "kill -9 source broker", kill=True),
+    ]
 
 
-def _leader_or_fail(pipeline: Pipeline) -> str:
-    leader = pipeline.leader()
-    if leader is None:
-        raise BenchError("no controller says it leads")
-    return leader
-
-
-def run_drill(services: dict[str, str], root: Path, workdir: Path, stamp: str,
-              args: argparse.Namespace) -> dict[str, Any]:
-    processes = Processes(workdir)
-    pipeline = Pipeline(services, processes, f"drill{stamp[-7:-1]}")
-    arrivals = Arrivals(services["destination"], ident="urep")
+def run_drill(runner: Runner, stamp: str, args: Any) -> dict[str, Any]:
     topic = f"drill-{stamp}"
-    load: Load | None = None
     out: dict[str, Any] = {"topic": topic}
-    try:
-        pipeline.start_controller("c1")
-        pipeline.start_controller("c2")
-        pipeline.start_worker("w1")
-        pipeline.start_worker("w2")
-        create_topic(services["source"], topic, PARTITIONS)
-        arrivals.start()
-        pipeline.add_topic(topic, PARTITIONS)
-        arrivals.add(topic, PARTITIONS)
-        load = Load(services["source"], [Flow(topic, PARTITIONS, args.rate)], tag=TAG, track_acked=True).start()
-        wait_for(lambda: pipeline.settled({topic: PARTITIONS}) and set(pipeline.owners(topic).values()) == {"w1", "w2"},
-                 90, "initial assignment")
-        drill = Drill(services, root, pipeline, arrivals, topic, args)
-        drill.wait_flowing(time.time(), 60, "initial flow")
-        say(f"drill: mirroring {topic} x {PARTITIONS} at {args.rate:,} records/s with 2 controllers and 2 workers; "
-            f"{args.warm:.0f}s of steady load first (logs in {workdir})")
-        time.sleep(args.warm)
-
-        drill.step("kill -9 worker", lambda: pipeline.workers["w1"].kill() or "w1",
-                   lambda: pipeline.start_worker("w1", timeout_s=90),
-                   lambda: "w1" in set(pipeline.owners(topic).values()) and pipeline.settled({topic: PARTITIONS}))
-
-        killed: dict[str, str] = {}
-
-        def kill_leader() -> str:
-            killed["label"] = _leader_or_fail(pipeline)
-            pipeline.controllers[killed["label"]].kill()
-            return killed["label"]
-
-        def restart_leader() -> None:
-            wait_for(lambda: pipeline.leader() is not None, 60, "the standby to lead", 0.3)
-            pipeline.start_controller(killed["label"])
-
-        drill.step("kill -9 leader controller", kill_leader, restart_leader,
-                   lambda: pipeline.leader() is not None and pipeline.settled({topic: PARTITIONS}))
-        drill.step("kill -9 destination broker",
-                   lambda: stack.kill_service(root, "destination") or "destination",
-                   lambda: stack.start_service(root, "destination", timeout_s=120))
-        drill.step("kill -9 source broker",
-                   lambda: stack.kill_service(root, "source") or "source",
-                   lambda: stack.start_service(root, "source", timeout_s=120))
-
-        say(f"drill: {args.tail:.0f}s more load, then stop producing")
-        time.sleep(args.tail)
-        result = load.stop()
-        out["load"] = {"sent": result.sent, "acked": result.acked, "failed": result.failed,
-                       "first_error": result.first_error}
-        say(f"drill: producer stopped: {result.sent:,} sent, {result.acked:,} acknowledged by the source, "
-            f"{result.failed:,} failed")
-        caught = time.monotonic()
-        try:
-            _wait_caught_up(pipeline, services, topic, 240)
-            out["catch_up_s"] = round(time.monotonic() - caught, 1)
-        except BenchError as exc:
-            out["catch_up_error"] = str(exc)
-            say(f"  {exc}; comparing what is there")
-        time.sleep(1)
-        out["steps"] = drill.steps
-        out["bad_headers"] = arrivals.bad_headers
-        say("drill: stopping the pipeline (workers commit), then comparing source and destination")
-        arrivals.stop()
-        pipeline.stop_all()
-        source = read_log(services["source"], topic, PARTITIONS)
-        destination = read_log(services["destination"], topic, PARTITIONS)
-        cmp = compare(source, destination, by="urep")
-        out["comparison"] = cmp.to_json()
-        out["acknowledged"] = _acked_check(result, topic, source, destination)
-        _dups_per_step(drill.steps, arrivals, topic)
-        say(f"  source log {cmp.records:,} records; destination {cmp.destination_records:,}; mirrored "
-            f"{cmp.mirrored:,}; lost {cmp.lost}; duplicated {cmp.duplicated}; reordered {cmp.reordered}; "
-            f"acknowledged but missing from the destination: {out['acknowledged']['missing_on_destination']}")
-        if args.verify:
-            out["verifier"] = run_verifier(pipeline.config_path, workdir / "verification", args.verify_timeout)
-        else:
-            out["verifier"] = {"skipped": "--no-verify"}
-    finally:
-        if load is not None:
-            load.kill()
-        arrivals.stop()
-        pipeline.stop_all()
-        processes.stop_all()
+    runner.down_s, runner.settle_s = args.down, args.settle
+    runner.start(topic)
+    say(f"drill: mirroring {topic} x {PARTITIONS} at {args.rate:,} records/s with 2 controllers and 2 workers; "
+        f"{args.warm:.0f}s of steady load first (logs in {runner.workdir})")
+    time.sleep(args.warm)
+    for fault in script(runner):
+        runner.step(fault)
+    say(f"drill: {args.tail:.0f}s more load, then stop producing")
+    time.sleep(args.tail)
+    caught = time.monotonic()
+    (result,), error = runner.finish(240)
+    out["load"] = {"sent": result.sent, "acked": result.acked, "failed": result.failed,
+                   "first_error": result.first_error}
+    say(f"drill: producer stopped: {result.sent:,} sent, {result.acked:,} acknowledged by the source, "
+        f"{result.failed:,} failed")
+    if error is None:
+        out["catch_up_s"] = round(time.monotonic() - caught, 1)
+    else:
+        out["catch_up_error"] = error
+    out["steps"] = runner.steps
+    out["bad_headers"] = runner.arrivals.bad_headers
+    say("drill: the pipeline stopped (workers committed); comparing source and destination")
+    source, destination, cmp = compare_logs(runner.services, topic)
+    out["comparison"] = cmp.to_json()
+    out["acknowledged"] = acked_check(result, TAG, topic, source, destination)
+    count_step_duplicates(runner.steps, runner.arrivals)
+    say(f"  source log {cmp.records:,} records; destination {cmp.destination_records:,}; mirrored "
+        f"{cmp.mirrored:,}; lost {cmp.lost}; duplicated {cmp.duplicated}; reordered {cmp.reordered}; "
+        f"acknowledged but missing from the destination: {out['acknowledged']['missing_on_destination']}")
+    out["verifier"] = (run_verifier(runner.pipeline.config_path, runner.workdir / "verification",
+                                    args.verify_timeout) if args.verify else {"skipped": "--no-verify"})
     return out
 
 
-def _wait_caught_up(pipeline: Pipeline, services: dict[str, str], topic: str, timeout_s: float) -> None:
-    def done() -> bool:
-        status, body = pipeline.api("GET", "/offset")
-        if status != 200 or body.get("total_lag") != 0:
-            return False
-        src = end_offsets(services["source"], topic, PARTITIONS)
-        dst = end_offsets(services["destination"], topic, PARTITIONS)
-        return src is not None and dst is not None and all(dst[p] >= src[p] for p in src)
-
-    wait_for(done, timeout_s, "committed offsets at the end of every partition", 1.0)
-
-
-def _acked_check(result: LoadResult, topic: str, source: dict[int, LogRead],
-                 destination: dict[int, LogRead]) -> dict[str, Any]:
-    """Every record the source acknowledged must be in the source log and on the destination."""
-    missing_source = missing_destination = acked = 0
-    samples: list[str] = []
-    for (t, p), seqs in (result.acked_keys or {}).items():
-        if t != topic:
-            continue
-        in_source = set(source[p].keys)
-        on_destination = set(destination[p].keys)
-        for seq in seqs:
-            acked += 1
-            ident = (TAG << TAG_SHIFT) | seq
-            if ident not in in_source:
-                missing_source += 1
-            if ident not in on_destination:
-                missing_destination += 1
-                if len(samples) < 10:
-                    samples.append(f"{p}:{seq}")
-    return {"acked": acked, "missing_from_source_log": missing_source,
-            "missing_on_destination": missing_destination, "samples": samples, "key_format": KEY.format}
-
-
-def _dups_per_step(steps: list[dict[str, Any]], arrivals: Arrivals, topic: str) -> None:
-    times: list[float] = []
-    for (t, _), log in arrivals.logs.items():
-        if t != topic:
-            continue
-        seen: set[int] = set()
-        for ident, arrival in zip(log.idents, log.arrivals, strict=True):
-            if ident in seen:
-                times.append(arrival)
-            else:
-                seen.add(ident)
-    for i, step in enumerate(steps):
-        stop = steps[i + 1]["t0"] if i + 1 < len(steps) else float("inf")
-        step["duplicates"] = sum(1 for t in times if step["t0"] <= t < stop)
-
-
-def run_verifier(config: Path, output: Path, timeout_s: float) -> dict[str, Any]:
-    """``python -m ureplicator.verifier``; its verdict line, exit status and the JSON report's totals."""
-    output.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "ureplicator.verifier", "--config", str(config), "--output", str(output),
-           "--master", "local[2]"]
-    say(f"drill: running the verifier: {' '.join(cmd[1:])}")
-    started = time.monotonic()
-    log = output / "verifier.log"
-    try:
-        with open(log, "wb") as err:
-            proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=err, cwd=str(REPO), timeout=timeout_s,
-                                  check=False)
-    except subprocess.TimeoutExpired:
-        return {"exit_status": None, "error": f"timed out after {timeout_s:.0f}s", "log": str(log)}
-    stdout = proc.stdout.decode(errors="replace").strip()
-    record: dict[str, Any] = {
-        "exit_status": proc.returncode,
-        "verdict_line": stdout.splitlines()[-1].replace(f"{REPO}/", "") if stdout else "",
-        "elapsed_s": round(time.monotonic() - started, 1),
-        "log": str(log.relative_to(REPO)) if log.is_relative_to(REPO) else str(log),
-        "command": " ".join(["python", *cmd[1:]]).replace(f"{REPO}/", ""),
-    }
-    match = re.search(r"report (\S+)", stdout)
-    report = Path(match.group(1)) if match else None
-    if report is not None and not report.is_absolute():
-        report = REPO / report
-    if report is not None and report.exists() and report.suffix == ".json":
-        try:
-            doc = json.loads(report.read_text())
-            record["status"] = doc.get("status")
-            record["totals"] = doc.get("totals")
-            record["report"] = str(report)
-        except ValueError as exc:
-            record["report_error"] = str(exc)
-    if proc.returncode == 2 or not stdout:
-        record["stderr_tail"] = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
-    say(f"  verifier exit {proc.returncode} after {record['elapsed_s']:.0f}s: "
-        f"{record['verdict_line'] or '(no verdict)'}")
-    return record
-
-
 # ----------------------------------------------------------------------------- report
-
-
-def verdict(out: dict[str, Any]) -> tuple[int, str]:
-    lost = out["comparison"]["lost"] + out["acknowledged"]["missing_on_destination"]
-    verifier = out.get("verifier", {})
-    if lost:
-        return 1, f"FAIL: {lost} records lost"
-    status = verifier.get("exit_status")
-    if verifier.get("skipped"):
-        return 0, "OK (verifier skipped)"
-    if status == 1:
-        return 1, "FAIL: the verifier found a problem"
-    if status != 0:
-        return 2, f"verifier could not run (exit {status})"
-    return 0, "OK"
 
 
 def render(entry: dict[str, Any]) -> str:
@@ -382,7 +126,7 @@ def render(entry: dict[str, Any]) -> str:
         f"{' — **quick mode**' if entry['mode'] == 'quick' else ''} on {m['cpu_model']}, {m['cores']} cores, "
         f"{m['ram_bytes'] / 2**30:.0f} GiB RAM, Python {m['python']}, {m['java']}, Kafka {m['kafka_brokers']}, "
         f"{entry['date'][:10]}; {entry['elapsed_s'] / 60:.1f} min. Load average at start "
-        f"{_fmt_load(entry['load_at_start'])}, at end {_fmt_load(entry['load_at_end'])}.",
+        f"{fmt_load(entry['load_at_start'])}, at end {fmt_load(entry['load_at_end'])}.",
         "",
         f"{entry['setup']['rate']:,} records/s on 16 partitions, two controllers, two workers (defaults: ZooKeeper "
         f"session 10 s, commit interval 5 s); each component killed -9, left down {entry['setup']['down_s']:.0f} s, "
@@ -461,31 +205,22 @@ def analysis(entry: dict[str, Any]) -> list[str]:
     return out
 
 
-def _fmt_load(values: Any) -> str:
-    return "/".join(f"{v:.1f}" for v in values)
-
-
 # ----------------------------------------------------------------------------- main
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m bench.drill", description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="smoke run: 1,000 records/s, 5 s outages")
-    parser.add_argument("--rate", type=int, default=None, help="records/s (default 2000; quick 1000)")
-    parser.add_argument("--down", type=float, default=None, help="seconds each component stays down (15; quick 5)")
-    parser.add_argument("--warm", type=float, default=None, help="seconds of steady load first (15; quick 5)")
-    parser.add_argument("--settle", type=float, default=None, help="seconds observed after recovery (5; quick 2)")
-    parser.add_argument("--tail", type=float, default=None, help="seconds of load after the last step (15; quick 5)")
-    parser.add_argument("--no-verify", dest="verify", action="store_false", help="skip the PySpark verifier")
-    parser.add_argument("--verify-timeout", type=float, default=900)
-    parser.add_argument("--broker-heap", default="512m")
-    parser.add_argument("--no-write", action="store_true", help="print only; no JSON, no docs section")
-    args = parser.parse_args(argv)
-    args.rate = args.rate or (1000 if args.quick else 2000)
-    args.down = args.down if args.down is not None else (5.0 if args.quick else 15.0)
-    args.warm = args.warm if args.warm is not None else (5.0 if args.quick else 15.0)
-    args.settle = args.settle if args.settle is not None else (2.0 if args.quick else 5.0)
-    args.tail = args.tail if args.tail is not None else (5.0 if args.quick else 15.0)
+def parse_args(argv: list[str] | None) -> Any:
+    cli = parser("python -m bench.drill", __doc__, "512m")
+    cli.add_argument("--quick", action="store_true", help="smoke run: 1,000 records/s, 5 s outages")
+    cli.add_argument("--rate", type=int, default=None, help="records/s (default 2000; quick 1000)")
+    cli.add_argument("--down", type=float, default=None, help="seconds each component stays down (15; quick 5)")
+    cli.add_argument("--warm", type=float, default=None, help="seconds of steady load first (15; quick 5)")
+    cli.add_argument("--settle", type=float, default=None, help="seconds observed after recovery (5; quick 2)")
+    cli.add_argument("--tail", type=float, default=None, help="seconds of load after the last step (15; quick 5)")
+    cli.add_argument("--no-verify", dest="verify", action="store_false", help="skip the PySpark verifier")
+    cli.add_argument("--verify-timeout", type=float, default=900)
+    args = cli.parse_args(argv)
+    defaults(args, args.quick, rate=(2000, 1000), down=(15.0, 5.0), warm=(15.0, 5.0), settle=(5.0, 2.0),
+             tail=(15.0, 5.0))
     return args
 
 
@@ -495,9 +230,7 @@ def print_summary(entry: dict[str, Any], wall: float) -> int:
     entry["load_at_end"] = load_average()
     status, text = verdict(entry["drill"])
     entry["verdict"] = text
-    for s in entry["drill"].get("steps", []):
-        s.pop("t0", None)
-        s.pop("t1", None)
+    drop_timestamps(entry["drill"].get("steps", []))
     d = entry["drill"]
     c = d["comparison"]
     v = d.get("verifier", {})
@@ -517,31 +250,22 @@ def print_summary(entry: dict[str, Any], wall: float) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    install_signal_handlers()
-    now = datetime.now(timezone.utc)
-    stamp = now.strftime("%Y%m%dT%H%M%SZ")
-    entry: dict[str, Any] = {
-        "benchmark": "drill",
-        "date": now.isoformat(timespec="seconds"),
-        "mode": "quick" if args.quick else "full",
-        "machine": machine_info(),
-        "setup": {"rate": args.rate, "partitions": PARTITIONS, "down_s": args.down, "warm_s": args.warm,
-                  "tail_s": args.tail, "controllers": 2, "workers": 2,
-                  "pipeline_config": "defaults (zookeeper.session_timeout_s=10, worker.commit_interval_s=5)",
-                  "load_producer": "idempotent, acks=all, message.timeout.ms=600000"},
-        "load_at_start": load_average(),
-    }
+    entry, stamp = new_entry("drill", {
+        "rate": args.rate, "partitions": PARTITIONS, "down_s": args.down, "warm_s": args.warm,
+        "tail_s": args.tail, "controllers": 2, "workers": 2,
+        "pipeline_config": "defaults (zookeeper.session_timeout_s=10, worker.commit_interval_s=5)",
+        "load_producer": "idempotent, acks=all, message.timeout.ms=600000"}, mode="quick" if args.quick else "full")
     wall = time.monotonic()
     say(f"failure drill ({entry['mode']}) at {args.rate:,} records/s; load {load_line()}")
 
     def go() -> dict[str, Any]:
-        with own_stack("drill", heap=args.broker_heap) as (services, root):
-            workdir = bench_dir("drill") / f"run-{stamp}"
-            workdir.mkdir(parents=True, exist_ok=True)
-            entry["drill"] = run_drill(services, root, workdir, stamp, args)
+        with stage("drill", args.broker_heap, stamp) as (services, root, workdir), \
+                Runner(services, root, workdir, f"drill{stamp[-7:-1]}",
+                       Profile(args.rate, tag=TAG, track_acked=True)) as runner:
+            entry["drill"] = run_drill(runner, stamp, args)
         return entry
 
-    return run_and_record(go, prefix="drill", start=START, end=END, render=render,
+    return run_and_record(go, section="drill",
                           summary=lambda e: print_summary(e, wall), no_write=args.no_write, failed_status=2)
 
 

@@ -31,12 +31,9 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from bench import mm2
 from bench.common import machine_info
 from bench.harness import BenchError, Pipeline
-from bench.recording import run_and_record
-from devtools import jvm
-from devtools.harness import Processes, bench_dir, committed, create_topic, end_offsets, own_stack, say, wait_for
+from bench.recording import parser, run_and_record
+from devtools.harness import Proc, Processes, bench_dir, committed, create_topic, end_offsets, own_stack, say, wait_for
 
-START = "<!-- failover-bench:start -->"
-END = "<!-- failover-bench:end -->"
 MM2_SETTINGS = {
     "emit.checkpoints.enabled": "true",
     "emit.checkpoints.interval.seconds": "1",
@@ -130,6 +127,16 @@ def score(got: dict[int, list[int]], commits: dict[int, int], n: int) -> dict[st
             "expected": sum(n - c for c in commits.values()), "delivered": sum(len(v) for v in got.values())}
 
 
+def ahead_scenario(services: dict[str, str], topic: str, records: int, partitions: int,
+                   group: str) -> tuple[dict[int, int], int]:
+    """The replicator is stopped: a quarter more records arrive and ``group`` commits halfway into them."""
+    extra = records // 4
+    produce(services["source"], topic, partitions, extra, start=records)
+    commits = ahead_points(records, extra, partitions)
+    commit(services["source"], group, topic, commits)
+    return commits, records + extra
+
+
 def run_ureplicator(services: dict[str, str], workdir: Path, topic: str, args: argparse.Namespace) -> dict[str, Any]:
     workdir.mkdir(parents=True, exist_ok=True)
     processes = Processes(workdir)
@@ -137,46 +144,42 @@ def run_ureplicator(services: dict[str, str], workdir: Path, topic: str, args: a
                         overrides={"controller": {"topic_naming": "prefix", "reconcile_interval_s": 1},
                                    "worker": {"commit_interval_s": 1}})
     mirror = f"src.{topic}"
-    try:
-        pipeline.start_controller("controller")
-        pipeline.start_worker("w1")
-        pipeline.add_topic(topic, args.partitions)
+
+    def mirrored(what: str) -> None:
         source_end = ends(services["source"], topic, args.partitions)
-        wait_for(lambda: ends(services["destination"], mirror, args.partitions) == source_end, 300, "mirroring")
-        groups = {}
-        for name, commits in commit_points(args.records, args.partitions).items():
-            group = f"{pipeline.name}-{name}"
-            commit(services["source"], group, topic, commits)
-            started = time.monotonic()
-            status, body = pipeline.api("POST", f"/groups/{group}/sync", timeout_s=60)
-            if status != 200:
-                raise BenchError(f"sync of {group} answered {status}: {body}")
-            synced_s = time.monotonic() - started
-            got = resume(services["destination"], group, mirror, args.partitions)
-            groups[name] = {"commits": commits, "synced_after_s": round(synced_s, 3),
-                            **score(got, commits, args.records)}
-            say(f"ureplicator {name}: {groups[name]}")
-        # Ahead of mirroring: the worker stops, records arrive, the group reads half of them
-        pipeline.workers["w1"].terminate()
-        extra = args.records // 4
-        produce(services["source"], topic, args.partitions, extra, start=args.records)
-        commits, group = ahead_points(args.records, extra, args.partitions), f"{pipeline.name}-ahead"
-        commit(services["source"], group, topic, commits)
-        status, early = pipeline.api("GET", f"/groups/{group}/translation", timeout_s=60)
-        if status != 200 or pipeline.api("POST", f"/groups/{group}/sync", timeout_s=60)[0] != 200:
-            raise BenchError(f"translation of {group} answered {status}: {early}")
-        pipeline.start_worker("w2")
-        source_end = ends(services["source"], topic, args.partitions)
-        wait_for(lambda: ends(services["destination"], mirror, args.partitions) == source_end, 300, "catch-up")
+        wait_for(lambda: ends(services["destination"], mirror, args.partitions) == source_end, 300, what)
+
+    def sync(group: str, commits: dict[int, int], records: int) -> dict[str, Any]:
+        """``POST /groups/<g>/sync`` (timed), then what the group's consumer receives on the destination."""
         started = time.monotonic()
         status, body = pipeline.api("POST", f"/groups/{group}/sync", timeout_s=60)
         if status != 200:
             raise BenchError(f"sync of {group} answered {status}: {body}")
         synced_s = time.monotonic() - started
         got = resume(services["destination"], group, mirror, args.partitions)
-        groups["ahead"] = {"commits": commits, "synced_after_s": round(synced_s, 3),
-                           "ahead_by_before_catch_up": early["summary"]["ahead_by"],
-                           **score(got, commits, args.records + extra)}
+        return {"commits": commits, "synced_after_s": round(synced_s, 3), **score(got, commits, records)}
+
+    try:
+        pipeline.start_controller("controller")
+        pipeline.start_worker("w1")
+        pipeline.add_topic(topic, args.partitions)
+        mirrored("mirroring")
+        groups = {}
+        for name, commits in commit_points(args.records, args.partitions).items():
+            group = f"{pipeline.name}-{name}"
+            commit(services["source"], group, topic, commits)
+            groups[name] = sync(group, commits, args.records)
+            say(f"ureplicator {name}: {groups[name]}")
+        # Ahead of mirroring: the worker stops, records arrive, the group reads half of them
+        pipeline.workers["w1"].terminate()
+        group = f"{pipeline.name}-ahead"
+        commits, total = ahead_scenario(services, topic, args.records, args.partitions, group)
+        status, early = pipeline.api("GET", f"/groups/{group}/translation", timeout_s=60)
+        if status != 200 or pipeline.api("POST", f"/groups/{group}/sync", timeout_s=60)[0] != 200:
+            raise BenchError(f"translation of {group} answered {status}: {early}")
+        pipeline.start_worker("w2")
+        mirrored("catch-up")
+        groups["ahead"] = {**sync(group, commits, total), "ahead_by_before_catch_up": early["summary"]["ahead_by"]}
         say(f"ureplicator ahead: {groups['ahead']}")
         return {"groups": groups}
     finally:
@@ -190,70 +193,59 @@ def run_mm2(services: dict[str, str], workdir: Path, topic: str, args: argparse.
     props.update(MM2_SETTINGS)
     props["replication.policy.class"] = "org.apache.kafka.connect.mirror.DefaultReplicationPolicy"
     props[f"{alias}->{mm2.DESTINATION}.groups"] = ".*"
-    workdir.mkdir(parents=True, exist_ok=True)
-    config = mm2.write_props(workdir / "mm2.properties", props)
-    log4j = mm2.write_props(workdir / "log4j.properties", mm2.log4j_properties(workdir / "mm2.log"))
-    cmd = [jvm.java_executable(), *mm2.HEAP, *mm2.JVM_FLAGS, f"-Dlog4j.configuration=file:{log4j}",
-           "-cp", jvm.classpath("mirrormaker"), mm2.MAIN_CLASS, str(config)]
+    cmd = mm2.launch(workdir, props)
     processes = Processes(workdir)
     mirror = f"{alias}.{topic}"
     # The groups commit before MirrorMaker 2 starts, as they would have on a long-running source.
     points = commit_points(args.records, args.partitions)
-    groups = {name: f"{alias}-{name}" for name in points}
     for name, commits in points.items():
-        commit(services["source"], groups[name], topic, commits)
-    try:
-        proc = processes.spawn("mm2", cmd)
+        commit(services["source"], f"{alias}-{name}", topic, commits)
+
+    def mirrored(proc: Proc, what: str) -> None:
         source_end = ends(services["source"], topic, args.partitions)
 
-        def mirrored() -> bool:
+        def done() -> bool:
             if not proc.alive():
                 raise BenchError(f"MirrorMaker 2 exited:\n{proc.tail()}")
             return ends(services["destination"], mirror, args.partitions) == source_end
 
-        def settled(group: str, seen: list[dict[int, int]]) -> bool:
+        wait_for(done, 300, what, 1.0)
+
+    def synced(group: str, commits: dict[int, int], records: int, started: float) -> dict[str, Any]:
+        """Wait until MM2 synced ``group`` (or gave up), then what its consumer receives on the destination."""
+        seen: list[dict[int, int]] = []
+
+        def settled() -> bool:
             now = committed(services["destination"], group, mirror, args.partitions)
             seen.append(now)
             # Synced on every partition, and unchanged over the last 3 polls (one sync interval each).
             return all(o >= 0 for o in now.values()) and len(seen) >= 3 and seen[-3] == seen[-2] == now
 
+        try:
+            wait_for(settled, args.mm2_wait, f"MirrorMaker 2 syncing {group}", 1.0)
+            ok = True
+        except BenchError:
+            ok = False  # measured as it is: the consumer then falls back to auto.offset.reset
+        synced_s = time.monotonic() - started
+        got = resume(services["destination"], group, mirror, args.partitions)
+        return {"commits": commits, "synced": ok, "synced_after_s": round(synced_s, 3),
+                "destination_offsets": seen[-1] if seen else {}, **score(got, commits, records)}
+
+    try:
+        proc = processes.spawn("mm2", cmd)
         started = time.monotonic()
-        wait_for(mirrored, 300, "MirrorMaker 2 mirroring", 1.0)
+        mirrored(proc, "MirrorMaker 2 mirroring")
         out: dict[str, Any] = {}
         for name, commits in points.items():
-            group = groups[name]
-            seen: list[dict[int, int]] = []
-            try:
-                wait_for(lambda group=group, seen=seen: settled(group, seen), args.mm2_wait,
-                         f"MirrorMaker 2 syncing {group}", 1.0)
-                synced = True
-            except BenchError:
-                synced = False  # measured as it is: the consumer then falls back to auto.offset.reset
-            synced_s = time.monotonic() - started
-            got = resume(services["destination"], group, mirror, args.partitions)
-            out[name] = {"commits": commits, "synced": synced, "synced_after_s": round(synced_s, 3),
-                         "destination_offsets": seen[-1] if seen else {}, **score(got, commits, args.records)}
+            out[name] = synced(f"{alias}-{name}", commits, args.records, started)
             say(f"mirrormaker2 {name}: {out[name]}")
         # Ahead of mirroring: MirrorMaker 2 stops, records arrive, the group reads half of them
         proc.terminate()
-        extra = args.records // 4
-        produce(services["source"], topic, args.partitions, extra, start=args.records)
-        commits, group = ahead_points(args.records, extra, args.partitions), f"{alias}-ahead"
-        commit(services["source"], group, topic, commits)
+        commits, total = ahead_scenario(services, topic, args.records, args.partitions, f"{alias}-ahead")
         proc = processes.spawn("mm2-restarted", cmd)
-        source_end = ends(services["source"], topic, args.partitions)
         started = time.monotonic()
-        wait_for(mirrored, 300, "MirrorMaker 2 catching up", 1.0)
-        seen = []
-        try:
-            wait_for(lambda: settled(group, seen), args.mm2_wait, f"MirrorMaker 2 syncing {group}", 1.0)
-            synced = True
-        except BenchError:
-            synced = False
-        got = resume(services["destination"], group, mirror, args.partitions)
-        out["ahead"] = {"commits": commits, "synced": synced, "synced_after_s": round(time.monotonic() - started, 3),
-                        "destination_offsets": seen[-1] if seen else {},
-                        **score(got, commits, args.records + extra)}
+        mirrored(proc, "MirrorMaker 2 catching up")
+        out["ahead"] = synced(f"{alias}-ahead", commits, total, started)
         say(f"mirrormaker2 ahead: {out['ahead']}")
         return {"groups": out, "settings": MM2_SETTINGS}
     finally:
@@ -329,20 +321,18 @@ def print_summary(entry: dict[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.failover", description=__doc__.splitlines()[0])
-    parser.add_argument("--partitions", type=int, default=4)
-    parser.add_argument("--records", type=int, default=3000, help="records per partition")
-    parser.add_argument("--mm2-wait", type=float, default=90.0, help="seconds to wait for MM2 to sync a group")
-    parser.add_argument("--broker-heap", default="384m")
-    parser.add_argument("--no-write", action="store_true")
-    parser.add_argument("--render", action="store_true", help="only rewrite the docs section from the newest result")
-    args = parser.parse_args(argv)
+    cli = parser("python -m bench.failover", __doc__, "384m")
+    cli.add_argument("--partitions", type=int, default=4)
+    cli.add_argument("--records", type=int, default=3000, help="records per partition")
+    cli.add_argument("--mm2-wait", type=float, default=90.0, help="seconds to wait for MM2 to sync a group")
+    cli.add_argument("--render", action="store_true", help="only rewrite the docs section from the newest result")
+    args = cli.parse_args(argv)
     if args.render:
         from bench import render as renderer
 
         renderer.main(["failover-bench"])
         return 0
-    return run_and_record(lambda: run(args), prefix="failover", start=START, end=END, render=render,
+    return run_and_record(lambda: run(args), section="failover-bench",
                           summary=print_summary, no_write=args.no_write,
                           written="results in {path}; {doc} section updated")
 

@@ -38,8 +38,8 @@ import yaml
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
 from bench.common import load_average
+from devtools.harness import REPO, Proc, Processes, wait_for
 from devtools.harness import HarnessError as BenchError
-from devtools.harness import Proc, Processes, wait_for
 from devtools.ports import free_port
 from ureplicator.common import provenance
 from ureplicator.common.errors import UReplicatorError
@@ -61,14 +61,6 @@ def install_signal_handlers() -> None:
         raise KeyboardInterrupt(f"signal {signum}")
 
     signal.signal(signal.SIGTERM, interrupt)
-
-
-def percentile(ordered: list[float], q: float) -> float:
-    """Nearest-rank percentile of an already sorted list (0 when empty)."""
-    if not ordered:
-        return 0.0
-    index = min(len(ordered) - 1, max(0, int(round(q / 100 * len(ordered) + 0.5)) - 1))
-    return ordered[index]
 
 
 def load_line() -> str:
@@ -179,8 +171,9 @@ class Pipeline:
                     return label
         return None
 
-    def add_topic(self, topic: str, partitions: int) -> None:
-        status, body = self.api("POST", "/topics", {"topic": topic, "numPartitions": partitions}, timeout_s=60)
+    def add_topic(self, topic: str, partitions: int, destination: str | None = None) -> None:
+        body = {"topic": topic, "numPartitions": partitions, **({"destination": destination} if destination else {})}
+        status, body = self.api("POST", "/topics", body, timeout_s=60)
         if status != 201:
             raise BenchError(f"POST /topics {topic} answered {status}: {body}")
 
@@ -208,6 +201,27 @@ class Pipeline:
             if proc.alive():
                 with contextlib.suppress(Exception):
                     proc.terminate(40)
+
+
+class CheckoutProcesses(Processes):
+    """Processes that run ``python -m ureplicator`` from another checkout (``--code``, ``--worker-repo``):
+    its controller and worker, our harness; with ``python`` instead of this interpreter when given.
+
+    A checkout from before the ``ureplicator`` namespace has top-level packages: its command is ``-m cli``.
+    """
+
+    def __init__(self, workdir: Path, code: Path, python: str = sys.executable) -> None:
+        super().__init__(workdir)
+        self.code = code
+        self.python = python
+        self.namespaced = (code / "ureplicator").is_dir()
+
+    def spawn(self, name: str, cmd: list[str], cwd: Path = REPO) -> Proc:
+        if not self.namespaced:
+            cmd = ["cli" if arg == "ureplicator" and cmd[i - 1] == "-m" else arg for i, arg in enumerate(cmd)]
+        if cmd[0] == sys.executable:
+            cmd = [self.python, *cmd[1:]]
+        return super().spawn(name, cmd, self.code if cwd == REPO else cwd)
 
 
 # ----------------------------------------------------------------------------- load

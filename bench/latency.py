@@ -61,7 +61,6 @@ import queue
 import re
 import signal
 import statistics
-import subprocess
 import sys
 import time
 from array import array
@@ -74,14 +73,11 @@ from typing import Any
 import yaml
 
 from bench import mm2
-from bench.common import REPO, load_average, machine_info, proc_sample
-from bench.harness import KEY, BenchError, Flow, Load, Pipeline, load_line
-from bench.recording import run_and_record
-from devtools import jvm
+from bench.common import REPO, code_version, fmt_load, load_average, machine_info, proc_sample
+from bench.harness import KEY, BenchError, CheckoutProcesses, Flow, Load, Pipeline, load_line
+from bench.recording import parser, rendered, run_and_record
 from devtools.harness import Proc, Processes, bench_dir, create_topic, end_offsets, own_stack, say, wait_for
 
-START = "<!-- latency-bench:start -->"
-END = "<!-- latency-bench:end -->"
 PARTITIONS = 16
 WARMUP_TAG = 0  # priming and warm-up records: received, never counted
 MAX_TAGS = 64
@@ -136,10 +132,7 @@ def parse_setting(text: str) -> tuple[str, Any]:
 
 
 def nearest_rank(ordered: Sequence[float], q: float) -> float:
-    """The smallest value with at least ``q`` % of the values at or below it (0 when empty).
-
-    (``bench.harness.percentile`` rounds half ranks to even, so its p99.9 of 1,000 values is the maximum.)
-    """
+    """The smallest value with at least ``q`` % of the values at or below it (0 when empty)."""
     if not ordered:
         return 0.0
     rank = math.ceil(round(q * len(ordered) / 100, 9))
@@ -397,23 +390,6 @@ class Probe:
 # ----------------------------------------------------------------------------- variants
 
 
-class CheckoutProcesses(Processes):
-    """Processes that run ``python -m ureplicator`` from another checkout (``--code``): its worker, our harness.
-
-    A checkout from before the ``ureplicator`` namespace has top-level packages: its command is ``-m cli``.
-    """
-
-    def __init__(self, workdir: Path, code: Path) -> None:
-        super().__init__(workdir)
-        self.code = code
-        self.namespaced = (code / "ureplicator").is_dir()
-
-    def spawn(self, name: str, cmd: list[str], cwd: Path = REPO) -> Proc:
-        if not self.namespaced:
-            cmd = ["cli" if arg == "ureplicator" and cmd[i - 1] == "-m" else arg for i, arg in enumerate(cmd)]
-        return super().spawn(name, cmd, self.code if cwd == REPO else cwd)
-
-
 @dataclass
 class Variant:
     """One replicator set-up under test."""
@@ -501,13 +477,9 @@ def mm2_properties(variant: Variant, alias: str, services: dict[str, str], topic
 
 def start_mirrormaker2(variant: Variant, services: dict[str, str], workdir: Path, topic: str) -> Running:
     folder = workdir / variant.name
-    folder.mkdir(parents=True, exist_ok=True)
     alias = f"src{topic[-6:].replace('-', '')}"
     props = mm2_properties(variant, alias, services, topic)
-    config = mm2.write_props(folder / "mm2.properties", props)
-    log4j = mm2.write_props(folder / "log4j.properties", mm2.log4j_properties(folder / "mm2.log"))
-    cmd = [jvm.java_executable(), *mm2.HEAP, *mm2.JVM_FLAGS, f"-Dlog4j.configuration=file:{log4j}",
-           "-cp", jvm.classpath("mirrormaker"), mm2.MAIN_CLASS, str(config)]
+    cmd = mm2.launch(folder, props)
     processes = Processes(folder)
     proc = processes.spawn("mirrormaker2", cmd, cwd=folder)
     return Running(variant, [proc], processes.stop_all,
@@ -726,14 +698,8 @@ def run_contest(services: dict[str, str], workdir: Path, stamp: str, chosen: lis
 
 def code_commit(code: Path) -> str:
     """HEAD of the checkout whose controller and worker ran, with ``+dirty`` when its worker/ or common/ differ."""
-    try:
-        head = subprocess.run(["git", "-C", str(code), "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, timeout=10, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(code), "status", "--porcelain", "--", "worker", "common"],
-                               capture_output=True, text=True, timeout=10, check=True).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    return f"{head}+dirty" if dirty else head
+    version = code_version(code)
+    return version["commit"] + ("+dirty" if version["worker_common_modified"] else "")
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -792,7 +758,7 @@ def render(entry: dict[str, Any]) -> str:
         f"{m['java']}, Kafka {m['kafka_brokers']}, MirrorMaker 2 {m['mirrormaker2']}, librdkafka {m['librdkafka']}, "
         f"{entry['date'][:10]}; ureplicator at commit `{s.get('code_commit', 'unknown')}`; "
         f"{entry['elapsed_s'] / 60:.0f} min in all. Load average at start "
-        f"{_fmt_load(entry['load_at_start'])}, at end {_fmt_load(entry['load_at_end'])}.",
+        f"{fmt_load(entry['load_at_start'])}, at end {fmt_load(entry['load_at_end'])}.",
         "",
         layout + f"{s['value_bytes']}-byte values: ureplicator = one controller and {s['ureplicator_workers']} worker "
         f"process{'es' if s['ureplicator_workers'] > 1 else ''}; MirrorMaker 2 = dedicated mode, one task "
@@ -837,7 +803,7 @@ def render(entry: dict[str, Any]) -> str:
         "MirrorMaker 2: its task thread), seconds on a CPU and seconds runnable but waiting for a CPU over the "
         "measured window (`/proc/<pid>/task/<tid>/schedstat`), with the waiting share of the window"
         + ". Load average per rate (before → after): "
-        + "; ".join(f"{v['variant']} {r['rate']:,}/s {_fmt_load(r['load_before'])} → {_fmt_load(r['load_after'])}"
+        + "; ".join(f"{v['variant']} {r['rate']:,}/s {fmt_load(r['load_before'])} → {fmt_load(r['load_after'])}"
                     for v in entry["variants"] for r in v["rates"]) + ".",
         "",
         "**Analysis.**",
@@ -1008,9 +974,6 @@ def analysis(entry: dict[str, Any]) -> list[str]:
     return out
 
 
-def _fmt_load(values: Any) -> str:
-    return "/".join(f"{v:.1f}" for v in values)
-
 
 def print_summary(entry: dict[str, Any]) -> None:
     for v in entry["variants"]:
@@ -1021,31 +984,27 @@ def print_summary(entry: dict[str, Any]) -> None:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m bench.latency", description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="smoke run: rates 5k and 20k, 3 s + 10 s per rate")
-    parser.add_argument("--rates", default=None, help="records/s, comma-separated (5000,20000,50000; quick "
+    cli = parser("python -m bench.latency", __doc__, "512m", render=True)
+    cli.add_argument("--quick", action="store_true", help="smoke run: rates 5k and 20k, 3 s + 10 s per rate")
+    cli.add_argument("--rates", default=None, help="records/s, comma-separated (5000,20000,50000; quick "
                                                        "5000,20000)")
-    parser.add_argument("--variants", default=",".join(VARIANTS),
+    cli.add_argument("--variants", default=",".join(VARIANTS),
                         help=f"comma-separated, run in this order (known: {', '.join(ALL_VARIANTS)})")
-    parser.add_argument("--set", dest="sets", action="append", default=[], type=parse_setting, metavar="KEY=VALUE",
+    cli.add_argument("--set", dest="sets", action="append", default=[], type=parse_setting, metavar="KEY=VALUE",
                         help="override a key of ureplicator-low-latency, e.g. worker.fetch_wait_ms=2 "
                              "(repeatable; dotted pipeline keys as in docs/configuration.md)")
-    parser.add_argument("--warmup", type=float, default=None, help="seconds not counted per rate (5; quick 3)")
-    parser.add_argument("--duration", type=float, default=None, help="measured seconds per rate (30; quick 10)")
-    parser.add_argument("--variant-warmup", type=float, default=None,
+    cli.add_argument("--warmup", type=float, default=None, help="seconds not counted per rate (5; quick 3)")
+    cli.add_argument("--duration", type=float, default=None, help="measured seconds per rate (30; quick 10)")
+    cli.add_argument("--variant-warmup", type=float, default=None,
                         help="seconds of unmeasured load per variant before it idles (15; quick 5)")
-    parser.add_argument("--idle", type=float, default=5.0, help="idle seconds before the first rate")
-    parser.add_argument("--workers", type=int, default=1, help="ureplicator worker processes")
-    parser.add_argument("--no-source-leg", dest="source_leg", action="store_false",
+    cli.add_argument("--idle", type=float, default=5.0, help="idle seconds before the first rate")
+    cli.add_argument("--workers", type=int, default=1, help="ureplicator worker processes")
+    cli.add_argument("--no-source-leg", dest="source_leg", action="store_false",
                         help="no probe on the source (no source/replicator leg split)")
-    parser.add_argument("--code", type=Path, default=REPO,
+    cli.add_argument("--code", type=Path, default=REPO,
                         help="checkout whose controller and worker run (default: this one), e.g. /work/main")
-    parser.add_argument("--value-bytes", type=int, default=100)
-    parser.add_argument("--broker-heap", default="512m")
-    parser.add_argument("--no-write", action="store_true", help="print only; no JSON, no docs section")
-    parser.add_argument("--render", type=Path, metavar="FILE",
-                        help="only re-render the docs section from the last entry of this results file")
-    args = parser.parse_args(argv)
+    cli.add_argument("--value-bytes", type=int, default=100)
+    args = cli.parse_args(argv)
     args.rates = [int(r) for r in (args.rates or ("5000,20000" if args.quick else "5000,20000,50000")).split(",")
                   if r.strip()]
     args.variants = [v.strip() for v in args.variants.split(",") if v.strip()]
@@ -1055,18 +1014,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.low_latency = {**LOW_LATENCY, **dict(args.sets)}
     args.code = args.code.resolve()
     if not (args.code / "cli").is_dir():
-        parser.error(f"--code {args.code}: not a ureplicator checkout (no cli/)")
+        cli.error(f"--code {args.code}: not a ureplicator checkout (no cli/)")
     return args
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    if args.render is not None:
-        from bench import render as renderer
-
-        renderer.render_file(renderer.by_name("latency-bench"), args.render)
+    if rendered(args, "latency-bench"):
         return 0
-    return run_and_record(lambda: run(args), prefix="latency", start=START, end=END, render=render,
+    return run_and_record(lambda: run(args), section="latency-bench",
                           summary=print_summary, no_write=args.no_write)
 
 

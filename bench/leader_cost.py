@@ -39,11 +39,10 @@ from kazoo.client import KazooClient
 
 from bench import common
 from bench.harness import BenchError
-from bench.recording import run_and_record
+from bench.recording import parser, rendered, run_and_record
 from devtools.harness import wait_for
 from ureplicator.common.zkschema import Assignment, PartitionStatus, Paths, TopicRecord, WorkerInfo, WorkerStatus
 
-START, END = "<!-- leader-cost:start -->", "<!-- leader-cost:end -->"
 DOC = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
 ZK_ROOT = "/ureplicator-bench"
 READS = ("GetData", "GetChildren", "GetChildren2", "Exists")
@@ -382,31 +381,26 @@ def render(entry: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.leader_cost", description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="2 routes, 10 workers, 1,000 partitions, 15 s window")
-    parser.add_argument("--routes", type=int, default=None)
-    parser.add_argument("--workers", type=int, default=None)
-    parser.add_argument("--partitions", type=int, default=None)
-    parser.add_argument("--window", type=float, default=None, help="steady-state seconds measured (quick 15, 60)")
-    parser.add_argument("--refresh-s", type=float, default=5.0, help="each worker's status refresh interval")
-    parser.add_argument("--sessions", type=int, default=4, help="ZooKeeper sessions the simulated workers share")
-    parser.add_argument("--no-before", action="store_true", help="skip the re-read-everything comparison")
-    parser.add_argument("--settle-timeout", type=float, default=300.0)
-    parser.add_argument("--stack", type=Path, default=None)
-    parser.add_argument("--zookeeper", default=None)
-    parser.add_argument("--workdir", default="/tmp/ureplicator-leader-cost")
-    parser.add_argument("--no-write", action="store_true", help="print only; no JSON, no docs section")
-    parser.add_argument("--render", type=Path, metavar="FILE", help="re-render the docs section from FILE's last entry")
-    parser.add_argument("--leader-child", type=Path, help=argparse.SUPPRESS)
-    parser.add_argument("--stats", type=Path, help=argparse.SUPPRESS)
-    parser.add_argument("--before", action="store_true", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
+    cli = parser("python -m bench.leader_cost", __doc__, render=True)
+    cli.add_argument("--quick", action="store_true", help="2 routes, 10 workers, 1,000 partitions, 15 s window")
+    cli.add_argument("--routes", type=int, default=None)
+    cli.add_argument("--workers", type=int, default=None)
+    cli.add_argument("--partitions", type=int, default=None)
+    cli.add_argument("--window", type=float, default=None, help="steady-state seconds measured (quick 15, 60)")
+    cli.add_argument("--refresh-s", type=float, default=5.0, help="each worker's status refresh interval")
+    cli.add_argument("--sessions", type=int, default=4, help="ZooKeeper sessions the simulated workers share")
+    cli.add_argument("--no-before", action="store_true", help="skip the re-read-everything comparison")
+    cli.add_argument("--settle-timeout", type=float, default=300.0)
+    cli.add_argument("--stack", type=Path, default=None)
+    cli.add_argument("--zookeeper", default=None)
+    cli.add_argument("--workdir", default="/tmp/ureplicator-leader-cost")
+    cli.add_argument("--leader-child", type=Path, help=argparse.SUPPRESS)
+    cli.add_argument("--stats", type=Path, help=argparse.SUPPRESS)
+    cli.add_argument("--before", action="store_true", help=argparse.SUPPRESS)
+    args = cli.parse_args(argv)
     if args.leader_child:
         return leader_child(args.leader_child, args.stats, args.before)
-    if args.render:
-        from bench import render as renderer
-
-        renderer.render_file(renderer.by_name("leader-cost"), args.render)
+    if rendered(args, "leader-cost"):
         return 0
     routes = args.routes or (2 if args.quick else 20)
     workers = args.workers or (10 if args.quick else 200)
@@ -434,7 +428,7 @@ def main(argv: list[str] | None = None) -> int:
         for r in entry["results"]:
             print(json.dumps(r))
 
-    return run_and_record(go, prefix="leader-cost", start=START, end=END, render=render, summary=summary,
+    return run_and_record(go, section="leader-cost", summary=summary,
                           no_write=args.no_write)
 
 

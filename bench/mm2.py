@@ -109,20 +109,16 @@ def write_props(path: Path, props: dict[str, Any]) -> Path:
     return path
 
 
+def launch(workdir: Path, props: dict[str, Any]) -> list[str]:
+    """Write ``props`` as ``mm2.properties`` and a ``log4j.properties`` into ``workdir``; return the java command."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    config = write_props(workdir / "mm2.properties", props)
+    log4j = write_props(workdir / "log4j.properties", log4j_properties(workdir / "mm2.log"))
+    return [jvm.java_executable(), *HEAP, *JVM_FLAGS, f"-Dlog4j.configuration=file:{log4j}",
+            "-cp", jvm.classpath("mirrormaker"), MAIN_CLASS, str(config)]
+
+
 def command(workdir: Path, alias: str, source: str, destination: str, topic: str, tasks_max: int = 1,
             exactly_once: bool = False) -> list[str]:
-    """Write ``mm2.properties`` and ``log4j.properties`` into ``workdir``; return the java command."""
-    workdir.mkdir(parents=True, exist_ok=True)
-    config = write_props(workdir / "mm2.properties",
-                         properties(alias, source, destination, topic, tasks_max, exactly_once))
-    log4j = write_props(workdir / "log4j.properties", log4j_properties(workdir / "mm2.log"))
-    return [
-        jvm.java_executable(),
-        *HEAP,
-        *JVM_FLAGS,
-        f"-Dlog4j.configuration=file:{log4j}",
-        "-cp",
-        jvm.classpath("mirrormaker"),
-        MAIN_CLASS,
-        str(config),
-    ]
+    """:func:`launch` with :func:`properties`."""
+    return launch(workdir, properties(alias, source, destination, topic, tasks_max, exactly_once))

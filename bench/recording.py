@@ -2,19 +2,23 @@
 
 ``run_and_record`` installs the signal handlers, calls the script's own run function,
 maps Ctrl-C / SIGTERM to exit 130 and the benchmark errors to ``FAILED: ...`` and exit 1
-(or the script's own label and status), prints the script's summary, then (unless ``no_write``) appends the entry to
-``<results_dir>/<prefix>-<YYYY-MM-DD>.json`` and re-renders the script's section of
-``docs/benchmarks.md`` (``python -m bench.render`` re-renders every section from the results).
+(or the script's own label and status), prints the script's summary, then (unless
+``no_write``) appends the entry to ``<results_dir>/<prefix>-<YYYY-MM-DD>.json`` and
+re-renders the script's section of ``docs/benchmarks.md`` from that file through
+:mod:`bench.render`, the one renderer ``python -m bench.render`` uses too (so a run
+writes the doc exactly as a later ``--check`` expects it).
 """
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from bench import common
 from bench.harness import BenchError, install_signal_handlers
+from bench.render import Section, by_name, render_file
 from devtools import stack
 from ureplicator.common.errors import UReplicatorError
 
@@ -23,8 +27,29 @@ BENCH_ERRORS: tuple[type[BaseException], ...] = (BenchError, UReplicatorError, s
 Entry = dict[str, Any]
 
 
-def run_and_record(run: Callable[[], Entry], *, prefix: str, start: str, end: str,
-                   render: Callable[[Entry], str], summary: Callable[[Entry], int | None] | None = None,
+def parser(prog: str, doc: str | None, heap: str | None = None, render: bool = False) -> argparse.ArgumentParser:
+    """A benchmark's command line with the options they share: ``--broker-heap`` (given a default ``heap``),
+    ``--no-write`` and (``render``) ``--render FILE``, which :func:`rendered` handles."""
+    out = argparse.ArgumentParser(prog=prog, description=(doc or "").splitlines()[0])
+    if heap is not None:
+        out.add_argument("--broker-heap", default=heap)
+    out.add_argument("--no-write", action="store_true", help="print only; no JSON, no docs section")
+    if render:
+        out.add_argument("--render", type=Path, metavar="FILE",
+                         help="only re-render the docs section from the last entry of this results file")
+    return out
+
+
+def rendered(args: argparse.Namespace, section: str) -> bool:
+    """With ``--render FILE``: re-render ``section`` from FILE and say so (the script then exits 0)."""
+    if getattr(args, "render", None) is None:
+        return False
+    render_file(by_name(section), args.render)
+    return True
+
+
+def run_and_record(run: Callable[[], Entry], *, section: Section | str,
+                   summary: Callable[[Entry], int | None] | None = None,
                    no_write: bool = False, written: str = "results appended to {path}; {doc} section updated",
                    failed: str = "FAILED", failed_status: int = 1,
                    results_dir: Path | None = None, doc: Path | None = None) -> int:
@@ -33,10 +58,12 @@ def run_and_record(run: Callable[[], Entry], *, prefix: str, start: str, end: st
     130 when interrupted; ``failed_status`` (after ``<failed>: <error>``) when ``run`` raises
     one of ``BENCH_ERRORS``; otherwise what ``summary`` returned (None or no summary: 0).
     ``summary`` may still amend the entry: it runs before anything is written.
-    ``written`` is the progress line after recording, formatted with ``path`` (the results
-    file) and ``doc``. ``results_dir`` and ``doc`` default to ``bench/results`` and
-    ``docs/benchmarks.md``.
+    ``section`` (a :class:`bench.render.Section` or its name) names the results files and the
+    doc section. ``written`` is the progress line after recording, formatted with ``path``
+    (the results file) and ``doc``. ``results_dir`` and ``doc`` default to ``bench/results``
+    and ``docs/benchmarks.md``.
     """
+    section = by_name(section) if isinstance(section, str) else section
     results_dir = common.RESULTS_DIR if results_dir is None else results_dir
     doc = common.DOC if doc is None else doc
     install_signal_handlers()
@@ -50,8 +77,8 @@ def run_and_record(run: Callable[[], Entry], *, prefix: str, start: str, end: st
         return failed_status
     status = summary(entry) if summary is not None else None
     if not no_write:
-        path = results_dir / f"{prefix}-{entry['date'][:10]}.json"
-        stored = common.append_json(path, entry)  # the summary when the raw samples went to results/raw/
-        common.replace_section(doc, start, end, render(stored))
+        path = results_dir / f"{section.prefix}-{entry['date'][:10]}.json"
+        common.append_json(path, entry)  # only a summary when the raw samples went to results/raw/
+        common.replace_section(doc, section.start, section.end, section.render(path))
         common.say(written.format(path=path, doc=doc))
     return status or 0

@@ -37,35 +37,32 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
-from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
-from bench import drill as drill_module
-from bench.common import load_average, machine_info
-from bench.harness import (
-    Arrivals,
-    BenchError,
-    Flow,
-    Load,
-    LogRead,
-    Pipeline,
-    compare,
-    install_signal_handlers,
-    load_line,
-    read_log,
+from bench.harness import LogRead, load_line
+from bench.recording import parser, run_and_record
+from bench.scenario import (
+    PARTITIONS,
+    Fault,
+    Profile,
+    Runner,
+    acked_check,
+    compare_logs,
+    count_step_duplicates,
+    drop_timestamps,
+    freeze,
+    new_entry,
+    run_verifier,
+    stage,
+    stop_leader,
+    stop_service,
+    stop_worker,
+    verdict,
 )
-from bench.recording import run_and_record
 from devtools import stack
-from devtools.harness import Processes, bench_dir, create_topic, own_stack, say, wait_for
+from devtools.harness import say
 
-START = "<!-- soak:start -->"
-END = "<!-- soak:end -->"
-# ``--exactly-once``: its own results file and section; duplicates must be 0, read read_committed.
-EOS_START = "<!-- soak-eos:start -->"
-EOS_END = "<!-- soak-eos:end -->"
 TRANSACTION_INTERVAL_MS = 1000
-PARTITIONS = drill_module.PARTITIONS
 SESSION_S = 10.0  # the bench pipeline's zookeeper.session_timeout_s (the default)
 COMMIT_INTERVAL_S = 5.0  # the bench pipeline's worker.commit_interval_s (the default)
 # "Duplicates bounded by the commit interval", made checkable: one fault repeats at most the
@@ -73,59 +70,18 @@ COMMIT_INTERVAL_S = 5.0  # the bench pipeline's worker.commit_interval_s (the de
 # plus what was in flight when it struck, allowed as much again.
 DUPLICATES_BOUND_S = 2 * COMMIT_INTERVAL_S
 WORKERS = ("w1", "w2", "w3")
-TAG = drill_module.TAG  # the drill's acknowledged-records check decodes its tag
+TAG = 7  # the load keys' run tag, as in the drill
 
 
-class Soak:
-    """The fault menu, on top of the drill's step (fault, stay down, recover, wait for flow)."""
+def menu(runner: Runner, rng: random.Random) -> dict[str, Callable[[], Fault]]:
+    """The soak's faults: each draws its victim (a worker, the leader) when it is chosen."""
+    pipeline, root = runner.pipeline, runner.root
+    assert root is not None
+    frozen = SESSION_S + 4  # past the ZooKeeper session
 
-    def __init__(self, drill: drill_module.Drill, pipeline: Pipeline, root: Path, rng: random.Random) -> None:
-        self.drill = drill
-        self.pipeline = pipeline
-        self.root = root
-        self.rng = rng
-
-    def faults(self) -> dict[str, Callable[[], None]]:
-        return {
-            "kill -9 worker": self.kill_worker,
-            "SIGTERM worker": self.term_worker,
-            "worker frozen past its session": self.freeze_worker,
-            "worker and destination frozen": self.freeze_worker_and_destination,
-            "kill -9 leader": self.kill_leader,
-            "SIGTERM leader": self.term_leader,
-            "leader frozen past its session": self.freeze_leader,
-            "source broker restart": lambda: self.restart_service("source"),
-            "destination broker restart": lambda: self.restart_service("destination"),
-            "zookeeper restart": lambda: self.restart_service("zookeeper"),
-        }
-
-    def _step(self, name: str, down_s: float, fault: Callable[[], Any], repair: Callable[[], Any]) -> None:
-        self.drill.args.down = down_s
-        self.drill.step(name, fault, repair, lambda: self.pipeline.settled({self.drill.topic: PARTITIONS}))
-
-    def _worker(self) -> str:
-        return self.rng.choice(WORKERS)
-
-    def kill_worker(self) -> None:
-        w = self._worker()
-        self._step(f"kill -9 worker {w}", 3, lambda: self.pipeline.workers[w].kill() or w,
-                   lambda: self.pipeline.start_worker(w, timeout_s=90))
-
-    def term_worker(self) -> None:
-        w = self._worker()
-        self._step(f"SIGTERM worker {w}", 3, lambda: self.pipeline.workers[w].terminate(60) and w,
-                   lambda: self.pipeline.start_worker(w, timeout_s=90))
-
-    def freeze_worker(self) -> None:
-        w = self._worker()
-        pid = self.pipeline.workers[w].pid
-        self._step(f"worker {w} frozen", SESSION_S + 4, lambda: os.kill(pid, signal.SIGSTOP) or w,
-                   lambda: os.kill(pid, signal.SIGCONT))
-
-    def freeze_worker_and_destination(self) -> None:
-        w = self._worker()
-        pid = self.pipeline.workers[w].pid
-        broker = int(stack.status(self.root)["destination"]["pid"])
+    def freeze_worker_and_destination(w: str) -> Fault:
+        pid = pipeline.workers[w].pid
+        broker = int(stack.status(root)["destination"]["pid"])
 
         def freeze() -> str:
             os.kill(broker, signal.SIGSTOP)
@@ -137,94 +93,55 @@ class Soak:
             time.sleep(3)
             os.kill(broker, signal.SIGCONT)
 
-        self._step(f"worker {w} and destination frozen", SESSION_S + 4, freeze, thaw)
+        return Fault(f"worker {w} and destination frozen", freeze, thaw, down_s=frozen)
 
-    def _leader(self) -> str:
-        label = self.pipeline.leader()
-        if label is None:
-            raise BenchError("no controller says it leads")
-        return label
-
-    def kill_leader(self) -> None:
-        label = self._leader()
-        self._step(f"kill -9 leader {label}", 3, lambda: self.pipeline.controllers[label].kill() or label,
-                   lambda: self._restart_controller(label))
-
-    def term_leader(self) -> None:
-        label = self._leader()
-        self._step(f"SIGTERM leader {label}", 3, lambda: self.pipeline.controllers[label].terminate(60) and label,
-                   lambda: self._restart_controller(label))
-
-    def _restart_controller(self, label: str) -> None:
-        wait_for(lambda: self.pipeline.leader() is not None, 60, "the standby to lead", 0.3)
-        self.pipeline.start_controller(label)
-
-    def freeze_leader(self) -> None:
-        label = self._leader()
-        pid = self.pipeline.controllers[label].pid
-        self._step(f"leader {label} frozen", SESSION_S + 4, lambda: os.kill(pid, signal.SIGSTOP) or label,
-                   lambda: os.kill(pid, signal.SIGCONT))
-
-    def restart_service(self, name: str) -> None:
-        self._step(f"{name} restart", 3, lambda: stack.stop_service(self.root, name) or name,
-                   lambda: stack.start_service(self.root, name, timeout_s=120))
+    on_worker: dict[str, Callable[[str], Fault]] = {
+        "kill -9 worker": lambda w: stop_worker(runner, w, f"kill -9 worker {w}", down_s=3),
+        "SIGTERM worker": lambda w: stop_worker(runner, w, f"SIGTERM worker {w}", kill=False, down_s=3),
+        "worker frozen past its session": lambda w: freeze(pipeline.workers[w].pid, f"worker {w} frozen", w, frozen),
+        "worker and destination frozen": freeze_worker_and_destination,
+    }
+    on_leader: dict[str, Callable[[str], Fault]] = {
+        "kill -9 leader": lambda c: stop_leader(runner, f"kill -9 leader {c}", c, down_s=3),
+        "SIGTERM leader": lambda c: stop_leader(runner, f"SIGTERM leader {c}", c, kill=False, down_s=3),
+        "leader frozen past its session": lambda c: freeze(pipeline.controllers[c].pid, f"leader {c} frozen", c,
+                                                           frozen),
+    }
+    out: dict[str, Callable[[], Fault]] = {}
+    for name, make in on_worker.items():
+        out[name] = lambda make=make: make(rng.choice(WORKERS))
+    for name, make in on_leader.items():
+        out[name] = lambda make=make: make(runner.leader())
+    for service in ("source broker", "destination broker", "zookeeper"):
+        short = service.split()[0]
+        out[f"{service} restart"] = lambda short=short: stop_service(runner, short, f"{short} restart", down_s=3)
+    return out
 
 
-def run_soak(services: dict[str, str], root: Path, workdir: Path, stamp: str, args: argparse.Namespace,
-             rng: random.Random) -> dict[str, Any]:
-    processes = Processes(workdir)
-    exact = args.exactly_once
-    overrides = ({"worker": {"exactly_once": True, "transaction_interval_ms": TRANSACTION_INTERVAL_MS}}
-                 if exact else None)
-    isolation = "read_committed" if exact else "read_uncommitted"
-    pipeline = Pipeline(services, processes, f"soak{stamp[-7:-1]}", overrides=overrides)
-    arrivals = Arrivals(services["destination"], ident="urep", isolation=isolation)
+def run_soak(runner: Runner, stamp: str, args: argparse.Namespace, rng: random.Random) -> dict[str, Any]:
     topic = f"soak-{stamp}"
-    load: Load | None = None
     out: dict[str, Any] = {"topic": topic}
-    try:
-        pipeline.start_controller("c1")
-        pipeline.start_controller("c2")
-        for w in WORKERS:
-            pipeline.start_worker(w)
-        create_topic(services["source"], topic, PARTITIONS)
-        arrivals.start()
-        pipeline.add_topic(topic, PARTITIONS)
-        arrivals.add(topic, PARTITIONS)
-        load = Load(services["source"], [Flow(topic, PARTITIONS, args.rate)], tag=TAG, track_acked=True).start()
-        wait_for(lambda: pipeline.settled({topic: PARTITIONS}), 90, "initial assignment")
-        drill = drill_module.Drill(services, root, pipeline, arrivals, topic, argparse.Namespace(down=0, settle=2))
-        drill.wait_flowing(time.time(), 60, "initial flow")
-        soak = Soak(drill, pipeline, root, rng)
-        menu = soak.faults()
-        deadline = time.monotonic() + args.minutes * 60
-        say(f"soak: {args.minutes:g} min of faults at {args.rate:,} records/s (logs in {workdir})")
-        while time.monotonic() < deadline:
-            name = rng.choice(sorted(menu))
-            menu[name]()
-            time.sleep(rng.uniform(2, 10))
-        result = load.stop()
-        out["load"] = {"sent": result.sent, "acked": result.acked, "failed": result.failed}
-        drill_module._wait_caught_up(pipeline, services, topic, 300)
-        out["steps"] = drill.steps
-        arrivals.stop()
-        pipeline.stop_all()
-        source = read_log(services["source"], topic, PARTITIONS)
-        destination = read_log(services["destination"], topic, PARTITIONS, isolation=isolation)
-        out["comparison"] = compare(source, destination, by="urep").to_json()
-        out["corrupted"] = corrupted(source, destination)
-        out["exactly_once"] = exact
-        out["duplicates_bound_per_fault"] = 0 if exact else int(args.rate * DUPLICATES_BOUND_S)
-        out["acknowledged"] = drill_module._acked_check(result, topic, source, destination)
-        drill_module._dups_per_step(drill.steps, arrivals, topic)
-        out["verifier"] = (drill_module.run_verifier(pipeline.config_path, workdir / "verification", 900)
-                           if args.verify else {"skipped": "--no-verify"})
-    finally:
-        if load is not None:
-            load.kill()
-        arrivals.stop()
-        pipeline.stop_all()
-        processes.stop_all()
+    runner.start(topic, balanced=False)
+    faults = menu(runner, rng)
+    deadline = time.monotonic() + args.minutes * 60
+    say(f"soak: {args.minutes:g} min of faults at {args.rate:,} records/s (logs in {runner.workdir})")
+    while time.monotonic() < deadline:
+        fault = faults[rng.choice(sorted(faults))]()
+        runner.step(Fault(fault.name, fault.fault, fault.repair,
+                          lambda: runner.pipeline.settled(runner.topics), fault.down_s))
+        time.sleep(rng.uniform(2, 10))
+    (result,), _ = runner.finish(300, strict=True)
+    out["load"] = {"sent": result.sent, "acked": result.acked, "failed": result.failed}
+    out["steps"] = runner.steps
+    source, destination, cmp = compare_logs(runner.services, topic, isolation=runner.profile.isolation)
+    out["comparison"] = cmp.to_json()
+    out["corrupted"] = corrupted(source, destination)
+    out["exactly_once"] = args.exactly_once
+    out["duplicates_bound_per_fault"] = 0 if args.exactly_once else int(args.rate * DUPLICATES_BOUND_S)
+    out["acknowledged"] = acked_check(result, TAG, topic, source, destination)
+    count_step_duplicates(runner.steps, runner.arrivals)
+    out["verifier"] = (run_verifier(runner.pipeline.config_path, runner.workdir / "verification", 900)
+                       if args.verify else {"skipped": "--no-verify"})
     return out
 
 
@@ -267,7 +184,7 @@ def judge(soak: dict[str, Any]) -> tuple[int, str]:
         problems.append(f"{c['duplicated']:,} records duplicated in exactly-once mode")
     if problems:
         return 1, "FAIL: " + "; ".join(problems)
-    return drill_module.verdict(soak)
+    return verdict(soak)
 
 
 def render(entry: dict[str, Any]) -> str:
@@ -322,26 +239,22 @@ def render(entry: dict[str, Any]) -> str:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m bench.soak", description=__doc__.splitlines()[0])
-    parser.add_argument("--minutes", type=float, default=30.0, help="how long faults are injected (default 30)")
-    parser.add_argument("--seed", type=int, default=None, help="replay a schedule (printed at the start)")
-    parser.add_argument("--rate", type=int, default=1000, help="records/s (default 1000)")
-    parser.add_argument("--no-verify", dest="verify", action="store_false", help="skip the PySpark verifier")
-    parser.add_argument("--broker-heap", default="384m")
-    parser.add_argument("--no-write", action="store_true", help="print only; no JSON, no docs section")
-    parser.add_argument("--exactly-once", action="store_true",
-                        help="the pipeline in exactly-once mode (1 s transactions): 0 duplicates read_committed; "
-                             "results in soak-eos-<date>.json and their own docs section")
-    return parser.parse_args(argv)
+    cli = parser("python -m bench.soak", __doc__, "384m")
+    cli.add_argument("--minutes", type=float, default=30.0, help="how long faults are injected (default 30)")
+    cli.add_argument("--seed", type=int, default=None, help="replay a schedule (printed at the start)")
+    cli.add_argument("--rate", type=int, default=1000, help="records/s (default 1000)")
+    cli.add_argument("--no-verify", dest="verify", action="store_false", help="skip the PySpark verifier")
+    cli.add_argument("--exactly-once", action="store_true",
+                     help="the pipeline in exactly-once mode (1 s transactions): 0 duplicates read_committed; "
+                          "results in soak-eos-<date>.json and their own docs section")
+    return cli.parse_args(argv)
 
 
 def print_summary(entry: dict[str, Any], seed: int) -> int:
     """Judge the run, drop the steps' raw timestamps, print the summary; returns the exit status."""
     status, text = judge(entry["soak"])
     entry["verdict"] = text
-    for step in entry["soak"].get("steps", []):
-        step.pop("t0", None)
-        step.pop("t1", None)
+    drop_timestamps(entry["soak"].get("steps", []))
     c = entry["soak"]["comparison"]
     for step in entry["soak"].get("steps", []):
         print(f"{step['name']:<36} flowing {step['flowing_after_ready_s']:5.1f}s after repair  "
@@ -356,30 +269,25 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 31)
     rng = random.Random(seed)
-    install_signal_handlers()
-    now = datetime.now(timezone.utc)
-    stamp = now.strftime("%Y%m%dT%H%M%SZ")
+    exact = args.exactly_once
     say(f"soak seed {seed} (replay: make soak MINUTES={args.minutes:g} SEED={seed}); load {load_line()}")
-    entry: dict[str, Any] = {
-        "benchmark": "soak", "date": now.isoformat(timespec="seconds"), "seed": seed,
-        "machine": machine_info(), "load_at_start": load_average(),
-        "setup": {"minutes": args.minutes, "rate": args.rate, "partitions": PARTITIONS, "workers": len(WORKERS),
-                  "controllers": 2, "exactly_once": args.exactly_once,
-                  "pipeline_config": "defaults (session 10 s, commit interval 5 s)"
-                  + (f", exactly_once with {TRANSACTION_INTERVAL_MS} ms transactions" if args.exactly_once else "")},
-    }
+    entry, stamp = new_entry("soak", {
+        "minutes": args.minutes, "rate": args.rate, "partitions": PARTITIONS, "workers": len(WORKERS),
+        "controllers": 2, "exactly_once": exact,
+        "pipeline_config": "defaults (session 10 s, commit interval 5 s)"
+        + (f", exactly_once with {TRANSACTION_INTERVAL_MS} ms transactions" if exact else "")}, seed=seed)
+    profile = Profile(args.rate, workers=WORKERS, tag=TAG, track_acked=True,
+                      overrides={"worker": {"exactly_once": True, "transaction_interval_ms": TRANSACTION_INTERVAL_MS}}
+                      if exact else None, isolation="read_committed" if exact else "read_uncommitted")
 
     def go() -> dict[str, Any]:
-        with own_stack("soak", heap=args.broker_heap) as (services, root):
-            workdir = bench_dir("soak") / f"run-{stamp}"
-            workdir.mkdir(parents=True, exist_ok=True)
-            entry["soak"] = run_soak(services, root, workdir, stamp, args, rng)
+        with stage("soak", args.broker_heap, stamp) as (services, root, workdir), \
+                Runner(services, root, workdir, f"soak{stamp[-7:-1]}", profile) as runner:
+            entry["soak"] = run_soak(runner, stamp, args, rng)
         return entry
 
-    exact = args.exactly_once
-    return run_and_record(go, prefix="soak-eos" if exact else "soak", start=EOS_START if exact else START,
-                          end=EOS_END if exact else END, render=render,
-                          summary=lambda e: print_summary(e, seed), no_write=args.no_write,
+    return run_and_record(go, section="soak-eos" if exact else "soak", summary=lambda e: print_summary(e, seed),
+                          no_write=args.no_write,
                           failed=f"FAILED (seed {seed})", failed_status=2)
 
 

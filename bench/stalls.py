@@ -44,42 +44,35 @@ stalls-bench section of ``docs/benchmarks.md``.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import json
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from confluent_kafka.admin import AdminClient
 
 from bench import mm2
-from bench.common import RESULTS_DIR, load_average, machine_info
-from bench.harness import (
-    TP,
-    Arrivals,
-    BenchError,
-    Comparison,
-    Flow,
-    Load,
-    Pipeline,
-    compare,
-    load_line,
-    longest_gap,
-    read_log,
+from bench.common import fmt_load, load_average
+from bench.harness import TP, Arrivals, BenchError, Load, Pipeline, load_line, longest_gap
+from bench.recording import parser, rendered, run_and_record
+from bench.scenario import (
+    PARTITIONS,
+    PAUSED_S,
+    Profile,
+    Runner,
+    compare_logs,
+    defaults,
+    duplicate_arrivals,
+    duplicates_after,
+    new_entry,
+    stage,
 )
-from bench.recording import run_and_record
 from devtools import jvm, stack
-from devtools.harness import Proc, Processes, bench_dir, create_topic, end_offsets, own_stack, say, wait_for
+from devtools.harness import Proc, Processes, create_topic, say, wait_for
 from devtools.ports import free_port
 
-START = "<!-- stalls-bench:start -->"
-END = "<!-- stalls-bench:end -->"
-PARTITIONS = 16
-PAUSED_S = 2.0  # a partition with no arrival for longer than this counts as paused
 GAP_BEFORE_S = 0.5  # the gap window opens this long before the event
 
 
@@ -105,27 +98,24 @@ class Event:
         return {(t, p) for t, before in self.owners_before.items() for p, w in before.items()
                 if self.owners_after.get(t, {}).get(p) != w}
 
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "system": self.system, "notes": self.notes, **self.result}
 
-class Bench:
-    """What the events of one phase share."""
 
-    def __init__(self, services: dict[str, str], arrivals: Arrivals, args: argparse.Namespace) -> None:
-        self.services = services
-        self.arrivals = arrivals
-        self.args = args
-        self.events: list[Event] = []
-        self.topics: dict[str, int] = {}  # mirrored topics -> partitions
+@dataclass(frozen=True)
+class Disturbance:
+    """One step of the ureplicator phase's script: act, then wait until ``condition`` holds and it settled.
 
-    def tps(self, topics: list[str] | None = None) -> list[TP]:
-        return [(t, p) for t in (topics or list(self.topics)) for p in range(self.topics[t])]
+    ``recovery`` marks the undoing of the previous step (reported, not measured);
+    ``after`` adds what only this event measures.
+    """
 
-    def flowing_since(self, since: float, topics: list[str] | None = None) -> bool:
-        return all(self.arrivals.last_arrival(tp) > since for tp in self.tps(topics))
-
-    def wait_flowing(self, since: float, timeout_s: float, what: str, topics: list[str] | None = None) -> float:
-        """Wait until every partition had an arrival after ``since``; returns when that happened."""
-        wait_for(lambda: self.flowing_since(since, topics), timeout_s, what, 0.2)
-        return time.time()
+    name: str
+    action: Callable[[Event], Any]
+    condition: Callable[[], bool] = lambda: True
+    timeout_s: float = 90
+    recovery: bool = False
+    after: Callable[[Event], None] | None = None
 
 
 # ----------------------------------------------------------------------------- analysis
@@ -173,17 +163,8 @@ def analyze(event: Event, arrivals: Arrivals, partitions: dict[str, int]) -> dic
 
 def duplicates_by_event(events: list[Event], arrivals: Arrivals, end: float) -> None:
     """Attribute every re-arrival of an already seen record to the event whose window it fell in."""
-    found: list[tuple[float, TP]] = []
-    for tp, log in arrivals.logs.items():
-        seen: set[int] = set()
-        for ident, arrival in zip(log.idents, log.arrivals, strict=True):
-            if ident in seen:
-                found.append((arrival, tp))
-            else:
-                seen.add(ident)
-    for i, event in enumerate(events):
-        stop = events[i + 1].t0 if i + 1 < len(events) else end
-        mine = [(t, tp) for t, tp in found if event.t0 <= t < stop]
+    per_event = duplicates_after([e.t0 for e in events], duplicate_arrivals(arrivals), end)
+    for event, mine in zip(events, per_event, strict=True):
         event.result["duplicates"] = len(mine)
         per_partition: dict[str, int] = {}
         for _, (topic, p) in mine:
@@ -193,18 +174,48 @@ def duplicates_by_event(events: list[Event], arrivals: Arrivals, end: float) -> 
             event.result["duplicates_first_at_s"] = round(min(t for t, _ in mine) - event.t0, 2)
 
 
-def baseline(arrivals: Arrivals, tps: list[TP], t0: float, t1: float) -> dict[str, Any]:
-    gaps = [longest_gap(arrivals.logs[tp].arrivals, t0, t1, 0.0)[0] for tp in tps]
-    return {"window_s": round(t1 - t0, 1), "max_gap_s": round(max(gaps, default=0.0), 3),
-            "median_partition_max_gap_s": round(sorted(gaps)[len(gaps) // 2], 3) if gaps else 0.0}
+def baseline(runner: Runner, seconds: float) -> dict[str, Any]:
+    """The longest arrival gaps over ``seconds`` of quiet flow (what the events are compared with)."""
+    t0 = time.time()
+    time.sleep(seconds)
+    t1 = time.time()
+    gaps = [longest_gap(runner.arrivals.logs[tp].arrivals, t0, t1, 0.0)[0] for tp in runner.tps()]
+    out = {"window_s": round(t1 - t0, 1), "max_gap_s": round(max(gaps, default=0.0), 3),
+           "median_partition_max_gap_s": round(sorted(gaps)[len(gaps) // 2], 3) if gaps else 0.0}
+    say(f"  baseline: longest gap of any partition {out['max_gap_s']:.2f}s")
+    return out
+
+
+def new_topic_timing(event: Event, arrivals: Arrivals, topic: str, preload: int) -> None:
+    """When the new topic's first record, and its whole backlog, reached the destination."""
+    first = min((arrivals.logs[(topic, p)].arrivals[0] for p in range(PARTITIONS)
+                 if arrivals.logs[(topic, p)].arrivals), default=0.0)
+    event.result["new_topic_first_record_s"] = round(first - event.t0, 2) if first else None
+    times = sorted(a for (t, _), log in arrivals.logs.items() if t == topic for a in log.arrivals)
+    caught = times[preload - 1] if len(times) >= preload else None
+    event.result["new_topic_backlog_mirrored_s"] = round(caught - event.t0, 2) if caught else None
+
+
+def backlogged_topic(runner: Runner, topic: str, tag: int) -> Load:
+    """A new source topic that already holds 10 s of load, under load."""
+    create_topic(runner.services["source"], topic, PARTITIONS)
+    preload = int(runner.profile.rate * 10)
+    load = runner.load(topic, tag, preload=preload)
+    wait_for(lambda: load.acked >= preload, 60, "backlog of the new topic written")
+    return load
+
+
+def compare_topics(runner: Runner, by: str) -> dict[str, Any]:
+    out = {}
+    for topic in runner.topics:
+        cmp = compare_logs(runner.services, topic, by=by)[2]
+        out[topic] = cmp.to_json()
+        say(f"  {topic}: {cmp.records:,} records, lost {cmp.lost}, duplicated {cmp.duplicated}, "
+            f"reordered {cmp.reordered}")
+    return out
 
 
 # ----------------------------------------------------------------------------- ureplicator
-
-
-def _settle(pipeline: Pipeline, bench: Bench, condition: Callable[[], bool], timeout_s: float, what: str) -> float:
-    wait_for(lambda: condition() and pipeline.settled(bench.topics), timeout_s, what, 0.2)
-    return time.time()
 
 
 def _owners(pipeline: Pipeline, topics: list[str]) -> dict[str, dict[int, str | None]]:
@@ -219,195 +230,126 @@ def _generation(pipeline: Pipeline) -> int | None:
     return max((row.get("desired_generation") or 0 for row in body.get("workers", [])), default=0)
 
 
-def run_event(bench: Bench, pipeline: Pipeline, name: str, action: Callable[[Event], None],
-              condition: Callable[[], bool], timeout_s: float = 90, recovery: bool = False) -> Event:
-    """Owners before, act, wait until settled and flowing, keep observing ``--post`` seconds, owners after."""
-    event = Event(name, "ureplicator", topics=list(bench.topics))
-    event.notes["recovery"] = recovery
+def run_event(runner: Runner, step: Disturbance, post_s: float) -> Event:
+    """Owners before, act, wait until settled and flowing, keep observing ``post_s`` seconds, owners after."""
+    pipeline, name = runner.pipeline, step.name
+    event = Event(name, "ureplicator", topics=list(runner.topics))
+    event.notes["recovery"] = step.recovery
     event.owners_before = _owners(pipeline, event.topics)
     generation_before = _generation(pipeline)
     say(f"ureplicator event: {name} [load {load_line()}]")
     event.notes["load_before"] = load_average()
     event.t0 = time.time()
-    action(event)
-    event.t_settled = _settle(pipeline, bench, condition, timeout_s, f"{name}: settled")
-    flowing = bench.wait_flowing(event.t_settled, 60, f"{name}: every partition flowing")
+    step.action(event)
+    wait_for(lambda: step.condition() and pipeline.settled(runner.topics), step.timeout_s, f"{name}: settled", 0.2)
+    event.t_settled = time.time()
+    flowing = runner.wait_flowing(event.t_settled, 60, f"{name}: every partition flowing")
     event.owners_after = _owners(pipeline, event.topics)
-    time.sleep(bench.args.post)
+    time.sleep(post_s)
     event.t1 = time.time()
     event.notes["load_after"] = load_average()
     generation_after = _generation(pipeline)
-    event.result = analyze(event, bench.arrivals, bench.topics)
+    event.result = analyze(event, runner.arrivals, runner.topics)
     event.result["flowing_after_s"] = round(flowing - event.t0, 2)
     if generation_before is not None and generation_after is not None:
         event.result["generations_written"] = generation_after - generation_before
+    if step.after is not None:
+        step.after(event)
     say(f"  settled after {event.result['settled_after_s']:.1f}s, {event.result['moved']} partition(s) moved; "
         f"unmoved: longest gap {event.result['unmoved_max_gap_s']:.2f}s; moved: longest gap "
         f"{event.result['moved_max_gap_s']:.2f}s, flowing again {event.result['moved_flowing_after_s']:.2f}s "
         f"after the event; {event.result.get('generations_written', '?')} assignment generation(s) written")
-    bench.events.append(event)
     return event
 
 
-def ureplicator_phase(services: dict[str, str], workdir: Path, stamp: str,
-                      args: argparse.Namespace, stack_root: Path | None = None) -> dict[str, Any]:
-    processes = Processes(workdir)
-    pipeline = Pipeline(services, processes, f"stl{stamp[-7:-1]}")
-    arrivals = Arrivals(services["destination"], ident="urep")
-    loads: list[Load] = []
-    topic_a, topic_b = f"stl-{stamp}-a", f"stl-{stamp}-b"
-    bench = Bench(services, arrivals, args)
-    out: dict[str, Any] = {"system": "ureplicator", "topics": [topic_a, topic_b]}
-    try:
-        pipeline.start_controller("c1")
-        pipeline.start_controller("c2")
-        pipeline.start_worker("w1")
-        pipeline.start_worker("w2")
-        create_topic(services["source"], topic_a, PARTITIONS)
-        arrivals.start()
-        pipeline.add_topic(topic_a, PARTITIONS)
-        arrivals.add(topic_a, PARTITIONS)
-        bench.topics[topic_a] = PARTITIONS
-        loads.append(Load(services["source"], [Flow(topic_a, PARTITIONS, args.rate)], tag=1).start())
-        wait_for(lambda: pipeline.settled(bench.topics) and set(pipeline.owners(topic_a).values()) == {"w1", "w2"},
-                 90, "initial assignment")
-        bench.wait_flowing(time.time(), 60, "initial flow")
-        say(f"ureplicator: 2 controllers, 2 workers, {topic_a} x {PARTITIONS} at {args.rate:,} records/s; "
-            f"baseline for {args.baseline:.0f}s (logs in {workdir})")
-        t0 = time.time()
-        time.sleep(args.baseline)
-        out["baseline"] = baseline(arrivals, bench.tps(), t0, time.time())
-        say(f"  baseline: longest gap of any partition {out['baseline']['max_gap_s']:.2f}s")
+def script(runner: Runner, topic_b: str, preload: int) -> list[Disturbance]:
+    """The ureplicator phase's events, in order (the module docstring says why each)."""
+    pipeline, root = runner.pipeline, runner.root
 
-        # 1. add a topic that already holds a 10 s backlog
-        create_topic(services["source"], topic_b, PARTITIONS)
-        preload = int(args.rate * 10)
-        second = Load(services["source"], [Flow(topic_b, PARTITIONS, args.rate, preload=preload)], tag=2).start()
-        loads.append(second)
-        wait_for(lambda: second.acked >= preload, 60, "backlog of the new topic written")
+    def appliers() -> set[str | None]:
+        return {w for t in runner.topics for w in pipeline.owners(t).values()}
 
-        def add_topic(event: Event) -> None:
-            pipeline.add_topic(topic_b, PARTITIONS)
-            arrivals.add(topic_b, PARTITIONS)
-            bench.topics[topic_b] = PARTITIONS
-            event.notes["backlog_records"] = second.acked
+    def add_topic(event: Event) -> None:
+        runner.mirror(topic_b)
+        event.notes["backlog_records"] = runner.loads[-1].acked
 
-        event = run_event(bench, pipeline, "add topic", add_topic, lambda: True)
-        first = min((arrivals.logs[(topic_b, p)].arrivals[0] for p in range(PARTITIONS)
-                     if arrivals.logs[(topic_b, p)].arrivals), default=0.0)
-        event.result["new_topic_first_record_s"] = round(first - event.t0, 2) if first else None
-        caught = _backlog_mirrored_at(arrivals, topic_b, preload)
-        event.result["new_topic_backlog_mirrored_s"] = round(caught - event.t0, 2) if caught else None
+    def blacklist(event: Event) -> None:
+        status, body = pipeline.api("DELETE", "/instances/w3")
+        if status != 200:
+            raise BenchError(f"DELETE /instances/w3 answered {status}: {body}")
 
-        # 2. a third worker joins
-        run_event(bench, pipeline, "add worker", lambda e: pipeline.start_worker("w3"),
-                  lambda: "w3" in _appliers(pipeline, bench))
+    def zookeeper_restart(event: Event) -> None:
+        assert root is not None
+        stack.stop_service(root, "zookeeper")
+        time.sleep(2)
+        stack.start_service(root, "zookeeper")
+        event.notes["zookeeper_away_s"] = round(time.time() - event.t0, 2)
 
-        # 3. blacklist it (drain), then whitelist it again (not measured)
-        def blacklist(event: Event) -> None:
-            status, body = pipeline.api("DELETE", "/instances/w3")
-            if status != 200:
-                raise BenchError(f"DELETE /instances/w3 answered {status}: {body}")
+    def kill_leader(event: Event) -> None:
+        event.notes["killed"] = runner.leader()
+        pipeline.controllers[event.notes["killed"]].kill()
 
-        run_event(bench, pipeline, "blacklist worker", blacklist, lambda: "w3" not in _appliers(pipeline, bench))
-        run_event(bench, pipeline, "whitelist worker", lambda e: pipeline.api("POST", "/instances/w3"),
-                  lambda: "w3" in _appliers(pipeline, bench), recovery=True)
+    takeover: dict[str, float] = {}
 
-        # 4. SIGTERM it, then start it again (not measured)
-        def sigterm(event: Event) -> None:
-            pipeline.workers["w3"].popen.terminate()
+    def new_leader() -> bool:
+        leader = pipeline.leader()
+        if leader is not None and "took_over_at" not in takeover:
+            takeover["took_over_at"] = time.time()
+        return leader is not None
 
-        run_event(bench, pipeline, "SIGTERM worker", sigterm,
-                  lambda: not pipeline.workers["w3"].alive() and "w3" not in _appliers(pipeline, bench))
-        event_sigterm = bench.events[-1]
-        event_sigterm.notes["exit_status"] = pipeline.workers["w3"].popen.returncode
-        run_event(bench, pipeline, "restart worker", lambda e: pipeline.start_worker("w3"),
-                  lambda: "w3" in _appliers(pipeline, bench), recovery=True)
+    def exit_status(event: Event) -> None:
+        event.notes["exit_status"] = pipeline.workers["w3"].popen.returncode
 
-        # 5. kill -9 it
-        run_event(bench, pipeline, "kill -9 worker", lambda e: pipeline.workers["w3"].kill(),
-                  lambda: "w3" not in _appliers(pipeline, bench), timeout_s=120)
-
-        # 6. ZooKeeper restarts, away for less than the session: nothing moves, nothing should pause
-        def zookeeper_restart(event: Event) -> None:
-            assert stack_root is not None
-            stack.stop_service(stack_root, "zookeeper")
-            time.sleep(2)
-            stack.start_service(stack_root, "zookeeper")
-            event.notes["zookeeper_away_s"] = round(time.time() - event.t0, 2)
-
-        if stack_root is not None:
-            run_event(bench, pipeline, "ZooKeeper restart", zookeeper_restart,
-                      lambda: pipeline.leader() is not None and pipeline.settled(bench.topics), timeout_s=90)
-
-        # 7. kill -9 the leading controller
-        def kill_leader(event: Event) -> None:
-            leader = pipeline.leader()
-            if leader is None:
-                raise BenchError("no controller says it leads")
-            event.notes["killed"] = leader
-            pipeline.controllers[leader].kill()
-
-        def new_leader() -> bool:
-            leader = pipeline.leader()
-            if leader is not None and "took_over_at" not in takeover:
-                takeover["took_over_at"] = time.time()
-            return leader is not None
-
-        takeover: dict[str, float] = {}
-        event = run_event(bench, pipeline, "kill -9 leader controller", kill_leader, new_leader, timeout_s=60)
+    def took_over(event: Event) -> None:
         event.result["new_leader_after_s"] = round(takeover["took_over_at"] - event.t0, 2)
 
-        # Stop producing, let the mirror commit everything, then compare logs exactly.
-        say("stopping the load; waiting for the mirror to catch up")
-        results = [load.stop() for load in loads]
-        out["load"] = [{"sent": r.sent, "acked": r.acked, "failed": r.failed} for r in results]
-        try:
-            _wait_committed(pipeline, 120)
-        except BenchError as exc:
-            out["catch_up_error"] = str(exc)
-            say(f"  {exc}; comparing what is there")
-        time.sleep(2)
-        end = time.time()
-        duplicates_by_event(bench.events, arrivals, end)
-        out["comparison"] = {}
-        for topic in bench.topics:
-            cmp = compare(read_log(services["source"], topic, PARTITIONS),
-                          read_log(services["destination"], topic, PARTITIONS), by="urep")
-            out["comparison"][topic] = cmp.to_json()
-            say(f"  {topic}: {cmp.records:,} records, lost {cmp.lost}, duplicated {cmp.duplicated}, "
-                f"reordered {cmp.reordered}")
-        out["bad_headers"] = arrivals.bad_headers
-    finally:
-        for load in loads:
-            load.kill()
-        arrivals.stop()
-        pipeline.stop_all()
-        processes.stop_all()
-    out["events"] = [_event_json(e) for e in bench.events]
+    return [
+        # 1. add a topic that already holds a 10 s backlog
+        Disturbance("add topic", add_topic,
+                    after=lambda e: new_topic_timing(e, runner.arrivals, topic_b, preload)),
+        # 2. a third worker joins
+        Disturbance("add worker", lambda e: pipeline.start_worker("w3"), lambda: "w3" in appliers()),
+        # 3. blacklist it (drain), then whitelist it again (not measured)
+        Disturbance("blacklist worker", blacklist, lambda: "w3" not in appliers()),
+        Disturbance("whitelist worker", lambda e: pipeline.api("POST", "/instances/w3"),
+                    lambda: "w3" in appliers(), recovery=True),
+        # 4. SIGTERM it, then start it again (not measured)
+        Disturbance("SIGTERM worker", lambda e: pipeline.workers["w3"].popen.terminate(),
+                    lambda: not pipeline.workers["w3"].alive() and "w3" not in appliers(), after=exit_status),
+        Disturbance("restart worker", lambda e: pipeline.start_worker("w3"), lambda: "w3" in appliers(),
+                    recovery=True),
+        # 5. kill -9 it
+        Disturbance("kill -9 worker", lambda e: pipeline.workers["w3"].kill(), lambda: "w3" not in appliers(),
+                    timeout_s=120),
+        # 6. ZooKeeper restarts, away for less than the session: nothing moves, nothing should pause
+        *([Disturbance("ZooKeeper restart", zookeeper_restart, lambda: pipeline.leader() is not None)]
+          if root is not None else []),
+        # 7. kill -9 the leading controller
+        Disturbance("kill -9 leader controller", kill_leader, new_leader, timeout_s=60, after=took_over),
+    ]
+
+
+def ureplicator_phase(runner: Runner, stamp: str, args: argparse.Namespace) -> dict[str, Any]:
+    topic_a, topic_b = f"stl-{stamp}-a", f"stl-{stamp}-b"
+    out: dict[str, Any] = {"system": "ureplicator", "topics": [topic_a, topic_b]}
+    runner.start(topic_a)
+    say(f"ureplicator: 2 controllers, 2 workers, {topic_a} x {PARTITIONS} at {args.rate:,} records/s; "
+        f"baseline for {args.baseline:.0f}s (logs in {runner.workdir})")
+    out["baseline"] = baseline(runner, args.baseline)
+    backlogged_topic(runner, topic_b, tag=2)
+    events = [run_event(runner, step, args.post) for step in script(runner, topic_b, int(args.rate * 10))]
+    # Stop producing, let the mirror commit everything, then compare logs exactly.
+    say("stopping the load; waiting for the mirror to catch up")
+    results, error = runner.finish(120)
+    out["load"] = [{"sent": r.sent, "acked": r.acked, "failed": r.failed} for r in results]
+    if error is not None:
+        out["catch_up_error"] = error
+    time.sleep(1)
+    duplicates_by_event(events, runner.arrivals, time.time())
+    out["comparison"] = compare_topics(runner, by="urep")
+    out["bad_headers"] = runner.arrivals.bad_headers
+    out["events"] = [e.to_json() for e in events]
     return out
-
-
-def _appliers(pipeline: Pipeline, bench: Bench) -> set[str | None]:
-    return {w for t in bench.topics for w in pipeline.owners(t).values()}
-
-
-def _backlog_mirrored_at(arrivals: Arrivals, topic: str, preload: int) -> float | None:
-    """When the destination had received the first ``preload`` records of ``topic``."""
-    times = sorted(a for (t, _), log in arrivals.logs.items() if t == topic for a in log.arrivals)
-    return times[preload - 1] if len(times) >= preload else None
-
-
-def _wait_committed(pipeline: Pipeline, timeout_s: float) -> None:
-    def caught_up() -> bool:
-        status, body = pipeline.api("GET", "/offset")
-        return status == 200 and body.get("total_lag") == 0
-
-    wait_for(caught_up, timeout_s, "committed offsets to reach the end of every partition", 0.5)
-
-
-def _event_json(event: Event) -> dict[str, Any]:
-    return {"name": event.name, "system": event.system, "notes": event.notes, **event.result}
 
 
 # ----------------------------------------------------------------------------- MirrorMaker 2
@@ -417,7 +359,6 @@ def _mm2_node(processes: Processes, workdir: Path, index: int, alias: str, servi
               topics_regex: str, delay_ms: int) -> tuple[Proc, str]:
     """Start one dedicated-mode node; returns the process and its internal REST URL."""
     folder = workdir / f"mm2-node{index}"
-    folder.mkdir(parents=True, exist_ok=True)
     props = mm2.properties(alias, services["source"], services["destination"], topics_regex)
     props.update({
         "tasks.max": 4,
@@ -427,10 +368,7 @@ def _mm2_node(processes: Processes, workdir: Path, index: int, alias: str, servi
         "listeners": (url := f"http://127.0.0.1:{free_port()}"),
         f"{mm2.DESTINATION}.scheduled.rebalance.max.delay.ms": delay_ms,
     })
-    config = mm2.write_props(folder / "mm2.properties", props)
-    log4j = mm2.write_props(folder / "log4j.properties", mm2.log4j_properties(folder / "mm2.log"))
-    cmd = [jvm.java_executable(), *mm2.HEAP, *mm2.JVM_FLAGS, f"-Dlog4j.configuration=file:{log4j}",
-           "-cp", jvm.classpath("mirrormaker"), mm2.MAIN_CLASS, str(config)]
+    cmd = mm2.launch(folder, props)
     return processes.spawn(f"mm2-node{index}", cmd, cwd=folder), url
 
 
@@ -452,11 +390,9 @@ def _topic_exists(bootstrap: str, topic: str, partitions: int) -> bool:
     return found is not None and found.error is None and len(found.partitions) == partitions
 
 
-def mm2_phase(services: dict[str, str], workdir: Path, stamp: str, args: argparse.Namespace) -> dict[str, Any]:
-    processes = Processes(workdir)
-    arrivals = Arrivals(services["destination"], ident="key")
-    bench = Bench(services, arrivals, args)
-    loads: list[Load] = []
+def mm2_phase(runner: Runner, stamp: str, args: argparse.Namespace) -> dict[str, Any]:
+    services, workdir, arrivals = runner.services, runner.workdir, runner.arrivals
+    events: list[Event] = []
     alias = f"s{stamp[-7:-1]}"
     topic_a, topic_b = f"stl-{stamp}-mm2-a", f"stl-{stamp}-mm2-b"
     delay_ms = int(args.mm2_delay_s * 1000)
@@ -465,117 +401,93 @@ def mm2_phase(services: dict[str, str], workdir: Path, stamp: str, args: argpars
                            "refresh_topics_interval_s": 5, "scheduled_rebalance_max_delay_ms": delay_ms}
     nodes: list[Proc] = []
     urls: list[str] = []
+    create_topic(services["source"], topic_a, PARTITIONS)
+    runner.load(topic_a, tag=11)
+    started = time.time()
+    for index in range(1, args.mm2_nodes + 1):
+        node, url = _mm2_node(runner.processes, workdir, index, alias, services, f"stl-{stamp}-mm2-.*", delay_ms)
+        nodes.append(node)
+        urls.append(url)
+    say(f"mirrormaker2: {args.mm2_nodes} dedicated-mode nodes, tasks.max=4, {topic_a} x {PARTITIONS} at "
+        f"{args.rate:,}/s; scheduled.rebalance.max.delay.ms={delay_ms}")
+
+    def dest_ready() -> bool:
+        if not all(n.alive() for n in nodes):
+            raise BenchError("a MirrorMaker 2 node exited:\n" + "\n".join(n.tail() for n in nodes))
+        return _topic_exists(services["destination"], topic_a, PARTITIONS)
+
+    wait_for(dest_ready, 180, "MirrorMaker 2 to create the destination topic", 0.5)
+    arrivals.start()
+    runner.watch(topic_a)
+    runner.wait_flowing(time.time(), 180, "MirrorMaker 2 flowing on every partition")
+    out["first_flow_s"] = round(time.time() - started, 1)
+    say(f"  flowing after {out['first_flow_s']:.0f}s; settling {args.mm2_settle:.0f}s, then baseline")
+    time.sleep(args.mm2_settle)  # both nodes joined: no start-up rebalance inside the baseline
+    out["baseline"] = baseline(runner, args.baseline)
+
+    # 1. a new topic appears (with a 10 s backlog) and matches the regex
+    preload = int(args.rate * 10)
+    event = Event("add topic", "mirrormaker2", topics=[topic_a])
+    say(f"mirrormaker2 event: add topic [load {load_line()}]")
+    event.notes["load_before"] = load_average()
+    # For MM2, adding a topic is creating one its regex matches: the clock starts there.
+    event.t0 = time.time()
+    event.notes["backlog_records"] = backlogged_topic(runner, topic_b, tag=12).acked
+    wait_for(lambda: _topic_exists(services["destination"], topic_b, PARTITIONS), 120,
+             "MirrorMaker 2 to create the new destination topic", 0.2)
+    runner.watch(topic_b)
+    event.t_settled = runner.wait_flowing(event.t0, 180, "every partition of both topics flowing")
+    runner.wait_flowing(time.time(), 60, "flowing")
+    time.sleep(max(args.post, 5.0))
+    event.t1 = time.time()
+    event.notes["load_after"] = load_average()
+    event.result = analyze(event, arrivals, runner.topics)
+    new_topic_timing(event, arrivals, topic_b, preload)
+    events.append(event)
+    _say_mm2(event)
+
+    # 2. a follower node is killed -9: its tasks wait for scheduled.rebalance.max.delay.ms.
+    # 3. then the group leader is killed -9: the new leader does not know the lost tasks and assigns
+    #    them at once (after the Connect session timeout).
+    for wanted in ("follower", "group leader"):
+        live = [i for i, n in enumerate(nodes) if n.alive()]
+        if len(live) < 2:
+            break
+        views = {i: _connect_view(workdir / f"mm2-node{i + 1}" / "mm2.log") for i in live}
+        reported = [views[i][0] for i in live if views[i][0] in urls]
+        alive_leaders = [u for u in reported if u is not None and urls.index(u) in live]
+        leader_url = alive_leaders[0] if alive_leaders else None
+        leader = urls.index(leader_url) if leader_url is not None else None
+        if wanted == "follower":
+            candidates = [i for i in live if i != leader and views[i][1]] or [i for i in live if i != leader]
+        else:
+            candidates = [leader] if leader in live else []
+        if not candidates:
+            say(f"  no live {wanted} node to kill; skipped")
+            continue
+        victim = candidates[0]
+        events.append(_kill_mm2_node(runner, nodes, victim, wanted, views[victim][1], leader_url, args))
+    say("stopping the load; waiting for MirrorMaker 2 to catch up")
+    results = [load.stop() for load in runner.loads]
+    out["load"] = [{"sent": r.sent, "acked": r.acked, "failed": r.failed} for r in results]
     try:
-        create_topic(services["source"], topic_a, PARTITIONS)
-        loads.append(Load(services["source"], [Flow(topic_a, PARTITIONS, args.rate)], tag=11).start())
-        regex = f"stl-{stamp}-mm2-.*"
-        started = time.time()
-        for index in range(1, args.mm2_nodes + 1):
-            node, url = _mm2_node(processes, workdir, index, alias, services, regex, delay_ms)
-            nodes.append(node)
-            urls.append(url)
-        say(f"mirrormaker2: {args.mm2_nodes} dedicated-mode nodes, tasks.max=4, {topic_a} x {PARTITIONS} at "
-            f"{args.rate:,}/s; scheduled.rebalance.max.delay.ms={delay_ms}")
-
-        def dest_ready() -> bool:
-            if not all(n.alive() for n in nodes):
-                raise BenchError("a MirrorMaker 2 node exited:\n" + "\n".join(n.tail() for n in nodes))
-            return _topic_exists(services["destination"], topic_a, PARTITIONS)
-
-        wait_for(dest_ready, 180, "MirrorMaker 2 to create the destination topic", 0.5)
-        arrivals.start()
-        arrivals.add(topic_a, PARTITIONS)
-        bench.topics[topic_a] = PARTITIONS
-        bench.wait_flowing(time.time(), 180, "MirrorMaker 2 flowing on every partition")
-        out["first_flow_s"] = round(time.time() - started, 1)
-        say(f"  flowing after {out['first_flow_s']:.0f}s; settling {args.mm2_settle:.0f}s, then baseline")
-        time.sleep(args.mm2_settle)  # both nodes joined: no start-up rebalance inside the baseline
-        t0 = time.time()
-        time.sleep(args.baseline)
-        out["baseline"] = baseline(arrivals, bench.tps(), t0, time.time())
-        say(f"  baseline: longest gap of any partition {out['baseline']['max_gap_s']:.2f}s")
-
-        # 1. a new topic appears (with a 10 s backlog) and matches the regex
-        preload = int(args.rate * 10)
-        event = Event("add topic", "mirrormaker2", topics=[topic_a])
-        say(f"mirrormaker2 event: add topic [load {load_line()}]")
-        event.notes["load_before"] = load_average()
-        # For MM2, adding a topic is creating one its regex matches: the clock starts there.
-        event.t0 = time.time()
-        create_topic(services["source"], topic_b, PARTITIONS)
-        second = Load(services["source"], [Flow(topic_b, PARTITIONS, args.rate, preload=preload)], tag=12).start()
-        loads.append(second)
-        wait_for(lambda: second.acked >= preload, 60, "backlog of the new topic written")
-        event.notes["backlog_records"] = second.acked
-        wait_for(lambda: _topic_exists(services["destination"], topic_b, PARTITIONS), 120,
-                 "MirrorMaker 2 to create the new destination topic", 0.2)
-        arrivals.add(topic_b, PARTITIONS)
-        bench.topics[topic_b] = PARTITIONS
-        event.t_settled = bench.wait_flowing(event.t0, 180, "every partition of both topics flowing")
-        bench.wait_flowing(time.time(), 60, "flowing")
-        time.sleep(max(args.post, 5.0))
-        event.t1 = time.time()
-        event.notes["load_after"] = load_average()
-        event.result = analyze(event, arrivals, bench.topics)
-        first = min((arrivals.logs[(topic_b, p)].arrivals[0] for p in range(PARTITIONS)
-                     if arrivals.logs[(topic_b, p)].arrivals), default=0.0)
-        event.result["new_topic_first_record_s"] = round(first - event.t0, 2) if first else None
-        caught = _backlog_mirrored_at(arrivals, topic_b, preload)
-        event.result["new_topic_backlog_mirrored_s"] = round(caught - event.t0, 2) if caught else None
-        bench.events.append(event)
-        _say_mm2(event)
-
-        # 2. a follower node is killed -9: its tasks wait for scheduled.rebalance.max.delay.ms.
-        # 3. then the group leader is killed -9: the new leader does not know the lost tasks and assigns
-        #    them at once (after the Connect session timeout).
-        for wanted in ("follower", "group leader"):
-            live = [i for i, n in enumerate(nodes) if n.alive()]
-            if len(live) < 2:
-                break
-            views = {i: _connect_view(workdir / f"mm2-node{i + 1}" / "mm2.log") for i in live}
-            reported = [views[i][0] for i in live if views[i][0] in urls]
-            alive_leaders = [u for u in reported if u is not None and urls.index(u) in live]
-            leader_url = alive_leaders[0] if alive_leaders else None
-            leader = urls.index(leader_url) if leader_url is not None else None
-            if wanted == "follower":
-                candidates = [i for i in live if i != leader and views[i][1]] or [i for i in live if i != leader]
-            else:
-                candidates = [leader] if leader in live else []
-            if not candidates:
-                say(f"  no live {wanted} node to kill; skipped")
-                continue
-            victim = candidates[0]
-            _kill_mm2_node(bench, nodes, victim, wanted, views[victim][1], leader_url, args)
-        say("stopping the load; waiting for MirrorMaker 2 to catch up")
-        results = [load.stop() for load in loads]
-        out["load"] = [{"sent": r.sent, "acked": r.acked, "failed": r.failed} for r in results]
-        try:
-            _wait_destination_complete(services, bench, 180)
-        except BenchError as exc:
-            out["catch_up_error"] = str(exc)
-            say(f"  {exc}; comparing what is there")
-        end = time.time()
-        duplicates_by_event(bench.events, arrivals, end)
-        out["comparison"] = {}
-        for topic in bench.topics:
-            cmp: Comparison = compare(read_log(services["source"], topic, PARTITIONS),
-                                      read_log(services["destination"], topic, PARTITIONS), by="key")
-            out["comparison"][topic] = cmp.to_json()
-            say(f"  {topic}: {cmp.records:,} records, lost {cmp.lost}, duplicated {cmp.duplicated}")
-    finally:
-        for load in loads:
-            load.kill()
-        arrivals.stop()
-        processes.stop_all(20)
-    out["events"] = [_event_json(e) for e in bench.events]
+        # Every source record there, and nothing arrived for 3 s.
+        wait_for(lambda: runner.destination_complete()
+                 and time.time() - max(arrivals.last_arrival(tp) for tp in runner.tps()) > 3,
+                 180, "the destination to hold every source record", 1.0)
+    except BenchError as exc:
+        out["catch_up_error"] = str(exc)
+        say(f"  {exc}; comparing what is there")
+    duplicates_by_event(events, arrivals, time.time())
+    out["comparison"] = compare_topics(runner, by="key")
+    out["events"] = [e.to_json() for e in events]
     return out
 
 
-def _kill_mm2_node(bench: Bench, nodes: list[Proc], victim: int, role: str, tasks: list[str],
-                   leader_url: str | None, args: argparse.Namespace) -> None:
+def _kill_mm2_node(runner: Runner, nodes: list[Proc], victim: int, role: str, tasks: list[str],
+                   leader_url: str | None, args: argparse.Namespace) -> Event:
     """Kill one MM2 node -9 and observe until every partition flows again (or the delay + 2 min ran out)."""
-    arrivals = bench.arrivals
-    event = Event(f"kill -9 worker ({role} node)", "mirrormaker2", topics=list(bench.topics))
+    event = Event(f"kill -9 worker ({role} node)", "mirrormaker2", topics=list(runner.topics))
     say(f"mirrormaker2 event: kill -9 node {victim + 1} (the Connect group's {role}, tasks "
         f"{', '.join(tasks) or 'none'}) [load {load_line()}]")
     event.notes.update({"load_before": load_average(), "victim_role": role, "victim_tasks": tasks,
@@ -587,7 +499,7 @@ def _kill_mm2_node(bench: Bench, nodes: list[Proc], victim: int, role: str, task
     time.sleep(5)
     deadline = time.monotonic() + limit
     last_say = time.monotonic()
-    while not bench.flowing_since(time.time() - 1.0):
+    while not runner.flowing_since(time.time() - 1.0):
         if time.monotonic() > deadline:
             say(f"  not every partition flows again after {limit:.0f}s; ending the window")
             event.notes["gave_up_after_s"] = limit
@@ -597,16 +509,16 @@ def _kill_mm2_node(bench: Bench, nodes: list[Proc], victim: int, role: str, task
         if time.monotonic() - last_say >= 15:
             last_say = time.monotonic()
             now = time.time()
-            stalled = sum(1 for tp in bench.tps() if arrivals.last_arrival(tp) < now - PAUSED_S)
+            stalled = sum(1 for tp in runner.tps() if runner.arrivals.last_arrival(tp) < now - PAUSED_S)
             say(f"  {now - event.t0:.0f}s after the kill: {stalled} partition(s) without arrivals")
         time.sleep(0.5)
     event.t_settled = time.time()
     time.sleep(args.post)
     event.t1 = time.time()
     event.notes["load_after"] = load_average()
-    event.result = analyze(event, arrivals, bench.topics)
-    bench.events.append(event)
+    event.result = analyze(event, runner.arrivals, runner.topics)
     _say_mm2(event)
+    return event
 
 
 def _say_mm2(event: Event) -> None:
@@ -614,20 +526,6 @@ def _say_mm2(event: Event) -> None:
     say(f"  {r['all_paused']} of {r['partitions']} partition(s) paused > {PAUSED_S:.0f}s; longest gap "
         f"{max(r['moved_max_gap_s'], r['unmoved_max_gap_s']):.2f}s; flowing again "
         f"{r['moved_flowing_after_s']:.2f}s after the event")
-
-
-def _wait_destination_complete(services: dict[str, str], bench: Bench, timeout_s: float) -> None:
-    """Destination end offsets >= source end offsets everywhere, and nothing arrived for 3 s."""
-
-    def complete() -> bool:
-        for topic, partitions in bench.topics.items():
-            src = end_offsets(services["source"], topic, partitions)
-            dst = end_offsets(services["destination"], topic, partitions)
-            if src is None or dst is None or any(dst[p] < src[p] for p in src):
-                return False
-        return time.time() - max(bench.arrivals.last_arrival(tp) for tp in bench.tps()) > 3
-
-    wait_for(complete, timeout_s, "the destination to hold every source record", 1.0)
 
 
 # ----------------------------------------------------------------------------- report
@@ -645,7 +543,7 @@ def render(entry: dict[str, Any], history: list[dict[str, Any]] | None = None) -
         f"{' (**quick mode**)' if entry['mode'] == 'quick' else ''} on {m['cpu_model']}, {m['cores']} cores, "
         f"{m['ram_bytes'] / 2**30:.0f} GiB RAM, Python {m['python']}, {m['java']}, Kafka {m['kafka_brokers']}, "
         f"{entry['date'][:10]}; {entry['elapsed_s'] / 60:.1f} min. Load average at start "
-        f"{_fmt_load(entry['load_at_start'])}, at end {_fmt_load(entry['load_at_end'])} ({load_note(entry)}).",
+        f"{fmt_load(entry['load_at_start'])}, at end {fmt_load(entry['load_at_end'])} ({load_note(entry)}).",
         "",
         f"Continuous load of {entry['setup']['rate']:,} records/s on a 16-partition topic (a second topic added "
         "by the first event gets the same rate plus a 10 s backlog). ureplicator: two controllers, two workers, "
@@ -836,16 +734,6 @@ def analysis(entry: dict[str, Any]) -> list[str]:
     return out
 
 
-def _load_runs() -> list[dict[str, Any]]:
-    """Earlier runs from ``bench/results/stalls-*.json``, oldest first."""
-    runs: list[dict[str, Any]] = []
-    for path in sorted(RESULTS_DIR.glob("stalls-*.json")):
-        with contextlib.suppress(ValueError, OSError):
-            loaded = json.loads(path.read_text())
-            runs.extend(loaded if isinstance(loaded, list) else [loaded])
-    return runs
-
-
 def _fmt_s(value: float | None) -> str:
     return "–" if value is None else f"{value:.2f} s"
 
@@ -860,65 +748,45 @@ def load_note(entry: dict[str, Any]) -> str:
             f"the load producer, the probe consumer and the mirroring processes on {cores} cores")
 
 
-def _fmt_load(values: Any) -> str:
-    return "/".join(f"{v:.1f}" for v in values)
-
 
 # ----------------------------------------------------------------------------- main
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m bench.stalls", description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true",
-                        help="smoke run: shorter windows, MM2 rebalance delay 20 s (~3-4 min)")
-    parser.add_argument("--rate", type=int, default=None, help="records/s per topic (default 3000; quick 2000)")
-    parser.add_argument("--no-mm2", action="store_true", help="skip the MirrorMaker 2 phase")
-    parser.add_argument("--only-mm2", action="store_true", help="skip the ureplicator phase (debugging)")
-    parser.add_argument("--mm2-delay-s", type=float, default=None,
-                        help="MM2 scheduled.rebalance.max.delay.ms in seconds (default 300 = MM2's default; quick 20)")
-    parser.add_argument("--baseline", type=float, default=None, help="seconds of quiet flow measured (8; quick 5)")
-    parser.add_argument("--post", type=float, default=None, help="seconds observed after settling (3; quick 2)")
-    parser.add_argument("--mm2-nodes", type=int, default=3,
-                        help="MirrorMaker 2 nodes (3: a follower, then the group leader is killed)")
-    parser.add_argument("--mm2-settle", type=float, default=None,
-                        help="seconds MM2 runs before its baseline (20; quick 10)")
-    parser.add_argument("--broker-heap", default="512m")
-    parser.add_argument("--no-write", action="store_true", help="print only; no JSON, no docs section")
-    parser.add_argument("--render", type=Path, metavar="FILE",
-                        help="only re-render the docs section from the last entry of this results file "
-                             "(the other runs in bench/results/stalls-*.json are listed under it)")
-    args = parser.parse_args(argv)
-    args.rate = args.rate or (2000 if args.quick else 3000)
-    args.mm2_delay_s = args.mm2_delay_s if args.mm2_delay_s is not None else (20.0 if args.quick else 300.0)
-    args.baseline = args.baseline if args.baseline is not None else (5.0 if args.quick else 8.0)
-    args.post = args.post if args.post is not None else (2.0 if args.quick else 3.0)
-    args.mm2_settle = args.mm2_settle if args.mm2_settle is not None else (10.0 if args.quick else 20.0)
+    cli = parser("python -m bench.stalls", __doc__, "512m", render=True)
+    cli.add_argument("--quick", action="store_true",
+                     help="smoke run: shorter windows, MM2 rebalance delay 20 s (~3-4 min)")
+    cli.add_argument("--rate", type=int, default=None, help="records/s per topic (default 3000; quick 2000)")
+    cli.add_argument("--no-mm2", action="store_true", help="skip the MirrorMaker 2 phase")
+    cli.add_argument("--only-mm2", action="store_true", help="skip the ureplicator phase (debugging)")
+    cli.add_argument("--mm2-delay-s", type=float, default=None,
+                     help="MM2 scheduled.rebalance.max.delay.ms in seconds (default 300 = MM2's default; quick 20)")
+    cli.add_argument("--baseline", type=float, default=None, help="seconds of quiet flow measured (8; quick 5)")
+    cli.add_argument("--post", type=float, default=None, help="seconds observed after settling (3; quick 2)")
+    cli.add_argument("--mm2-nodes", type=int, default=3,
+                     help="MirrorMaker 2 nodes (3: a follower, then the group leader is killed)")
+    cli.add_argument("--mm2-settle", type=float, default=None,
+                     help="seconds MM2 runs before its baseline (20; quick 10)")
+    args = cli.parse_args(argv)
+    defaults(args, args.quick, rate=(3000, 2000), mm2_delay_s=(300.0, 20.0), baseline=(8.0, 5.0), post=(3.0, 2.0),
+             mm2_settle=(20.0, 10.0))
     return args
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    now = datetime.now(timezone.utc)
-    stamp = now.strftime("%Y%m%dT%H%M%SZ")
-    entry: dict[str, Any] = {
-        "benchmark": "stalls",
-        "date": now.isoformat(timespec="seconds"),
-        "mode": "quick" if args.quick else "full",
-        "machine": machine_info(),
-        "setup": {"rate": args.rate, "partitions": PARTITIONS, "paused_threshold_s": PAUSED_S,
-                  "gap_window_opens_before_s": GAP_BEFORE_S, "baseline_s": args.baseline, "post_s": args.post,
-                  "ureplicator_config": "defaults (zookeeper.session_timeout_s=10, worker.commit_interval_s=5, "
-                                        "controller.reconcile_interval_s=5)",
-                  "broker_heap": args.broker_heap},
-        "load_at_start": load_average(),
-        "phases": {},
-    }
+    entry, stamp = new_entry("stalls", {
+        "rate": args.rate, "partitions": PARTITIONS, "paused_threshold_s": PAUSED_S,
+        "gap_window_opens_before_s": GAP_BEFORE_S, "baseline_s": args.baseline, "post_s": args.post,
+        "ureplicator_config": "defaults (zookeeper.session_timeout_s=10, worker.commit_interval_s=5, "
+                              "controller.reconcile_interval_s=5)",
+        "broker_heap": args.broker_heap}, mode="quick" if args.quick else "full")
+    entry["phases"] = {}
     wall = time.monotonic()
     say(f"stalls benchmark ({entry['mode']}) at {args.rate:,} records/s; load {load_line()}")
-    with own_stack("stalls", heap=args.broker_heap) as (services, root):
-        workdir = bench_dir("stalls") / f"run-{stamp}"
-        workdir.mkdir(parents=True, exist_ok=True)
+    with stage("stalls", args.broker_heap, stamp) as (services, root, workdir):
         if not args.only_mm2:
-            entry["phases"]["ureplicator"] = ureplicator_phase(services, workdir, stamp, args, stack_root=root)
+            with Runner(services, root, workdir, f"stl{stamp[-7:-1]}", Profile(args.rate)) as runner:
+                entry["phases"]["ureplicator"] = ureplicator_phase(runner, stamp, args)
         if args.no_mm2:
             entry["mm2_skipped"] = "--no-mm2"
         else:
@@ -928,7 +796,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 entry["mm2_skipped"] = f"MirrorMaker 2 jars missing: {exc}"
                 say(entry["mm2_skipped"])
             else:
-                entry["phases"]["mirrormaker2"] = mm2_phase(services, workdir, stamp, args)
+                with Runner(services, None, workdir, "mm2", Profile(args.rate), ident="key",
+                            stop_timeout_s=20) as runner:
+                    entry["phases"]["mirrormaker2"] = mm2_phase(runner, stamp, args)
     entry["elapsed_s"] = round(time.monotonic() - wall, 1)
     entry["load_at_end"] = load_average()
     return entry
@@ -944,37 +814,22 @@ def print_summary(entry: dict[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    if args.render is not None:
-        from bench import render as renderer
-
-        renderer.render_file(renderer.by_name("stalls-bench"), args.render)
+    if rendered(args, "stalls-bench"):  # the other runs in bench/results/stalls-*.json are listed under it
         return 0
-    done: dict[str, Any] = {}
-    history: list[dict[str, Any]] = []
 
-    def go() -> dict[str, Any]:
-        done["entry"] = run(args)
-        return done["entry"]
-
-    def summary(entry: dict[str, Any]) -> None:
+    def summary(entry: dict[str, Any]) -> int:
+        """1 when ureplicator lost a record (MirrorMaker 2's losses are reported, not failed)."""
         print_summary(entry)
-        done["lost"] = sum(c["lost"] for phase in entry["phases"].values()
-                           for c in phase.get("comparison", {}).values())
-        if not args.no_write:
-            history.extend(_load_runs())  # the earlier runs, read right before this one is appended
-
-    status = run_and_record(go, prefix="stalls", start=START, end=END, render=lambda e: render(e, history),
-                            summary=summary, no_write=args.no_write)
-    if status:
-        return status
-    entry = done["entry"]
-    with contextlib.suppress(Exception):
-        urep_lost = sum(c["lost"] for c in entry["phases"]["ureplicator"]["comparison"].values())
+        lost = sum(c["lost"] for phase in entry["phases"].values() for c in phase.get("comparison", {}).values())
+        urep_lost = sum(c["lost"] for c in entry["phases"].get("ureplicator", {}).get("comparison", {}).values())
         if urep_lost:
             say(f"ureplicator LOST {urep_lost} records")
             return 1
-    say(f"records lost over the run (all systems): {done['lost']}")
-    return 0
+        say(f"records lost over the run (all systems): {lost}")
+        return 0
+
+    return run_and_record(lambda: run(args), section="stalls-bench", summary=summary, no_write=args.no_write)
+
 
 if __name__ == "__main__":
     sys.exit(main())

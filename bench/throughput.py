@@ -20,11 +20,12 @@ JIT warm-up lie before it) and closes ``--steady`` seconds later; records/s and
 CPU seconds per million records (with and without JVM JIT compiler threads) are
 taken between the two edge samples. A run whose destination was complete before
 the window closed is invalid: the backlog must outlast the fastest variant's
-window. After the window every run drains the rest of the backlog; when every
-destination partition's end offset reaches the source's, the benchmark waits
-``SETTLE_S`` and requires exact per-partition equality (no loss, no duplicates
-by count). ``--scale 1,2,4`` adds the scaling curve on the 100 B topic (N worker
-processes against ``tasks.max`` N; N = 1 is the main 100 B run).
+window (the backlog is then topped up and the run repeated once). When the window
+closes the variant is stopped gracefully; once the destination's end offsets stayed
+put for ``SETTLE_S`` every destination record is read back and must be its source's
+record at that position (no loss, no duplicate, order kept). ``--scale 1,2,4`` adds
+the scaling curve on the 100 B topic (N worker processes against ``tasks.max`` N;
+N = 1 is the main 100 B run).
 
 Results go to ``bench/results/throughput-<date>.json`` (appended) and, for runs
 that are not ``--quick``, to the throughput-bench section of
@@ -36,8 +37,6 @@ checkout's ``.venv/bin/python`` when it has one).
 from __future__ import annotations
 
 import argparse
-import contextlib
-import hashlib
 import json
 import multiprocessing as mp
 import random
@@ -56,43 +55,51 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-import yaml
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from bench import mm2
+from bench import render as bench_render
 from bench.common import (
     CONSUMER_SETTINGS,
     DOC,
     PRODUCER_SETTINGS,
+    RAW_LIMIT_BYTES,
     REPO,
     RESULTS_DIR,
     append_json,
+    code_version,
     load_average,
     machine_info,
     proc_sample,
     replace_section,
-    stop_process,
 )
+from bench.harness import BenchError, CheckoutProcesses, Pipeline
+from bench.render import by_name
 from bench.window import (
     Measured,
     Plan,
     Point,
     ThreadLedger,
     compiler_cpu,
-    count_check,
     measure,
     rate_spread,
     thread_cpu_between,
     thread_group,
 )
 from devtools import jvm
-from devtools.harness import Offsets, create_topic, delete_topics, list_topics, own_stack, say
-from devtools.ports import free_port
+from devtools.harness import (
+    Offsets,
+    Proc,
+    Processes,
+    create_topic,
+    delete_topics,
+    list_topics,
+    own_stack,
+    say,
+    wait_for,
+)
 from ureplicator.common.errors import UReplicatorError
-from ureplicator.controller.client import request
 
-START = "<!-- throughput-bench:start -->"
-END = "<!-- throughput-bench:end -->"
 SCHEMA = 2  # results entries written by this method (steady window); older entries are not rendered
 PARTITIONS = 16
 KEY_BYTES = 8
@@ -103,8 +110,6 @@ SCALED: tuple[str, ...] = ("ureplicator", "mirrormaker2")
 EOS_VARIANTS: tuple[str, ...] = ("ureplicator", "ureplicator-eos", "mirrormaker2-eos")
 ALL_VARIANTS: tuple[str, ...] = (*VARIANTS, "ureplicator-eos", "mirrormaker2-eos")
 TRANSACTION_INTERVAL_MS = 1000
-EOS_START = "<!-- eos-bench:start -->"
-EOS_END = "<!-- eos-bench:end -->"
 POLL_S = 0.5
 THREADS_EVERY_S = 1.0
 SETTLE_S = 3.0  # after the destination reached the source's end offsets: late duplicates would show by then
@@ -121,10 +126,6 @@ def label(variant: str, scale: int) -> str:
     if variant.startswith("mirrormaker2"):
         return f"MirrorMaker 2 ({scale} task{'s' if scale != 1 else ''}{mode})"
     return "raw client pair"
-
-
-class BenchError(Exception):
-    """A run could not be completed or measured fairly (process died, timed out, backlog too short)."""
 
 
 class BacklogTooShort(BenchError):
@@ -195,7 +196,6 @@ class Bench:
     drain_timeout_s: float
     repo: Path = REPO  # checkout the controller and worker run from (--worker-repo)
     python: str = sys.executable  # the interpreter they run with
-    end_mode: str = "stop"  # "stop": stop at the window's end and verify by identity; "drain": mirror everything
     runs: list[Run] = field(default_factory=list)
     counter: int = 0
     destination: Offsets | None = None
@@ -277,16 +277,14 @@ def observe(bench: Bench, run: Run, name: str, topic: str, ds: Dataset, pids: li
 
     ``pids`` are the processes whose CPU counts, ``rss_pids`` those whose peak RSS does;
     ``started`` is when the variant was handed its work (for the first-record time only).
-    End (``bench.end_mode``): "stop" stops the variant with ``stop`` (SIGTERM, graceful)
-    when the window closes and verifies every destination record by identity
-    (:func:`verify_prefix`); "drain" lets it mirror the whole backlog and compares the
-    per-partition end offsets with the source's.
+    When the window closes the variant is stopped with ``stop`` (SIGTERM, graceful) and
+    every destination record is verified by identity (:func:`verify`).
 
     ``transactional``: the destination holds transaction markers, which take offsets but are
     no records. The end check then reads ``read_committed`` and checks order by position
-    (:func:`verify_committed`), and every rate is scaled by records per offset it counted,
+    (:func:`verify`), and every rate is scaled by records per offset it counted,
     so markers never count as copied records (MirrorMaker 2 commits a transaction per poll,
-    so it writes more of them than we do). Only the stop end applies.
+    so it writes more of them than we do).
     """
     assert bench.destination is not None
     plan = bench.plan
@@ -333,13 +331,8 @@ def observe(bench: Bench, run: Run, name: str, topic: str, ds: Dataset, pids: li
                 run.load_window = load_average()
                 run.peak_rss_bytes = _peak_rss(rss_pids)
                 rate = (closed.point.records - opened.point.records) / (closed.point.t - opened.point.t)
-                say(f"  {name}: window closed: {rate / 1000:.1f}k rec/s; "
-                    + ("stopping it" if bench.end_mode == "stop" else "draining the rest"))
-                if bench.end_mode == "stop":
-                    break
-        if closed is not None and complete:
-            run.drained_s = round(now - (first_at or now), 3)
-            break
+                say(f"  {name}: window closed: {rate / 1000:.1f}k rec/s; stopping it")
+                break
         if problem := alive():
             raise BenchError(f"{name}: {problem} after {now - started:.1f}s at {n:,}/{ds.records:,} records")
         timeout = max(bench.drain_timeout_s, ds.records / 10_000)  # a topped-up backlog gets more time
@@ -347,36 +340,26 @@ def observe(bench: Bench, run: Run, name: str, topic: str, ds: Dataset, pids: li
             raise BenchError(f"{name}: timed out after {timeout:.0f}s at {n:,}/{ds.records:,} records")
         if now - last_print >= PROGRESS_S:
             rate = (n - last_n) / (now - last_print)
-            phase = "warm-up" if opened is None else ("window" if closed is None else "drain")
+            phase = "warm-up" if opened is None else "window"
             say(f"  {name}: {n:>11,}/{ds.records:,} ({100 * n / ds.records:5.1f}%) {rate / 1000:7.1f}k rec/s [{phase}]")
             last_print, last_n = now, n
         time.sleep(POLL_S)
     assert opened is not None and closed is not None
-    if bench.end_mode == "stop":
-        # Stop gracefully, wait until nothing more arrives, then check every record by identity.
-        stopping = time.monotonic()
-        stop()
-        final = _settled_ends(bench, topic)
-        run.extra["stop_s"] = round(time.monotonic() - stopping, 1)
-        checked = time.monotonic()
-        if transactional:
-            bad, records = verify_committed(bench.services["destination"], topic, final)
-            run.extra["records_per_offset"] = round(records / sum(final), 6) if sum(final) else 1.0
-        else:
-            bad, records = verify_prefix(bench.services["destination"], topic, final), sum(final)
-        run.count_diff = {str(p): -n for p, n in bad.items()}
-        run.extra["end"] = {"mode": "stop", "records_checked": records, "ends": final,
-                            "check_s": round(time.monotonic() - checked, 1)}
-        say(f"  {name}: stopped in {run.extra['stop_s']}s; {records:,} destination records checked by identity "
-            f"in {run.extra['end']['check_s']}s: " + ("exact" if not bad else f"MISMATCHES {bad}"))
-    else:
-        # The exact count check: settle, then per partition equality with the source's end offsets.
-        time.sleep(SETTLE_S)
-        final = bench.destination.end(topic, PARTITIONS)
-        if final is None:
-            raise BenchError(f"{name}: could not read the destination's end offsets for the count check")
-        run.count_diff = count_check(final, targets)
-        run.extra["end"] = {"mode": "drain", "records_checked": sum(final), "ends": final}
+    # Stop gracefully, wait until nothing more arrives, then check every record by identity.
+    stopping = time.monotonic()
+    stop()
+    final = _settled_ends(bench, topic)
+    run.extra["stop_s"] = round(time.monotonic() - stopping, 1)
+    checked = time.monotonic()
+    bad, records = verify(bench.services["destination"], topic, final,
+                          "read_committed" if transactional else "read_uncommitted")
+    if transactional:
+        run.extra["records_per_offset"] = round(records / sum(final), 6) if sum(final) else 1.0
+    run.count_diff = {str(p): -n for p, n in bad.items()}
+    run.extra["end"] = {"mode": "stop", "records_checked": records, "ends": final,
+                        "check_s": round(time.monotonic() - checked, 1)}
+    say(f"  {name}: stopped in {run.extra['stop_s']}s; {records:,} destination records checked by identity "
+        f"in {run.extra['end']['check_s']}s: " + ("exact" if not bad else f"MISMATCHES {bad}"))
     groups = thread_cpu_between(opened.threads, closed.threads)
     result: Measured = measure(opened.point, closed.point, compiler_cpu(groups))
     if transactional:  # offsets -> records: markers are not copied records
@@ -405,19 +388,21 @@ def observe(bench: Bench, run: Run, name: str, topic: str, ds: Dataset, pids: li
         run.error = f"count check failed: destination - source per partition {run.count_diff}"
 
 
-def _exited(popen: subprocess.Popen[bytes], log: Path) -> Callable[[], str | None]:
+def _exited(procs: list[Proc]) -> Callable[[], str | None]:
+    """The first of ``procs`` that exited, with its status and last log lines (None while all run)."""
+
     def check() -> str | None:
-        if popen.poll() is None:
-            return None
-        tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:]) if log.exists() else ""
-        return f"process exited with status {popen.returncode}; last log lines:\n{tail}"
+        for proc in procs:
+            if not proc.alive():
+                return f"{proc.name} exited with status {proc.popen.returncode}; last log lines:\n{proc.tail(15)}"
+        return None
 
     return check
 
 
-def _mm2_alive(popen: subprocess.Popen[bytes], log: Path) -> Callable[[], str | None]:
+def _mm2_alive(proc: Proc, log: Path) -> Callable[[], str | None]:
     """MM2 keeps running when its connector config is refused; its log says so."""
-    exited = _exited(popen, log)
+    exited = _exited([proc])
     checked = {"offset": 0}
 
     def check() -> str | None:
@@ -437,11 +422,6 @@ def _mm2_alive(popen: subprocess.Popen[bytes], log: Path) -> Callable[[], str | 
         return None
 
     return check
-
-
-def _spawn(cmd: list[str], log: Path, cwd: Path) -> subprocess.Popen[bytes]:
-    with open(log, "ab") as out:
-        return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=str(cwd))
 
 
 def preload_key(index: int) -> bytes:
@@ -470,44 +450,15 @@ def _settled_ends(bench: Bench, topic: str, quiet_s: float = SETTLE_S, timeout_s
     raise BenchError(f"the destination's end offsets of {topic} did not settle within {timeout_s:.0f}s")
 
 
-def verify_prefix(bootstrap: str, topic: str, ends: list[int], timeout_s: float = 900) -> dict[int, int]:
-    """Read every destination record below ``ends``; per partition, how many are not the source's record at
-    their offset (by key). Empty: each partition holds exactly its source's first ``ends[p]`` records, in
-    order — nothing lost, duplicated or reordered."""
+def verify(bootstrap: str, topic: str, ends: list[int], isolation: str = "read_uncommitted",
+           timeout_s: float = 900) -> tuple[dict[int, int], int]:
+    """Read every destination record below ``ends``; per partition, how many are not the source's record
+    at their position (the n-th record read must be the source's n-th, by key), and how many records
+    were read. Empty: every partition holds exactly a prefix of its source partition, in order, with no
+    loss and no duplicate; ``read_committed`` (a transactional destination) also with no aborted copy
+    visible, and transaction markers, which take offsets, are skipped."""
     consumer = Consumer({**CONSUMER_SETTINGS, "bootstrap.servers": bootstrap, "group.id": "bench-verify",
-                         "enable.auto.commit": False, "log_level": 2})
-    wanted = [p for p in range(PARTITIONS) if ends[p] > 0]
-    consumer.assign([TopicPartition(topic, p, 0) for p in wanted])
-    expected_next = [0] * PARTITIONS
-    bad: dict[int, int] = {}
-    left = sum(ends)
-    deadline = time.monotonic() + timeout_s
-    try:
-        while left > 0:
-            if time.monotonic() > deadline:
-                raise BenchError(f"reading {topic} back took longer than {timeout_s:.0f}s ({left:,} records left)")
-            for msg in consumer.consume(10_000, 1.0):
-                if msg.error() is not None:
-                    continue
-                p, o = msg.partition(), msg.offset()
-                if o >= ends[p]:
-                    continue
-                if o != expected_next[p] or msg.key() != preload_key(source_index(o, p)):
-                    bad[p] = bad.get(p, 0) + 1
-                expected_next[p] = o + 1
-                left -= 1
-    finally:
-        consumer.close()
-    return bad
-
-
-def verify_committed(bootstrap: str, topic: str, ends: list[int], timeout_s: float = 900) -> tuple[dict[int, int], int]:
-    """Read every committed destination record below ``ends`` (``read_committed``); per partition, how
-    many are not the source's record at their position (the n-th record read must be the source's
-    n-th), and how many records were read. Empty: every partition holds exactly a prefix of its source
-    partition, in order, with no duplicate and no aborted copy visible."""
-    consumer = Consumer({**CONSUMER_SETTINGS, "bootstrap.servers": bootstrap, "group.id": "bench-verify",
-                         "enable.auto.commit": False, "isolation.level": "read_committed", "log_level": 2})
+                         "enable.auto.commit": False, "isolation.level": isolation, "log_level": 2})
     wanted = [p for p in range(PARTITIONS) if ends[p] > 0]
     consumer.assign([TopicPartition(topic, p, 0) for p in wanted])
     position = [0] * PARTITIONS  # records read so far per partition = the source offset expected next
@@ -542,12 +493,6 @@ def verify_committed(bootstrap: str, topic: str, ends: list[int], timeout_s: flo
     return bad, sum(position)
 
 
-def _stop_all(procs: list[subprocess.Popen[bytes]]) -> None:
-    """SIGTERM in reverse start order (workers before their controller), each given 30 s to finish."""
-    for proc in reversed(procs):
-        stop_process(proc, 30)
-
-
 def _peak_rss(pids: list[int]) -> int:
     total = 0
     for pid in pids:
@@ -569,58 +514,33 @@ def run_ureplicator(bench: Bench, ds: Dataset, rnd: int, scale: int = 1, profile
     # Exactly-once is pipeline-wide: the controller records the mode, the workers must agree.
     mode = {"exactly_once": True, "transaction_interval_ms": TRANSACTION_INTERVAL_MS} if exactly_once else {}
     destination = f"{ds.topic}.urep{run_no}"
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    config = {
-        "pipeline": f"bench{bench.stamp}r{run_no}",
-        "zookeeper": {"connect": bench.services["zookeeper"]},
-        "source": {"alias": "src", "bootstrap_servers": bench.services["source"]},
-        "destination": {"alias": "dst", "bootstrap_servers": bench.services["destination"]},
-        "controller": {"rest_host": "127.0.0.1", "rest_port": port},
-        "worker": {"id": "bench-worker", **mode},  # every other key at its default; --id per process below
-    }
-    config_path = folder / "pipeline.yaml"
-    config_path.write_text(yaml.safe_dump(config))
-    python = [bench.python, "-m", "ureplicator"]
-    procs: list[subprocess.Popen[bytes]] = []
+    processes = CheckoutProcesses(folder, bench.repo, bench.python)
+    # Every key not named here at its default.
+    pipeline = Pipeline(bench.services, processes, f"bench{bench.stamp}r{run_no}", overrides={"worker": mode})
     spy: subprocess.Popen[bytes] | None = None
     try:
-        controller = _spawn([*python, "controller", "--config", str(config_path)], folder / "controller.log",
-                            bench.repo)
-        procs.append(controller)
-        _wait_http(url, "/health", controller, folder / "controller.log")
-        workers = []
-        for i in range(scale):
-            cfg = folder / f"worker{i}.yaml"
-            cfg.write_text(yaml.safe_dump({**config, "worker": {"id": f"bench-worker-{i}", **mode}}))
-            worker = _spawn([*python, "worker", "--config", str(cfg)], folder / f"worker{i}.log", bench.repo)
-            procs.append(worker)
-            workers.append(worker)
-        _wait_workers(url, workers, folder, scale)
+        controller = pipeline.start_controller("controller")
+        wait_for(lambda: pipeline.leader() is not None, 60, "the controller to lead", 0.2)
+        workers = [pipeline.start_worker(f"bench-worker-{i}", timeout_s=90) for i in range(scale)]
+        procs = [controller, *workers]
         run.load_before = load_average()
         started = time.monotonic()
-        status, body = request(f"{url}/topics", "POST",
-                               {"topic": ds.topic, "numPartitions": PARTITIONS, "destination": destination})
-        if status != 201:
-            raise BenchError(f"POST /topics answered {status}: {body}")
+        pipeline.add_topic(ds.topic, PARTITIONS, destination)
         if profile_to is not None:
             spy = _start_py_spy(workers[0].pid, profile_to)
-        checks = [_exited(p, folder / ("controller.log" if p is controller else f"worker{procs.index(p) - 1}.log"))
-                  for p in procs]
         controller_rss = proc_sample(controller.pid)
         observe(bench, run, f"{variant} x{scale} {ds.label}", destination, ds, [p.pid for p in procs], started,
-                lambda: next((problem for check in checks if (problem := check())), None),
-                [w.pid for w in workers], lambda: _stop_all(procs), transactional=exactly_once)
+                _exited(procs), [w.pid for w in workers], pipeline.stop_all, transactional=exactly_once)
         run.extra.update({
             "controller_peak_rss_bytes": controller_rss.hwm_bytes if controller_rss else 0,
             "destination_topic": destination,
-            "pipeline": config["pipeline"],
+            "pipeline": pipeline.name,
         })
     finally:
         if spy is not None:
             _stop_py_spy(spy)
-        for proc in reversed(procs):
-            stop_process(proc, 30)
+        pipeline.stop_all()
+        processes.stop_all()
         _cleanup(bench, [destination])
     return run
 
@@ -636,19 +556,17 @@ def run_mirrormaker2(bench: Bench, ds: Dataset, rnd: int, scale: int = 1, exactl
     _cleanup(bench, [destination])
     cmd = mm2.command(folder, alias, bench.services["source"], bench.services["destination"], ds.topic,
                       tasks_max=scale, exactly_once=exactly_once)
-    popen: subprocess.Popen[bytes] | None = None
+    processes = Processes(folder)
     try:
         run.load_before = load_average()
         started = time.monotonic()
-        popen = _spawn(cmd, folder / "stdout.log", folder)
-        mm2_process = popen
-        observe(bench, run, f"{variant} x{scale} {ds.label}", destination, ds, [popen.pid], started,
-                _mm2_alive(popen, folder / "mm2.log"), [popen.pid], lambda: _stop_all([mm2_process]),
+        proc = processes.spawn("stdout", cmd, folder)
+        observe(bench, run, f"{variant} x{scale} {ds.label}", destination, ds, [proc.pid], started,
+                _mm2_alive(proc, folder / "mm2.log"), [proc.pid], lambda: processes.stop_all(),
                 transactional=exactly_once)
         run.extra.update({"destination_topic": destination, "source_alias": alias})
     finally:
-        if popen is not None:
-            stop_process(popen, 20)
+        processes.stop_all(20)
         internal = [t for t in list_topics(bench.services["destination"]) if alias in t.split(".")]
         _cleanup(bench, [destination, *internal])
     return run
@@ -666,18 +584,16 @@ def run_raw(bench: Bench, ds: Dataset, rnd: int, scale: int = 1) -> Run:
     cmd = [sys.executable, "-m", "bench.rawcopy", "--source", bench.services["source"],
            "--destination", bench.services["destination"], "--topic", ds.topic, "--to", destination,
            "--partitions", str(PARTITIONS), "--records", str(ds.records)]
-    popen: subprocess.Popen[bytes] | None = None
+    processes = Processes(folder)
     try:
         run.load_before = load_average()
         started = time.monotonic()
-        popen = _spawn(cmd, folder / "rawcopy.log", REPO)
-        raw_process = popen
-        observe(bench, run, f"raw {ds.label}", destination, ds, [popen.pid], started,
-                _exited(popen, folder / "rawcopy.log"), [popen.pid], lambda: _stop_all([raw_process]))
+        proc = processes.spawn("rawcopy", cmd)
+        observe(bench, run, f"raw {ds.label}", destination, ds, [proc.pid], started, _exited([proc]), [proc.pid],
+                lambda: processes.stop_all())
         run.extra["destination_topic"] = destination
     finally:
-        if popen is not None:
-            stop_process(popen, 10)
+        processes.stop_all(10)
         _cleanup(bench, [destination])
     return run
 
@@ -689,36 +605,6 @@ RUNNERS: dict[str, Callable[..., Run]] = {
     "ureplicator-eos": lambda bench, ds, rnd, scale=1: run_ureplicator(bench, ds, rnd, scale, exactly_once=True),
     "mirrormaker2-eos": lambda bench, ds, rnd, scale=1: run_mirrormaker2(bench, ds, rnd, scale, exactly_once=True),
 }
-
-
-def _wait_http(url: str, path: str, popen: subprocess.Popen[bytes], log: Path, timeout_s: float = 60) -> None:
-    alive = _exited(popen, log)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if problem := alive():
-            raise BenchError(f"controller: {problem}")
-        with contextlib.suppress(UReplicatorError):
-            status, body = request(f"{url}{path}", timeout_s=2)
-            if status == 200 and isinstance(body, dict) and body.get("is_leader"):
-                return
-        time.sleep(0.2)
-    raise BenchError(f"controller at {url} not healthy (leader) within {timeout_s:.0f}s")
-
-
-def _wait_workers(url: str, workers: list[subprocess.Popen[bytes]], folder: Path, count: int,
-                  timeout_s: float = 90) -> None:
-    checks = [_exited(w, folder / f"worker{i}.log") for i, w in enumerate(workers)]
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        for check in checks:
-            if problem := check():
-                raise BenchError(f"worker: {problem}")
-        status, body = request(f"{url}/instances", timeout_s=5)
-        rows = body.get("instances", []) if status == 200 and isinstance(body, dict) else []
-        if sum(1 for row in rows if row.get("live") and row.get("generation") is not None) >= count:
-            return
-        time.sleep(0.2)
-    raise BenchError(f"{count} worker(s) did not register within {timeout_s:.0f}s")
 
 
 def _cleanup(bench: Bench, topics: list[str]) -> None:
@@ -742,8 +628,9 @@ def _start_py_spy(pid: int, output: Path) -> subprocess.Popen[bytes] | None:
     # frames; it has to pause the process per sample (no --nonblocking), so this run is untimed.
     cmd = [spy, "record", "--pid", str(pid), "--format", "raw", "--native", "--rate", "200", "--output", str(output)]
     say(f"  profiling the worker (pid {pid}) with py-spy into {output}")
-    log = output.with_suffix(".log")
-    return _spawn(cmd, log, output.parent)
+    with open(output.with_suffix(".log"), "ab") as log:
+        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                cwd=str(output.parent))
 
 
 def _stop_py_spy(spy: subprocess.Popen[bytes]) -> None:
@@ -1411,21 +1298,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              "one worker / task; results in throughput-eos-<date>.json and the eos-bench section")
     parser.add_argument("--datasets", default="100B,1KB", help="comma-separated subset of 100B,1KB")
     parser.add_argument("--profile", action="store_true", help="py-spy the worker in one extra untimed run")
-    parser.add_argument("--end", choices=("stop", "drain"), default="stop",
-                        help="after the window: stop the variant and verify every destination record by identity "
-                             "(default), or let it mirror the whole backlog and compare end offsets")
     parser.add_argument("--stop-by", default=None, metavar="HH:MM",
                         help="start no run that could end after this local time; the runs done are written")
-    parser.add_argument("--no-top-up", dest="top_up", action="store_false",
-                        help="do not grow the backlog and repeat a run that drained it before its window closed")
     parser.add_argument("--drain-timeout", type=float, default=None,
                         help="seconds per run before it counts as failed (default: backlog / 10k rec/s, >= 600)")
     parser.add_argument("--broker-heap", default="1g", help="heap of each local broker (default 1g)")
     parser.add_argument("--worker-repo", type=Path, default=REPO,
                         help="run controller and worker from this checkout (its .venv/bin/python if present)")
-    parser.add_argument("--no-snapshot", dest="snapshot", action="store_false",
-                        help="run --worker-repo's files in place instead of a copy taken at the start")
-    parser.add_argument("--stack", type=Path, default=None, help="use a running `ureplicator stack up --dir D`")
     parser.add_argument("--no-write", action="store_true", help="print only; no JSON, no docs section")
     parser.add_argument("--render", type=Path, default=None, metavar="RESULTS_JSON",
                         help="only re-write the docs section from the last full run in RESULTS_JSON")
@@ -1463,22 +1342,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def code_version(repo: Path) -> dict[str, Any]:
-    """The commit the worker ran from and a digest of its Python sources (to notice edits mid-run)."""
-    digest = hashlib.sha256()
-    for path in sorted([*repo.glob("worker/*.py"), *repo.glob("common/*.py"), *repo.glob("worker/*.so")]):
-        digest.update(path.name.encode())
-        digest.update(path.read_bytes())
-    try:
-        commit = subprocess.run(["git", "-C", str(repo), "rev-parse", "--short", "HEAD"], capture_output=True,
-                                text=True, timeout=10, check=False).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--", "worker", "common"],
-                               capture_output=True, text=True, timeout=10, check=False).stdout.strip()
-    except OSError:
-        commit, dirty = "", ""
-    return {"commit": commit or "unknown", "worker_common_modified": bool(dirty), "sources_sha256": digest.hexdigest()}
-
-
 SNAPSHOT_SKIP = {".venv", ".cache", ".git", "bench", "tests", "docs", "helm", "jvm", "__pycache__", ".pytest_cache",
                  ".ruff_cache", ".hypothesis"}
 
@@ -1507,11 +1370,9 @@ def _interrupt(signum: int, _frame: object) -> None:
 
 def render_file(path: Path) -> int:
     """``--render FILE``: the throughput or exactly-once section from FILE's last full run."""
-    from bench import render
-
     entries = json.loads(path.read_text())
     eos = bool((entries[-1] if isinstance(entries, list) else entries).get("exactly_once"))
-    render.render_file(render.by_name("eos-bench" if eos else "throughput-bench"), path)
+    bench_render.render_file(by_name("eos-bench" if eos else "throughput-bench"), path)
     return 0
 
 
@@ -1553,7 +1414,7 @@ def main(argv: list[str] | None = None) -> int:
     workdir.mkdir(parents=True, exist_ok=True)
     repo = args.worker_repo.resolve()
     code_before = code_version(repo)
-    run_from = snapshot(repo, workdir) if args.snapshot and repo != REPO else repo
+    run_from = snapshot(repo, workdir) if repo != REPO else repo
     order = plan_runs(datasets, args.variants, args.scale, args.rounds)
     say("backlogs: " + ", ".join(f"{d.records:,} x {d.value_bytes} B" for d in datasets)
         + f"; {len(order)} runs; warm-up {args.warmup:.0f}s, window {args.steady:.0f}s; "
@@ -1571,9 +1432,9 @@ def main(argv: list[str] | None = None) -> int:
     profile: dict[str, Any] | None = None
     rounds_done = 0
     interrupted = False
-    with own_stack("throughput", args.broker_heap, running=args.stack) as (services, _):
+    with own_stack("throughput", args.broker_heap) as (services, _):
         bench = Bench(services, workdir, stamp, Plan(args.warmup, args.steady), drain_timeout, repo=run_from,
-                      python=worker_python(repo), end_mode=args.end)
+                      python=worker_python(repo))
         bench.destination = Offsets(services["destination"])
         for ds in datasets:
             preload(services, ds)
@@ -1595,7 +1456,7 @@ def main(argv: list[str] | None = None) -> int:
                         break
                     except BacklogTooShort as exc:
                         run = Run(variant, scale, ds.label, rnd, bench.counter, ds.records, error=str(exc))
-                        if attempt == 2 or not args.top_up:
+                        if attempt == 2:
                             break
                         bigger = top_up_size(ds.records, exc.rate, bench.plan)
                         say(f"  {exc}; topping the backlog up to {bigger:,} records and running it again")
@@ -1639,7 +1500,10 @@ def main(argv: list[str] | None = None) -> int:
                 if out.exists():
                     profile = {"dataset": ds.label, "records_per_s_while_profiled": round(prun.records_per_s),
                                **summarize_profile(out)}
-                    keep = RESULTS_DIR / f"throughput-profile-{now.strftime('%Y-%m-%d')}-{ds.label}.txt"
+                    # The raw stacks are per-sample data: over RAW_LIMIT_BYTES they go to the git-ignored raw/.
+                    folder = RESULTS_DIR / "raw" if out.stat().st_size > RAW_LIMIT_BYTES else RESULTS_DIR
+                    folder.mkdir(exist_ok=True)
+                    keep = folder / f"throughput-profile-{now.strftime('%Y-%m-%d')}-{ds.label}.txt"
                     shutil.copyfile(out, keep)
                     profile["raw_file"] = str(keep.relative_to(REPO))
             except Exception as exc:  # optional extra: never lose the measured runs over it
@@ -1671,7 +1535,7 @@ def main(argv: list[str] | None = None) -> int:
             "warmup_s": args.warmup,
             "steady_s": args.steady,
             "settle_s": SETTLE_S,
-            "end": args.end,
+            "end": "stop",
             "broker_heap": args.broker_heap,
             "producer": {k: v for k, v in PRODUCER_SETTINGS.items() if not k.startswith("queue.")},
             "consumer": CONSUMER_SETTINGS,
@@ -1690,21 +1554,18 @@ def main(argv: list[str] | None = None) -> int:
     kind = "throughput-eos" if args.exactly_once else "throughput"
     results = RESULTS_DIR / f"{kind}-{now.strftime('%Y-%m-%d')}.json"
     entry["results_file"] = str(results.relative_to(REPO))
-    start, end, render = ((EOS_START, EOS_END, render_eos_section) if args.exactly_once
-                          else (START, END, render_section))
     (workdir / "result.json").write_text(json.dumps(entry, indent=2) + "\n")
-    (workdir / "section.md").write_text(render(entry) + "\n")
+    (workdir / "section.md").write_text((render_eos_section if args.exactly_once else render_section)(entry) + "\n")
     if args.no_write:
         say(f"--no-write: result and docs section left in {workdir.relative_to(REPO)}")
-    elif args.quick:
-        # A smoke run's numbers are not worth publishing over a full run's.
-        append_json(results, entry)
-        say(f"results appended to {results.relative_to(REPO)} (quick: docs section left alone; "
-            f"it is in {workdir.relative_to(REPO)}/section.md)")
     else:
+        # The section is rendered from the results file, as by python -m bench.render: from its last
+        # full run, so a smoke run (--quick) is recorded but never published over a full run's numbers.
         append_json(results, entry)
-        replace_section(DOC, start, end, render(entry))
-        say(f"results appended to {results.relative_to(REPO)}; section updated in {DOC.relative_to(REPO)}")
+        section = by_name("eos-bench" if args.exactly_once else "throughput-bench")
+        replace_section(DOC, section.start, section.end, section.render(results))
+        say(f"results appended to {results.relative_to(REPO)}; section rendered in {DOC.relative_to(REPO)}"
+            + (f" (quick: this run is in {workdir.relative_to(REPO)}/section.md)" if args.quick else ""))
     say(f"done in {(time.monotonic() - wall) / 60:.1f} min")
     if interrupted:
         return 130

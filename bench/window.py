@@ -152,10 +152,3 @@ def _at(series: list[tuple[float, int]], t: float) -> tuple[float, int]:
         else:
             break
     return best
-
-
-def count_check(ends: list[int], targets: list[int]) -> dict[str, int]:
-    """Per partition destination minus source records; empty when every partition matches exactly."""
-    if len(ends) != len(targets):
-        raise ValueError(f"{len(ends)} destination partitions against {len(targets)} source partitions")
-    return {str(p): e - t for p, (e, t) in enumerate(zip(ends, targets, strict=True)) if e != t}

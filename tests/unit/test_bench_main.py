@@ -42,8 +42,8 @@ def render(entry: dict[str, Any]) -> str:
 
 def record(run: Any, paths: tuple[Path, Path], **kwargs: Any) -> int:
     results, doc = paths
-    return recording.run_and_record(run, prefix="fake", start=START, end=END, render=render,
-                                    results_dir=results, doc=doc, **kwargs)
+    section = bench_render.Section("fake-bench", "fake", __name__, "render")
+    return recording.run_and_record(run, section=section, results_dir=results, doc=doc, **kwargs)
 
 
 def test_success_appends_results_and_replaces_only_the_section(paths: tuple[Path, Path],

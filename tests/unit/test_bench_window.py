@@ -13,7 +13,6 @@ from bench.window import (
     Point,
     ThreadLedger,
     compiler_cpu,
-    count_check,
     is_compiler_thread,
     measure,
     rate_spread,
@@ -93,13 +92,6 @@ def test_rate_spread_splits_the_window_into_equal_parts() -> None:
     slowing = [(0.0, 0), (10.0, 30_000), (20.0, 50_000), (30.0, 60_000)]
     assert rate_spread(slowing, 3) == [3000.0, 2000.0, 1000.0]
     assert rate_spread([(0.0, 5)], 3) == []
-
-
-def test_count_check_reports_every_partition_that_differs() -> None:
-    assert count_check([5, 6, 7], [5, 6, 7]) == {}
-    assert count_check([5, 8, 6], [5, 6, 7]) == {"1": 2, "2": -1}
-    with pytest.raises(ValueError, match="partitions"):
-        count_check([1, 2], [1, 2, 3])
 
 
 def test_dataset_targets_spread_the_backlog_round_robin() -> None:

@@ -1,0 +1,497 @@
+"""One runner for the fault benchmarks: a load profile, a fault script and the measures, as data.
+
+The stalls, drill and soak benchmarks (``bench/stalls.py``, ``drill.py``, ``soak.py``) say
+*what* happens; this module does it, the same way for each:
+
+* :func:`stage` starts the benchmark's own stack (``devtools.harness.own_stack``, always
+  stopped again) and makes its run folder;
+* :class:`Runner` holds the pipeline's controllers and workers (:class:`bench.harness.Pipeline`),
+  the mirrored topics, the load producers (:class:`bench.harness.Load`) and the destination
+  consumer (:class:`bench.harness.Arrivals`), and stops all of them whatever happens;
+  :meth:`Runner.start` brings a :class:`Profile` up until every partition flows;
+* a fault script is a list of :class:`Fault` steps: :meth:`Runner.step` breaks, stays down,
+  repairs, and waits until every partition flows again
+  (:meth:`Runner.diagnose_never_recovered` when it does not); the fault library
+  (:func:`stop_worker`, :func:`stop_leader`, :func:`freeze`, :func:`stop_service`) builds them;
+* the measures at the end: :meth:`Runner.finish` stops the load and waits until the
+  destination caught up, :func:`compare_logs` reads both logs exactly,
+  :func:`acked_check` accounts for every acknowledged record, :func:`duplicate_arrivals`
+  and :func:`duplicates_after` attribute re-arrivals to the step they followed, and
+  :func:`run_verifier` runs the PySpark verifier.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from bench.common import REPO, load_average, machine_info
+from bench.harness import (
+    KEY,
+    TAG_SHIFT,
+    TP,
+    Arrivals,
+    BenchError,
+    Comparison,
+    Flow,
+    Load,
+    LoadResult,
+    LogRead,
+    Pipeline,
+    compare,
+    load_line,
+    longest_gap,
+    read_log,
+)
+from devtools import stack
+from devtools.harness import Processes, bench_dir, create_topic, end_offsets, own_stack, say, wait_for
+
+PARTITIONS = 16
+PAUSED_S = 2.0  # a partition with no arrival for longer than this counts as paused
+
+
+# ----------------------------------------------------------------------------- scenarios as data
+
+
+@dataclass(frozen=True)
+class Profile:
+    """The pipeline and the load a scenario runs under."""
+
+    rate: int  # records/s per topic
+    controllers: tuple[str, ...] = ("c1", "c2")
+    workers: tuple[str, ...] = ("w1", "w2")
+    tag: int = 1  # the load keys' run tag (the acknowledged-records check decodes it)
+    track_acked: bool = False  # keep the key of every record the source acknowledged
+    overrides: dict[str, dict[str, Any]] | None = None  # pipeline config sections
+    isolation: str = "read_uncommitted"  # of the destination consumer and the log comparison
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One step of a fault script: what breaks, what repairs it, how to tell the pipeline recovered.
+
+    ``fault`` returns what it hit (recorded as ``killed``); ``recovered`` is waited for after
+    the repair, before the wait for every partition to flow; ``down_s`` overrides the
+    runner's time between the two.
+    """
+
+    name: str
+    fault: Callable[[], Any]
+    repair: Callable[[], Any]
+    recovered: Callable[[], bool] | None = None
+    down_s: float | None = None
+
+
+def new_entry(benchmark: str, setup: dict[str, Any], **extra: Any) -> tuple[dict[str, Any], str]:
+    """A results entry's common head (date, machine, load at start) and the run's timestamp."""
+    now = datetime.now(timezone.utc)
+    entry = {"benchmark": benchmark, "date": now.isoformat(timespec="seconds"), **extra,
+             "machine": machine_info(), "setup": setup, "load_at_start": load_average()}
+    return entry, now.strftime("%Y%m%dT%H%M%SZ")
+
+
+def defaults(args: argparse.Namespace, quick: bool, **values: tuple[Any, Any]) -> None:
+    """Fill every option left at None with its (full, quick) default."""
+    for name, (full, smoke) in values.items():
+        if getattr(args, name) is None:
+            setattr(args, name, smoke if quick else full)
+
+
+@contextlib.contextmanager
+def stage(name: str, heap: str, stamp: str) -> Iterator[tuple[dict[str, str], Path, Path]]:
+    """The benchmark's own stack and its run folder: ``(services, stack root, workdir)``."""
+    with own_stack(name, heap=heap) as (services, root):
+        workdir = bench_dir(name) / f"run-{stamp}"
+        workdir.mkdir(parents=True, exist_ok=True)
+        yield services, root, workdir
+
+
+# ----------------------------------------------------------------------------- the runner
+
+
+class Runner:
+    """The processes, topics, load and destination consumer of one scenario; a context manager."""
+
+    def __init__(self, services: dict[str, str], root: Path | None, workdir: Path, name: str, profile: Profile,
+                 ident: str = "urep", stop_timeout_s: float = 30) -> None:
+        self.services = services
+        self.root = root
+        self.workdir = workdir
+        self.profile = profile
+        self.processes = Processes(workdir)
+        self.pipeline = Pipeline(services, self.processes, name, overrides=profile.overrides)
+        self.arrivals = Arrivals(services["destination"], ident=ident, isolation=profile.isolation)
+        self.topics: dict[str, int] = {}  # mirrored topics -> partitions
+        self.loads: list[Load] = []
+        self.steps: list[dict[str, Any]] = []
+        self.down_s = 0.0
+        self.settle_s = 2.0
+        self.stop_timeout_s = stop_timeout_s
+
+    def __enter__(self) -> Runner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for load in self.loads:
+            load.kill()
+        self.arrivals.stop()
+        self.pipeline.stop_all()
+        self.processes.stop_all(self.stop_timeout_s)
+
+    # -- load and topics
+
+    def load(self, topic: str, tag: int, preload: int = 0, track_acked: bool = False) -> Load:
+        """Start a producer writing ``topic`` at the profile's rate (after ``preload`` records at once)."""
+        flow = Flow(topic, PARTITIONS, self.profile.rate, preload=preload)
+        load = Load(self.services["source"], [flow], tag=tag, track_acked=track_acked).start()
+        self.loads.append(load)
+        return load
+
+    def watch(self, topic: str) -> None:
+        """Record ``topic``'s arrivals on the destination from now on."""
+        self.arrivals.add(topic, PARTITIONS)
+        self.topics[topic] = PARTITIONS
+
+    def mirror(self, topic: str) -> None:
+        """``POST /topics`` and record its arrivals."""
+        self.pipeline.add_topic(topic, PARTITIONS)
+        self.watch(topic)
+
+    def start(self, topic: str, balanced: bool = True) -> Load:
+        """Controllers, workers, the topic under load; returns once every partition flows.
+
+        ``balanced``: the initial assignment must also give every worker a share.
+        """
+        for label in self.profile.controllers:
+            self.pipeline.start_controller(label)
+        for worker in self.profile.workers:
+            self.pipeline.start_worker(worker)
+        create_topic(self.services["source"], topic, PARTITIONS)
+        self.arrivals.start()
+        self.mirror(topic)
+        load = self.load(topic, self.profile.tag, track_acked=self.profile.track_acked)
+        workers = set(self.profile.workers)
+        wait_for(lambda: self.pipeline.settled(self.topics)
+                 and (not balanced or set(self.pipeline.owners(topic).values()) == workers),
+                 90, "initial assignment")
+        self.wait_flowing(time.time(), 60, "initial flow")
+        return load
+
+    # -- flow
+
+    def tps(self, topics: list[str] | None = None) -> list[TP]:
+        return [(t, p) for t in (topics or list(self.topics)) for p in range(self.topics[t])]
+
+    def flowing_since(self, since: float, topics: list[str] | None = None) -> bool:
+        return all(self.arrivals.last_arrival(tp) > since for tp in self.tps(topics))
+
+    def wait_flowing(self, since: float, timeout_s: float, what: str, topics: list[str] | None = None) -> float:
+        """Wait until every partition had an arrival after ``since``; returns when that happened."""
+        wait_for(lambda: self.flowing_since(since, topics), timeout_s, what, 0.2)
+        return time.time()
+
+    def leader(self) -> str:
+        label = self.pipeline.leader()
+        if label is None:
+            raise BenchError("no controller says it leads")
+        return label
+
+    # -- fault steps
+
+    def step(self, fault: Fault) -> dict[str, Any]:
+        """Break, stay down, repair, wait until every partition flows again; the step's record."""
+        name = fault.name
+        say(f"drill: {name} [load {load_line()}]")
+        record: dict[str, Any] = {"name": name, "load_before": load_average()}
+        t0 = time.time()
+        record["killed"] = fault.fault()
+        time.sleep(self.down_s if fault.down_s is None else fault.down_s)
+        t_restart = time.time()
+        fault.repair()
+        t_ready = time.time()  # the restarted component answers (broker ready, process registered)
+        if fault.recovered is not None:
+            wait_for(fault.recovered, 120, f"{name}: recovered", 0.3)
+        try:
+            flowing = self.wait_flowing(t_ready, 180, f"{name}: every partition flowing again")
+        except BenchError:
+            self.diagnose_never_recovered(name)
+            raise
+        time.sleep(self.settle_s)
+        t1 = time.time()
+        gaps = [longest_gap(self.arrivals.logs[tp].arrivals, t0, t1, 0.5) for tp in self.tps()]
+        record.update({
+            "down_s": round(t_restart - t0, 2),
+            "restart_took_s": round(t_ready - t_restart, 2),
+            "flowing_after_ready_s": round(flowing - t_ready, 2),
+            "flowing_after_restart_s": round(flowing - t_restart, 2),
+            "flowing_after_kill_s": round(flowing - t0, 2),
+            "max_gap_s": round(max(g for g, _ in gaps), 2),
+            "partitions_paused": sum(1 for g, _ in gaps if g > PAUSED_S),
+            "t0": t0,
+            "t1": t1,
+            "load_after": load_average(),
+        })
+        say(f"  down {record['down_s']:.1f}s; restart took {record['restart_took_s']:.1f}s; every partition "
+            f"flowing {record['flowing_after_ready_s']:.1f}s after it was back; longest destination gap "
+            f"{record['max_gap_s']:.1f}s ({record['partitions_paused']} partition(s) paused > 2 s)")
+        self.steps.append(record)
+        return record
+
+    def diagnose_never_recovered(self, name: str) -> None:
+        """A step that never recovered: the stalled partitions' ends, and every process's thread stacks."""
+        recent = time.time() - 10
+        stalled = [tp for tp in self.tps() if self.arrivals.last_arrival(tp) <= recent]
+        ends = {t: end_offsets(self.services["destination"], t, n) for t, n in self.topics.items()}
+        at = [ends[t][p] if ends[t] else "unknown" for t, p in stalled]
+        seen = [len(self.arrivals.logs[tp].idents) for tp in stalled]
+        say(f"  {name}: partitions without an arrival for 10 s: {[p for _, p in stalled]}; their destination "
+            f"end offsets {at}; records the reader saw there {seen}")
+        for proc in [*self.pipeline.workers.values(), *self.pipeline.controllers.values()]:
+            with contextlib.suppress(OSError):
+                os.kill(proc.pid, signal.SIGUSR1)  # faulthandler: thread stacks into the process's log
+        # A last stable offset held back by a transaction nobody finishes (exactly-once mode):
+        # Kafka's own tool names it, with its producer id and start offset.
+        for args in (["list"], ["find-hanging", "--broker-id", "1"]):
+            say(f"  kafka-transactions {' '.join(args)}:\n{transactions_tool(self.services['destination'], args)}")
+        time.sleep(1)
+
+    # -- measures
+
+    def finish(self, timeout_s: float, strict: bool = False) -> tuple[list[LoadResult], str | None]:
+        """Stop the load; wait until the committed offsets and the destination reach every source end.
+
+        Returns the loads' results and why the catch-up failed (None when it did not);
+        ``strict`` raises instead. Then the consumer and the pipeline stop (workers commit).
+        """
+        results = [load.stop() for load in self.loads]
+        error = None
+        try:
+            wait_for(self._caught_up, timeout_s, "committed offsets at the end of every partition", 1.0)
+        except BenchError as exc:
+            if strict:
+                raise
+            error = str(exc)
+            say(f"  {exc}; comparing what is there")
+        time.sleep(1)
+        self.arrivals.stop()
+        self.pipeline.stop_all()
+        return results, error
+
+    def _caught_up(self) -> bool:
+        status, body = self.pipeline.api("GET", "/offset")
+        return status == 200 and body.get("total_lag") == 0 and self.destination_complete()
+
+    def destination_complete(self) -> bool:
+        """Every mirrored topic's destination end offsets at or past its source's."""
+        for topic, partitions in self.topics.items():
+            src = end_offsets(self.services["source"], topic, partitions)
+            dst = end_offsets(self.services["destination"], topic, partitions)
+            if src is None or dst is None or any(dst[p] < src[p] for p in src):
+                return False
+        return True
+
+
+# ----------------------------------------------------------------------------- the fault library
+# Each builds one Fault on a running scenario; ``name`` is what the results call the step.
+
+
+def stop_worker(runner: Runner, worker: str, name: str, kill: bool = True, down_s: float | None = None,
+                recovered: Callable[[], bool] | None = None) -> Fault:
+    """kill -9 (or SIGTERM) ``worker``; the repair starts it again."""
+    pipeline = runner.pipeline
+
+    def fault() -> str:
+        if kill:
+            pipeline.workers[worker].kill()
+        else:
+            pipeline.workers[worker].terminate(60)
+        return worker
+
+    return Fault(name, fault, lambda: pipeline.start_worker(worker, timeout_s=90), recovered, down_s)
+
+
+def stop_leader(runner: Runner, name: str, label: str | None = None, kill: bool = True,
+                down_s: float | None = None, recovered: Callable[[], bool] | None = None) -> Fault:
+    """kill -9 (or SIGTERM) the leading controller (``label``, or whichever leads when the fault strikes);
+    the repair waits for the standby to lead, then starts it again."""
+    pipeline = runner.pipeline
+    hit: list[str] = []
+
+    def fault() -> str:
+        hit.append(label or runner.leader())
+        if kill:
+            pipeline.controllers[hit[-1]].kill()
+        else:
+            pipeline.controllers[hit[-1]].terminate(60)
+        return hit[-1]
+
+    def repair() -> None:
+        wait_for(lambda: pipeline.leader() is not None, 60, "the standby to lead", 0.3)
+        pipeline.start_controller(hit[-1])
+
+    return Fault(name, fault, repair, recovered, down_s)
+
+
+def freeze(pid: int, name: str, hit: str, down_s: float) -> Fault:
+    """SIGSTOP ``pid`` for ``down_s`` seconds, then SIGCONT (a process that stops answering, then wakes up)."""
+    return Fault(name, lambda: os.kill(pid, signal.SIGSTOP) or hit, lambda: os.kill(pid, signal.SIGCONT),
+                 down_s=down_s)
+
+
+def stop_service(runner: Runner, service: str, name: str, kill: bool = False, down_s: float | None = None) -> Fault:
+    """Stop (or kill -9) a stack service (a broker or ZooKeeper; its data stays); the repair starts it again."""
+    root = runner.root
+    assert root is not None
+    stop = stack.kill_service if kill else stack.stop_service
+    return Fault(name, lambda: stop(root, service) or service,
+                 lambda: stack.start_service(root, service, timeout_s=120), down_s=down_s)
+
+
+def compare_logs(services: dict[str, str], topic: str, by: str = "urep", isolation: str = "read_uncommitted",
+                 ) -> tuple[dict[int, LogRead], dict[int, LogRead], Comparison]:
+    """Both logs of ``topic`` read to their ends, and their exact comparison."""
+    source = read_log(services["source"], topic, PARTITIONS)
+    destination = read_log(services["destination"], topic, PARTITIONS, isolation=isolation)
+    return source, destination, compare(source, destination, by=by)
+
+
+def acked_check(result: LoadResult, tag: int, topic: str, source: dict[int, LogRead],
+                destination: dict[int, LogRead]) -> dict[str, Any]:
+    """Every record the source acknowledged must be in the source log and on the destination."""
+    missing_source = missing_destination = acked = 0
+    samples: list[str] = []
+    for (t, p), seqs in (result.acked_keys or {}).items():
+        if t != topic:
+            continue
+        in_source = set(source[p].keys)
+        on_destination = set(destination[p].keys)
+        for seq in seqs:
+            acked += 1
+            ident = (tag << TAG_SHIFT) | seq
+            if ident not in in_source:
+                missing_source += 1
+            if ident not in on_destination:
+                missing_destination += 1
+                if len(samples) < 10:
+                    samples.append(f"{p}:{seq}")
+    return {"acked": acked, "missing_from_source_log": missing_source,
+            "missing_on_destination": missing_destination, "samples": samples, "key_format": KEY.format}
+
+
+def duplicate_arrivals(arrivals: Arrivals) -> list[tuple[float, TP]]:
+    """(arrival time, partition) of every record that arrived again after its first arrival."""
+    found: list[tuple[float, TP]] = []
+    for tp, log in arrivals.logs.items():
+        seen: set[int] = set()
+        for ident, arrival in zip(log.idents, log.arrivals, strict=True):
+            if ident in seen:
+                found.append((arrival, tp))
+            else:
+                seen.add(ident)
+    return found
+
+
+def duplicates_after(starts: list[float], found: list[tuple[float, TP]], end: float) -> list[list[tuple[float, TP]]]:
+    """The duplicates that arrived from each start until the next one (the last until ``end``)."""
+    return [[(t, tp) for t, tp in found if start <= t < (starts[i + 1] if i + 1 < len(starts) else end)]
+            for i, start in enumerate(starts)]
+
+
+def count_step_duplicates(steps: list[dict[str, Any]], arrivals: Arrivals) -> None:
+    """Each step's ``duplicates``: re-arrivals from its fault until the next step's."""
+    per_step = duplicates_after([s["t0"] for s in steps], duplicate_arrivals(arrivals), float("inf"))
+    for step, mine in zip(steps, per_step, strict=True):
+        step["duplicates"] = len(mine)
+
+
+# ----------------------------------------------------------------------------- external tools
+
+
+def transactions_tool(bootstrap: str, args: list[str], timeout_s: float = 60) -> str:
+    """The output of Kafka's ``kafka-transactions.sh`` (TransactionsCommand, from the pinned jars)."""
+    from devtools import jvm
+
+    cmd = [jvm.java_executable(), "-cp", jvm.classpath("kafka"), "org.apache.kafka.tools.TransactionsCommand",
+           "--bootstrap-server", bootstrap, *args]
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
+    except (OSError, subprocess.TimeoutExpired, jvm.JvmError) as exc:
+        return f"(could not run: {exc})"
+    lines = [line for line in (done.stdout + done.stderr).splitlines() if not line.startswith("log4j:")]
+    return "\n".join(lines).strip() or f"(no output, exit {done.returncode})"
+
+
+def run_verifier(config: Path, output: Path, timeout_s: float) -> dict[str, Any]:
+    """``python -m ureplicator.verifier``; its verdict line, exit status and the JSON report's totals."""
+    output.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "ureplicator.verifier", "--config", str(config), "--output", str(output),
+           "--master", "local[2]"]
+    say(f"drill: running the verifier: {' '.join(cmd[1:])}")
+    started = time.monotonic()
+    log = output / "verifier.log"
+    try:
+        with open(log, "wb") as err:
+            proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=err, cwd=str(REPO), timeout=timeout_s,
+                                  check=False)
+    except subprocess.TimeoutExpired:
+        return {"exit_status": None, "error": f"timed out after {timeout_s:.0f}s", "log": str(log)}
+    stdout = proc.stdout.decode(errors="replace").strip()
+    record: dict[str, Any] = {
+        "exit_status": proc.returncode,
+        "verdict_line": stdout.splitlines()[-1].replace(f"{REPO}/", "") if stdout else "",
+        "elapsed_s": round(time.monotonic() - started, 1),
+        "log": str(log.relative_to(REPO)) if log.is_relative_to(REPO) else str(log),
+        "command": " ".join(["python", *cmd[1:]]).replace(f"{REPO}/", ""),
+    }
+    match = re.search(r"report (\S+)", stdout)
+    report = Path(match.group(1)) if match else None
+    if report is not None and not report.is_absolute():
+        report = REPO / report
+    if report is not None and report.exists() and report.suffix == ".json":
+        try:
+            doc = json.loads(report.read_text())
+            record["status"] = doc.get("status")
+            record["totals"] = doc.get("totals")
+            record["report"] = str(report)
+        except ValueError as exc:
+            record["report_error"] = str(exc)
+    if proc.returncode == 2 or not stdout:
+        record["stderr_tail"] = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
+    say(f"  verifier exit {proc.returncode} after {record['elapsed_s']:.0f}s: "
+        f"{record['verdict_line'] or '(no verdict)'}")
+    return record
+
+
+def verdict(out: dict[str, Any]) -> tuple[int, str]:
+    """The drill's and the soak's verdict: nothing lost and the verifier says OK/WARN."""
+    lost = out["comparison"]["lost"] + out["acknowledged"]["missing_on_destination"]
+    verifier = out.get("verifier", {})
+    if lost:
+        return 1, f"FAIL: {lost} records lost"
+    status = verifier.get("exit_status")
+    if verifier.get("skipped"):
+        return 0, "OK (verifier skipped)"
+    if status == 1:
+        return 1, "FAIL: the verifier found a problem"
+    if status != 0:
+        return 2, f"verifier could not run (exit {status})"
+    return 0, "OK"
+
+
+def drop_timestamps(steps: list[dict[str, Any]]) -> None:
+    """The steps' raw epoch timestamps are for attribution only; they are not recorded."""
+    for step in steps:
+        step.pop("t0", None)
+        step.pop("t1", None)
