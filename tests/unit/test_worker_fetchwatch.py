@@ -1,0 +1,163 @@
+"""The fetch watch's decisions (worker/fetchwatch.py) and its end-offset reader, with an injected clock."""
+
+from __future__ import annotations
+
+import pytest
+
+from ureplicator.worker import fetchwatch
+from ureplicator.worker.endoffsets import EndOffsets
+from ureplicator.worker.fetchwatch import REASSIGN, REPLACE, FetchWatch, Watched
+
+TP = ("orders", 0)
+ACQ = object()  # one acquisition of TP
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def run(watch: FetchWatch, clock: Clock, seconds: int, position: int, end: int | None,
+        paused: bool = False, hold: bool = False, acquisition: object = ACQ) -> list[fetchwatch.Stall]:
+    """``seconds`` one-second looks at TP, the end read just before each look; every decision made."""
+    decided = []
+    for _ in range(seconds):
+        clock.now += 1.0
+        if hold:
+            watch.hold()
+        ends = {} if end is None else {TP: (end, clock.now - 0.1)}
+        decided += watch.observe(clock.now, {TP: Watched(acquisition, position, paused)}, ends)
+    return decided
+
+
+def test_a_partition_whose_source_grew_while_its_position_stood_still_is_stalled():
+    # Given a partition whose consumer fetched up to 500, the source's end being 500
+    clock, watch = Clock(), FetchWatch(stall_s=10)
+    assert run(watch, clock, 3, position=500, end=500) == []
+    # When the source grows to 620 and the position does not move
+    early = run(watch, clock, 9, position=500, end=620)
+    late = run(watch, clock, 2, position=500, end=620)
+    # Then nothing is decided before fetch_stall_s, and then it is re-assigned at its position
+    assert early == []
+    assert [(s.tp, s.position, s.end, s.action) for s in late] == [(TP, 500, 620, REASSIGN)]
+    assert late[0].stalled_s >= 10
+
+
+def test_the_remedies_escalate_reassign_then_replace_each_a_stall_period_apart():
+    clock, watch = Clock(), FetchWatch(stall_s=5)
+    run(watch, clock, 2, position=10, end=10)
+    decided = run(watch, clock, 30, position=10, end=50)
+    # Then: re-assign first, the consumer replaced a period later, and again each period while it lasts
+    assert [s.action for s in decided] == [REASSIGN, REPLACE, REPLACE, REPLACE, REPLACE]
+    # And once the position moves the watch starts again from the gentle remedy
+    run(watch, clock, 2, position=50, end=50)
+    assert [s.action for s in run(watch, clock, 10, position=50, end=80)] == [REASSIGN]
+
+
+def test_an_exactly_once_partition_at_its_end_is_not_stalled_by_its_markers():
+    # Given a read_committed consumer at the end of a transactional topic: the last stable offset
+    # stays ahead of the position (a commit marker, aborted records)
+    clock, watch = Clock(), FetchWatch(stall_s=5)
+    # When that gap lasts, without growing, far longer than fetch_stall_s
+    decided = run(watch, clock, 60, position=1000, end=1003)
+    # Then it is never a stall
+    assert decided == []
+
+
+def test_nothing_is_decided_while_the_end_offset_is_unknown_or_old():
+    clock, watch = Clock(), FetchWatch(stall_s=5)
+    run(watch, clock, 2, position=10, end=10)
+    run(watch, clock, 1, position=10, end=40)  # the source grew once, then its cluster went away
+    # When no end is read any more (the source cluster is down)
+    assert run(watch, clock, 30, position=10, end=None) == []
+    # And an end read long ago does not speak for now either
+    stale = watch.observe(clock.now + 1, {TP: Watched(ACQ, 10)}, {TP: (40, clock.now - 30)})
+    assert stale == []
+
+
+def test_an_end_read_before_the_position_moved_is_not_taken_for_growth():
+    clock, watch = Clock(), FetchWatch(stall_s=5)
+    run(watch, clock, 1, position=10, end=10)
+    clock.now += 1
+    watch.observe(clock.now, {TP: Watched(ACQ, 90)}, {TP: (10, clock.now - 5)})  # moved; the read is older
+    # Then later reads of the same end decide nothing: 90 is the end
+    assert run(watch, clock, 20, position=90, end=90) == []
+
+
+def test_a_partition_the_worker_pauses_itself_is_never_stalled():
+    # Given a partition held back by the worker (stopped, released, rewinding): its end grows
+    clock, watch = Clock(), FetchWatch(stall_s=5)
+    run(watch, clock, 2, position=10, end=10)
+    assert run(watch, clock, 30, position=10, end=500, paused=True) == []
+    # And once it is not paused any more its clock starts from then, not from the growth
+    assert run(watch, clock, 4, position=10, end=600) == []
+    assert [s.action for s in run(watch, clock, 4, position=10, end=600)] == [REASSIGN]
+
+
+def test_backpressure_restarts_every_clock():
+    # Given the loop holding back fetching (in-flight cap, rate limit, fence, full producer queue)
+    clock, watch = Clock(), FetchWatch(stall_s=5)
+    run(watch, clock, 2, position=10, end=10)
+    assert run(watch, clock, 30, position=10, end=900, hold=True) == []
+    # When the hold ends, the stall is timed from then
+    decided = run(watch, clock, 8, position=10, end=1000)
+    assert [s.action for s in decided] == [REASSIGN]
+
+
+def test_a_new_acquisition_starts_the_watch_again():
+    clock, watch = Clock(), FetchWatch(stall_s=5)
+    run(watch, clock, 2, position=10, end=10)
+    run(watch, clock, 4, position=10, end=50)
+    # When the partition is rewound (a new acquisition at the same position)
+    assert run(watch, clock, 4, position=10, end=50, acquisition=object()) == []
+
+
+def test_watched_marks_what_the_worker_holds_back():
+    acquisitions = {("t", p): object() for p in range(5)}
+    seen = fetchwatch.watched(acquisitions, {("t", 0): 7}, stopped=[("t", 1)], releasing=[("t", 2)],
+                              rewinding=[("t", 3)], routed=[("t", 0), ("t", 1), ("t", 2), ("t", 3)])
+    assert {tp: w.paused for tp, w in seen.items()} == {
+        ("t", 0): False, ("t", 1): True, ("t", 2): True, ("t", 3): True, ("t", 4): True}
+    assert seen[("t", 0)].position == 7 and seen[("t", 4)].position == -1
+
+
+def test_a_zero_stall_period_builds_no_watch():
+    with pytest.raises(ValueError):
+        FetchWatch(0)
+
+
+class _Log:
+    def __init__(self) -> None:
+        self.events: list[str] = []
+
+    def warning(self, event: str, **_: object) -> None:
+        self.events.append(event)
+
+    def info(self, event: str, **_: object) -> None:
+        self.events.append(event)
+
+
+def test_end_offsets_keep_the_last_answer_and_say_when_the_source_is_away():
+    clock, log = Clock(), _Log()
+    answers: list[dict | Exception] = [{TP: 40, ("orders", 1): 7}, ConnectionError("source down"), {TP: 55}]
+
+    def query(partitions, timeout_s):
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    ends = EndOffsets(query, interval_s=1.0, log=log, clock=clock)
+    ends._wanted = frozenset({TP, ("orders", 1)})  # as want() sets it, without the thread
+    ends.ask_once()
+    assert ends.snapshot() == {TP: (40, 100.0), ("orders", 1): (7, 100.0)}
+    clock.now = 103.0
+    ends.ask_once()  # the source is away: the answers keep their age, the watch sees them grow old
+    assert ends.snapshot()[TP] == (40, 100.0) and log.events == ["end_offsets_unknown"]
+    clock.now = 106.0
+    ends.ask_once()
+    assert ends.snapshot() == {TP: (55, 106.0), ("orders", 1): (7, 100.0)}
+    assert log.events == ["end_offsets_unknown", "end_offsets_known_again"]
