@@ -63,7 +63,7 @@ from bench.harness import (
 )
 from bench.recording import run_and_record
 from devtools import stack
-from devtools.harness import Processes, bench_dir, create_topic, end_offsets, own_stack, say, wait_for
+from devtools.harness import Processes, bench_dir, create_topic, end_offsets, own_stack, say, stalled_ends, wait_for
 
 START = "<!-- drill:start -->"
 END = "<!-- drill:end -->"
@@ -107,10 +107,9 @@ class Drill:
         """A step that never recovered: the stalled partitions' ends, and every process's thread stacks."""
         recent = time.time() - 10
         stalled = [p for p in range(PARTITIONS) if self.arrivals.last_arrival((self.topic, p)) <= recent]
-        ends = end_offsets(self.services["destination"], self.topic, PARTITIONS)
         seen = [len(self.arrivals.logs[(self.topic, p)].idents) for p in stalled]
-        say(f"  {name}: partitions without an arrival for 10 s: {stalled}; their destination end offsets "
-            f"{[ends[p] for p in stalled] if ends else 'unknown'}; records the reader saw there {seen}")
+        say(f"  {name}: partitions without an arrival for 10 s: {stalled}; their "
+            f"{stalled_ends(self.services, self.topic, stalled)}; records the reader saw there {seen}")
         for proc in [*self.pipeline.workers.values(), *self.pipeline.controllers.values()]:
             with contextlib.suppress(OSError):
                 os.kill(proc.pid, signal.SIGUSR1)  # faulthandler: thread stacks into the process's log
