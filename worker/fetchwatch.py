@@ -22,7 +22,8 @@ Nothing is decided while
   record, being released, waiting for a rewind, not routed (an abandoned batch);
 * the loop held back fetching at all since the last look (:meth:`FetchWatch.hold`): the
   in-flight cap, the rate limit, a fence, a transaction that cannot commit yet, a full
-  producer queue. Every clock starts again then, so backpressure is never a stall.
+  producer queue, or a consumer queue the loop never emptied (it is behind: a record fetched
+  now waits its turn there). Every clock starts again then, so backpressure is never a stall.
 
 Escalation per stalled partition: first :data:`REASSIGN` (unassign and assign it again at
 the position the loop consumes next); if it is still stalled ``fetch_stall_s`` later,

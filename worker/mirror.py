@@ -25,6 +25,10 @@ the status node in :mod:`worker.status`. Clients come from outside
   may own them now), re-register and wait for a fresh assignment.
 * Shutdown: stop fetching, wait for acks up to ``worker.stop_timeout_s``,
   commit, deregister (a fenced worker purges instead of waiting and commits nothing).
+* Fetch watch (``worker.fetch_stall_s``, :mod:`worker.fetchwatch`): a partition whose source
+  end offset grew while the consumer's position stood still (librdkafka #5153, after a source
+  broker restart) is assigned again at its next offset, then the source consumer is replaced.
+  Every turn that holds back fetching on purpose tells the watch, so backpressure is no stall.
 * Exactly-once mode (``worker.exactly_once``, :mod:`worker.transactions`), on the Python
   loop only: records and the positions they complete commit in one transaction every
   ``worker.transaction_interval_ms``; a release commits it first; a fence, a lost session
@@ -199,6 +203,8 @@ class MirrorWorker:
         # Where the watch last assigned a partition (its acquisition, the offset): the consumer's
         # position is unknown again until a record of it is consumed.
         self._fetch_from: dict[TP, tuple[PartitionAcks, int]] = {}
+        # Whether a consume since the last look came back short: librdkafka's queue was empty then.
+        self._queue_drained = False
 
     def _bind_producer(self) -> None:
         """Point the C loop at the current producer (None: the Python loop serves it)."""
@@ -465,6 +471,8 @@ class MirrorWorker:
         """
         consume = self.consumer.consume
         messages = consume(limit, 0)
+        if len(messages) < limit:
+            self._queue_drained = True  # the fetch watch: no fetched record waits behind this batch
         if messages or self._fetch_wait_s <= 0:
             return messages
         messages = consume(1, self._fetch_wait_s)
@@ -512,6 +520,11 @@ class MirrorWorker:
         if watch is None or self._ends is None or now < self._watch_at:
             return
         self._watch_at = now + self._watch_every_s
+        if not self._queue_drained:
+            # The loop is behind its consumer's queue (up to queued.max.messages.kbytes): a record
+            # fetched now waits its turn there, which is lag, not a stall.
+            watch.hold()
+        self._queue_drained = False
         partitions = self.ledger.partitions
         self._ends.want(partitions)
         for tp in [tp for tp, (acks, _) in self._fetch_from.items() if partitions.get(tp) is not acks]:
