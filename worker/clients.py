@@ -120,6 +120,7 @@ class WorkerClients:
     end_offsets: Callable[[list[tuple[str, int]], float], dict[tuple[str, int], int]] | None = None
     commit_thread: bool = True  # False: commit calls run in the caller's thread (unit tests)
     handoff_thread: bool = True  # False: an acquisition's reads run in the loop's thread (unit tests)
+    watch_thread: bool = True  # False: the fetch watch reads end offsets in the loop's thread (unit tests)
 
 
 @dataclass(frozen=True)

@@ -23,8 +23,9 @@ class EndOffsets:
     """The latest end offset read per partition, with the (loop's) clock time its question was sent."""
 
     def __init__(self, query: Query, interval_s: float, log: Any, clock: Callable[[], float] = time.monotonic,
-                 timeout_s: float = 10.0) -> None:
+                 timeout_s: float = 10.0, background: bool = True) -> None:
         self._query = query
+        self._background = background  # False (unit tests): each want() asks once, in the caller's thread
         self._interval_s = interval_s
         self._timeout_s = timeout_s
         self._log = log
@@ -38,7 +39,9 @@ class EndOffsets:
     def want(self, partitions: Iterable[TP]) -> None:
         """The partitions to ask about from now on (the loop's owned set; one reference swap, no lock)."""
         self._wanted = frozenset(partitions)
-        if self._thread is None and not self._stop.is_set():
+        if not self._background:
+            self.ask_once()
+        elif self._thread is None and not self._stop.is_set():
             self._thread = threading.Thread(target=self._serve, name="fetch-watch-ends", daemon=True)
             self._thread.start()
 

@@ -197,7 +197,7 @@ class MirrorWorker:
         if stall_s > 0 and clients.end_offsets is not None:
             self._fetch_watch = fetchwatch.FetchWatch(stall_s)
             self._ends = EndOffsets(clients.end_offsets, interval_s=min(5.0, stall_s / 3), log=self.log, clock=clock,
-                                    timeout_s=min(10.0, max(1.0, stall_s / 2)))
+                                    timeout_s=min(10.0, max(1.0, stall_s / 2)), background=clients.watch_thread)
         self._watch_every_s = min(1.0, stall_s / 4)
         self._watch_at = 0.0
         # Where the watch last assigned a partition (its acquisition, the offset): the consumer's

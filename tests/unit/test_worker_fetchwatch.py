@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
-import pytest
+import time
 
+import pytest
+from confluent_kafka import OFFSET_INVALID, TopicPartition
+from structlog.testing import capture_logs
+
+from tests.unit.fakes import FakeCommitClient, FakeConsumer, FakeProducer, FakeZooKeeper
+from ureplicator.common import config as config_module
+from ureplicator.common.zkschema import Assignment, Paths, TopicRecord
 from ureplicator.worker import fetchwatch
+from ureplicator.worker.clients import WorkerClients
 from ureplicator.worker.endoffsets import EndOffsets
 from ureplicator.worker.fetchwatch import REASSIGN, REPLACE, FetchWatch, Watched
+from ureplicator.worker.mirror import MirrorWorker
 
 TP = ("orders", 0)
 ACQ = object()  # one acquisition of TP
@@ -161,3 +170,115 @@ def test_end_offsets_keep_the_last_answer_and_say_when_the_source_is_away():
     ends.ask_once()
     assert ends.snapshot() == {TP: (55, 106.0), ("orders", 1): (7, 100.0)}
     assert log.events == ["end_offsets_unknown", "end_offsets_known_again"]
+
+
+# --- the worker's remedies, on fake clients -----------------------------------------------------
+
+
+class SilentConsumer(FakeConsumer):
+    """A source consumer that can stop fetching some partitions without a word (librdkafka #5153).
+
+    Like librdkafka, its position is unknown after an assignment until a record of the
+    partition is consumed.
+    """
+
+    def __init__(self, logs: dict) -> None:
+        super().__init__(logs)
+        self.silent: set[tuple[str, int]] = set()
+        self.consumed: set[tuple[str, int]] = set()
+
+    def incremental_assign(self, partitions: list[TopicPartition]) -> None:
+        super().incremental_assign(partitions)
+        self.consumed -= {(tp.topic, tp.partition) for tp in partitions}
+
+    def consume(self, num_messages: int, timeout: float) -> list:
+        hidden = {tp: self.positions.pop(tp) for tp in self.silent if tp in self.positions}
+        try:
+            out = super().consume(num_messages, timeout)
+        finally:
+            self.positions.update(hidden)
+        self.consumed.update((m.topic(), m.partition()) for m in out)
+        return out
+
+    def position(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
+        return [TopicPartition(tp.topic, tp.partition,
+                               self.positions[(tp.topic, tp.partition)]
+                               if (tp.topic, tp.partition) in self.consumed else OFFSET_INVALID)
+                for tp in partitions]
+
+
+def records(n: int, partition: int, start: int = 0) -> list[bytes]:
+    return [f"p{partition}-{i}".encode() for i in range(start, start + n)]
+
+
+def test_the_worker_reassigns_a_silent_partition_then_replaces_its_consumer_and_loses_nothing():
+    # Given a worker mirroring t:0 and t:1 with a 3 s fetch watch
+    cfg = config_module.from_dict({
+        "pipeline": "unit",
+        "zookeeper": {"connect": "127.0.0.1:1", "session_timeout_s": 600},
+        "source": {"alias": "src", "bootstrap_servers": "127.0.0.1:1"},
+        "destination": {"alias": "dst", "bootstrap_servers": "127.0.0.1:2"},
+        "worker": {"id": "w1", "commit_interval_s": 0.5, "fetch_stall_s": 3},
+    })
+    paths = Paths(cfg.root)
+    zk = FakeZooKeeper()
+    zk.nodes[paths.topic("t")] = TopicRecord("t", "t", 2).encode()
+    logs = {("t", 0): records(10, 0), ("t", 1): records(10, 1)}
+    first = SilentConsumer(logs)
+    consumers = [first]
+
+    def new_consumer() -> SilentConsumer:
+        consumers.append(SilentConsumer(logs))  # the same source cluster
+        return consumers[-1]
+
+    producer = FakeProducer()
+    clients = WorkerClients(
+        consumer=first, producer=producer, zk=zk, make_producer=producer.fresh,
+        make_commit_client=lambda: FakeCommitClient(first), commit_thread=False, handoff_thread=False,
+        make_consumer=new_consumer, watch_thread=False,
+        end_offsets=lambda tps, timeout_s: {tp: len(logs[tp]) for tp in tps},
+    )
+    clock = Clock()
+    worker = MirrorWorker(cfg, "w1", clients=clients, clock=clock)
+    worker.register()
+    zk.put(paths.assignment("w1"), Assignment(1, frozenset({("t", 0), ("t", 1)})).encode())
+
+    def turns(seconds: float) -> None:
+        for _ in range(int(seconds / 0.25)):
+            clock.now += 0.25
+            worker.turn()
+
+    turns(2)
+    assert producer.written == {("t", 0): records(10, 0), ("t", 1): records(10, 1)}
+    with capture_logs() as logged:
+        # When t:0 stops fetching without a word while both partitions grow
+        first.silent.add(("t", 0))
+        for p in (0, 1):
+            logs[("t", p)].extend(records(5, p, start=10))
+        turns(2.5)
+        # Then nothing is decided before fetch_stall_s (t:1 flows on)
+        assert producer.written[("t", 1)] == records(15, 1) and len(producer.written[("t", 0)]) == 10
+        assert [e for e in logged if e["event"] == "fetch_stalled"] == []
+        # And then t:0 is assigned again at its next offset (which does not help this consumer) ...
+        turns(1.5)
+        assert ("unassign", [("t", 0)]) in first.events and ("assign", [("t", 0, 10)]) in first.events
+        # ... and a stall period later a new consumer takes every partition at its next offset
+        turns(3.5)
+    stalled = [(e["partition"], e["position"], e["end_offset"], e["action"]) for e in logged
+               if e["event"] == "fetch_stalled"]
+    assert stalled == [(0, 10, 15, "reassign"), (0, 10, 15, "replace_consumer")]
+    assert len(consumers) == 2 and consumers[1].events[0] == ("assign", [("t", 0, 10), ("t", 1, 15)])
+    assert worker.consumer is consumers[1] and worker.handoff._consumer is consumers[1]
+    assert worker.status._consumer is consumers[1]
+    # And t:0 is mirrored on from where it stopped: nothing skipped, nothing twice
+    turns(1)
+    assert producer.written == {("t", 0): records(15, 0), ("t", 1): records(15, 1)}
+    for _ in range(50):
+        if first.closed:
+            break
+        time.sleep(0.01)
+    assert first.closed  # the old consumer is closed, beside the loop
+    registry = worker.metrics.registry
+    assert [registry.get_sample_value("ureplicator_worker_fetch_stalls_total",
+                                      {"route": "default", "action": action})
+            for action in ("reassign", "replace_consumer")] == [1.0, 1.0]
