@@ -28,7 +28,7 @@ Nothing is decided while
 Escalation per stalled partition: first :data:`REASSIGN` (unassign and assign it again at
 the position the loop consumes next); if it is still stalled ``fetch_stall_s`` later,
 :data:`REPLACE` (a new source consumer for every partition), again every ``fetch_stall_s``
-while it lasts.
+while it lasts. Only a moved position (or a new acquisition) starts the escalation again.
 """
 
 from __future__ import annotations
@@ -125,8 +125,9 @@ class FetchWatch:
                 continue
             if held or seen.paused:
                 # Not expected to move now: the clock starts again once it is, but the end it grew
-                # past is still the one read when the position last moved.
-                track.since, track.grew_at, track.acted_at, track.reassigned = now, None, None, False
+                # past is still the one read when the position last moved, and a re-assignment
+                # that did not help still counts (the soak: a fence between the two remedies).
+                track.since, track.grew_at, track.acted_at = now, None, None
                 continue
             stall = self._judge(tp, track, now, ends.get(tp))
             if stall is not None:

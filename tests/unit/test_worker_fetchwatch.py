@@ -116,6 +116,17 @@ def test_backpressure_restarts_every_clock():
     assert [s.action for s in decided] == [REASSIGN]
 
 
+def test_a_hold_between_the_remedies_does_not_start_the_escalation_again():
+    # Given a stalled partition re-assigned to no effect
+    clock, watch = Clock(), FetchWatch(stall_s=5)
+    run(watch, clock, 2, position=10, end=10)
+    assert [s.action for s in run(watch, clock, 7, position=10, end=50)] == [REASSIGN]
+    # When the loop is held a while (a fence), the source growing meanwhile
+    assert run(watch, clock, 10, position=10, end=80, hold=True) == []
+    # Then, still stalled a period after the hold, the consumer is replaced: no second re-assignment
+    assert [s.action for s in run(watch, clock, 7, position=10, end=120)] == [REPLACE]
+
+
 def test_a_new_acquisition_starts_the_watch_again():
     clock, watch = Clock(), FetchWatch(stall_s=5)
     run(watch, clock, 2, position=10, end=10)
