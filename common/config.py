@@ -205,6 +205,9 @@ class WorkerConfig:
     release_commit_timeout_s: Number = 30.0
     # A producer that holds records yet acknowledged none this long is purged and replaced.
     producer_stall_s: Number = 30.0
+    # A source partition whose end offset grew while the consumer's position stayed put this long
+    # is re-assigned, then its consumer replaced (worker/fetchwatch.py, librdkafka #5153); 0: no watch.
+    fetch_stall_s: Number = 30.0
     # Deprecated: one value for all four above (what it meant before they were split). When
     # set (> 0) it sets all four; docs/configuration.md.
     shutdown_timeout_s: Number = 0.0
@@ -778,6 +781,9 @@ def _check(config: Config) -> None:
     ):
         if value <= 0:
             raise ConfigError(key, f"must be positive, got {value}")
+    if config.worker.fetch_stall_s < 0:
+        raise ConfigError("worker.fetch_stall_s", f"must not be negative (0 = no fetch watch), got "
+                          f"{config.worker.fetch_stall_s}")
     if config.worker.shutdown_timeout_s < 0:
         raise ConfigError("worker.shutdown_timeout_s", f"must not be negative, got {config.worker.shutdown_timeout_s}")
     if config.worker.max_in_flight_bytes < 1024:

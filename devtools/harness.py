@@ -237,3 +237,20 @@ def end_offsets(bootstrap: Cluster, topic: str, partitions: int) -> dict[int, in
     """High watermark per partition; None while the topic is not (yet) there or the cluster is away."""
     ends = Offsets(bootstrap).end(topic, partitions)
     return None if ends is None else dict(enumerate(ends))
+
+
+def stalled_ends(services: Mapping[str, Cluster], topic: str, stalled: list[int]) -> str:
+    """Both sides' end offsets of the partitions a run found stalled, for its diagnosis.
+
+    The source's end tells a replicator that stopped fetching (the source grew, the
+    destination did not) from a load producer that stopped producing (neither grew).
+    """
+    if not stalled:
+        return "no partition stalled"
+    count = max(stalled) + 1
+    ends = {side: end_offsets(services[side], topic, count) for side in ("source", "destination")}
+    parts = []
+    for p in stalled:
+        source, destination = ((ends[side] or {}).get(p, "unknown") for side in ("source", "destination"))
+        parts.append(f"{p}: source end {source}, destination end {destination}")
+    return "end offsets " + "; ".join(parts)

@@ -6,7 +6,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import OffsetSpec
 
 from ureplicator.common import autherrors, kafka, zk
 from ureplicator.common.config import Config
@@ -111,8 +112,15 @@ class WorkerClients:
     # Exactly-once mode: a consumer of the pipeline's group on the *destination* (read_committed), whose
     # committed() is where an acquisition starts; None in at-least-once mode.
     make_offsets_client: Callable[[], Any] | None = None
+    # A fresh source consumer with the same settings, to replace one that stopped fetching (worker/fetchwatch.py);
+    # None: the watch re-assigns partitions but cannot replace the consumer.
+    make_consumer: Callable[[], Any] | None = None
+    # The source's end offsets of some partitions at the fetching consumer's isolation level
+    # (worker/endoffsets.py); None: no fetch watch.
+    end_offsets: Callable[[list[tuple[str, int]], float], dict[tuple[str, int], int]] | None = None
     commit_thread: bool = True  # False: commit calls run in the caller's thread (unit tests)
     handoff_thread: bool = True  # False: an acquisition's reads run in the loop's thread (unit tests)
+    watch_thread: bool = True  # False: the fetch watch reads end offsets in the loop's thread (unit tests)
 
 
 @dataclass(frozen=True)
@@ -142,8 +150,12 @@ def connect(config: Config, worker_id: str) -> WorkerClients:
     pinned = pins(config)
     client = zk.connect(config)
     client_id = f"ureplicator-{config.pipeline}-{worker_id}"
-    consumer = kafka.consumer(config.source, config.consumer_group, client_id, pinned=pinned.consumer,
+
+    def make_consumer() -> Any:
+        return kafka.consumer(config.source, config.consumer_group, client_id, pinned=pinned.consumer,
                               **{"auto.offset.reset": config.worker.auto_offset_reset})
+
+    consumer = make_consumer()
     errors = FatalErrors()
     exactly_once = config.worker.exactly_once
     transactional = {"transactional.id": transactional_id(config, worker_id)} if exactly_once else {}
@@ -167,7 +179,44 @@ def connect(config: Config, worker_id: str) -> WorkerClients:
 
     return WorkerClients(consumer=consumer, producer=make_producer(), zk=client, make_producer=make_producer,
                          make_commit_client=make_commit_client, producer_errors=errors,
-                         make_offsets_client=make_offsets_client if exactly_once else None)
+                         make_offsets_client=make_offsets_client if exactly_once else None,
+                         make_consumer=make_consumer,
+                         end_offsets=end_offsets_query(config) if config.worker.fetch_stall_s > 0 else None)
+
+
+def end_offsets_query(config: Config) -> Callable[[list[tuple[str, int]], float], dict[tuple[str, int], int]]:
+    """One batched ``ListOffsets`` for the source's end offsets, at the fetching consumer's isolation level.
+
+    librdkafka's consumers read ``read_committed`` unless ``source.properties`` says
+    otherwise; there the end is the last stable offset, which an open source transaction
+    holds back (its records are not fetchable yet, so they are no sign of a stall). The
+    admin client is opened on the first question and opened anew after a failed one, so
+    a client left with stale metadata (a broker restart) does not keep failing.
+    """
+    uncommitted = str(config.source.properties.get("isolation.level", "read_committed")) == "read_uncommitted"
+    level = IsolationLevel.READ_UNCOMMITTED if uncommitted else IsolationLevel.READ_COMMITTED
+    admin: list[Any] = []
+
+    def query(partitions: list[tuple[str, int]], timeout_s: float) -> dict[tuple[str, int], int]:
+        if not admin:
+            admin.append(kafka.admin(config.source))
+        asked = {TopicPartition(t, p): OffsetSpec.latest() for t, p in partitions}
+        try:
+            futures = admin[0].list_offsets(asked, isolation_level=level, request_timeout=timeout_s)
+            found = {}
+            for tp, future in futures.items():
+                try:
+                    found[(tp.topic, tp.partition)] = future.result(timeout=timeout_s + 5).offset
+                except (KafkaException, TimeoutError):
+                    pass  # this partition's leader did not answer: not known now
+        except KafkaException:
+            admin.clear()
+            raise
+        if partitions and not found:
+            admin.clear()
+        return found
+
+    return query
 
 
 def check_producer_properties(properties: dict[str, Any]) -> None:

@@ -178,6 +178,14 @@ class Handoff:
         """Send through ``producer`` from now on (the worker replaced a purged or failed one)."""
         self._producer = producer
 
+    def use_consumer(self, consumer: Any) -> None:
+        """Fetch through ``consumer`` from now on (the fetch watch replaced one that stopped fetching)."""
+        self._consumer = consumer
+
+    def start_of(self, tp: TP) -> int | None:
+        """Where the current acquisition of ``tp`` started fetching (maybe a logical offset), if known."""
+        return self._starts.get(tp)
+
     @property
     def owned(self) -> dict[TP, PartitionAcks]:
         return self._ledger.partitions
@@ -481,7 +489,7 @@ class Handoff:
             starts = {(tp.topic, tp.partition): tp.offset
                       for tp in self._consumer.offsets_for_times(asked, timeout=10)
                       if tp.error is None and tp.offset >= 0}
-        except KafkaException as exc:
+        except (KafkaException, RuntimeError) as exc:  # RuntimeError: a replaced consumer, closed meanwhile
             self._log.warning("log_start_unknown", partitions=len(asked), error=str(exc.args[0]))
             return
         for tp in committed:

@@ -96,6 +96,12 @@ class _Families:
             "Exactly-once mode: transactions ended, by outcome (committed, aborted, fatal: producer replaced)",
             labelled("outcome"), registry=r,
         )
+        self.fetch_stalls = Counter(
+            "ureplicator_worker_fetch_stalls",
+            "Source partitions whose consumer stopped fetching while the source grew (worker.fetch_stall_s), "
+            "by remedy: reassign (the partition assigned again), replace_consumer (a new source consumer)",
+            labelled("action"), registry=r,
+        )
         self.commit_client_replacements = Counter(
             "ureplicator_worker_commit_client_replacements",
             "Commit clients (the worker's group-coordinator connection) opened anew after failed commits",
@@ -147,6 +153,7 @@ class WorkerMetrics:
         self.lag = _OfRoute(f.lag, route)
         self.commits = _OfRoute(f.commits, route)
         self.transactions = _OfRoute(f.transactions, route)
+        self.fetch_stalls = _OfRoute(f.fetch_stalls, route)
         self.latency = f.latency.labels(route)
         self.in_flight = f.in_flight.labels(route)
         self.generation = f.generation.labels(route)

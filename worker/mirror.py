@@ -25,6 +25,10 @@ the status node in :mod:`worker.status`. Clients come from outside
   may own them now), re-register and wait for a fresh assignment.
 * Shutdown: stop fetching, wait for acks up to ``worker.stop_timeout_s``,
   commit, deregister (a fenced worker purges instead of waiting and commits nothing).
+* Fetch watch (``worker.fetch_stall_s``, :mod:`worker.fetchwatch`): a partition whose source
+  end offset grew while the consumer's position stood still (librdkafka #5153, after a source
+  broker restart) is assigned again at its next offset, then the source consumer is replaced.
+  Every turn that holds back fetching on purpose tells the watch, so backpressure is no stall.
 * Exactly-once mode (``worker.exactly_once``, :mod:`worker.transactions`), on the Python
   loop only: records and the positions they complete commit in one transaction every
   ``worker.transaction_interval_ms``; a release commits it first; a fence, a lost session
@@ -44,7 +48,7 @@ from datetime import datetime, timezone
 from functools import partial
 from typing import Any
 
-from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, TIMESTAMP_NOT_AVAILABLE, KafkaError, KafkaException, TopicPartition
 from kazoo.client import KazooState
 from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError, RolledBackError
 
@@ -53,9 +57,10 @@ from ureplicator.common.config import Config
 from ureplicator.common.errors import ConfigError
 from ureplicator.common.zkschema import Assignment, Paths, RateLimit, SchemaError, WorkerInfo
 from ureplicator.worker import clients as worker_clients
-from ureplicator.worker import forwarding, native, probes, transactions
+from ureplicator.worker import fetchwatch, forwarding, native, probes, transactions
 from ureplicator.worker.acks import EXACT_FOR_S, TP, AckLedger, PartitionAcks
 from ureplicator.worker.commits import Committer
+from ureplicator.worker.endoffsets import EndOffsets
 from ureplicator.worker.handoff import Beside, Handoff, fmt
 from ureplicator.worker.metrics import WorkerMetrics
 from ureplicator.worker.ratelimit import RateLimiter
@@ -139,6 +144,7 @@ class MirrorWorker:
         clients = clients or worker_clients.connect(config, worker_id)
         self.zk = clients.zk
         self.consumer = clients.consumer
+        self._make_consumer = clients.make_consumer  # the fetch watch's last remedy: a new source consumer
         self.producer = clients.producer
         self._make_producer = clients.make_producer
         self._producer_errors = clients.producer_errors
@@ -162,7 +168,9 @@ class MirrorWorker:
                 raise ConfigError("worker.exactly_once", "is on but the clients were opened for at-least-once mode")
             self._txn = transactions.Transactions(config.worker.transaction_interval_ms / 1000.0,
                                                   config.worker.max_in_flight_bytes,
-                                                  self.consumer.consumer_group_metadata, self.log, clock=clock)
+                                                  # the current consumer's: the fetch watch may replace it
+                                                  lambda: self.consumer.consumer_group_metadata(),
+                                                  self.log, clock=clock)
             self.handoff.before_release = partial(self._commit_transaction, "release")
         # Both loops serve exactly-once mode: the transaction's calls (begin, send offsets,
         # commit, abort) are made by this class at the batch and interval boundaries, never
@@ -182,6 +190,21 @@ class MirrorWorker:
         # Producer liveness: the acknowledgement count, and when it last moved.
         self._acks_seen = 0
         self._acks_moved_at = self._clock()
+        # The fetch watch (worker/fetchwatch.py): a source consumer that stops fetching is noticed and replaced.
+        stall_s = config.worker.fetch_stall_s
+        self._fetch_watch: fetchwatch.FetchWatch | None = None
+        self._ends: EndOffsets | None = None
+        if stall_s > 0 and clients.end_offsets is not None:
+            self._fetch_watch = fetchwatch.FetchWatch(stall_s)
+            self._ends = EndOffsets(clients.end_offsets, interval_s=min(5.0, stall_s / 3), log=self.log, clock=clock,
+                                    timeout_s=min(10.0, max(1.0, stall_s / 2)), background=clients.watch_thread)
+        self._watch_every_s = min(1.0, stall_s / 4)
+        self._watch_at = 0.0
+        # Where the watch last assigned a partition (its acquisition, the offset): the consumer's
+        # position is unknown again until a record of it is consumed.
+        self._fetch_from: dict[TP, tuple[PartitionAcks, int]] = {}
+        # Whether a consume since the last look came back short: librdkafka's queue was empty then.
+        self._queue_drained = False
 
     def _bind_producer(self) -> None:
         """Point the C loop at the current producer (None: the Python loop serves it)."""
@@ -368,10 +391,12 @@ class MirrorWorker:
         self.last_turn = time.monotonic()  # /healthz compares it with real time, from its own thread
         now = self._clock()
         if self._session_lost:
+            self._hold_fetch()
             self._recover_session()
             return
         fenced = not self._may_write()
         if fenced:
+            self._hold_fetch()
             if not self._purged:
                 self._purge("fenced")
         else:
@@ -381,6 +406,7 @@ class MirrorWorker:
                 self._replace_producer(failed)
             txn = self._txn
             if txn is not None and not txn.ready(self.producer):
+                self._hold_fetch()
                 self.producer.poll(0.5)  # init_transactions found no coordinator: ask again (nothing sent meanwhile)
                 return
             if self._wake.is_set() and self.handoff.change is None and self._connected:
@@ -395,13 +421,16 @@ class MirrorWorker:
         owned = self.handoff.routes
         txn = self._txn
         if txn is not None and not fenced and txn.due(now) and not self._commit_transaction("interval"):
+            self._hold_fetch()
             self.producer.poll(0.05)  # reports still due, or a retriable error: no new records meanwhile
         elif fenced or not owned or self.ledger.in_flight_bytes >= self.config.worker.max_in_flight_bytes:
             # Backpressure or fencing: no new fetches; keep serving delivery reports.
+            self._hold_fetch()
             self.producer.poll(0.05)
             if not owned and not fenced and self.handoff.change is None:
                 self._wake.wait(0.2)
         elif (wait := self.limiter.wait_s(now)) > 0:
+            self._hold_fetch()
             self.producer.poll(min(wait, 0.1))  # rate limit: hold off fetching
         elif self._may_write():  # the fence and the lease again, right before the fetch
             messages = self._fetch(self.limiter.max_batch(self.config.worker.batch_size))
@@ -410,12 +439,15 @@ class MirrorWorker:
                     txn.begin(self.producer)
                 self._mirror(messages)
             self.producer.poll(0)
+        else:
+            self._hold_fetch()
         if fenced:
             return
         if self.handoff.change is not None and self.handoff.advance():
             self._wake.set()
         now = self._clock()
         self._watch_producer(now)
+        self._watch_fetch(now)
         interval = self.config.worker.commit_interval_s
         if now - self._last_commit >= interval and self._txn is None:
             self.committer.commit_soon()  # never waits: the commit thread talks to the coordinator
@@ -439,6 +471,8 @@ class MirrorWorker:
         """
         consume = self.consumer.consume
         messages = consume(limit, 0)
+        if len(messages) < limit:
+            self._queue_drained = True  # the fetch watch: no fetched record waits behind this batch
         if messages or self._fetch_wait_s <= 0:
             return messages
         messages = consume(1, self._fetch_wait_s)
@@ -468,6 +502,136 @@ class MirrorWorker:
                              in_flight_bytes=self.ledger.in_flight_bytes)
             self._purge("producer_stalled")
             self._acks_moved_at = now
+
+    def _hold_fetch(self) -> None:
+        """This turn held back fetching on purpose (backpressure, a fence): the fetch watch starts its clocks again."""
+        if self._fetch_watch is not None:
+            self._fetch_watch.hold()
+
+    def _watch_fetch(self, now: float) -> None:
+        """About once a second: compare the positions with the source's end offsets and remedy a silent stall.
+
+        librdkafka #5153: an ``assign()`` consumer occasionally stops receiving some partitions
+        after a source broker restart, with no error (both 30-minute soaks stopped so). The
+        end offsets are read beside the loop (:class:`EndOffsets`); the decision is
+        :class:`fetchwatch.FetchWatch`'s; the remedies are here.
+        """
+        watch = self._fetch_watch
+        if watch is None or self._ends is None or now < self._watch_at:
+            return
+        self._watch_at = now + self._watch_every_s
+        if not self._queue_drained:
+            # The loop is behind its consumer's queue (up to queued.max.messages.kbytes): a record
+            # fetched now waits its turn there, which is lag, not a stall.
+            watch.hold()
+        self._queue_drained = False
+        partitions = self.ledger.partitions
+        self._ends.want(partitions)
+        for tp in [tp for tp, (acks, _) in self._fetch_from.items() if partitions.get(tp) is not acks]:
+            del self._fetch_from[tp]
+        seen = fetchwatch.watched(
+            partitions, self._positions(list(partitions)),
+            stopped=[tp for tp, acks in partitions.items() if acks.error is not None],
+            releasing=self.handoff.releasing, rewinding=self.ledger.needs_rewind, routed=self.handoff.routes,
+        )
+        stalls = watch.observe(now, seen, self._ends.snapshot())
+        if not stalls:
+            return
+        replace = self._make_consumer is not None and any(s.action == fetchwatch.REPLACE for s in stalls)
+        for stall in stalls:
+            action = fetchwatch.REPLACE if replace else fetchwatch.REASSIGN
+            self.log.warning("fetch_stalled", topic=stall.tp[0], partition=stall.tp[1], position=stall.position,
+                             end_offset=stall.end, stalled_s=stall.stalled_s, action=action)
+            self.metrics.fetch_stalls.labels(action).inc()
+        if replace:
+            self._replace_consumer()
+        else:
+            self._reassign({stall.tp: stall.position for stall in stalls})
+
+    def _positions(self, partitions: list[TP]) -> dict[TP, int]:
+        """The offset the loop consumes next per partition (negative: not known).
+
+        The consumer's position moves when ``consume`` returns a record (or skips a
+        transaction marker); until then it is unknown, and the partition's next offset is
+        where the watch or the acquisition last assigned it.
+        """
+        if not partitions:
+            return {}
+        try:
+            found = self.consumer.position([TopicPartition(t, p) for t, p in partitions])
+        except KafkaException:
+            return {}
+        out = {}
+        for tp in found:
+            key = (tp.topic, tp.partition)
+            offset = tp.offset
+            if offset < 0:
+                assigned = self._fetch_from.get(key)
+                start = self.handoff.start_of(key)
+                if assigned is not None:
+                    offset = assigned[1]
+                elif start is not None and start >= 0:
+                    offset = start
+            out[key] = offset
+        return out
+
+    def _reassign(self, positions: dict[TP, int]) -> None:
+        """The fetch watch's first remedy: unassign the stalled partitions and assign them at their next offset.
+
+        The next offset, not the acknowledged or committed one: every record before it was
+        handed to the producer already (in exactly-once mode, to the open transaction), so
+        nothing is skipped and nothing is sent twice.
+        """
+        partitions = self.ledger.partitions
+        try:
+            self.consumer.incremental_unassign([TopicPartition(t, p) for t, p in positions])
+            self.consumer.incremental_assign([TopicPartition(t, p, offset) for (t, p), offset in positions.items()])
+        except KafkaException as exc:
+            # Left unassigned at worst: still stalled, so the next remedy replaces the consumer.
+            self.log.warning("fetch_reassign_failed", partitions=fmt(list(positions)), error=str(exc.args[0]))
+            return
+        for tp, offset in positions.items():
+            self._fetch_from[tp] = (partitions[tp], offset)
+
+    def _replace_consumer(self) -> None:
+        """The fetch watch's last remedy: a new source consumer, assigned every partition at its next offset.
+
+        What the old consumer held goes with it; everything that reads the consumer (the
+        hand-off, the status, the transactions' group metadata) is pointed at the new one.
+        The old one is closed on a thread of its own, so a close that waits on a broker
+        never holds the loop.
+        """
+        assert self._make_consumer is not None
+        partitions = self.ledger.partitions
+        assigned = self.handoff.assigned()
+        positions = self._positions(assigned)
+        assign = []
+        for tp in assigned:
+            offset = positions.get(tp, -1)
+            if offset < 0:
+                # Nothing consumed since the acquisition started at a logical offset: start there again.
+                start = self.handoff.start_of(tp)
+                offset = start if start is not None else OFFSET_BEGINNING
+            assign.append(TopicPartition(tp[0], tp[1], offset))
+        try:
+            new = self._make_consumer()
+            if assign:
+                new.incremental_assign(assign)
+            stopped = [TopicPartition(t, p) for t, p in assigned if partitions[(t, p)].error is not None]
+            if stopped:
+                new.pause(stopped)  # a refused record stopped them: they stay stopped
+        except KafkaException as exc:
+            self.log.error("consumer_replace_failed", error=str(exc.args[0]))
+            return
+        old = [self.consumer]
+        self.consumer = new
+        self.handoff.use_consumer(new)
+        self.status.use_consumer(new)
+        for tp in assign:
+            if tp.offset >= 0:
+                self._fetch_from[(tp.topic, tp.partition)] = (partitions[(tp.topic, tp.partition)], tp.offset)
+        threading.Thread(target=_close_consumer, args=(old, self.log), name="consumer-retire", daemon=True).start()
+        self.log.warning("consumer_replaced", partitions=len(assign))
 
     def _may_write(self) -> bool:
         """Not fenced and the lease is fresh: checked before every consume and every C-loop call."""
@@ -630,6 +794,7 @@ class MirrorWorker:
                     produce(destination, value, key, partition, callback, None,
                             ts if ts_type != no_timestamp else 0, headers)
                 except BufferError:
+                    self._hold_fetch()
                     self.producer.poll(0.05)  # local queue full: wait for acks, never drop
                     if self._stop.is_set() or not self._may_write():
                         self.ledger.in_flight_bytes += fetched_bytes
@@ -961,10 +1126,21 @@ class MirrorWorker:
             self.committer.close()
             self.handoff.close()
             self._deregister()
+            if self._ends is not None:
+                self._ends.close()
             self.consumer.close()
             self.zk.stop()
             self.zk.close()
             log.info("worker_stopped")
+
+
+def _close_consumer(holder: list[Any], log: Any) -> None:
+    """Close a replaced source consumer beside the loop (``holder`` has the last reference; it is emptied)."""
+    consumer = holder.pop()
+    try:
+        consumer.close()
+    except (KafkaException, RuntimeError) as exc:
+        log.warning("consumer_close_failed", error=str(exc))
 
 
 def _carries(headers: list[tuple[str, Any]], name: str) -> bool:

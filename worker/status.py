@@ -33,6 +33,10 @@ class StatusReporter:
         self.session: int | None = None
         self._progress: dict[TP, tuple[int, float]] = {}  # position, epoch seconds it last moved
 
+    def use_consumer(self, consumer: Any) -> None:
+        """Read the cached end offsets from ``consumer`` from now on (the fetch watch replaced the old one)."""
+        self._consumer = consumer
+
     def due(self, now: float, interval_s: float) -> bool:
         return now - self.last_written >= interval_s
 

@@ -1079,8 +1079,9 @@ def _intended(doc: dict[str, Any]) -> dict[str, Any]:
                     "destination_replication_factor", "destination_min_insync_replicas"):
             rendered["controller"].pop(key, None)
         # 7. worker.shutdown_timeout_s is split into four named waits (issue 25); the old key is deprecated.
+        #    And worker.fetch_stall_s, the fetch watch (librdkafka #5153).
         for key in ("shutdown_timeout_s", "stop_timeout_s", "release_ack_timeout_s", "release_commit_timeout_s",
-                    "producer_stall_s"):
+                    "producer_stall_s", "fetch_stall_s"):
             rendered.get("worker", {}).pop(key, None)
         doc["data"]["config.yaml"] = rendered
     elif kind == "ConfigMap" and "ureplicator.json" in doc["data"]:
@@ -1103,8 +1104,9 @@ def _intended(doc: dict[str, Any]) -> dict[str, Any]:
         #    stale), and a verification alert that a later successful run clears.
         # 8. (issue 24) Controller series carry `route`: the controller's alerts fire per route, and a
         #    route without workers has an alert of its own (then it is not "partitions without owner").
+        # 11. The fetch watch's alert (librdkafka #5153, worker/fetchwatch.py).
         new = {"UReplicatorRecordsExpired", "UReplicatorFreshnessAboveRpo", "UReplicatorNotMirroring",
-               "UReplicatorGroupSyncStale", "UReplicatorRouteWaitingForWorkers"}
+               "UReplicatorGroupSyncStale", "UReplicatorRouteWaitingForWorkers", "UReplicatorFetchStalled"}
         # 10. (issue 24) Worker series carry `route` too: the worker alerts group by it and name it.
         per_route = {"UReplicatorVerificationFailed", "UReplicatorVerificationMissing", "UReplicatorNoLeader",
                      "UReplicatorPartitionsWithoutOwner", "UReplicatorLagGrowing", "UReplicatorProduceErrors",
