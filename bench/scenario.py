@@ -56,7 +56,7 @@ from bench.harness import (
     read_log,
 )
 from devtools import stack
-from devtools.harness import Processes, bench_dir, create_topic, end_offsets, own_stack, say, wait_for
+from devtools.harness import Processes, bench_dir, create_topic, end_offsets, own_stack, say, stalled_ends, wait_for
 
 PARTITIONS = 16
 PAUSED_S = 2.0  # a partition with no arrival for longer than this counts as paused
@@ -253,11 +253,13 @@ class Runner:
         """A step that never recovered: the stalled partitions' ends, and every process's thread stacks."""
         recent = time.time() - 10
         stalled = [tp for tp in self.tps() if self.arrivals.last_arrival(tp) <= recent]
-        ends = {t: end_offsets(self.services["destination"], t, n) for t, n in self.topics.items()}
-        at = [ends[t][p] if ends[t] else "unknown" for t, p in stalled]
         seen = [len(self.arrivals.logs[tp].idents) for tp in stalled]
-        say(f"  {name}: partitions without an arrival for 10 s: {[p for _, p in stalled]}; their destination "
-            f"end offsets {at}; records the reader saw there {seen}")
+        # Both sides' ends: a source that grew tells a replicator that stopped fetching from a
+        # load producer that stopped producing.
+        ends = "; ".join(f"{t}: {stalled_ends(self.services, t, [p for st, p in stalled if st == t])}"
+                         for t in self.topics if any(st == t for st, _ in stalled))
+        say(f"  {name}: partitions without an arrival for 10 s: {[p for _, p in stalled]}; "
+            f"{ends or 'no partition stalled'}; records the reader saw there {seen}")
         for proc in [*self.pipeline.workers.values(), *self.pipeline.controllers.values()]:
             with contextlib.suppress(OSError):
                 os.kill(proc.pid, signal.SIGUSR1)  # faulthandler: thread stacks into the process's log

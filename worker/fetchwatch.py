@@ -25,10 +25,11 @@ Nothing is decided while
   producer queue, or a consumer queue the loop never emptied (it is behind: a record fetched
   now waits its turn there). Every clock starts again then, so backpressure is never a stall.
 
-Escalation per stalled partition: first :data:`REASSIGN` (unassign and assign it again at
-the position the loop consumes next); if it is still stalled ``fetch_stall_s`` later,
-:data:`REPLACE` (a new source consumer for every partition), again every ``fetch_stall_s``
-while it lasts. Only a moved position (or a new acquisition) starts the escalation again.
+The remedy is :data:`REPLACE`: a new source consumer for every partition, again every
+``fetch_stall_s`` while the stall lasts. Assigning the partition again on the same consumer
+was tried first until the 20-minute soak of 2026-11-26: at both real stalls it did not help
+(partitions newly assigned to the stuck consumer did not fetch either) and only added a
+stall period to the recovery; a new consumer cleared both.
 """
 
 from __future__ import annotations
@@ -38,7 +39,6 @@ from dataclasses import dataclass
 
 TP = tuple[str, int]
 
-REASSIGN = "reassign"
 REPLACE = "replace_consumer"
 
 
@@ -70,7 +70,6 @@ class _Track:
     baseline: int | None = None  # the first end offset read after ``since``
     grew_at: float | None = None  # when an end past ``baseline`` was first read
     acted_at: float | None = None  # the last remedy for this stall
-    reassigned: bool = False
 
 
 def watched(
@@ -125,8 +124,7 @@ class FetchWatch:
                 continue
             if held or seen.paused:
                 # Not expected to move now: the clock starts again once it is, but the end it grew
-                # past is still the one read when the position last moved, and a re-assignment
-                # that did not help still counts (the soak: a fence between the two remedies).
+                # past is still the one read when the position last moved.
                 track.since, track.grew_at, track.acted_at = now, None, None
                 continue
             stall = self._judge(tp, track, now, ends.get(tp))
@@ -154,7 +152,5 @@ class FetchWatch:
         since_action = now - track.acted_at if track.acted_at is not None else stalled_s
         if stalled_s < self.stall_s or since_action < self.stall_s:
             return None
-        action = REPLACE if track.reassigned else REASSIGN
-        track.reassigned = True
         track.acted_at = now
-        return Stall(tp, track.position, end, round(stalled_s, 1), action)
+        return Stall(tp, track.position, end, round(stalled_s, 1), REPLACE)

@@ -99,7 +99,7 @@ class _Families:
         self.fetch_stalls = Counter(
             "ureplicator_worker_fetch_stalls",
             "Source partitions whose consumer stopped fetching while the source grew (worker.fetch_stall_s), "
-            "by remedy: reassign (the partition assigned again), replace_consumer (a new source consumer)",
+            "by remedy: replace_consumer (a new source consumer)",
             labelled("action"), registry=r,
         )
         self.commit_client_replacements = Counter(

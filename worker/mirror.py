@@ -144,7 +144,7 @@ class MirrorWorker:
         clients = clients or worker_clients.connect(config, worker_id)
         self.zk = clients.zk
         self.consumer = clients.consumer
-        self._make_consumer = clients.make_consumer  # the fetch watch's last remedy: a new source consumer
+        self._make_consumer = clients.make_consumer  # the fetch watch's remedy: a new source consumer
         self.producer = clients.producer
         self._make_producer = clients.make_producer
         self._producer_errors = clients.producer_errors
@@ -194,7 +194,7 @@ class MirrorWorker:
         stall_s = config.worker.fetch_stall_s
         self._fetch_watch: fetchwatch.FetchWatch | None = None
         self._ends: EndOffsets | None = None
-        if stall_s > 0 and clients.end_offsets is not None:
+        if stall_s > 0 and clients.end_offsets is not None and clients.make_consumer is not None:
             self._fetch_watch = fetchwatch.FetchWatch(stall_s)
             self._ends = EndOffsets(clients.end_offsets, interval_s=min(5.0, stall_s / 3), log=self.log, clock=clock,
                                     timeout_s=min(10.0, max(1.0, stall_s / 2)), background=clients.watch_thread)
@@ -537,16 +537,11 @@ class MirrorWorker:
         stalls = watch.observe(now, seen, self._ends.snapshot())
         if not stalls:
             return
-        replace = self._make_consumer is not None and any(s.action == fetchwatch.REPLACE for s in stalls)
         for stall in stalls:
-            action = fetchwatch.REPLACE if replace else fetchwatch.REASSIGN
             self.log.warning("fetch_stalled", topic=stall.tp[0], partition=stall.tp[1], position=stall.position,
-                             end_offset=stall.end, stalled_s=stall.stalled_s, action=action)
-            self.metrics.fetch_stalls.labels(action).inc()
-        if replace:
-            self._replace_consumer()
-        else:
-            self._reassign({stall.tp: stall.position for stall in stalls})
+                             end_offset=stall.end, stalled_s=stall.stalled_s, action=stall.action)
+            self.metrics.fetch_stalls.labels(stall.action).inc()
+        self._replace_consumer()
 
     def _positions(self, partitions: list[TP]) -> dict[TP, int]:
         """The offset the loop consumes next per partition (negative: not known).
@@ -575,26 +570,12 @@ class MirrorWorker:
             out[key] = offset
         return out
 
-    def _reassign(self, positions: dict[TP, int]) -> None:
-        """The fetch watch's first remedy: unassign the stalled partitions and assign them at their next offset.
+    def _replace_consumer(self) -> None:
+        """The fetch watch's remedy: a new source consumer, assigned every partition at its next offset.
 
         The next offset, not the acknowledged or committed one: every record before it was
         handed to the producer already (in exactly-once mode, to the open transaction), so
         nothing is skipped and nothing is sent twice.
-        """
-        partitions = self.ledger.partitions
-        try:
-            self.consumer.incremental_unassign([TopicPartition(t, p) for t, p in positions])
-            self.consumer.incremental_assign([TopicPartition(t, p, offset) for (t, p), offset in positions.items()])
-        except KafkaException as exc:
-            # Left unassigned at worst: still stalled, so the next remedy replaces the consumer.
-            self.log.warning("fetch_reassign_failed", partitions=fmt(list(positions)), error=str(exc.args[0]))
-            return
-        for tp, offset in positions.items():
-            self._fetch_from[tp] = (partitions[tp], offset)
-
-    def _replace_consumer(self) -> None:
-        """The fetch watch's last remedy: a new source consumer, assigned every partition at its next offset.
 
         What the old consumer held goes with it; everything that reads the consumer (the
         hand-off, the status, the transactions' group metadata) is pointed at the new one.

@@ -45,19 +45,17 @@ def test_a_partition_the_consumer_stops_fetching_flows_again_with_nothing_lost(p
             stalled_at = time.monotonic()
             acks = worker.owned[(topic, 0)]
             before = acks.position
-            # Then the watch re-assigns it first (which does not lift a pause: still stalled), then
-            # replaces the source consumer, and the partition flows again
-            wait_for(lambda: stalls(worker, "replace_consumer") >= 1, 4 * STALL_S + 5, "consumer replaced",
+            # Then the watch replaces the source consumer, and the partition flows again
+            wait_for(lambda: stalls(worker, "replace_consumer") >= 1, 3 * STALL_S + 5, "consumer replaced",
                      interval_s=0.1)
             replaced_after_s = time.monotonic() - stalled_at
             wait_for(lambda: worker.owned[(topic, 0)].position > before + 100, 20, "partition 0 flowing again")
-        assert stalls(worker, "reassign") == 1
         assert worker.consumer is not first and worker.handoff._consumer is worker.consumer
         assert worker.status._consumer is worker.consumer
-        # two stall periods at least (reassign, then replace), and not much more than that
-        assert 2 * STALL_S <= replaced_after_s <= 3 * STALL_S + 4, replaced_after_s
+        # never before one stall period (the wait above bounds it from above)
+        assert replaced_after_s >= STALL_S, replaced_after_s
         events = [e for e in logs if e["event"] == "fetch_stalled"]
-        assert [e["action"] for e in events] == ["reassign", "replace_consumer"]
+        assert [e["action"] for e in events] == ["replace_consumer"]
         assert all(e["topic"] == topic and e["partition"] == 0 and e["end_offset"] > e["position"] for e in events)
         # And nothing was lost, skipped or reordered
         wait_mirrored(services, topic, 2, timeout_s=60)

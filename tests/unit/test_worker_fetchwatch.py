@@ -14,7 +14,7 @@ from ureplicator.common.zkschema import Assignment, Paths, TopicRecord
 from ureplicator.worker import fetchwatch
 from ureplicator.worker.clients import WorkerClients
 from ureplicator.worker.endoffsets import EndOffsets
-from ureplicator.worker.fetchwatch import REASSIGN, REPLACE, FetchWatch, Watched
+from ureplicator.worker.fetchwatch import REPLACE, FetchWatch, Watched
 from ureplicator.worker.mirror import MirrorWorker
 
 TP = ("orders", 0)
@@ -49,21 +49,22 @@ def test_a_partition_whose_source_grew_while_its_position_stood_still_is_stalled
     # When the source grows to 620 and the position does not move
     early = run(watch, clock, 9, position=500, end=620)
     late = run(watch, clock, 2, position=500, end=620)
-    # Then nothing is decided before fetch_stall_s, and then it is re-assigned at its position
+    # Then nothing is decided before fetch_stall_s, and then its consumer is replaced
     assert early == []
-    assert [(s.tp, s.position, s.end, s.action) for s in late] == [(TP, 500, 620, REASSIGN)]
+    assert [(s.tp, s.position, s.end, s.action) for s in late] == [(TP, 500, 620, REPLACE)]
     assert late[0].stalled_s >= 10
 
 
-def test_the_remedies_escalate_reassign_then_replace_each_a_stall_period_apart():
+def test_the_remedy_repeats_each_stall_period_while_the_stall_lasts():
     clock, watch = Clock(), FetchWatch(stall_s=5)
     run(watch, clock, 2, position=10, end=10)
     decided = run(watch, clock, 30, position=10, end=50)
-    # Then: re-assign first, the consumer replaced a period later, and again each period while it lasts
-    assert [s.action for s in decided] == [REASSIGN, REPLACE, REPLACE, REPLACE, REPLACE]
-    # And once the position moves the watch starts again from the gentle remedy
+    # Then: the consumer is replaced once the stall is a period old, and again each period while it lasts
+    assert [s.action for s in decided] == [REPLACE] * 5
+    # And once the position moves the watch starts again: a full period before the next remedy
     run(watch, clock, 2, position=50, end=50)
-    assert [s.action for s in run(watch, clock, 10, position=50, end=80)] == [REASSIGN]
+    assert run(watch, clock, 4, position=50, end=80) == []
+    assert [s.action for s in run(watch, clock, 6, position=50, end=80)] == [REPLACE]
 
 
 def test_an_exactly_once_partition_at_its_end_is_not_stalled_by_its_markers():
@@ -103,7 +104,7 @@ def test_a_partition_the_worker_pauses_itself_is_never_stalled():
     assert run(watch, clock, 30, position=10, end=500, paused=True) == []
     # And once it is not paused any more its clock starts from then, not from the growth
     assert run(watch, clock, 4, position=10, end=600) == []
-    assert [s.action for s in run(watch, clock, 4, position=10, end=600)] == [REASSIGN]
+    assert [s.action for s in run(watch, clock, 4, position=10, end=600)] == [REPLACE]
 
 
 def test_backpressure_restarts_every_clock():
@@ -113,18 +114,7 @@ def test_backpressure_restarts_every_clock():
     assert run(watch, clock, 30, position=10, end=900, hold=True) == []
     # When the hold ends, the stall is timed from then
     decided = run(watch, clock, 8, position=10, end=1000)
-    assert [s.action for s in decided] == [REASSIGN]
-
-
-def test_a_hold_between_the_remedies_does_not_start_the_escalation_again():
-    # Given a stalled partition re-assigned to no effect
-    clock, watch = Clock(), FetchWatch(stall_s=5)
-    run(watch, clock, 2, position=10, end=10)
-    assert [s.action for s in run(watch, clock, 7, position=10, end=50)] == [REASSIGN]
-    # When the loop is held a while (a fence), the source growing meanwhile
-    assert run(watch, clock, 10, position=10, end=80, hold=True) == []
-    # Then, still stalled a period after the hold, the consumer is replaced: no second re-assignment
-    assert [s.action for s in run(watch, clock, 7, position=10, end=120)] == [REPLACE]
+    assert [s.action for s in decided] == [REPLACE]
 
 
 def test_a_new_acquisition_starts_the_watch_again():
@@ -222,7 +212,7 @@ def records(n: int, partition: int, start: int = 0) -> list[bytes]:
     return [f"p{partition}-{i}".encode() for i in range(start, start + n)]
 
 
-def test_the_worker_reassigns_a_silent_partition_then_replaces_its_consumer_and_loses_nothing():
+def test_the_worker_replaces_the_consumer_of_a_silent_partition_and_loses_nothing():
     # Given a worker mirroring t:0 and t:1 with a 3 s fetch watch
     cfg = config_module.from_dict({
         "pipeline": "unit",
@@ -270,14 +260,12 @@ def test_the_worker_reassigns_a_silent_partition_then_replaces_its_consumer_and_
         # Then nothing is decided before fetch_stall_s (t:1 flows on)
         assert producer.written[("t", 1)] == records(15, 1) and len(producer.written[("t", 0)]) == 10
         assert [e for e in logged if e["event"] == "fetch_stalled"] == []
-        # And then t:0 is assigned again at its next offset (which does not help this consumer) ...
+        # And then a new consumer takes every partition at its next offset
         turns(1.5)
-        assert ("unassign", [("t", 0)]) in first.events and ("assign", [("t", 0, 10)]) in first.events
-        # ... and a stall period later a new consumer takes every partition at its next offset
-        turns(3.5)
     stalled = [(e["partition"], e["position"], e["end_offset"], e["action"]) for e in logged
                if e["event"] == "fetch_stalled"]
-    assert stalled == [(0, 10, 15, "reassign"), (0, 10, 15, "replace_consumer")]
+    assert stalled == [(0, 10, 15, "replace_consumer")]
+    assert ("unassign", [("t", 0)]) not in first.events  # no re-assignment on the stuck consumer
     assert len(consumers) == 2 and consumers[1].events[0] == ("assign", [("t", 0, 10), ("t", 1, 15)])
     assert worker.consumer is consumers[1] and worker.handoff._consumer is consumers[1]
     assert worker.status._consumer is consumers[1]
@@ -292,4 +280,4 @@ def test_the_worker_reassigns_a_silent_partition_then_replaces_its_consumer_and_
     registry = worker.metrics.registry
     assert [registry.get_sample_value("ureplicator_worker_fetch_stalls_total",
                                       {"route": "default", "action": action})
-            for action in ("reassign", "replace_consumer")] == [1.0, 1.0]
+            for action in ("replace_consumer",)] == [1.0]
