@@ -245,8 +245,12 @@ class LoadResult:
     elapsed_s: float = 0.0
     behind: int = 0  # records due by the schedule that were never handed to the producer
     first_error: str | None = None
+    producer_replacements: int = 0  # the load's own producer went silent after a broker restart (see _load_main)
     per_flow: dict[str, dict[str, int]] = field(default_factory=dict)
     acked_keys: dict[TP, array] | None = None  # per (topic, partition), sequence numbers the source acked
+
+
+LOAD_STALL_S = 45.0  # a load producer that reported nothing this long while holding records is replaced
 
 
 def _load_main(bootstrap: str, flows: list[Flow], tag: int, duration_s: float | None, value_bytes: int,
@@ -297,9 +301,25 @@ def _load_main(bootstrap: str, flows: list[Flow], tag: int, duration_s: float | 
     sent = [0] * len(flows)
     start = time.monotonic()
     last_publish = 0.0
+    # librdkafka's idempotent producer can go silent after the source broker restarts: records
+    # queued, no delivery report, no error (the worker has the same watchdog for its producer).
+    # A soak then saw the source stop growing and blamed the replicator (the diagnosis's source
+    # end offsets showed it, 2026-11-26). So the load replaces a producer that reported nothing
+    # for LOAD_STALL_S while holding records; the purged records fail (never acknowledged, so
+    # no check expects them) and the schedule goes on with a new producer.
+    reports_seen, reports_moved_at = 0, start
     try:
         while not stop.is_set():
             now = time.monotonic()
+            reports = local["acked"] + local["failed"]
+            if reports != reports_seen or not len(producer):
+                reports_seen, reports_moved_at = reports, now
+            elif now - reports_moved_at >= LOAD_STALL_S:
+                producer.purge(in_queue=True, in_flight=True, blocking=False)
+                producer.poll(0)  # the purged records' reports: failed
+                producer = Producer(config)
+                result.producer_replacements += 1
+                reports_seen, reports_moved_at = local["acked"] + local["failed"], now
             elapsed = now - start
             if duration_s is not None and elapsed >= duration_s:
                 elapsed = duration_s

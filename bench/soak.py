@@ -131,7 +131,8 @@ def run_soak(runner: Runner, stamp: str, args: argparse.Namespace, rng: random.R
                           lambda: runner.pipeline.settled(runner.topics), fault.down_s))
         time.sleep(rng.uniform(2, 10))
     (result,), _ = runner.finish(300, strict=True)
-    out["load"] = {"sent": result.sent, "acked": result.acked, "failed": result.failed}
+    out["load"] = {"sent": result.sent, "acked": result.acked, "failed": result.failed,
+                   "producer_replacements": result.producer_replacements}
     out["steps"] = runner.steps
     source, destination, cmp = compare_logs(runner.services, topic, isolation=runner.profile.isolation)
     out["comparison"] = cmp.to_json()
