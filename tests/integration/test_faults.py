@@ -27,7 +27,8 @@ from tests.support.load import ContinuousProducer, compare, wait_mirrored
 from tests.support.pipeline import Pipeline, Process
 from tests.support.rounds import wait_rounds
 
-pytestmark = pytest.mark.integration
+# Every test here stops, restarts or freezes a service of the session stack.
+pytestmark = [pytest.mark.integration, pytest.mark.disruptive]
 
 
 def owners(pipeline: Pipeline, topic: str) -> set[str | None]:
