@@ -1,4 +1,4 @@
-"""`make test`: the whole suite on one stack of its own, in two phases, and the stack always stopped after.
+"""`make test-parallel`: the whole suite on one stack of its own, in two phases, the stack always stopped after.
 
 Most integration tests wait on I/O (a reconcile interval, a session timeout, a JVM starting), so
 two pytest-xdist workers share a 2-core machine well. They share one stack (ZooKeeper, clusters
@@ -10,9 +10,10 @@ it: those are marked ``disruptive`` and run in a second phase, one at a time, on
 
     python -m devtools.testrun [--workers N] [PYTEST ARGS...]
 
-``--workers 0`` runs the first phase without xdist. PYTEST ARGS that name files or folders replace
-``tests`` (e.g. ``make test PYTEST_ARGS=tests/integration/test_faults.py``). The exit status is pytest's: 0 when both
-phases passed, 5 when neither collected a test, else the first failing phase's status.
+``--workers 0`` runs the first phase without xdist. PYTEST ARGS that name files or folders
+replace ``tests`` (``make test-parallel PYTEST_ARGS=tests/integration/test_faults.py``). The exit
+status is pytest's: 0 when both phases passed, 5 when neither collected a test, else the first
+failing phase's status.
 """
 
 from __future__ import annotations

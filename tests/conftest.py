@@ -28,7 +28,7 @@ collect_ignore = [] if os.environ.get("UREPLICATOR_REPRODUCTIONS") else ["reprod
 def pytest_configure(config):
     config.addinivalue_line(
         "markers", "disruptive: stops, restarts or freezes a service of the session stack, or starts a stack of"
-        " its own that it stops (the `three` fixture): `make test` runs these alone, after the others"
+        " its own that it stops (the `three` fixture): `make test-parallel` runs these alone, after the others"
         " (devtools/testrun.py)")
 
 
