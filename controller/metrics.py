@@ -2,8 +2,9 @@
 
 Every family that describes a route's work carries the label ``route`` (the implicit route of a
 config without ``routes`` is ``default``); a replica exports a route's series while it leads and
-reconciles that route, and drops them when it stops. Only ``_election_errors_total`` has no
-``route``: the deployment has one election for all of its routes.
+reconciles that route, and drops them when it stops. Only ``_election_errors_total`` and
+``_pool_rounds_total`` have no ``route``: the deployment has one election and one shared pool for
+all of its routes.
 """
 
 from __future__ import annotations
@@ -60,6 +61,11 @@ class ControllerMetrics:
             "ureplicator_controller_topic_sync_rounds",
             "Topic-sync passes of the route (Kafka admin reads, topics created or grown) completed as leader",
             route, registry=r,
+        )
+        # The shared pool's rounds are the deployment's, not a route's: no ``route`` label.
+        self.pool_rounds = Counter(
+            "ureplicator_controller_pool_rounds",
+            "Rounds of the shared worker pool's bindings completed by this replica as leader", registry=r,
         )
 
     def observe(self, route: str, state: Any, paused: bool) -> None:

@@ -29,6 +29,7 @@ from typing import TypeVar
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
+from prometheus_client import Counter
 
 from ureplicator.common import logs, zk
 from ureplicator.common.config import Config, RouteConfig, route_root
@@ -49,8 +50,10 @@ Registry = Callable[[], dict[str, tuple[RouteConfig, RouteRecord]]]
 class PoolKeeper:
     """Bind the deployment's pool workers to routes, one round per change or ``reconcile_interval_s``."""
 
-    def __init__(self, config: Config, client: KazooClient, registry: Registry) -> None:
+    def __init__(self, config: Config, client: KazooClient, registry: Registry,
+                 rounds: Counter | None = None) -> None:
         self._config = config
+        self._rounds = rounds  # completed rounds: "N pool rounds later, nothing moved" is observable
         self._client = client
         self._registry = registry
         self._paths = Paths(config.pipeline_root)
@@ -75,6 +78,8 @@ class PoolKeeper:
         while not over.is_set():
             try:
                 self.round(fence)
+                if self._rounds is not None:
+                    self._rounds.inc()
             except zk.Fenced as exc:
                 self._log.warning("pool_fenced", error=str(exc))
                 return

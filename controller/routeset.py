@@ -140,7 +140,8 @@ class RouteSet:
         self._session_lost = threading.Event()
         self._log = logs.get(__name__, pipeline=config.pipeline, controller=identifier)
         self._thread = threading.Thread(target=self._contend, name="leader-election", daemon=True)
-        self.pool = PoolKeeper(config, client, lambda: registry(self._config, self._client))
+        self.pool = PoolKeeper(config, client, lambda: registry(self._config, self._client),
+                               rounds=self.metrics.pool_rounds)
         client.add_listener(self._on_connection)
 
     # --- what the API reads ------------------------------------------------------------------

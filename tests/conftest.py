@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 from pathlib import Path
@@ -22,6 +23,25 @@ os.environ.setdefault("UREPLICATOR_SPARK_CDS", "off")
 
 # Reproductions of open bugs fail until the bug is fixed: collected only on purpose.
 collect_ignore = [] if os.environ.get("UREPLICATOR_REPRODUCTIONS") else ["reproductions"]
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "disruptive: stops, restarts or freezes a service of the session stack, or starts a stack of"
+        " its own that it stops (the `three` fixture): `make test-parallel` runs these alone, after the others"
+        " (devtools/testrun.py)")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Integration tests that run Spark share one pytest-xdist worker (``xdist_group("spark")``, used by
+    ``--dist loadgroup``, devtools/testrun.py): two Spark drivers on a 2-core machine starve each other."""
+    for item in items:
+        if "integration" not in item.nodeid.split("::")[0]:
+            continue
+        spark = "spark" in getattr(item, "fixturenames", ()) or item.module.__name__.rsplit(".", 1)[-1].startswith(
+            "test_verifier") or "run_verifier" in inspect.getsource(item.function)
+        if spark:
+            item.add_marker(pytest.mark.xdist_group("spark"))
 
 
 @pytest.fixture(scope="session")

@@ -250,6 +250,7 @@ def test_switching_modes_both_ways_under_load_loses_and_duplicates_nothing(pipel
 
 
 # Freezes the session's destination broker for a while (as tests/integration/test_faults.py does).
+@pytest.mark.disruptive  # freezes the destination broker
 def test_zombie_frozen_with_its_destination_then_two_kill_9s_loses_and_duplicates_nothing(pipeline, services, tmp_path):
     from tests.integration.test_faults import frozen, owners, service_pid
 
@@ -425,6 +426,7 @@ def test_a_lost_session_ends_the_open_transaction_uncommitted(pipeline, services
         runner.join(30)
 
 
+@pytest.mark.disruptive  # stops ZooKeeper
 def test_zookeeper_away_past_the_lease_aborts_then_resumes_exactly_once(pipeline, services):
     # Not on a shared stack: it restarts ZooKeeper.
     from devtools import stack
@@ -456,6 +458,7 @@ def test_zookeeper_away_past_the_lease_aborts_then_resumes_exactly_once(pipeline
     assert_each_record_once_in_order(dst, topic, partitions, sent)
 
 
+@pytest.mark.disruptive  # restarts the source broker
 def test_a_source_broker_restart_under_load_resumes_exactly_once(pipeline, services):
     # Not on a shared stack: it restarts the source broker.
     from devtools import stack
@@ -488,6 +491,7 @@ def test_a_source_broker_restart_under_load_resumes_exactly_once(pipeline, servi
 
 
 
+@pytest.mark.disruptive  # restarts the destination broker
 def test_two_destination_restarts_under_load_lose_and_duplicate_nothing(pipeline, services):
     # Not on a shared stack: it restarts the destination broker. After such restarts librdkafka's
     # send_offsets_to_transaction can wait for ever (librdkafka #5456/#5511); before the worker gave

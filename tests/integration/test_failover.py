@@ -231,6 +231,7 @@ def test_groups_resume_on_the_destination_exactly_after_their_last_source_commit
     assert scrape(pipeline.url, "ureplicator_groupsync_groups_synced_total") >= 2
 
 
+@pytest.mark.disruptive  # stops a broker
 def test_unknown_groups_unreachable_clusters_and_controllers_are_clear_errors(pipeline, services):
     # Given a mirrored topic and a controller
     topic = f"{pipeline.name}-errs"

@@ -25,8 +25,10 @@ from tests.support import kafka_io
 from tests.support.kafka_io import wait_for
 from tests.support.load import ContinuousProducer, compare, wait_mirrored
 from tests.support.pipeline import Pipeline, Process
+from tests.support.rounds import wait_rounds
 
-pytestmark = pytest.mark.integration
+# Every test here stops, restarts or freezes a service of the session stack.
+pytestmark = [pytest.mark.integration, pytest.mark.disruptive]
 
 
 def owners(pipeline: Pipeline, topic: str) -> set[str | None]:
@@ -191,7 +193,9 @@ def test_leader_frozen_past_its_session_writes_nothing_after_waking(pipeline, se
         # Then the old leader, awake again, steps down and writes nothing
         wait_for(lambda: any(e["event"] in ("leadership_released", "leadership_fenced")
                              for e in events(old_leader, woke_at)), 60, "c1 stepped down")
-        time.sleep(3)  # a stale reconcile would show within a reconcile interval or two
+        # Two of the new leader's reconcile rounds later (same interval as the old one's): a stale
+        # reconcile by the old leader would have shown by now
+        wait_rounds(standby.url, 2)
         writes = [e for e in events(old_leader, woke_at) if e["event"] in ("assignment_written", "topics_synced")]
         assert writes == [], writes
         assert owners(standby, topic) == {"w1", "w2"}

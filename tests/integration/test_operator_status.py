@@ -31,6 +31,17 @@ def clean_report_dir(directory):
     return report.run_id
 
 
+def _events(log) -> list[dict]:
+    """The JSON log events of one process."""
+    found = []
+    for line in log.read_text(errors="replace").splitlines():
+        try:
+            found.append(json.loads(line))
+        except ValueError:
+            continue
+    return found
+
+
 def status(pipeline, *extra: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "ureplicator", "status", "--url", pipeline.url, *extra],
                           capture_output=True, text=True, timeout=60)
@@ -83,7 +94,9 @@ def test_status_shows_every_partition_and_exits_non_zero_within_30s_of_a_worker_
     # And with the worker throttled below the produce rate, lag shows in records and in seconds (record age)
     code, body = pipeline.api("POST", "/admin/rate_limit", {"records_per_s": 2})
     assert code == 200, body
-    time.sleep(3)
+    (worker,) = [p for p in pipeline.processes if p.name == "w1"]
+    wait_for(lambda: any(e.get("event") == "rate_limit_applied" and e.get("records_per_s") == 2
+                         for e in _events(worker.log)), 30, "w1 applied the rate limit")
     kafka_io.produce(services["source"], topic, 400, 4, start=2000)
 
     def lagging():

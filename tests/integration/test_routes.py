@@ -81,7 +81,7 @@ def metrics(pipeline: Pipeline) -> str:
         return resp.read().decode()
 
 
-def settled(pipeline: Pipeline, route: str = "") -> bool:
+def settled(pipeline: Pipeline, route: str = "") -> list[dict] | bool:
     prefix = f"/routes/{route}" if route else ""
     status, body = pipeline.api("GET", f"{prefix}/validation")
     return status == 200 and body["ok"] and not body["withheld"] and body["workers"]
@@ -308,7 +308,7 @@ def test_a_route_to_an_unreachable_cluster_never_holds_up_another_routes_hand_of
     # When a second worker joins route default
     pipeline.start_worker("w2", worker={"route": "default"})
     # Then the hand-off completes and mirroring goes on, while route "lost" only waits
-    wait_for(lambda: settled(pipeline, "default") and len(settled(pipeline, "default")) == 2
+    wait_for(lambda: (rows := settled(pipeline, "default")) and len(rows) == 2
              and all(w["desired_generation"] and (w["missing"], w["extra"]) == ([], [])
                      for w in pipeline.api("GET", "/routes/default/validation")[1]["workers"])
              and pipeline.api("GET", "/routes/default/topics/" + topic)[1]["assignment"][0]["worker"] is not None

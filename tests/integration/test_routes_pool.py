@@ -14,6 +14,7 @@ from kazoo.client import KazooClient
 from devtools.ports import free_port
 from tests.support import kafka_io
 from tests.support.kafka_io import wait_for
+from tests.support.rounds import wait_rounds
 from ureplicator.common.zkschema import PoolBinding
 
 pytestmark = pytest.mark.integration
@@ -109,7 +110,9 @@ def test_a_pool_worker_rebound_between_routes_under_load_loses_and_duplicates_no
         left = [e for e in events(pipeline, "p2") if e.get("event") == "worker_stopped"]
         assert left and left[0]["partitions"] == 0, left
         wait_for(lambda: ready(probes), 30, "p2 ready again on its port after the move")
-        time.sleep(3)  # and the pool stays as it is
+        # And the pool stays as it is: three more of the leader's pool rounds (each of which could move a
+        # worker) leave the bindings unchanged
+        wait_rounds(pipeline.url, 3, kind="pool")
         assert bindings(client, root) == {"p1": "a", "p2": "b"}
     finally:
         loading.set()

@@ -1,4 +1,4 @@
-"""Routes that need three clusters: the session's three-cluster stack (``three`` in tests/conftest.py)."""
+"""Routes that need three clusters: c1..c3 that tests only use (`clusters3`), or a stack of its own (`three`)."""
 
 from __future__ import annotations
 
@@ -18,10 +18,10 @@ from tests.support.pipeline import Pipeline
 pytestmark = pytest.mark.integration
 
 
-def test_two_regions_fan_into_one_aggregate_cluster_exactly_per_partition(three, tmp_path: Path):
+def test_two_regions_fan_into_one_aggregate_cluster_exactly_per_partition(clusters3, tmp_path: Path):
     # Given two regions writing the same topic name, and routes us -> agg and eu -> agg with prefix naming
-    clusters = three["clusters"]
-    pipeline = Pipeline(services={k: three[k] for k in ("zookeeper", "source", "destination")}, workdir=tmp_path)
+    clusters = clusters3["clusters"]
+    pipeline = Pipeline(services={k: clusters3[k] for k in ("zookeeper", "source", "destination")}, workdir=tmp_path)
     topic, partitions = f"{pipeline.name}-orders", 3
     for alias in ("c1", "c2"):
         kafka_io.create_topic(clusters[alias], topic, partitions)
@@ -68,11 +68,11 @@ def _by_origin(cluster: str, alias: str, topic: str, partitions: int) -> dict[st
     return found
 
 
-def test_three_clusters_active_active_copy_each_origin_record_once_everywhere_and_then_stay_still(three, tmp_path):
+def test_three_clusters_active_active_copy_each_origin_record_once_everywhere_and_then_stay_still(clusters3, tmp_path):
     # Given one topic name on c1, c2 and c3, and six identity-named routes (every ordered pair,
     # forward: origin), each served by one worker pinned to it
-    clusters = three["clusters"]
-    pipeline = Pipeline(services={k: three[k] for k in ("zookeeper", "source", "destination")}, workdir=tmp_path)
+    clusters = clusters3["clusters"]
+    pipeline = Pipeline(services={k: clusters3[k] for k in ("zookeeper", "source", "destination")}, workdir=tmp_path)
     topic, partitions, batches, per_batch = f"{pipeline.name}-mesh", 2, 4, 50
     for address in clusters.values():
         kafka_io.create_topic(address, topic, partitions)
@@ -126,10 +126,10 @@ def test_three_clusters_active_active_copy_each_origin_record_once_everywhere_an
         pipeline.stop_all()
 
 
-def test_the_same_mesh_under_transit_is_refused_naming_the_path(three, tmp_path):
+def test_the_same_mesh_under_transit_is_refused_naming_the_path(clusters3, tmp_path):
     # Given a deployment with c1 -> c2 under transit
-    clusters = three["clusters"]
-    pipeline = Pipeline(services={k: three[k] for k in ("zookeeper", "source", "destination")}, workdir=tmp_path)
+    clusters = clusters3["clusters"]
+    pipeline = Pipeline(services={k: clusters3[k] for k in ("zookeeper", "source", "destination")}, workdir=tmp_path)
     pipeline.declare_routes(clusters, [{"id": "c1-c2", "source": "c1", "destination": "c2", "forward": "transit"}])
     try:
         pipeline.start_controller()
@@ -149,6 +149,7 @@ def test_the_same_mesh_under_transit_is_refused_naming_the_path(three, tmp_path)
         pipeline.stop_all()
 
 
+@pytest.mark.disruptive  # stops c3 of a stack of its own (`three`)
 def test_a_route_whose_destination_is_stopped_leaves_the_others_mirroring(three, tmp_path):
     # Given routes c1 -> c2 and c1 -> c3 with a worker each, both mirroring one topic
     from devtools import stack

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 
 import pytest
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 
 from tests.support import kafka_io
 from tests.support.kafka_io import wait_for
-from tests.support.rounds import wait_rounds
+from tests.support.rounds import gauge, wait_rounds
 
 pytestmark = pytest.mark.integration
 
@@ -89,7 +88,10 @@ def test_a_worker_restarting_within_the_grace_period_gets_its_partitions_back(pi
     mine = {p for p, w in owners().items() if w == "w1"}
     os.kill(first.popen.pid, signal.SIGKILL)
     first.popen.wait(10)
-    time.sleep(8)  # longer than the session timeout (6 s): w1 is gone, its partitions reserved
+    # When the leader has seen w1's session end (6 s) and reconciled twice more: its partitions are
+    # reserved for it, not handed to w2
+    wait_for(lambda: gauge(pipeline.url, "ureplicator_controller_live_workers") == 1, 30, "the leader saw w1 go")
+    wait_rounds(pipeline.url, 2)
     assert {p for p, w in owners().items() if w == "w2"} == set(range(4)) - mine
     pipeline.start_worker("w1")
     wait_for(lambda: {p for p, w in owners().items() if w == "w1"} == mine, 30, "w1 got its own partitions back")

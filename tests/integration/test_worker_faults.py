@@ -67,6 +67,7 @@ def test_active_active_pair_mirrors_everything_once_and_nothing_loops(pipeline, 
         back.stop_all()
 
 
+@pytest.mark.disruptive  # stops the destination broker
 def test_destination_outage_pauses_and_resumes_without_loss_and_with_bounded_memory(pipeline, services):
     topic = f"{pipeline.name}-outage"
     kafka_io.create_topic(services["source"], topic, 4)
@@ -202,6 +203,7 @@ class ArrivalWatch:
         return max(b - a for a, b in zip(times, times[1:], strict=False))
 
 
+@pytest.mark.disruptive  # restarts ZooKeeper
 def test_a_zookeeper_restart_shorter_than_the_session_leaves_every_partition_flowing(pipeline, services):
     # Not on a shared stack: it restarts ZooKeeper.
     # Given two workers and a controller mirroring under continuous load, with a 15 s session

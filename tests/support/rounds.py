@@ -8,17 +8,33 @@ import urllib.request
 from prometheus_client.parser import text_string_to_metric_families
 
 KINDS = {"reconcile": "ureplicator_controller_reconcile_rounds",
-         "topic_sync": "ureplicator_controller_topic_sync_rounds"}
+         "topic_sync": "ureplicator_controller_topic_sync_rounds",
+         "pool": "ureplicator_controller_pool_rounds"}  # the shared pool's: one per deployment, no route
+
+
+def gauge(url: str, name: str, route: str = "default") -> float | None:
+    """The value of the controller's gauge ``name`` for ``route`` at ``url`` (None while it exports none)."""
+    with urllib.request.urlopen(f"{url}/metrics", timeout=5) as resp:
+        text = resp.read().decode()
+    for family in text_string_to_metric_families(text):
+        if family.name == name:
+            for sample in family.samples:
+                if sample.labels.get("route") == route:
+                    return float(sample.value)
+    return None
 
 
 def rounds(url: str, kind: str = "reconcile", route: str = "default") -> int:
-    """Rounds of ``kind`` the controller at ``url`` completed for ``route`` as leader (0 while it does not lead)."""
+    """Rounds of ``kind`` the controller at ``url`` completed for ``route`` as leader (0 while it does not lead).
+
+    The pool's rounds belong to no route: ``route`` is ignored for ``kind="pool"``.
+    """
     with urllib.request.urlopen(f"{url}/metrics", timeout=5) as resp:
         text = resp.read().decode()
     for family in text_string_to_metric_families(text):
         if family.name == KINDS[kind]:
             for sample in family.samples:
-                if sample.name.endswith("_total") and sample.labels.get("route") == route:
+                if sample.name.endswith("_total") and (kind == "pool" or sample.labels.get("route") == route):
                     return int(sample.value)
     return 0
 

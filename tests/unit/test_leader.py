@@ -337,9 +337,11 @@ def test_every_controller_series_names_its_route_and_a_routes_series_go_when_it_
     today._plan(snapshot(["w1", "w2"], {}), now=1000.0)
     other._plan(snapshot([], {}, topics={"t": 3}), now=1000.0)
     text = generate_latest(metrics.registry).decode()
-    # Then every series carries its route, the implicit one as "default" (but the one election's errors)
+    # Then every series carries its route, the implicit one as "default" (but the one election's errors
+    # and the one pool's rounds)
     samples = [line for line in text.splitlines() if line.startswith("ureplicator_controller_")
-               and not line.startswith("ureplicator_controller_election_errors")]
+               and not line.startswith(("ureplicator_controller_election_errors",
+                                        "ureplicator_controller_pool_rounds"))]
     assert samples and all('route="' in line for line in samples), samples
     assert 'ureplicator_controller_live_workers{route="default"} 2.0' in text
     assert 'ureplicator_controller_unassigned_partitions{route="a2b"} 3.0' in text

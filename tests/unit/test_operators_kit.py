@@ -21,7 +21,7 @@ import yaml
 from prometheus_client import CollectorRegistry, generate_latest
 
 from tests.support.verifier_samples import sample_report
-from tests.unit.test_helm import CHART, CI_VALUES, MINIMAL_VALUES, NAMESPACE, RELEASE, of_kind, one, render, values_of
+from tests.unit.helm_chart import CHART, CI_VALUES, MINIMAL_VALUES, NAMESPACE, RELEASE, of_kind, one, render, values_of
 
 DASHBOARD = CHART / "dashboards" / "ureplicator.json"
 SCHEMA = Path(__file__).resolve().parents[1] / "support" / "grafana-dashboard.schema.json"
