@@ -136,7 +136,7 @@ class Verifier:
     """A warm SparkSession and the CPU clock of its JVM."""
 
     def __init__(self, services: dict[str, str], args: argparse.Namespace) -> None:
-        from ureplicator.verifier import sparkjob
+        from ureplicator.verifier import route, sparkjob
         from ureplicator.verifier.watermarks import Clusters
 
         self.services = services
@@ -147,7 +147,7 @@ class Verifier:
         self.pid = int(self.spark.sparkContext._jvm.ProcessHandle.current().pid())
         self.config = _config(services)
         self.clusters = Clusters(self.config.source, self.config.destination)
-        self.sides = (sparkjob.KafkaSide(services["source"]), sparkjob.KafkaSide(services["destination"], alias="dst"))
+        self.sides = (route.KafkaSide(services["source"]), route.KafkaSide(services["destination"], alias="dst"))
         self.bucket_size = args.bucket_size
 
     def cpu_s(self) -> float:

@@ -109,7 +109,7 @@ def _promote(target: Path) -> None:
 
 def train(target: Path) -> None:
     """Dump the classes a verifier run loads into ``target`` (at the JVM's exit, so call it in a fresh process)."""
-    from ureplicator.verifier import digest, sparkjob, sql
+    from ureplicator.verifier import digest, kafka_source, sparkjob, sql
 
     os.environ.pop(CDS_ENV, None)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -126,8 +126,8 @@ def train(target: Path) -> None:
     now = datetime.now(timezone.utc)
     records = [(b"k%d" % i, b"v%d" % i, "t", i % 2, i, now, 0,
                 [("trace", b"x"), (provenance.HEADER, provenance.encode(i, i % 2, "src"))]) for i in range(2_000)]
-    frame = sparkjob._with_header_columns(
-        spark.createDataFrame(records, sparkjob._kafka_schema()), sql.LAST_UREP
+    frame = kafka_source.with_header_columns(
+        spark.createDataFrame(records, kafka_source.kafka_schema()), sql.LAST_UREP
     ).selectExpr("partition AS p", "offset AS o", f"{sql.CONTENT_HASH} AS h", "offset div 100 AS bucket")
     frame.groupBy("p", "bucket").agg({"h": "bit_xor", "o": "min"}).join(frame.select("p").distinct(), "p").collect()
     spark.stop()

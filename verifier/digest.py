@@ -4,10 +4,10 @@ Spark's Kafka source turns every record into a row before any SQL runs, and
 that is most of what pass 1 costs. The digest reader (a DataSource V2 source
 in Java, ``io.ureplicator.digest.DigestSource``) consumes each offset range
 with the plain Kafka consumer, hashes and classifies every record exactly as
-``verifier/sparkjob.py``'s SQL does, and hands Spark one row per (partition,
+``verifier/kafka_source.py``'s SQL does, and hands Spark one row per (partition,
 class, bucket). This module turns a snapshot into the reader's options and
 merges the rows of chunks that share a bucket in the driver (no shuffle);
-``sparkjob.bucket_passes`` decides which reader runs. Nobody configures it:
+``pass1.bucket_passes`` decides which reader runs. Nobody configures it:
 when its jar is not on the classpath, pass 1 falls back to Spark's Kafka
 source with a warning.
 ``UREPLICATOR_VERIFIER_READER=kafka`` forces the fallback (tests and the
@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from ureplicator.verifier.watermarks import TopicSnapshot
 
 if TYPE_CHECKING:
-    from ureplicator.verifier.sparkjob import RouteRule
+    from ureplicator.verifier.route import RouteRule
 
 FORMAT = "io.ureplicator.digest.DigestSource"
 READER_ENV = "UREPLICATOR_VERIFIER_READER"
@@ -135,7 +135,7 @@ def bucket_rows(
 class BucketRow:
     """One pass-1 row of one side: a (partition, class, bucket)'s aggregates, merged over the chunks that read it.
 
-    The fields are the reader's columns (``sparkjob`` reads them by name, like a Spark Row's); a sum or a
+    The fields are the reader's columns (``pass1`` reads them by name, like a Spark Row's); a sum or a
     bound no chunk gave is None, as SQL's ``sum``/``min`` of nulls would be.
     """
 

@@ -20,7 +20,7 @@ from tests.support.verifier_xxh64 import content_hash, xxh64
 from ureplicator.common import config as config_module
 from ureplicator.common import provenance
 from ureplicator.verifier import digest
-from ureplicator.verifier.sparkjob import ORDER, KafkaSide, RouteRule
+from ureplicator.verifier.route import ORDER, KafkaSide, RouteRule
 from ureplicator.verifier.watermarks import Clusters
 
 pytestmark = pytest.mark.integration
@@ -143,7 +143,7 @@ def test_the_digest_readers_record_hashes_agree_with_the_independent_implementat
 def test_topics_verified_together_get_the_reports_each_gets_alone(
     spark, services, scenarios, kafka_reports, tmp_path, monkeypatch
 ):
-    from ureplicator.verifier import sparkjob
+    from ureplicator.verifier import pass1
 
     # Given the planted topics under one pipeline: its group committed what each topic's own group committed
     pipeline = f"together{time.time_ns()}"
@@ -153,8 +153,8 @@ def test_topics_verified_together_get_the_reports_each_gets_alone(
     alone = {scenarios[name].topic: outcome.report["topics"][0] for name, outcome in kafka_reports.items()}
     # When all are verified in one run with the digest reader (counting the pass-1 Spark jobs)
     jobs = []
-    real = sparkjob.bucket_passes
-    monkeypatch.setattr(sparkjob, "bucket_passes", lambda *a, **k: jobs.append(len(a[3])) or real(*a, **k))
+    real = pass1.bucket_passes
+    monkeypatch.setattr(pass1, "bucket_passes", lambda *a, **k: jobs.append(len(a[3])) or real(*a, **k))
     monkeypatch.delenv(digest.READER_ENV, raising=False)
     config = env.config_file(tmp_path, services, pipeline)
     topics = [f"{p.topic}={p.destination}" for p in scenarios.values()]

@@ -48,7 +48,7 @@ def test_the_digest_jar_is_found_beside_the_connector_first(tmp_path):
 
 
 def test_chunk_order_rows_prove_order_across_gaps_and_refuse_a_step_back():
-    from ureplicator.verifier.sparkjob import _ascending
+    from ureplicator.verifier.pass1 import _ascending
 
     # Given chunks in destination order (start, rising, first source offset, last source offset)
     gapped = [(0, True, 0, 97), (100, True, 120, 400), (200, True, 401, 405)]

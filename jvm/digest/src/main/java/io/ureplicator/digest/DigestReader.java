@@ -20,11 +20,11 @@ import org.apache.spark.sql.connector.read.PartitionReader;
 /**
  * Reads one offset range and aggregates it per (class, bucket) before Spark sees anything.
  *
- * <p>Classes are verifier/sparkjob.py's: the same rules as its SQL, in the same order, so that both
+ * <p>Classes are verifier/route.py's: the same rules as verifier/kafka_source.py's SQL, in the same order, so that both
  * readers produce the same pass-1 rows.
  */
 final class DigestReader implements PartitionReader<InternalRow> {
-    // verifier/sparkjob.py record classes.
+    // verifier/route.py record classes.
     static final int VERIFIED = 0;
     static final int PENDING = 1;
     static final int SKIPPED = 2;
