@@ -89,6 +89,43 @@ def _listed(values: Mapping[int, int]) -> str:
     return ",".join(f"{int(p)}:{int(v)}" for p, v in sorted(values.items()))
 
 
+def reader_options(
+    side: Any,
+    topic: str,
+    which: str,
+    chunked: list[tuple[int, int, int]],
+    snap: TopicSnapshot,
+    bucket_size: int,
+    rule: RouteRule | None = None,
+    tuning: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """The reader's options for one side of one topic: its (partition, start, end) chunks, the snapshot's
+    offsets the classes depend on, the route's rule and the consumer's settings (``kafka.`` prefixed)."""
+    parts = snap.partitions
+    options = {
+        "side": which,
+        "topic": topic,
+        "bucket.size": str(bucket_size),
+        "chunks": ",".join(f"{p}:{s}:{e}" for p, s, e in chunked),
+        "verify.to": _listed({p: w.verify_to for p, w in parts.items()}),
+        "kafka.bootstrap.servers": side.bootstrap_servers,
+    }
+    if which == "source":
+        if rule is not None and rule.forward == "origin":
+            options["keep.origin"] = rule.source.encode().hex()
+        elif rule is not None:
+            options["skip.origin"] = rule.destination.encode().hex()
+    else:
+        if rule is not None and rule.attribute:
+            options["hop.source"] = rule.source.encode().hex()
+        options["verify.from"] = _listed({p: w.verify_from for p, w in parts.items()})
+        options["log.start"] = _listed({p: w.log_start for p, w in parts.items()})
+        options["end"] = _listed({p: w.end for p, w in parts.items()})
+    for key, value in {**(tuning or {}), **side.options}.items():
+        options[f"kafka.{key}"] = value
+    return options
+
+
 def bucket_rows(
     spark: Any,
     side: Any,
@@ -102,33 +139,51 @@ def bucket_rows(
 ) -> Any:
     """The reader's pass-1 rows (p, cls, bucket, n, high, low, xor, first, last, first_do, delta_min,
     delta_max) of one side, one row per (chunk, class, bucket): unmerged (see ``merge``), and no shuffle."""
-    parts = snap.partitions
-    reader = (
-        spark.read.format(FORMAT)
-        .option("side", which)
-        .option("topic", topic)
-        .option("bucket.size", str(bucket_size))
-        .option("chunks", ",".join(f"{p}:{s}:{e}" for p, s, e in
-                                   chunks(ranges, bucket_size, spark.sparkContext.defaultParallelism)))
-        .option("verify.to", _listed({p: w.verify_to for p, w in parts.items()}))
-        .option("kafka.bootstrap.servers", side.bootstrap_servers)
-    )
-    if which == "source":
-        if rule is not None and rule.forward == "origin":
-            reader = reader.option("keep.origin", rule.source.encode().hex())
-        elif rule is not None:
-            reader = reader.option("skip.origin", rule.destination.encode().hex())
-    else:
-        if rule is not None and rule.attribute:
-            reader = reader.option("hop.source", rule.source.encode().hex())
-        reader = (
-            reader.option("verify.from", _listed({p: w.verify_from for p, w in parts.items()}))
-            .option("log.start", _listed({p: w.log_start for p, w in parts.items()}))
-            .option("end", _listed({p: w.end for p, w in parts.items()}))
-        )
-    for key, value in {**(tuning or {}), **side.options}.items():
-        reader = reader.option(f"kafka.{key}", value)
-    return reader.load()
+    chunked = chunks(ranges, bucket_size, spark.sparkContext.defaultParallelism)
+    options = reader_options(side, topic, which, chunked, snap, bucket_size, rule, tuning)
+    return spark.read.format(FORMAT).options(**options).load()
+
+
+# Pass 1 of at most this many offsets in all (every topic, both sides) is read in the driver, without a Spark
+# job (``driver_rows``): scheduling one costs about half a second on a warm session, more than reading this
+# many records. Larger runs keep the Spark job, whose tasks spread over the executors.
+DRIVER_MAX_OFFSETS = 200_000
+DRIVER_CLASS = "io.ureplicator.digest.DriverDigest"
+
+
+def driver_available(spark: Any) -> bool:
+    """Whether the digest jar in this session has the in-driver reader (a jar built before it has not)."""
+    known = getattr(spark, "_ureplicator_driver_digest", None)
+    if known is None:
+        from py4j.java_gateway import JavaClass
+
+        try:
+            known = isinstance(spark._jvm.io.ureplicator.digest.DriverDigest, JavaClass)
+        except Exception:  # noqa: BLE001 - no gateway or no class: the Spark job reads instead
+            known = False
+        spark._ureplicator_driver_digest = known
+    return bool(known)
+
+
+def whole_ranges(ranges: Mapping[int, tuple[int, int]]) -> list[tuple[int, int, int]]:
+    """One (partition, start, end) chunk per non-empty range: the driver reads each partition in one go."""
+    return [(p, s, e) for p, (s, e) in sorted(ranges.items()) if e > s]
+
+
+def driver_rows(spark: Any, plans: list[dict[str, str]]) -> list[list[BucketRow]]:
+    """The rows ``bucket_rows`` would give for each plan (``reader_options`` with ``whole_ranges``), read in the
+    driver's JVM by the same aggregation (jvm/digest DriverDigest): one py4j call, no Spark job."""
+    from urllib.parse import quote
+
+    encoded = "\n".join("&".join(f"{quote(k, safe='')}={quote(v, safe='')}" for k, v in plan.items())
+                         for plan in plans)
+    text = spark._jvm.io.ureplicator.digest.DriverDigest.rows(encoded)
+    found: list[list[BucketRow]] = [[] for _ in plans]
+    for line in text.splitlines():
+        index, *fields = line.split(",")
+        values = [None if f == "" else int(f) for f in fields]
+        found[int(index)].append(BucketRow(*values))  # type: ignore[arg-type]
+    return found
 
 
 @dataclass(frozen=True)

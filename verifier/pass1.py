@@ -113,8 +113,10 @@ def bucket_passes(
     """Pass 1 of several topics, in their order: per side, one aggregate per (partition, class, bucket).
 
     With the digest reader (verifier/digest.py), both sides of every topic are one Spark job: one stage of
-    reader tasks, no shuffle, one collect; the driver merges the rows. Without it, the same rows come from
-    SQL over Spark's Kafka source, a topic at a time.
+    reader tasks, no shuffle, one collect; the driver merges the rows. When all of them together are at most
+    ``digest.DRIVER_MAX_OFFSETS`` offsets (an incremental run after a little new data, a small topic), the
+    same aggregation reads them in the driver instead, without a Spark job. Without the digest reader, the
+    same rows come from SQL over Spark's Kafka source, a topic at a time.
     """
     if not topics:
         return []
@@ -127,23 +129,35 @@ def bucket_passes(
             )
             results.append(_bucket_pass(src_rows, dst_rows))
         return results
-    from pyspark.sql import functions as F
-
-    frames = []
-    for index, (snap, rule) in enumerate(topics):
-        rule = rule or default_rule(source, destination)
+    reads = [
+        (index, which, side, topic, ranges, snap, rule or default_rule(source, destination))
+        for index, (snap, rule) in enumerate(topics)
         for side, which, topic, ranges in (
             (source, "source", snap.topic, _source_ranges(snap)),
             (destination, "destination", snap.destination, snap.destination_ranges()),
-        ):
-            rows = digest.bucket_rows(spark, side, topic, which, ranges, snap, bucket_size, rule, READ_TUNING)
-            frames.append(rows.withColumn("_topic", F.lit(index)).withColumn("_side", F.lit(which)))
-    union = frames[0]
-    for frame in frames[1:]:
-        union = union.unionByName(frame)
+        )
+    ]
     grouped: dict[tuple[int, str], list[Any]] = {}
-    for r in union.collect():
-        grouped.setdefault((r["_topic"], r["_side"]), []).append(r)
+    offsets = sum(max(0, e - s) for *_, ranges, _, _ in reads for s, e in ranges.values())
+    if offsets <= digest.DRIVER_MAX_OFFSETS and digest.driver_available(spark):
+        plans = [digest.reader_options(side, topic, which, digest.whole_ranges(ranges), snap, bucket_size, rule,
+                                       READ_TUNING)
+                 for _, which, side, topic, ranges, snap, rule in reads]
+        for (index, which, *_), rows in zip(reads, digest.driver_rows(spark, plans), strict=True):
+            grouped[(index, which)] = rows
+    else:
+        from pyspark.sql import functions as F
+
+        frames = [
+            digest.bucket_rows(spark, side, topic, which, ranges, snap, bucket_size, rule, READ_TUNING)
+            .withColumn("_topic", F.lit(index)).withColumn("_side", F.lit(which))
+            for index, which, side, topic, ranges, snap, rule in reads
+        ]
+        union = frames[0]
+        for frame in frames[1:]:
+            union = union.unionByName(frame)
+        for r in union.collect():
+            grouped.setdefault((r["_topic"], r["_side"]), []).append(r)
     return [
         _bucket_pass(digest.merge(grouped.get((i, "source"), [])), digest.merge(grouped.get((i, "destination"), [])))
         for i in range(len(topics))

@@ -457,10 +457,11 @@ def _heartbeat(spark: Any, label: str, progress: Progress, interval_s: float = 3
     """Every ``interval_s`` while a topic is verified, say how far Spark's running stages are."""
     stop = threading.Event()
     started = time.monotonic()
-    tracker = spark.sparkContext.statusTracker()
 
     def beat() -> None:
+        tracker = None  # asked for at the first beat: most passes of a warm session end long before one
         while not stop.wait(interval_s):
+            tracker = tracker or spark.sparkContext.statusTracker()
             done = total = 0
             for stage in tracker.getActiveStageIds():
                 info = tracker.getStageInfo(stage)
