@@ -68,13 +68,16 @@ def _probe(spark: Any) -> tuple[bool, str]:
     return "bucket" in columns, "" if "bucket" in columns else f"unexpected columns {columns}"
 
 
-def chunks(ranges: Mapping[int, tuple[int, int]], bucket_size: int, parallelism: int) -> list[tuple[int, int, int]]:
-    """Split the ranges into (partition, start, end) input partitions: enough for every core, none tiny,
-    cut at bucket boundaries."""
+def _chunk_size(ranges: Mapping[int, tuple[int, int]], bucket_size: int, parallelism: int) -> int:
     total = sum(max(0, e - s) for s, e in ranges.values())
-    wanted = max(1, parallelism)
-    size = max(MIN_CHUNK, -(-total // wanted))
-    size = -(-size // bucket_size) * bucket_size
+    size = max(MIN_CHUNK, -(-total // max(1, parallelism)))
+    return -(-size // bucket_size) * bucket_size
+
+
+def chunks(ranges: Mapping[int, tuple[int, int]], bucket_size: int, parallelism: int) -> list[tuple[int, int, int]]:
+    """Split the ranges into (partition, start, end) chunks: enough for every core, none tiny,
+    cut at bucket boundaries."""
+    size = _chunk_size(ranges, bucket_size, parallelism)
     out = []
     for p, (start, end) in sorted(ranges.items()):
         cut = start
@@ -82,6 +85,31 @@ def chunks(ranges: Mapping[int, tuple[int, int]], bucket_size: int, parallelism:
             stop = min(end, (cut // size + 1) * size)
             out.append((p, cut, stop))
             cut = stop
+    return out
+
+
+def tasks(
+    ranges: Mapping[int, tuple[int, int]], bucket_size: int, parallelism: int
+) -> list[list[tuple[int, int, int]]]:
+    """The chunks as Spark tasks: a full-size chunk alone; smaller ones (small partitions, a partition's ends) packed
+    together, of distinct partitions, up to a chunk's size, so that a topic of many small partitions is a few tasks
+    with one consumer each instead of a task and a consumer per partition."""
+    size = _chunk_size(ranges, bucket_size, parallelism)
+    out: list[list[tuple[int, int, int]]] = []
+    group: list[tuple[int, int, int]] = []
+    filled = 0
+    for chunk in chunks(ranges, bucket_size, parallelism):
+        length = chunk[2] - chunk[1]
+        if length >= size:
+            out.append([chunk])
+            continue
+        if group and (filled + length > size or any(chunk[0] == p for p, _, _ in group)):
+            out.append(group)
+            group, filled = [], 0
+        group.append(chunk)
+        filled += length
+    if group:
+        out.append(group)
     return out
 
 
@@ -93,20 +121,21 @@ def reader_options(
     side: Any,
     topic: str,
     which: str,
-    chunked: list[tuple[int, int, int]],
+    tasked: list[list[tuple[int, int, int]]],
     snap: TopicSnapshot,
     bucket_size: int,
     rule: RouteRule | None = None,
     tuning: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
-    """The reader's options for one side of one topic: its (partition, start, end) chunks, the snapshot's
-    offsets the classes depend on, the route's rule and the consumer's settings (``kafka.`` prefixed)."""
+    """The reader's options for one side of one topic: its tasks, each (partition, start, end) chunks of distinct
+    partitions, the snapshot's offsets the classes depend on, the route's rule and the consumer's settings
+    (``kafka.`` prefixed)."""
     parts = snap.partitions
     options = {
         "side": which,
         "topic": topic,
         "bucket.size": str(bucket_size),
-        "chunks": ",".join(f"{p}:{s}:{e}" for p, s, e in chunked),
+        "chunks": ",".join(";".join(f"{p}:{s}:{e}" for p, s, e in task) for task in tasked),
         "verify.to": _listed({p: w.verify_to for p, w in parts.items()}),
         "kafka.bootstrap.servers": side.bootstrap_servers,
     }
@@ -139,8 +168,8 @@ def bucket_rows(
 ) -> Any:
     """The reader's pass-1 rows (p, cls, bucket, n, high, low, xor, first, last, first_do, delta_min,
     delta_max) of one side, one row per (chunk, class, bucket): unmerged (see ``merge``), and no shuffle."""
-    chunked = chunks(ranges, bucket_size, spark.sparkContext.defaultParallelism)
-    options = reader_options(side, topic, which, chunked, snap, bucket_size, rule, tuning)
+    tasked = tasks(ranges, bucket_size, spark.sparkContext.defaultParallelism)
+    options = reader_options(side, topic, which, tasked, snap, bucket_size, rule, tuning)
     return spark.read.format(FORMAT).options(**options).load()
 
 
@@ -165,9 +194,9 @@ def driver_available(spark: Any) -> bool:
     return bool(known)
 
 
-def whole_ranges(ranges: Mapping[int, tuple[int, int]]) -> list[tuple[int, int, int]]:
+def whole_ranges(ranges: Mapping[int, tuple[int, int]]) -> list[list[tuple[int, int, int]]]:
     """One (partition, start, end) chunk per non-empty range: the driver reads each partition in one go."""
-    return [(p, s, e) for p, (s, e) in sorted(ranges.items()) if e > s]
+    return [[(p, s, e)] for p, (s, e) in sorted(ranges.items()) if e > s]
 
 
 def driver_rows(spark: Any, plans: list[dict[str, str]]) -> list[list[BucketRow]]:

@@ -58,7 +58,7 @@ public final class DriverDigest {
         try {
             List<Future<List<Object[]>>> futures = new ArrayList<>();
             for (DigestSource.Plan plan : parsed) {
-                futures.add(pool.submit(() -> read(plan)));
+                futures.add(pool.submit(() -> read(plan, plan.chunks)));
             }
             StringBuilder out = new StringBuilder();
             for (int i = 0; i < futures.size(); i++) {
@@ -91,12 +91,15 @@ public final class DriverDigest {
         return options;
     }
 
-    /** Every chunk of one plan with one consumer: each partition read from its start until it reaches its end. */
-    static List<Object[]> read(DigestSource.Plan plan) {
+    /**
+     * Chunks of distinct partitions of one plan with one consumer: each partition read from its start until it
+     * reaches its end, and aggregated by its own DigestReader (so the rows are those of one task per chunk).
+     */
+    static List<Object[]> read(DigestSource.Plan plan, List<DigestSource.Chunk> chunks) {
         Map<TopicPartition, DigestReader> readers = new HashMap<>();
         Map<TopicPartition, Long> ends = new HashMap<>();
         Map<TopicPartition, Long> starts = new HashMap<>();
-        for (DigestSource.Chunk chunk : plan.chunks) {
+        for (DigestSource.Chunk chunk : chunks) {
             TopicPartition tp = new TopicPartition(plan.topic, chunk.partition());
             if (readers.put(tp, new DigestReader(plan, chunk)) != null) {
                 throw new IllegalArgumentException("ureplicator-digest: two driver chunks of " + tp);
