@@ -144,7 +144,7 @@ public final class DigestSource implements TableProvider {
         @Override
         public PartitionReader<InternalRow> createReader(InputPartition partition) {
             if (partition instanceof Group group) {
-                return new GroupReader(DriverDigest.read(plan, group.chunks()));
+                return new GroupReader(DriverDigest.read(plan, group.chunks(), false));
             }
             return new DigestReader(plan, (Chunk) partition);
         }

@@ -4,7 +4,9 @@ import java.net.URLDecoder;
 import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
+import java.util.ArrayDeque;
 import java.util.ArrayList;
+import java.util.Deque;
 import java.util.HashMap;
 import java.util.HashSet;
 import java.util.List;
@@ -27,10 +29,14 @@ import org.apache.kafka.common.TopicPartition;
  * {@link DigestSource} read would get, one side of one topic) with one plain consumer for all its
  * partitions, feeds every record to the same {@link DigestReader} aggregation the Spark source uses (so the
  * rows are the same, bit for bit), and runs the plans on a few threads at once. verifier/digest.py calls
- * {@link #rows} through py4j and decides when a range is small enough.
+ * {@link #rows} through py4j and decides when a range is small enough. The consumers are kept between calls
+ * (per consumer settings, at most as many as threads): a warm verifier's next run reuses their connections
+ * and metadata instead of paying a new consumer's start per side and run.
  */
 public final class DriverDigest {
     private static final int MAX_THREADS = 8;
+    private static final Map<Map<String, Object>, Deque<KafkaConsumer<ByteBuffer, ByteBuffer>>> IDLE =
+        new HashMap<>();
 
     private DriverDigest() {}
 
@@ -58,7 +64,7 @@ public final class DriverDigest {
         try {
             List<Future<List<Object[]>>> futures = new ArrayList<>();
             for (DigestSource.Plan plan : parsed) {
-                futures.add(pool.submit(() -> read(plan, plan.chunks)));
+                futures.add(pool.submit(() -> read(plan, plan.chunks, true)));
             }
             StringBuilder out = new StringBuilder();
             for (int i = 0; i < futures.size(); i++) {
@@ -79,6 +85,28 @@ public final class DriverDigest {
         }
     }
 
+    private static KafkaConsumer<ByteBuffer, ByteBuffer> borrow(Map<String, Object> config) {
+        synchronized (IDLE) {
+            Deque<KafkaConsumer<ByteBuffer, ByteBuffer>> idle = IDLE.get(config);
+            if (idle != null && !idle.isEmpty()) {
+                return idle.pop();
+            }
+        }
+        return new KafkaConsumer<>(config);
+    }
+
+    private static void giveBack(Map<String, Object> config, KafkaConsumer<ByteBuffer, ByteBuffer> consumer) {
+        consumer.unsubscribe();  // no assignment, nothing paused: the next read starts clean
+        synchronized (IDLE) {
+            Deque<KafkaConsumer<ByteBuffer, ByteBuffer>> idle = IDLE.computeIfAbsent(config, k -> new ArrayDeque<>());
+            if (idle.size() < MAX_THREADS) {
+                idle.push(consumer);
+                return;
+            }
+        }
+        consumer.close();
+    }
+
     static Map<String, String> options(String line) {
         Map<String, String> options = new HashMap<>();
         for (String pair : line.split("&")) {
@@ -95,7 +123,7 @@ public final class DriverDigest {
      * Chunks of distinct partitions of one plan with one consumer: each partition read from its start until it
      * reaches its end, and aggregated by its own DigestReader (so the rows are those of one task per chunk).
      */
-    static List<Object[]> read(DigestSource.Plan plan, List<DigestSource.Chunk> chunks) {
+    static List<Object[]> read(DigestSource.Plan plan, List<DigestSource.Chunk> chunks, boolean keep) {
         Map<TopicPartition, DigestReader> readers = new HashMap<>();
         Map<TopicPartition, Long> ends = new HashMap<>();
         Map<TopicPartition, Long> starts = new HashMap<>();
@@ -114,8 +142,10 @@ public final class DriverDigest {
             }
         }
         if (!open.isEmpty()) {
-            try (KafkaConsumer<ByteBuffer, ByteBuffer> consumer =
-                     new KafkaConsumer<>(DigestReader.consumerConfig(plan))) {
+            Map<String, Object> config = DigestReader.consumerConfig(plan);
+            KafkaConsumer<ByteBuffer, ByteBuffer> consumer = keep ? borrow(config) : new KafkaConsumer<>(config);
+            boolean clean = false;
+            try {
                 consumer.assign(open);
                 for (TopicPartition tp : open) {
                     consumer.seek(tp, starts.get(tp));
@@ -149,6 +179,13 @@ public final class DriverDigest {
                         done.forEach(open::remove);
                         consumer.pause(done);
                     }
+                }
+                clean = true;
+            } finally {
+                if (keep && clean) {
+                    giveBack(config, consumer);
+                } else {
+                    consumer.close();
                 }
             }
         }
