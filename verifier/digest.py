@@ -11,7 +11,9 @@ merges the rows of chunks that share a bucket in the driver (no shuffle);
 when its jar is not on the classpath, pass 1 falls back to Spark's Kafka
 source with a warning.
 ``UREPLICATOR_VERIFIER_READER=kafka`` forces the fallback (tests and the
-benchmark compare both readers with it).
+benchmark compare both readers with it); ``digest-job`` makes the digest
+reader run as a Spark job even for the small runs it reads in the driver
+(the standalone-cluster test, so that its executors read).
 """
 
 from __future__ import annotations
@@ -181,7 +183,10 @@ DRIVER_CLASS = "io.ureplicator.digest.DriverDigest"
 
 
 def driver_available(spark: Any) -> bool:
-    """Whether the digest jar in this session has the in-driver reader (a jar built before it has not)."""
+    """Whether the digest jar in this session has the in-driver reader (a jar built before it has not), and
+    ``UREPLICATOR_VERIFIER_READER`` is not ``digest-job``."""
+    if os.environ.get(READER_ENV, "auto").strip().lower() == "digest-job":
+        return False
     known = getattr(spark, "_ureplicator_driver_digest", None)
     if known is None:
         from py4j.java_gateway import JavaClass

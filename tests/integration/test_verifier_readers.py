@@ -49,12 +49,10 @@ def _verify(services, workdir, planted, reader: str, monkeypatch) -> env.Outcome
     """``reader``: kafka (Spark's Kafka source), digest (the digest reader; these small topics are read in the
     driver) or digest-job (the digest reader as a Spark job, as for large ranges)."""
     with monkeypatch.context() as patch:
-        if reader == "kafka":
-            patch.setenv(digest.READER_ENV, "kafka")
-        else:
+        if reader == "digest":
             patch.delenv(digest.READER_ENV, raising=False)
-        if reader == "digest-job":
-            patch.setattr(digest, "DRIVER_MAX_OFFSETS", -1)
+        else:
+            patch.setenv(digest.READER_ENV, reader)
         config = env.config_file(workdir, services, planted.pipeline)
         return env.run_verifier(
             ["--config", str(config), "--topic", f"{planted.topic}={planted.destination}", "--bucket-size", "4"],
