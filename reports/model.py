@@ -1,7 +1,7 @@
 """The verification report model: watermarks, categories, offset ranges, status rules (pure, no I/O).
 
 Everything here is plain data and arithmetic so it can be unit-tested and
-reused by the Spark edge (``verifier.sparkjob``), the report writers
+reused by the Spark edge (``verifier.pass1``, ``verifier.pass2``), the report writers
 (``reports.store``, ``reports.html``) and the controller's API.
 
 Categories, per source partition (see docs/verification.md):

@@ -2,11 +2,12 @@
 
 A new ``ureplicator verify`` process (the CronJob path) spent most of its
 start-to-verdict loading and verifying Spark's classes. The JVM can map them
-from an archive dumped by an earlier run instead. ``python -m verifier.cds
+from an archive dumped by an earlier run instead. ``python -m ureplicator.verifier.cds
 ARCHIVE`` writes one: it starts the verifier's own SparkSession with
 ``-XX:ArchiveClassesAtExit``, runs the kind of query the verifier runs (no
 cluster needed) and exits, which dumps the classes the run loaded. The
-verifier image can build it and set ``UREPLICATOR_SPARK_CDS``; the driver then
+verifier image builds one (the Dockerfile runs ``python -m
+ureplicator.verifier.cds``) and sets ``UREPLICATOR_SPARK_CDS``; the driver then
 starts with ``-XX:SharedArchiveFile`` (``-Xshare:auto``: an archive from
 another JVM or classpath is ignored, never an error). Measured on a shared
 2-core machine: a cold run of 100,000 records went from 26 s to 10-11 s.
@@ -93,11 +94,10 @@ def _promote(target: Path) -> None:
         return
     for part in sorted(target.parent.glob(f"{target.name}.*.part")):
         try:
-            with part.open("rb") as dumped:
-                complete = dumped.read(len(_DYNAMIC_MAGIC)) == _DYNAMIC_MAGIC
-            if not complete and time.time() - part.stat().st_mtime > _STALE_S:
+            finished = complete(part)
+            if not finished and time.time() - part.stat().st_mtime > _STALE_S:
                 part.unlink(missing_ok=True)
-            elif complete:
+            elif finished:
                 part.replace(target)
                 for old in target.parent.glob("spark-*.jsa*"):
                     if old != target and not old.name.startswith(f"{target.name}."):
@@ -109,7 +109,7 @@ def _promote(target: Path) -> None:
 
 def train(target: Path) -> None:
     """Dump the classes a verifier run loads into ``target`` (at the JVM's exit, so call it in a fresh process)."""
-    from ureplicator.verifier import digest, sparkjob, sql
+    from ureplicator.verifier import digest, kafka_source, sparkjob, sql
 
     os.environ.pop(CDS_ENV, None)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -126,19 +126,41 @@ def train(target: Path) -> None:
     now = datetime.now(timezone.utc)
     records = [(b"k%d" % i, b"v%d" % i, "t", i % 2, i, now, 0,
                 [("trace", b"x"), (provenance.HEADER, provenance.encode(i, i % 2, "src"))]) for i in range(2_000)]
-    frame = sparkjob._with_header_columns(
-        spark.createDataFrame(records, sparkjob._kafka_schema()), sql.LAST_UREP
+    frame = kafka_source.with_header_columns(
+        spark.createDataFrame(records, kafka_source.kafka_schema()), sql.LAST_UREP
     ).selectExpr("partition AS p", "offset AS o", f"{sql.CONTENT_HASH} AS h", "offset div 100 AS bucket")
     frame.groupBy("p", "bucket").agg({"h": "bit_xor", "o": "min"}).join(frame.select("p").distinct(), "p").collect()
+    from pyspark import SparkContext
+
+    jvm = getattr(SparkContext._gateway, "proc", None)
     spark.stop()
+    if jvm is not None and jvm.stdin is not None:
+        # The JVM exits when its stdin closes and dumps the archive as it exits. Wait for it: a build step (the
+        # verifier image's) must end with the archive complete, not with its JVM killed in the middle of the dump.
+        jvm.stdin.close()
+        jvm.wait(timeout=900)
+
+
+def complete(path: Path) -> bool:
+    """Whether ``path`` is a finished dynamic archive (the JVM writes its header last)."""
+    try:
+        with path.open("rb") as dumped:
+            return dumped.read(len(_DYNAMIC_MAGIC)) == _DYNAMIC_MAGIC
+    except OSError:
+        return False
 
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        print("usage: python -m verifier.cds ARCHIVE", file=sys.stderr)
+        print("usage: python -m ureplicator.verifier.cds ARCHIVE", file=sys.stderr)
         return 2
-    train(Path(args[0]).resolve())
+    target = Path(args[0]).resolve()
+    train(target)
+    if not complete(target):
+        print(f"python -m ureplicator.verifier.cds: the JVM wrote no complete class archive at {target}",
+              file=sys.stderr)
+        return 1
     return 0
 
 

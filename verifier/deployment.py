@@ -138,7 +138,7 @@ class Verdict:
 
 # --- the Spark job -------------------------------------------------------------------------------
 
-# urep fields (sparkjob's layout: version, offset, partition, origin length and alias, hop length and alias).
+# urep fields (common.provenance's layout: version, offset, partition, origin length and alias, hop length and alias).
 _N = "CAST(conv(hex(substr(_urep, 14, 1)), 16, 10) AS INT)"
 _ORIGIN = f"decode(substr(_urep, 15, {_N}), 'UTF-8')"
 _HOP = (f"CASE WHEN substr(_urep, 1, 1) = X'02' THEN decode(substr(_urep, 16 + {_N}, "
@@ -152,9 +152,9 @@ def _records(spark: Any, side: Any, cluster: str, topic: str, ranges: Mapping[in
     """(c, t, p, o, oc, hc, sp, so): every record of one family topic, its origin and hop (null: an original)."""
     from pyspark.sql import functions as F
 
-    from ureplicator.verifier import sparkjob, sql
+    from ureplicator.verifier import kafka_source, sql
 
-    frame = sparkjob._with_header_columns(sparkjob.read(spark, side, topic, ranges), sql.LAST_UREP)
+    frame = kafka_source.with_header_columns(kafka_source.read(spark, side, topic, ranges), sql.LAST_UREP)
     valid = f"({sql.UREP_VALID})"
     return frame.select(
         F.lit(cluster).alias("c"), F.lit(topic).alias("t"), F.col("partition").cast("bigint").alias("p"),

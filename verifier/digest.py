@@ -4,14 +4,16 @@ Spark's Kafka source turns every record into a row before any SQL runs, and
 that is most of what pass 1 costs. The digest reader (a DataSource V2 source
 in Java, ``io.ureplicator.digest.DigestSource``) consumes each offset range
 with the plain Kafka consumer, hashes and classifies every record exactly as
-``verifier/sparkjob.py``'s SQL does, and hands Spark one row per (partition,
+``verifier/kafka_source.py``'s SQL does, and hands Spark one row per (partition,
 class, bucket). This module turns a snapshot into the reader's options and
 merges the rows of chunks that share a bucket in the driver (no shuffle);
-``sparkjob.bucket_passes`` decides which reader runs. Nobody configures it:
+``pass1.bucket_passes`` decides which reader runs. Nobody configures it:
 when its jar is not on the classpath, pass 1 falls back to Spark's Kafka
 source with a warning.
 ``UREPLICATOR_VERIFIER_READER=kafka`` forces the fallback (tests and the
-benchmark compare both readers with it).
+benchmark compare both readers with it); ``digest-job`` makes the digest
+reader run as a Spark job even for the small runs it reads in the driver
+(the standalone-cluster test, so that its executors read).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from ureplicator.verifier.watermarks import TopicSnapshot
 
 if TYPE_CHECKING:
-    from ureplicator.verifier.sparkjob import RouteRule
+    from ureplicator.verifier.route import RouteRule
 
 FORMAT = "io.ureplicator.digest.DigestSource"
 READER_ENV = "UREPLICATOR_VERIFIER_READER"
@@ -68,13 +70,16 @@ def _probe(spark: Any) -> tuple[bool, str]:
     return "bucket" in columns, "" if "bucket" in columns else f"unexpected columns {columns}"
 
 
-def chunks(ranges: Mapping[int, tuple[int, int]], bucket_size: int, parallelism: int) -> list[tuple[int, int, int]]:
-    """Split the ranges into (partition, start, end) input partitions: enough for every core, none tiny,
-    cut at bucket boundaries."""
+def _chunk_size(ranges: Mapping[int, tuple[int, int]], bucket_size: int, parallelism: int) -> int:
     total = sum(max(0, e - s) for s, e in ranges.values())
-    wanted = max(1, parallelism)
-    size = max(MIN_CHUNK, -(-total // wanted))
-    size = -(-size // bucket_size) * bucket_size
+    size = max(MIN_CHUNK, -(-total // max(1, parallelism)))
+    return -(-size // bucket_size) * bucket_size
+
+
+def chunks(ranges: Mapping[int, tuple[int, int]], bucket_size: int, parallelism: int) -> list[tuple[int, int, int]]:
+    """Split the ranges into (partition, start, end) chunks: enough for every core, none tiny,
+    cut at bucket boundaries."""
+    size = _chunk_size(ranges, bucket_size, parallelism)
     out = []
     for p, (start, end) in sorted(ranges.items()):
         cut = start
@@ -85,8 +90,71 @@ def chunks(ranges: Mapping[int, tuple[int, int]], bucket_size: int, parallelism:
     return out
 
 
+def tasks(
+    ranges: Mapping[int, tuple[int, int]], bucket_size: int, parallelism: int
+) -> list[list[tuple[int, int, int]]]:
+    """The chunks as Spark tasks: a full-size chunk alone; smaller ones (small partitions, a partition's ends) packed
+    together, of distinct partitions, up to a chunk's size, so that a topic of many small partitions is a few tasks
+    with one consumer each instead of a task and a consumer per partition."""
+    size = _chunk_size(ranges, bucket_size, parallelism)
+    out: list[list[tuple[int, int, int]]] = []
+    group: list[tuple[int, int, int]] = []
+    filled = 0
+    for chunk in chunks(ranges, bucket_size, parallelism):
+        length = chunk[2] - chunk[1]
+        if length >= size:
+            out.append([chunk])
+            continue
+        if group and (filled + length > size or any(chunk[0] == p for p, _, _ in group)):
+            out.append(group)
+            group, filled = [], 0
+        group.append(chunk)
+        filled += length
+    if group:
+        out.append(group)
+    return out
+
+
 def _listed(values: Mapping[int, int]) -> str:
     return ",".join(f"{int(p)}:{int(v)}" for p, v in sorted(values.items()))
+
+
+def reader_options(
+    side: Any,
+    topic: str,
+    which: str,
+    tasked: list[list[tuple[int, int, int]]],
+    snap: TopicSnapshot,
+    bucket_size: int,
+    rule: RouteRule | None = None,
+    tuning: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """The reader's options for one side of one topic: its tasks, each (partition, start, end) chunks of distinct
+    partitions, the snapshot's offsets the classes depend on, the route's rule and the consumer's settings
+    (``kafka.`` prefixed)."""
+    parts = snap.partitions
+    options = {
+        "side": which,
+        "topic": topic,
+        "bucket.size": str(bucket_size),
+        "chunks": ",".join(";".join(f"{p}:{s}:{e}" for p, s, e in task) for task in tasked),
+        "verify.to": _listed({p: w.verify_to for p, w in parts.items()}),
+        "kafka.bootstrap.servers": side.bootstrap_servers,
+    }
+    if which == "source":
+        if rule is not None and rule.forward == "origin":
+            options["keep.origin"] = rule.source.encode().hex()
+        elif rule is not None:
+            options["skip.origin"] = rule.destination.encode().hex()
+    else:
+        if rule is not None and rule.attribute:
+            options["hop.source"] = rule.source.encode().hex()
+        options["verify.from"] = _listed({p: w.verify_from for p, w in parts.items()})
+        options["log.start"] = _listed({p: w.log_start for p, w in parts.items()})
+        options["end"] = _listed({p: w.end for p, w in parts.items()})
+    for key, value in {**(tuning or {}), **side.options}.items():
+        options[f"kafka.{key}"] = value
+    return options
 
 
 def bucket_rows(
@@ -102,40 +170,61 @@ def bucket_rows(
 ) -> Any:
     """The reader's pass-1 rows (p, cls, bucket, n, high, low, xor, first, last, first_do, delta_min,
     delta_max) of one side, one row per (chunk, class, bucket): unmerged (see ``merge``), and no shuffle."""
-    parts = snap.partitions
-    reader = (
-        spark.read.format(FORMAT)
-        .option("side", which)
-        .option("topic", topic)
-        .option("bucket.size", str(bucket_size))
-        .option("chunks", ",".join(f"{p}:{s}:{e}" for p, s, e in
-                                   chunks(ranges, bucket_size, spark.sparkContext.defaultParallelism)))
-        .option("verify.to", _listed({p: w.verify_to for p, w in parts.items()}))
-        .option("kafka.bootstrap.servers", side.bootstrap_servers)
-    )
-    if which == "source":
-        if rule is not None and rule.forward == "origin":
-            reader = reader.option("keep.origin", rule.source.encode().hex())
-        elif rule is not None:
-            reader = reader.option("skip.origin", rule.destination.encode().hex())
-    else:
-        if rule is not None and rule.attribute:
-            reader = reader.option("hop.source", rule.source.encode().hex())
-        reader = (
-            reader.option("verify.from", _listed({p: w.verify_from for p, w in parts.items()}))
-            .option("log.start", _listed({p: w.log_start for p, w in parts.items()}))
-            .option("end", _listed({p: w.end for p, w in parts.items()}))
-        )
-    for key, value in {**(tuning or {}), **side.options}.items():
-        reader = reader.option(f"kafka.{key}", value)
-    return reader.load()
+    tasked = tasks(ranges, bucket_size, spark.sparkContext.defaultParallelism)
+    options = reader_options(side, topic, which, tasked, snap, bucket_size, rule, tuning)
+    return spark.read.format(FORMAT).options(**options).load()
+
+
+# Pass 1 of at most this many offsets in all (every topic, both sides) is read in the driver, without a Spark
+# job (``driver_rows``): scheduling one costs about half a second on a warm session, more than reading this
+# many records. Larger runs keep the Spark job, whose tasks spread over the executors.
+DRIVER_MAX_OFFSETS = 200_000
+DRIVER_CLASS = "io.ureplicator.digest.DriverDigest"
+
+
+def driver_available(spark: Any) -> bool:
+    """Whether the digest jar in this session has the in-driver reader (a jar built before it has not), and
+    ``UREPLICATOR_VERIFIER_READER`` is not ``digest-job``."""
+    if os.environ.get(READER_ENV, "auto").strip().lower() == "digest-job":
+        return False
+    known = getattr(spark, "_ureplicator_driver_digest", None)
+    if known is None:
+        from py4j.java_gateway import JavaClass
+
+        try:
+            known = isinstance(spark._jvm.io.ureplicator.digest.DriverDigest, JavaClass)
+        except Exception:  # noqa: BLE001 - no gateway or no class: the Spark job reads instead
+            known = False
+        spark._ureplicator_driver_digest = known
+    return bool(known)
+
+
+def whole_ranges(ranges: Mapping[int, tuple[int, int]]) -> list[list[tuple[int, int, int]]]:
+    """One (partition, start, end) chunk per non-empty range: the driver reads each partition in one go."""
+    return [[(p, s, e)] for p, (s, e) in sorted(ranges.items()) if e > s]
+
+
+def driver_rows(spark: Any, plans: list[dict[str, str]]) -> list[list[BucketRow]]:
+    """The rows ``bucket_rows`` would give for each plan (``reader_options`` with ``whole_ranges``), read in the
+    driver's JVM by the same aggregation (jvm/digest DriverDigest): one py4j call, no Spark job."""
+    from urllib.parse import quote
+
+    encoded = "\n".join("&".join(f"{quote(k, safe='')}={quote(v, safe='')}" for k, v in plan.items())
+                         for plan in plans)
+    text = spark._jvm.io.ureplicator.digest.DriverDigest.rows(encoded)
+    found: list[list[BucketRow]] = [[] for _ in plans]
+    for line in text.splitlines():
+        index, *fields = line.split(",")
+        values = [None if f == "" else int(f) for f in fields]
+        found[int(index)].append(BucketRow(*values))  # type: ignore[arg-type]
+    return found
 
 
 @dataclass(frozen=True)
 class BucketRow:
     """One pass-1 row of one side: a (partition, class, bucket)'s aggregates, merged over the chunks that read it.
 
-    The fields are the reader's columns (``sparkjob`` reads them by name, like a Spark Row's); a sum or a
+    The fields are the reader's columns (``pass1`` reads them by name, like a Spark Row's); a sum or a
     bound no chunk gave is None, as SQL's ``sum``/``min`` of nulls would be.
     """
 

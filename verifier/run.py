@@ -23,9 +23,12 @@ from ureplicator.common.errors import UReplicatorError
 from ureplicator.common.zkschema import Paths
 from ureplicator.reports import model
 from ureplicator.reports.model import CategoryResult, PartitionReport, Report, TopicReport, Watermarks
-from ureplicator.verifier import checkpoint, digest, kafka_options, sparkjob
+from ureplicator.verifier import checkpoint, digest, kafka_options, pass1, pass2, sparkjob
 from ureplicator.verifier.checkpoint import Checkpoint, CheckpointFile, Decision, TopicIdentity
-from ureplicator.verifier.sparkjob import BucketPass, ClassAggregate, KafkaSide, RecordPlan, RouteRule, SparkUnavailable
+from ureplicator.verifier.pass1 import BucketPass, ClassAggregate
+from ureplicator.verifier.pass2 import RecordPlan
+from ureplicator.verifier.route import KafkaSide, RouteRule
+from ureplicator.verifier.sparkjob import SparkUnavailable
 from ureplicator.verifier.watermarks import Clusters, TopicMissing, TopicSnapshot
 
 Progress = Callable[[str], None]
@@ -332,7 +335,7 @@ def _first_passes(spark: Any, jobs: list[_TopicJob], prepared: list[_Prepared], 
     first = ready[0][0]
     try:
         with _heartbeat(spark, f"pass 1 of {len(ready)} topics", progress):
-            found = sparkjob.bucket_passes(spark, first.sides[0], first.sides[1],
+            found = pass1.bucket_passes(spark, first.sides[0], first.sides[1],
                                            [(r.snap, job.rule) for job, r in ready], first.bucket_size)
     except (PySparkException, Py4JError) as exc:
         progress(f"pass 1 of {len(ready)} topics together failed ({_first_line(exc)}); each topic on its own")
@@ -396,7 +399,7 @@ def _passes(spark: Any, job: _TopicJob, report: TopicReport, ready: _Prepared | 
             _announce(snap, label, progress)
             buckets = None
         if buckets is None:
-            buckets = sparkjob.bucket_pass(spark, sides[0], sides[1], snap, bucket_size, job.rule)
+            buckets = pass1.bucket_pass(spark, sides[0], sides[1], snap, bucket_size, job.rule)
         plan = RecordPlan(
             mismatched=model.mismatched_buckets(buckets.source, buckets.destination),
             ordering=buckets.unordered,
@@ -410,7 +413,7 @@ def _passes(spark: Any, job: _TopicJob, report: TopicReport, ready: _Prepared | 
                 f"out of order, {len(plan.orphans)} with orphans: checking those records "
                 f"({time.monotonic() - clock:.1f}s)"
             )
-            findings = sparkjob.record_pass(spark, sides[0], sides[1], snap, bucket_size, plan, job.rule)
+            findings = pass2.record_pass(spark, sides[0], sides[1], snap, bucket_size, plan, job.rule)
         reports.update({r.partition: r for r in _partition_reports(snap, buckets, plan, findings, group)})
         seen.update(snap.partitions)
         first_unverified = {p: o for p, o in first_unverified.items() if p not in snap.destination_ranges()}
@@ -454,10 +457,11 @@ def _heartbeat(spark: Any, label: str, progress: Progress, interval_s: float = 3
     """Every ``interval_s`` while a topic is verified, say how far Spark's running stages are."""
     stop = threading.Event()
     started = time.monotonic()
-    tracker = spark.sparkContext.statusTracker()
 
     def beat() -> None:
+        tracker = None  # asked for at the first beat: most passes of a warm session end long before one
         while not stop.wait(interval_s):
+            tracker = tracker or spark.sparkContext.statusTracker()
             done = total = 0
             for stage in tracker.getActiveStageIds():
                 info = tracker.getStageInfo(stage)

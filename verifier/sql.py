@@ -7,7 +7,7 @@ a ``urep`` header that is not the last one, or a header with a null value.
 
 The expressions name the columns of Spark's Kafka source (``key``, ``value``,
 ``timestamp``, ``headers``, ``partition``) and the helper columns that
-``sparkjob._with_header_columns`` adds: ``_hdrs`` (headers, never null),
+``kafka_source.with_header_columns`` adds: ``_hdrs`` (headers, never null),
 ``_upos`` (1-based position of the first ``urep`` header, 0 when none),
 ``_kept`` (the content headers) and ``_urep`` (the ``urep`` value read).
 The byte positions below are common/provenance.py's layout (its module

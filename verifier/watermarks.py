@@ -17,6 +17,7 @@ Each partition is then verified on [L, W) with W = min(E, C).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 from confluent_kafka import (
     ConsumerGroupTopicPartitions,
@@ -117,9 +118,21 @@ class Clusters:
 
     def compacted(self, topic: str) -> bool:
         """Whether the source topic's cleanup.policy includes compact (False when configs cannot be read)."""
+        return self._compacted(self._configs(topic))
+
+    def _configs(self, topic: str) -> Any:
+        """The source topic's configs, requested (``_compacted`` waits for them)."""
         resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
         try:
-            entries = self.source.describe_configs([resource])[resource].result(timeout=self.timeout_s)
+            return self.source.describe_configs([resource])[resource]
+        except KafkaException:
+            return None
+
+    def _compacted(self, future: Any) -> bool:
+        if future is None:
+            return False
+        try:
+            entries = future.result(timeout=self.timeout_s)
         except KafkaException:
             return False  # no DescribeConfigs permission: verify as a plain topic
         policy = entries.get("cleanup.policy")
@@ -138,10 +151,12 @@ class Clusters:
         return {tp.partition: (tp.offset if tp.offset >= 0 else None) for tp in result.topic_partitions}
 
     def offsets(self, side: str, topic: str, partitions: int) -> dict[int, tuple[int, int]]:
-        """(log start, end) per partition; the end is the last stable offset (read_committed)."""
+        """(log start, end) per partition; the end is the last stable offset (read_committed). Both requests are
+        in flight at once: a warm incremental run is mostly such round trips."""
         client = self.source if side == "source" else self.destination
-        starts = self._list(client, topic, partitions, OffsetSpec.earliest())
-        ends = self._list(client, topic, partitions, OffsetSpec.latest())
+        wanted = list(range(partitions))
+        pending = [self._request(client, topic, wanted, spec) for spec in (OffsetSpec.earliest(), OffsetSpec.latest())]
+        starts, ends = (self._results(topic, futures) for futures in pending)
         return {p: (starts[p], ends[p]) for p in range(partitions)}
 
     def log_starts(self, side: str, topic: str, partitions: list[int]) -> dict[int, int]:
@@ -153,11 +168,20 @@ class Clusters:
     def _list(
         self, client: AdminClient, topic: str, partitions: int, spec: OffsetSpec, only: list[int] | None = None
     ) -> dict[int, int]:
-        wanted = {TopicPartition(topic, p): spec for p in (only if only is not None else range(partitions))}
+        wanted = only if only is not None else list(range(partitions))
+        return self._results(topic, self._request(client, topic, wanted, spec))
+
+    def _request(self, client: AdminClient, topic: str, partitions: list[int], spec: OffsetSpec) -> dict[Any, Any]:
         try:
-            futures = client.list_offsets(
-                wanted, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=self.timeout_s
+            return client.list_offsets(  # type: ignore[no-any-return]
+                {TopicPartition(topic, p): spec for p in partitions},
+                isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=self.timeout_s,
             )
+        except KafkaException as exc:
+            raise ClusterUnavailable(f"cannot list the offsets of {topic}: {exc.args[0].str()}") from None
+
+    def _results(self, topic: str, futures: dict[Any, Any]) -> dict[int, int]:
+        try:
             return {tp.partition: f.result(timeout=self.timeout_s).offset for tp, f in futures.items()}
         except KafkaException as exc:
             raise ClusterUnavailable(f"cannot list the offsets of {topic}: {exc.args[0].str()}") from None
@@ -166,6 +190,7 @@ class Clusters:
         source_count = self.partitions("source", topic)
         if source_count is None:
             raise TopicMissing(f"topic {topic!r} does not exist on the source cluster {self.source_config.alias}")
+        configs = self._configs(topic)  # in flight while the offsets are read
         committed = self.committed(group, topic, source_count)  # 1. before the destination is read
         destination_count = self.partitions("destination", destination)
         dst = self.offsets("destination", destination, destination_count) if destination_count else {}  # 2.
@@ -182,7 +207,7 @@ class Clusters:
             for p in range(source_count)
         }
         extra = {p: r for p, r in dst.items() if p >= source_count}
-        return TopicSnapshot(topic, destination, partitions, extra, self.compacted(topic))
+        return TopicSnapshot(topic, destination, partitions, extra, self._compacted(configs))
 
     def close(self) -> None:
         # AdminClient has no close(); dropping the references lets librdkafka tear down.

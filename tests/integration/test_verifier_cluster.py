@@ -23,6 +23,7 @@ from tests.support import kafka_io
 from tests.support import verifier_env as env
 from tests.support.kafka_io import wait_for
 from tests.support.verifier_env import mirrored, nonzero, ranges
+from ureplicator.verifier import digest
 
 pytestmark = pytest.mark.integration
 
@@ -98,11 +99,14 @@ def test_a_standalone_cluster_gives_the_same_report_as_local(spark, services, st
         [sys.executable, "-m", "ureplicator.verifier", *args, "--master", master, "--output", str(cluster_out),
          "--conf", "spark.driver.host=127.0.0.1", "--conf", "spark.driver.bindAddress=127.0.0.1",
          "--conf", "spark.executor.memory=512m", "--conf", "spark.sql.shuffle.partitions=2"],
+        # pass 1 as a Spark job, not in the driver (as for a small run): the executor must read
         cwd=REPO, capture_output=True, text=True, timeout=600, check=False,
+        env={**os.environ, digest.READER_ENV: "digest-job"},
     )
 
     # Then both find the same defects, at the same offsets, with the same hashes
-    assert driver.returncode == local.status == 1, driver.stderr[-3000:]
+    assert local.status == 1, local.stderr[-3000:]
+    assert driver.returncode == 1, driver.stderr[-3000:]
     remote = json.loads((cluster_out / "latest.json").read_text())
     assert remote["spark"]["master"] == master
     # with the digest reader on both: its jar reached the executor through spark.jars

@@ -20,7 +20,7 @@ from tests.support.verifier_xxh64 import content_hash, xxh64
 from ureplicator.common import config as config_module
 from ureplicator.common import provenance
 from ureplicator.verifier import digest
-from ureplicator.verifier.sparkjob import ORDER, KafkaSide, RouteRule
+from ureplicator.verifier.route import ORDER, KafkaSide, RouteRule
 from ureplicator.verifier.watermarks import Clusters
 
 pytestmark = pytest.mark.integration
@@ -46,11 +46,13 @@ def kafka_reports(spark, services, scenarios, tmp_path_factory):
 
 
 def _verify(services, workdir, planted, reader: str, monkeypatch) -> env.Outcome:
+    """``reader``: kafka (Spark's Kafka source), digest (the digest reader; these small topics are read in the
+    driver) or digest-job (the digest reader as a Spark job, as for large ranges)."""
     with monkeypatch.context() as patch:
-        if reader == "kafka":
-            patch.setenv(digest.READER_ENV, "kafka")
-        else:
+        if reader == "digest":
             patch.delenv(digest.READER_ENV, raising=False)
+        else:
+            patch.setenv(digest.READER_ENV, reader)
         config = env.config_file(workdir, services, planted.pipeline)
         return env.run_verifier(
             ["--config", str(config), "--topic", f"{planted.topic}={planted.destination}", "--bucket-size", "4"],
@@ -68,15 +70,16 @@ def _comparable(report: dict) -> dict:
     return body
 
 
+@pytest.mark.parametrize("reader", ["digest", "digest-job"])
 @pytest.mark.parametrize("name", ["defects", "gaps", "v2"])
 def test_the_digest_reader_and_sparks_kafka_source_give_identical_reports(
-    spark, services, scenarios, kafka_reports, tmp_path, monkeypatch, name
+    spark, services, scenarios, kafka_reports, tmp_path, monkeypatch, name, reader
 ):
     # Given a topic with planted defects
     planted = scenarios[name]
-    # When it is verified with each reader
+    # When it is verified with each reader (the digest reader in the driver and as a Spark job)
     kafka = kafka_reports[name]
-    digested = _verify(services, tmp_path, planted, "digest", monkeypatch)
+    digested = _verify(services, tmp_path, planted, reader, monkeypatch)
     # Then each run says which reader it used, and the reports are the same
     assert kafka.report["spark"]["reader"] == "kafka"
     assert digested.report["spark"]["reader"] == "digest"
@@ -115,19 +118,28 @@ def test_the_digest_readers_record_hashes_agree_with_the_independent_implementat
     loaded = config_module.load(str(env.config_file(tmp_path, services, planted.pipeline)))
     snap = Clusters(loaded.source, loaded.destination).snapshot(planted.topic, planted.destination,
                                                                   loaded.consumer_group).only({9})
-    # When the digest reader reads both sides with one offset per bucket
+    # When the digest reader reads both sides with one offset per bucket, as a Spark job and in the driver
+    reads = (
+        ("source", planted.topic, {9: (0, PER_PARTITION)}),
+        ("destination", planted.destination, snap.destination_ranges()),
+    )
+    rule = RouteRule("", "dst")
     rows = {
         which: {
             r.bucket: (r.n, r.xor & (2**64 - 1))
             for r in digest.bucket_rows(spark, KafkaSide(services[which]), topic, which, ranges, snap, 1,
-                                        rule=RouteRule("", "dst")).collect()
+                                        rule=rule).collect()
             if r.bucket >= 0 and r.cls != ORDER
         }
-        for which, topic, ranges in (
-            ("source", planted.topic, {9: (0, PER_PARTITION)}),
-            ("destination", planted.destination, snap.destination_ranges()),
-        )
+        for which, topic, ranges in reads
     }
+    plans = [digest.reader_options(KafkaSide(services[which]), topic, which, digest.whole_ranges(ranges), snap, 1,
+                                   rule) for which, topic, ranges in reads]
+    in_driver = {
+        which: {r.bucket: (r.n, r.xor & (2**64 - 1)) for r in found if r.bucket >= 0 and r.cls != ORDER}
+        for (which, *_), found in zip(reads, digest.driver_rows(spark, plans), strict=True)
+    }
+    assert in_driver == rows
     # Then every bucket's hash is the one tests/support/verifier_xxh64.py computes for its record
     source = {r.offset: (1, _bucket_hash(content_hash(r.key, r.value, r.headers, r.timestamp), r.offset))
               for r in env.read_all(services["source"], planted.topic, 9)}
@@ -143,7 +155,7 @@ def test_the_digest_readers_record_hashes_agree_with_the_independent_implementat
 def test_topics_verified_together_get_the_reports_each_gets_alone(
     spark, services, scenarios, kafka_reports, tmp_path, monkeypatch
 ):
-    from ureplicator.verifier import sparkjob
+    from ureplicator.verifier import pass1
 
     # Given the planted topics under one pipeline: its group committed what each topic's own group committed
     pipeline = f"together{time.time_ns()}"
@@ -153,8 +165,8 @@ def test_topics_verified_together_get_the_reports_each_gets_alone(
     alone = {scenarios[name].topic: outcome.report["topics"][0] for name, outcome in kafka_reports.items()}
     # When all are verified in one run with the digest reader (counting the pass-1 Spark jobs)
     jobs = []
-    real = sparkjob.bucket_passes
-    monkeypatch.setattr(sparkjob, "bucket_passes", lambda *a, **k: jobs.append(len(a[3])) or real(*a, **k))
+    real = pass1.bucket_passes
+    monkeypatch.setattr(pass1, "bucket_passes", lambda *a, **k: jobs.append(len(a[3])) or real(*a, **k))
     monkeypatch.delenv(digest.READER_ENV, raising=False)
     config = env.config_file(tmp_path, services, pipeline)
     topics = [f"{p.topic}={p.destination}" for p in scenarios.values()]

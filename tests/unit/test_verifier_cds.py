@@ -57,3 +57,44 @@ def test_the_archive_name_changes_with_the_classpath(tmp_path):
 def test_off_maps_nothing_and_the_cache_follows_xdg(tmp_path):
     assert cds.archive({cds.CDS_ENV: cds.OFF}) is None
     assert cds.cache_folder({"XDG_CACHE_HOME": str(tmp_path)}) == tmp_path / "ureplicator"
+
+
+def _verifier_stage() -> list[tuple[str, str]]:
+    """(keyword, arguments) of the Dockerfile's verifier stage, continuation lines joined, comments dropped."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "Dockerfile").read_text().replace("\\\n", " ")
+    stage: list[tuple[str, str]] | None = None
+    for line in text.splitlines():
+        keyword, _, args = line.strip().partition(" ")
+        if not keyword or keyword.startswith("#"):
+            continue
+        if keyword == "FROM":
+            if stage is not None:
+                return stage
+            stage = [] if args.endswith(" AS verifier") else None
+        elif stage is not None:
+            stage.append((keyword, args.strip()))
+    assert stage is not None, "the Dockerfile has no verifier stage"
+    return stage
+
+
+def test_the_verifier_image_builds_its_class_archive_and_maps_it():
+    stage = _verifier_stage()
+    runs = [i for i, (keyword, args) in enumerate(stage) if keyword == "RUN" and "ureplicator.verifier.cds" in args]
+    assert len(runs) == 1, "the verifier image should run python -m ureplicator.verifier.cds"
+    archive = stage[runs[0]][1].split("ureplicator.verifier.cds", 1)[1].split()[0]
+    envs = {i: args for i, (keyword, args) in enumerate(stage) if keyword == "ENV"}
+    # the archive is what UREPLICATOR_SPARK_CDS names, so that the driver maps it
+    assert any(f"{cds.CDS_ENV}={archive}" in args for args in envs.values())
+    # and it is trained on the image's classpath: after the connector jars are in place, before the user switch
+    jars = next(i for i, args in envs.items() if "UREPLICATOR_SPARK_JARS=" in args)
+    user = max(i for i, (keyword, _) in enumerate(stage) if keyword == "USER")
+    assert jars < runs[0] < user and stage[user][1] == "10001:10001"
+
+
+def test_a_dump_is_complete_only_with_the_archive_header(tmp_path):
+    done, cut = tmp_path / "done.jsa", tmp_path / "cut.jsa"
+    done.write_bytes(COMPLETE)
+    cut.write_bytes(b"\0" * 64)
+    assert cds.complete(done) and not cds.complete(cut) and not cds.complete(tmp_path / "missing.jsa")

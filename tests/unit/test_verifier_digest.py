@@ -48,7 +48,7 @@ def test_the_digest_jar_is_found_beside_the_connector_first(tmp_path):
 
 
 def test_chunk_order_rows_prove_order_across_gaps_and_refuse_a_step_back():
-    from ureplicator.verifier.sparkjob import _ascending
+    from ureplicator.verifier.pass1 import _ascending
 
     # Given chunks in destination order (start, rising, first source offset, last source offset)
     gapped = [(0, True, 0, 97), (100, True, 120, 400), (200, True, 401, 405)]
@@ -83,3 +83,20 @@ def test_merging_keeps_classes_and_each_chunks_order_row_apart():
     rows = [_row(0, 6, 0, 0, xor=1, first=0, last=9), _row(0, 6, 10, 0, xor=0, first=10, last=19),
             _row(0, 1, -1, 4, first=20, last=23)]
     assert digest.merge(rows) == sorted(rows, key=lambda r: (r.p, r.cls, r.bucket))
+
+
+def test_small_chunks_share_a_task_of_distinct_partitions_and_large_ones_keep_their_own():
+    # Given 40 partitions of 1,000 offsets, and one of 200,000 that starts and ends off a chunk boundary
+    ranges = {p: (0, 1_000) for p in range(40)}
+    ranges[40] = (5, 200_005)
+    # When they are cut into tasks for 2 cores
+    found = digest.tasks(ranges, 1_000, parallelism=2)
+    # Then every offset is read once, in the same chunks as before
+    assert sorted(c for task in found for c in task) == sorted(digest.chunks(ranges, 1_000, parallelism=2))
+    size = max(e - s for task in found for _, s, e in task)
+    for task in found:
+        # a full-size chunk alone; small ones packed up to that size, never two of one partition in a task
+        assert len(task) == 1 or sum(e - s for _, s, e in task) <= size
+        assert len({p for p, _, _ in task}) == len(task)
+    # and the 40 small partitions are a few tasks, not 40
+    assert len([task for task in found if task[0][0] < 40]) <= 2

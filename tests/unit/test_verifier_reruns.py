@@ -65,8 +65,9 @@ class _Retention:
 
 def test_only_the_partitions_whose_log_start_moved_are_verified_again(monkeypatch):
     from ureplicator.reports.model import BucketAggregate
-    from ureplicator.verifier import sparkjob
-    from ureplicator.verifier.sparkjob import BucketPass, KafkaSide
+    from ureplicator.verifier import pass1, pass2
+    from ureplicator.verifier.pass1 import BucketPass
+    from ureplicator.verifier.route import KafkaSide
 
     clusters = _Retention()
 
@@ -79,8 +80,8 @@ def test_only_the_partitions_whose_log_start_moved_are_verified_again(monkeypatc
             found.destination[(p, 0)] = BucketAggregate(100 if p == 0 else 95, 1, 1)
         return found
 
-    monkeypatch.setattr(sparkjob, "bucket_pass", bucket_pass)
-    monkeypatch.setattr(sparkjob, "record_pass", lambda *args: {})
+    monkeypatch.setattr(pass1, "bucket_pass", bucket_pass)
+    monkeypatch.setattr(pass2, "record_pass", lambda *args: {})
     # Given a run whose partition 1 differs while retention moves its log start
     job = run._TopicJob(clusters, (KafkaSide("s"), KafkaSide("d")), run.Target("t", "t"), "g", 1000, "t",
                         lambda message: None)

@@ -20,11 +20,11 @@ import org.apache.spark.sql.connector.read.PartitionReader;
 /**
  * Reads one offset range and aggregates it per (class, bucket) before Spark sees anything.
  *
- * <p>Classes are verifier/sparkjob.py's: the same rules as its SQL, in the same order, so that both
+ * <p>Classes are verifier/route.py's: the same rules as verifier/kafka_source.py's SQL, in the same order, so that both
  * readers produce the same pass-1 rows.
  */
 final class DigestReader implements PartitionReader<InternalRow> {
-    // verifier/sparkjob.py record classes.
+    // verifier/route.py record classes.
     static final int VERIFIED = 0;
     static final int PENDING = 1;
     static final int SKIPPED = 2;
@@ -107,28 +107,36 @@ final class DigestReader implements PartitionReader<InternalRow> {
     public boolean next() {
         if (rows == null) {
             read();
-            if (!source && orderCount > 0) {
-                Aggregate order = group(ORDER, chunk.start());
-                order.n = orderCount;
-                order.xor = ascending ? 1L : 0L;
-                order.bound(orderFirst);
-                order.bound(orderLast);
-            }
-            List<Aggregate> ordered = new ArrayList<>(groups.values());
-            rows = ordered.iterator();
+            rows = aggregates().iterator();
         }
         if (!rows.hasNext()) {
             return false;
         }
-        Aggregate a = rows.next();
+        current = new GenericInternalRow(values(rows.next()));
+        return true;
+    }
+
+    /** This chunk's aggregates once every record was added: one per (class, bucket), and the order row. */
+    List<Aggregate> aggregates() {
+        if (!source && orderCount > 0) {
+            Aggregate order = group(ORDER, chunk.start());
+            order.n = orderCount;
+            order.xor = ascending ? 1L : 0L;
+            order.bound(orderFirst);
+            order.bound(orderLast);
+        }
+        return new ArrayList<>(groups.values());
+    }
+
+    /** One aggregate as the schema's columns (DigestSource.SCHEMA); a bound or delta never seen is null. */
+    Object[] values(Aggregate a) {
         boolean dst = !source;
-        current = new GenericInternalRow(new Object[] {
+        return new Object[] {
             chunk.partition(), a.cls, a.bucket, a.n, a.high, a.low, a.xor,
             a.bounded ? a.first : null, a.bounded ? a.last : null,
             dst ? a.firstDo : null,
             a.hasDelta ? a.deltaMin : null, a.hasDelta ? a.deltaMax : null,
-        });
-        return true;
+        };
     }
 
     @Override
@@ -143,17 +151,8 @@ final class DigestReader implements PartitionReader<InternalRow> {
         if (chunk.end() <= chunk.start()) {
             return;
         }
-        Map<String, Object> config = new HashMap<>(plan.consumer);
-        config.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, ByteBufferDeserializer.class.getName());
-        config.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, ByteBufferDeserializer.class.getName());
-        config.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
-        config.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, "read_committed");
-        // Offsets below the log start are gone (retention): start at the log start, as Spark's source
-        // does with failOnDataLoss=false; the driver notices a moved log start and verifies again.
-        config.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
-        config.remove(ConsumerConfig.GROUP_ID_CONFIG);
         TopicPartition tp = new TopicPartition(plan.topic, chunk.partition());
-        try (KafkaConsumer<ByteBuffer, ByteBuffer> consumer = new KafkaConsumer<>(config)) {
+        try (KafkaConsumer<ByteBuffer, ByteBuffer> consumer = new KafkaConsumer<>(consumerConfig(plan))) {
             consumer.assign(List.of(tp));
             consumer.seek(tp, chunk.start());
             long idleSince = System.currentTimeMillis();
@@ -172,16 +171,35 @@ final class DigestReader implements PartitionReader<InternalRow> {
                     if (r.offset() >= chunk.end()) {
                         return;
                     }
-                    if (r.offset() < chunk.start()) {
-                        continue;
-                    }
-                    if (source) {
-                        addSource(r);
-                    } else {
-                        addDestination(r);
-                    }
+                    add(r);
                 }
             }
+        }
+    }
+
+    /** The plain consumer's settings for reading committed ranges (the plan's {@code kafka.*} options and ours). */
+    static Map<String, Object> consumerConfig(DigestSource.Plan plan) {
+        Map<String, Object> config = new HashMap<>(plan.consumer);
+        config.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, ByteBufferDeserializer.class.getName());
+        config.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, ByteBufferDeserializer.class.getName());
+        config.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
+        config.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, "read_committed");
+        // Offsets below the log start are gone (retention): start at the log start, as Spark's source
+        // does with failOnDataLoss=false; the driver notices a moved log start and verifies again.
+        config.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
+        config.remove(ConsumerConfig.GROUP_ID_CONFIG);
+        return config;
+    }
+
+    /** Aggregate one record of this chunk's partition; offsets outside [start, end) are not this chunk's. */
+    void add(ConsumerRecord<ByteBuffer, ByteBuffer> r) {
+        if (r.offset() < chunk.start() || r.offset() >= chunk.end()) {
+            return;
+        }
+        if (source) {
+            addSource(r);
+        } else {
+            addDestination(r);
         }
     }
 

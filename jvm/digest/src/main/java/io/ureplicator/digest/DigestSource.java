@@ -27,8 +27,9 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 /**
  * {@code spark.read.format("io.ureplicator.digest.DigestSource")}: pass 1 of the verifier, aggregated in the reader.
  *
- * <p>Each input partition is one offset range {@code [start, end)} of one Kafka partition (option
- * {@code chunks}: {@code p:start:end,...}). Its reader consumes the range with the plain Kafka consumer
+ * <p>Each input partition is one offset range {@code [start, end)} of one Kafka partition, or a few small
+ * ranges of distinct partitions read by one task (option {@code chunks}: {@code p:start:end,...}, the ranges
+ * of one task joined by {@code ;}). Its reader consumes the range with the plain Kafka consumer
  * (read_committed) and emits one row per (class, bucket) with the aggregates pass 1 computes in SQL:
  * count, the two 32-bit halves of the exact sum and the xor of the bucket hashes, the smallest and
  * largest (source) offset, and on the destination side the smallest destination offset and the
@@ -113,7 +114,11 @@ public final class DigestSource implements TableProvider {
 
         @Override
         public InputPartition[] planInputPartitions() {
-            return plan.chunks.toArray(new InputPartition[0]);
+            List<InputPartition> tasks = new ArrayList<>();
+            for (List<Chunk> task : plan.tasks) {
+                tasks.add(task.size() == 1 ? task.get(0) : new Group(task));
+            }
+            return tasks.toArray(new InputPartition[0]);
         }
 
         @Override
@@ -125,6 +130,9 @@ public final class DigestSource implements TableProvider {
     /** One offset range of one Kafka partition. */
     record Chunk(int partition, long start, long end) implements InputPartition {}
 
+    /** Small ranges of distinct Kafka partitions, read by one task with one consumer (DriverDigest.read). */
+    record Group(List<Chunk> chunks) implements InputPartition {}
+
     static final class Factory implements PartitionReaderFactory {
         private static final long serialVersionUID = 1L;
         private final Plan plan;
@@ -135,8 +143,38 @@ public final class DigestSource implements TableProvider {
 
         @Override
         public PartitionReader<InternalRow> createReader(InputPartition partition) {
+            if (partition instanceof Group group) {
+                return new GroupReader(DriverDigest.read(plan, group.chunks(), false));
+            }
             return new DigestReader(plan, (Chunk) partition);
         }
+    }
+
+    /** The rows of a group's chunks, aggregated by DigestReader as each chunk's own task would. */
+    static final class GroupReader implements PartitionReader<InternalRow> {
+        private final java.util.Iterator<Object[]> rows;
+        private InternalRow current;
+
+        GroupReader(List<Object[]> rows) {
+            this.rows = rows.iterator();
+        }
+
+        @Override
+        public boolean next() {
+            if (!rows.hasNext()) {
+                return false;
+            }
+            current = new org.apache.spark.sql.catalyst.expressions.GenericInternalRow(rows.next());
+            return true;
+        }
+
+        @Override
+        public InternalRow get() {
+            return current;
+        }
+
+        @Override
+        public void close() {}
     }
 
     /** Everything a reader needs, parsed once on the driver and shipped to the executors. */
@@ -148,7 +186,8 @@ public final class DigestSource implements TableProvider {
         final String topic;
         final long bucketSize;
         final long pollTimeoutMs;
-        final List<Chunk> chunks;
+        final List<Chunk> chunks;  // every range, in order
+        final List<List<Chunk>> tasks;  // the ranges each input partition reads
         final Map<String, Object> consumer;
         // Indexed by (source) partition; ABSENT where the snapshot has no such partition.
         final long[] verifyTo;
@@ -171,10 +210,18 @@ public final class DigestSource implements TableProvider {
             bucketSize = Long.parseLong(required(o, "bucket.size"));
             pollTimeoutMs = Long.parseLong(o.getOrDefault("poll.timeout.ms", "120000"));
             chunks = new ArrayList<>();
-            for (String item : o.getOrDefault("chunks", "").split(",")) {
-                if (!item.isEmpty()) {
-                    String[] f = item.split(":");
-                    chunks.add(new Chunk(Integer.parseInt(f[0]), Long.parseLong(f[1]), Long.parseLong(f[2])));
+            tasks = new ArrayList<>();
+            for (String task : o.getOrDefault("chunks", "").split(",")) {
+                List<Chunk> ranges = new ArrayList<>();
+                for (String item : task.split(";")) {
+                    if (!item.isEmpty()) {
+                        String[] f = item.split(":");
+                        ranges.add(new Chunk(Integer.parseInt(f[0]), Long.parseLong(f[1]), Long.parseLong(f[2])));
+                    }
+                }
+                if (!ranges.isEmpty()) {
+                    chunks.addAll(ranges);
+                    tasks.add(ranges);
                 }
             }
             verifyTo = perPartition(o.get("verify.to"));
