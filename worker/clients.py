@@ -113,7 +113,7 @@ class WorkerClients:
     # committed() is where an acquisition starts; None in at-least-once mode.
     make_offsets_client: Callable[[], Any] | None = None
     # A fresh source consumer with the same settings, to replace one that stopped fetching (worker/fetchwatch.py);
-    # None: the watch re-assigns partitions but cannot replace the consumer.
+    # None: no fetch watch (its remedy is a new consumer).
     make_consumer: Callable[[], Any] | None = None
     # The source's end offsets of some partitions at the fetching consumer's isolation level
     # (worker/endoffsets.py); None: no fetch watch.

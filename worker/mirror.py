@@ -27,7 +27,7 @@ the status node in :mod:`worker.status`. Clients come from outside
   commit, deregister (a fenced worker purges instead of waiting and commits nothing).
 * Fetch watch (``worker.fetch_stall_s``, :mod:`worker.fetchwatch`): a partition whose source
   end offset grew while the consumer's position stood still (librdkafka #5153, after a source
-  broker restart) is assigned again at its next offset, then the source consumer is replaced.
+  broker restart) gets a new source consumer, assigned at the offsets the loop consumes next.
   Every turn that holds back fetching on purpose tells the watch, so backpressure is no stall.
 * Exactly-once mode (``worker.exactly_once``, :mod:`worker.transactions`), on the Python
   loop only: records and the positions they complete commit in one transaction every
