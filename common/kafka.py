@@ -68,11 +68,12 @@ _PRODUCER_DEFAULTS: dict[str, Any] = {
     # The worker pins these and more (PRODUCER_INVARIANTS); the benchmarks' clients copy them from here.
     "enable.idempotence": True,
     "acks": "all",
-    # librdkafka's own default and the Java client's since Kafka 4.0. librdkafka sends one produce
-    # request per partition with at most 5 in flight per broker (issue #1700), so under load
-    # batches fill while they queue for a slot whatever the linger; at moderate rates a longer
-    # linger only adds itself to every record (20 ms gave twice MirrorMaker 2's default latency).
-    "linger.ms": 5,
+    # librdkafka sends one produce request per partition with at most 5 in flight per broker
+    # (issue #1700), so under load batches fill while they queue for a slot whatever the linger;
+    # at moderate rates the linger only adds itself to records (20 ms gave twice MirrorMaker 2's
+    # default latency, 5 ms still 2.7 ms more median than 1 ms at 20,000 records/s: the
+    # latency benchmark of 2026-11-26).
+    "linger.ms": 1,
     "batch.size": 1_000_000,
     "compression.type": "lz4",
     "queue.buffering.max.kbytes": 262144,
