@@ -89,6 +89,7 @@ def run_drill(runner: Runner, stamp: str, args: Any) -> dict[str, Any]:
     (result,), error = runner.finish(240)
     out["load"] = {"sent": result.sent, "acked": result.acked, "failed": result.failed,
                    "producer_replacements": result.producer_replacements,
+                   "reader_replacements": runner.arrivals.replacements,
                    "first_error": result.first_error}
     say(f"drill: producer stopped: {result.sent:,} sent, {result.acked:,} acknowledged by the source, "
         f"{result.failed:,} failed")

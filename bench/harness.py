@@ -35,10 +35,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
 from bench.common import load_average
-from devtools.harness import REPO, Proc, Processes, wait_for
+from devtools.harness import REPO, Proc, Processes, say, wait_for
 from devtools.harness import HarnessError as BenchError
 from devtools.ports import free_port
 from ureplicator.common import provenance
@@ -435,6 +435,9 @@ class PartitionLog:
         self.latency_ms = array("d")  # arrival - CreateTime
 
 
+READER_STALL_S = 10.0  # the destination reader fetched nothing this long: check it is not stuck (#5153)
+
+
 class Arrivals:
     """Destination consumer recording per partition the identity, arrival time and latency of every record.
 
@@ -447,7 +450,7 @@ class Arrivals:
         if ident not in ("urep", "key"):
             raise ValueError(ident)
         self.ident = ident
-        self.consumer = Consumer({
+        self._config = {
             "bootstrap.servers": bootstrap,
             # read_committed for an exactly-once pipeline: aborted copies are not arrivals.
             "isolation.level": isolation,
@@ -461,8 +464,12 @@ class Arrivals:
             # The measuring consumer must not be the one left leaderless for minutes after a
             # destination restart (librdkafka waits for the next metadata refresh; see common.kafka).
             "topic.metadata.refresh.interval.ms": 5000,
-        })
+        }
+        self.consumer = Consumer(self._config)
         self.logs: dict[TP, PartitionLog] = {}
+        self.replacements = 0  # the reader's own consumer replaced after it stopped fetching (_watch)
+        self._next: dict[TP, int] = {}  # per partition, the offset after the last record read
+        self._read_at: dict[TP, float] = {}  # per partition, when (monotonic) it was last read or checked
         self.received = 0
         self.bad_headers = 0  # urep missing, unreadable, or naming another partition
         self._pending: list[TopicPartition] = []
@@ -502,6 +509,8 @@ class Arrivals:
         header = provenance.HEADER
         unpack_urep = UREP.unpack_from
         unpack_key = KEY.unpack
+        next_offsets, read_at = self._next, self._read_at
+        checked = time.monotonic()
         try:
             while not self._stop.is_set():
                 if self._pending:
@@ -509,6 +518,10 @@ class Arrivals:
                         pending, self._pending = self._pending, []
                     self.consumer.incremental_assign(pending)
                 messages = self.consumer.consume(2000, 0.05)
+                mono = time.monotonic()
+                if mono - checked >= READER_STALL_S:
+                    checked = mono
+                    self._watch(mono)
                 if not messages:
                     continue
                 now = time.time()
@@ -518,7 +531,10 @@ class Arrivals:
                     if msg.error() is not None:
                         continue
                     partition = msg.partition()
-                    log = logs[(msg.topic(), partition)]
+                    tp = (msg.topic(), partition)
+                    next_offsets[tp] = msg.offset() + 1
+                    read_at[tp] = mono
+                    log = logs[tp]
                     tag, seq = unpack_key(msg.key())
                     if urep_mode:
                         ident = -1
@@ -540,6 +556,40 @@ class Arrivals:
         except Exception as exc:  # surfaced by the caller via .error
             self.error = f"{type(exc).__name__}: {exc}"
             raise
+
+    def _watch(self, now: float) -> None:
+        """Replace the reader's consumer when the destination holds records it does not fetch.
+
+        librdkafka's ``assign()`` consumer can stop fetching after its broker restarts (#5153;
+        the worker has the same watch for its source consumer). A soak of 2026-11-26 failed on
+        it: after a destination restart every partition's destination end was past the source's
+        end, and the reader had stopped three minutes earlier. Nothing read for
+        :data:`READER_STALL_S` on a partition whose end is past what was read (beyond a
+        trailing transaction marker): a new consumer starts at the offsets after the last
+        records read, so the measurement goes on (its gaps include the reader's stall).
+        """
+        with self._lock:
+            assigned = list(self.logs)
+        behind = []
+        for tp in assigned:
+            if now - self._read_at.setdefault(tp, now) < READER_STALL_S:
+                continue
+            try:
+                _, high = self.consumer.get_watermark_offsets(TopicPartition(*tp), timeout=2, cached=False)
+            except KafkaException:
+                return  # the destination does not answer: nothing to decide yet
+            if high > self._next.get(tp, 0) + 1:
+                behind.append(tp)
+            else:
+                self._read_at[tp] = now  # idle, not stuck: check it again a stall period from now
+        if not behind:
+            return
+        old, self.consumer = self.consumer, Consumer(self._config)
+        self.replacements += 1
+        threading.Thread(target=old.close, name="arrivals-close", daemon=True).start()
+        self.consumer.assign([TopicPartition(t, p, self._next.get((t, p), OFFSET_BEGINNING)) for t, p in assigned])
+        say(f"the destination reader fetched nothing for {READER_STALL_S:.0f} s with {len(behind)} "
+            f"partition(s) behind their end; replaced its consumer ({self.replacements} so far)")
 
 
 def longest_gap(arrivals: array, t0: float, t1: float, before_s: float = 1.0) -> tuple[float, float]:

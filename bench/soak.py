@@ -132,7 +132,8 @@ def run_soak(runner: Runner, stamp: str, args: argparse.Namespace, rng: random.R
         time.sleep(rng.uniform(2, 10))
     (result,), _ = runner.finish(300, strict=True)
     out["load"] = {"sent": result.sent, "acked": result.acked, "failed": result.failed,
-                   "producer_replacements": result.producer_replacements}
+                   "producer_replacements": result.producer_replacements,
+                   "reader_replacements": runner.arrivals.replacements}
     out["steps"] = runner.steps
     source, destination, cmp = compare_logs(runner.services, topic, isolation=runner.profile.isolation)
     out["comparison"] = cmp.to_json()
