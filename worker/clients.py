@@ -118,6 +118,9 @@ class WorkerClients:
     # The source's end offsets of some partitions at the fetching consumer's isolation level
     # (worker/endoffsets.py); None: no fetch watch.
     end_offsets: Callable[[list[tuple[str, int]], float], dict[tuple[str, int], int]] | None = None
+    # The same question through a client of its own, for acquisitions that start at the end
+    # (``auto_offset_reset: latest``, nothing committed): the start becomes a number (worker/handoff.py).
+    latest_offsets: Callable[[list[tuple[str, int]], float], dict[tuple[str, int], int]] | None = None
     commit_thread: bool = True  # False: commit calls run in the caller's thread (unit tests)
     handoff_thread: bool = True  # False: an acquisition's reads run in the loop's thread (unit tests)
     watch_thread: bool = True  # False: the fetch watch reads end offsets in the loop's thread (unit tests)
@@ -181,7 +184,8 @@ def connect(config: Config, worker_id: str) -> WorkerClients:
                          make_commit_client=make_commit_client, producer_errors=errors,
                          make_offsets_client=make_offsets_client if exactly_once else None,
                          make_consumer=make_consumer,
-                         end_offsets=end_offsets_query(config) if config.worker.fetch_stall_s > 0 else None)
+                         end_offsets=end_offsets_query(config) if config.worker.fetch_stall_s > 0 else None,
+                         latest_offsets=end_offsets_query(config))
 
 
 def end_offsets_query(config: Config) -> Callable[[list[tuple[str, int]], float], dict[tuple[str, int], int]]:

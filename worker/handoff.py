@@ -147,8 +147,11 @@ class Handoff:
         beside: Beside | None = None,
         make_offsets_client: Callable[[], Any] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        latest_offsets: Callable[[list[TP], float], dict[TP, int]] | None = None,
     ) -> None:
         self._config = config
+        # Where an acquisition that starts at the end starts, as a number (see _resolve_ends)
+        self._latest_offsets = latest_offsets
         self._clock = clock  # the loop's: the release deadline and the acquisition retry
         # Exactly-once mode: where acquisitions read their start (the destination's group, stable offsets)
         self._make_offsets_client = make_offsets_client
@@ -387,12 +390,40 @@ class Handoff:
         committed = self._committer.committed(wanted, timeout_s=_COMMITTED_TIMEOUT_S) if wanted else []
         if wanted and self._make_offsets_client is not None:
             committed = self._transactional_starts(committed, destinations)
+        if self._latest_offsets is not None and self._config.worker.auto_offset_reset == "latest":
+            committed = self._resolve_ends(committed, initial)
         for topic, destination in destinations.items():
             # A destination grown moments ago: make the producer's metadata know every partition.
             highest = max((p for t, p in partitions if t == topic), default=-1)
             if highest >= 0:
                 self.await_partition(destination, highest, timeout_s=10.0, serve_reports=False)
         return Prepared(destinations, initial, committed)
+
+    def _resolve_ends(self, committed: list[TopicPartition], initial: dict[str, int]) -> list[TopicPartition]:
+        """Beside the loop: the end offset, as a number, of the partitions that start at the end.
+
+        A partition with nothing committed starts at the end (``auto_offset_reset: latest``).
+        Left logical (``OFFSET_END``), the end would be resolved again by whichever consumer
+        assigns it next: a rewind, or a new consumer after a fetch stall, before the first
+        record was read would skip every record written since the acquisition. A number is
+        where this acquisition starts, whichever consumer reads it. If the source does not
+        answer, the start stays logical, as before.
+        """
+        ends = [(tp.topic, tp.partition) for tp in committed
+                if tp.offset < 0 and tp.partition < initial.get(tp.topic, 0)]
+        if not ends:
+            return committed
+        assert self._latest_offsets is not None
+        try:
+            found = self._latest_offsets(ends, 10.0)
+        except KafkaException as exc:
+            found = {}
+            self._log.warning("start_end_unresolved", partitions=fmt(ends), error=str(exc.args[0]))
+        resolved = [TopicPartition(tp.topic, tp.partition, found[(tp.topic, tp.partition)])
+                    if tp.offset < 0 and found.get((tp.topic, tp.partition), -1) >= 0 else tp for tp in committed]
+        if found:
+            self._log.info("start_at_end", partitions={f"{t}:{p}": o for (t, p), o in sorted(found.items())})
+        return resolved
 
     def _transactional_starts(self, source: list[TopicPartition], destinations: dict[str, str]) -> list[TopicPartition]:
         """Exactly-once mode: each partition starts where the destination's group says (stable offsets).

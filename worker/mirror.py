@@ -160,7 +160,8 @@ class MirrorWorker:
         self.beside = Beside(background=clients.handoff_thread, log=self.log)
         self.handoff = Handoff(config, self.consumer, self.producer, self.zk, self.ledger, self.committer,
                                self.status, self.metrics, self.log, beside=self.beside,
-                               make_offsets_client=clients.make_offsets_client, clock=clock)
+                               make_offsets_client=clients.make_offsets_client, clock=clock,
+                               latest_offsets=clients.latest_offsets)
         self.handoff.after_purge = partial(self._replace_producer, purged=True)
         self._txn: transactions.Transactions | None = None
         if config.worker.exactly_once:
