@@ -336,6 +336,7 @@ class KafkaProxy:
         self._connections: list[tuple[ConnectionLedger, asyncio.StreamWriter]] = []
         self._closed: list[ConnectionLedger] = []
         self._errors: list[str] = []
+        self._tasks: set[asyncio.Task[None]] = set()
         self._loop = asyncio.new_event_loop()
         self._server: asyncio.base_events.Server | None = None
         self._thread = threading.Thread(target=self._loop.run_forever, name="kproxy", daemon=True)
@@ -394,8 +395,9 @@ class KafkaProxy:
     async def _shutdown(self) -> None:
         if self._server is not None:
             self._server.close()
-        for _, writer in self._connections:
-            writer.close()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
 
     def _set_hang(self) -> None:
         self._hanging = True
@@ -434,11 +436,15 @@ class KafkaProxy:
         ledger = ConnectionLedger()
         entry = (ledger, upstream_writer)
         self._connections.append(entry)
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
         proxy_address = {self.upstream: (HOST, self.port)}
         try:
             await asyncio.gather(self._requests(client_reader, upstream_writer, ledger),
                                  self._responses(upstream_reader, client_writer, ledger, proxy_address))
         finally:
+            self._tasks.discard(task)
             self._connections.remove(entry)
             ledger.queue.clear()  # a closed connection's withheld requests were never sent
             self._closed.append(ledger)
