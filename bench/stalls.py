@@ -90,9 +90,9 @@ from devtools.ports import free_port
 GAP_BEFORE_S = 0.5  # the gap window opens this long before the event
 COORDINATOR_TARGET_S = 0.5  # issue 25: the unmoved partitions' longest gap while a coordinator hangs
 SLOW_COORDINATOR = "slow coordinator during an acquisition"
-# What the worker logs when its coordinator calls fail or wait (worker/commits.py): counted per run.
-_COORDINATOR_LOG_EVENTS = ("committed_offsets_retry", "commit_failed", "commit_client_replaced", "commit_timed_out",
-                           "release_commit_failed")
+# What the worker logs when its coordinator calls fail or wait (worker/commits.py, handoff.py): counted per run.
+_COORDINATOR_LOG_EVENTS = ("acquisition_retry", "committed_offsets_retry", "commit_failed", "commit_client_replaced",
+                           "commit_timed_out", "release_commit_failed")
 
 
 @dataclass
