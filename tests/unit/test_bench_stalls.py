@@ -39,13 +39,14 @@ def coordinator_phase(gap: float) -> dict:
             "events": [event], "comparison": {"t": {"records": 100, "lost": 2, "duplicated": 0}}}
 
 
-def newest_stored_run() -> dict:
-    path = sorted((Path(__file__).parents[2] / "bench" / "results").glob("stalls-[0-9]*.json"))[-1]
+def stored_run_before_the_phase() -> dict:
+    """A checked-in run from before the slow-coordinator phase existed (with MirrorMaker 2)."""
+    path = Path(__file__).parents[2] / "bench" / "results" / "stalls-2026-11-25.json"
     return json.loads(path.read_text())[-1]
 
 
 def test_a_run_with_the_slow_coordinator_phase_renders_its_row_verdict_and_losses():
-    run = newest_stored_run()
+    run = stored_run_before_the_phase()
     run["phases"]["ureplicator-coordinator"] = coordinator_phase(0.42)
     text = render(run)
     assert f"| ureplicator, source through kproxy | {SLOW_COORDINATOR} (source coordinator hung 17.6 s" in text
@@ -56,13 +57,13 @@ def test_a_run_with_the_slow_coordinator_phase_renders_its_row_verdict_and_losse
 
 
 def test_a_gap_over_the_target_is_called_so():
-    run = newest_stored_run()
+    run = stored_run_before_the_phase()
     run["phases"]["ureplicator-coordinator"] = coordinator_phase(1.52)
     assert "longest gap 1.52 s, **over** the 0.5 s target" in render(run)
 
 
 def test_runs_without_the_phase_render_as_before():
-    assert "kproxy" not in render(newest_stored_run())
+    assert "kproxy" not in render(stored_run_before_the_phase())
 
 
 def test_the_workers_coordinator_log_events_are_counted(tmp_path):
