@@ -337,6 +337,7 @@ class KafkaProxy:
         self._closed: list[ConnectionLedger] = []
         self._errors: list[str] = []
         self._tasks: set[asyncio.Task[None]] = set()
+        self._writers: dict[asyncio.Task[None], tuple[asyncio.StreamWriter, asyncio.StreamWriter]] = {}
         self._loop = asyncio.new_event_loop()
         self._server: asyncio.base_events.Server | None = None
         self._thread = threading.Thread(target=self._loop.run_forever, name="kproxy", daemon=True)
@@ -395,9 +396,13 @@ class KafkaProxy:
     async def _shutdown(self) -> None:
         if self._server is not None:
             self._server.close()
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        # Closing both ends makes each connection's reads end, so its task finishes on its own
+        # (a cancelled one would make asyncio's stream callback log the CancelledError).
+        for writers in self._writers.values():
+            for writer in writers:
+                writer.close()
+        if self._tasks:
+            await asyncio.wait(self._tasks, timeout=5)
 
     def _set_hang(self) -> None:
         self._hanging = True
@@ -439,12 +444,14 @@ class KafkaProxy:
         task = asyncio.current_task()
         assert task is not None
         self._tasks.add(task)
+        self._writers[task] = (client_writer, upstream_writer)
         proxy_address = {self.upstream: (HOST, self.port)}
         try:
             await asyncio.gather(self._requests(client_reader, upstream_writer, ledger),
                                  self._responses(upstream_reader, client_writer, ledger, proxy_address))
         finally:
             self._tasks.discard(task)
+            self._writers.pop(task, None)
             self._connections.remove(entry)
             ledger.queue.clear()  # a closed connection's withheld requests were never sent
             self._closed.append(ledger)
