@@ -389,6 +389,8 @@ class KafkaProxy:
     async def _listen(self) -> None:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        # Port 0 (the kernel's pick, no race), unlike devtools.ports: the proxy is never restarted
+        # on its port, so an outgoing connection taking the port while it is down cannot happen.
         sock.bind((HOST, 0))
         self.port = sock.getsockname()[1]
         self._server = await asyncio.start_server(self._serve, sock=sock)
