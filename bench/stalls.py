@@ -28,6 +28,19 @@ the longest gap of moved partitions and when they flowed again, duplicates
 that arrived during the event (a source offset, from the ``urep`` header,
 seen again), and at the end records lost (source log vs destination, must be 0).
 
+Slow-coordinator phase (``--no-coordinator`` skips it): a pipeline of its own (two
+controllers, three workers, one 16-partition topic under the same load) whose source
+clients all go through ``devtools.kproxy``, a Kafka-protocol-aware proxy in front of the
+source broker. Event *slow coordinator during an acquisition*: the proxy starts
+withholding the source's group-coordinator requests (OffsetCommit, OffsetFetch, ...;
+fetches and produces flow, as they would from the other brokers of a real cluster whose
+coordinator broker hangs), w3 is killed -9, and once the leader gave its partitions to w1
+and w2 (``GET /validation``: a generation written, not applied) the hang goes on for
+``--coordinator-hold`` seconds before it ends. The acquiring workers cannot read the
+committed offsets meanwhile; the partitions they already mirror must not stop (the target
+is no gap longer than 0.5 s). A phase of its own so that the events above keep running
+without a proxy, as in earlier runs.
+
 MirrorMaker 2 phase (dedicated mode, two nodes, ``tasks.max=4``, the
 throughput benchmark's settings from ``bench/mm2.py``): the same load on two
 fresh topics, the same two events it can do — a new topic appears (it matches
@@ -71,9 +84,15 @@ from bench.scenario import (
 )
 from devtools import jvm, stack
 from devtools.harness import Proc, Processes, create_topic, say, wait_for
+from devtools.kproxy import KafkaProxy
 from devtools.ports import free_port
 
 GAP_BEFORE_S = 0.5  # the gap window opens this long before the event
+COORDINATOR_TARGET_S = 0.5  # issue 25: the unmoved partitions' longest gap while a coordinator hangs
+SLOW_COORDINATOR = "slow coordinator during an acquisition"
+# What the worker logs when its coordinator calls fail or wait (worker/commits.py, handoff.py): counted per run.
+_COORDINATOR_LOG_EVENTS = ("acquisition_retry", "committed_offsets_retry", "commit_failed", "commit_client_replaced",
+                           "commit_timed_out", "release_commit_failed")
 
 
 @dataclass
@@ -352,6 +371,86 @@ def ureplicator_phase(runner: Runner, stamp: str, args: argparse.Namespace) -> d
     return out
 
 
+def _acquiring(pipeline: Pipeline, workers: tuple[str, ...]) -> bool:
+    """The leader wrote one of ``workers`` a generation it has not applied yet (an acquisition under way)."""
+    status, body = pipeline.api("GET", "/validation")
+    rows = body.get("workers", []) if status == 200 and isinstance(body, dict) else []
+    return any(r.get("worker") in workers and (r.get("desired_generation") or 0) > (r.get("applied_generation") or 0)
+               for r in rows)
+
+
+def _log_events(workdir: Path, workers: tuple[str, ...]) -> dict[str, int]:
+    """How often the workers logged each of the coordinator-related events (what an operator sees)."""
+    counts = dict.fromkeys(_COORDINATOR_LOG_EVENTS, 0)
+    for worker in workers:
+        log = workdir / f"{worker}.log"
+        for line in log.read_text(errors="replace").splitlines() if log.exists() else []:
+            for name in _COORDINATOR_LOG_EVENTS:
+                if f'"event": "{name}"' in line:
+                    counts[name] += 1
+    return counts
+
+
+def coordinator_phase(services: dict[str, str], root: Path, workdir: Path, stamp: str,
+                      args: argparse.Namespace) -> dict[str, Any]:
+    """The slow-coordinator event on a pipeline of its own whose source clients go through kproxy."""
+    topic = f"stl-{stamp}-coord"
+    out: dict[str, Any] = {"system": "ureplicator", "topics": [topic], "source_via": "devtools.kproxy",
+                           "hold_after_acquiring_s": args.coordinator_hold}
+    folder = workdir / "coordinator"
+    folder.mkdir(exist_ok=True)
+    profile = Profile(args.rate, workers=("w1", "w2", "w3"))
+    with KafkaProxy(services["source"]) as proxy, \
+            Runner(services, root, folder, f"stc{stamp[-7:-1]}", profile) as runner:
+        # Only the pipeline goes through the proxy; the load and the arrival probe talk to the brokers.
+        runner.pipeline.services = {**services, "source": proxy.address}
+        runner.start(topic)
+        say(f"ureplicator, slow coordinator: 2 controllers, 3 workers, {topic} x {PARTITIONS}, source clients "
+            f"through kproxy {proxy.address}; baseline for {args.baseline:.0f}s (logs in {folder})")
+        out["baseline"] = baseline(runner, args.baseline)
+        pipeline = runner.pipeline
+
+        def hang_while_acquiring(event: Event) -> None:
+            proxy.hang()
+            pipeline.workers["w3"].kill()
+            event.notes["killed"] = "w3"
+            wait_for(lambda: _acquiring(pipeline, ("w1", "w2")), 90, "w1/w2 acquiring w3's partitions", 0.2)
+            event.notes["acquiring_after_s"] = round(time.time() - event.t0, 2)
+            time.sleep(args.coordinator_hold)  # the fault's length: the coordinator keeps hanging
+            held = proxy.stats()
+            proxy.release()
+            event.notes["hang_s"] = round(time.time() - event.t0, 2)
+            event.notes["held_requests"] = held["held"]
+            event.notes["held_data_requests"] = held["held_data_requests"]
+            event.notes["mixed_connections"] = held["mixed_connections"]
+            say(f"  coordinator hung {event.notes['hang_s']:.1f}s (acquisition from "
+                f"{event.notes['acquiring_after_s']:.1f}s); withheld {held['held']}, data requests withheld "
+                f"{held['held_data_requests']}")
+
+        def appliers() -> set[str | None]:
+            return set(pipeline.owners(topic).values())
+
+        step = Disturbance(SLOW_COORDINATOR, hang_while_acquiring, lambda: "w3" not in appliers(), timeout_s=120)
+        try:
+            event = run_event(runner, step, args.post)
+        finally:
+            proxy.release()  # whatever failed, the pipeline must be able to finish
+        say("stopping the load; waiting for the mirror to catch up")
+        results, error = runner.finish(120)
+        out["load"] = [{"sent": r.sent, "acked": r.acked, "failed": r.failed} for r in results]
+        if error is not None:
+            out["catch_up_error"] = error
+        time.sleep(1)
+        duplicates_by_event([event], runner.arrivals, time.time())
+        event.result["worker_log_events"] = _log_events(folder, ("w1", "w2"))
+        stats = proxy.stats()
+        event.result["proxy_errors"] = stats["errors"]
+        out["comparison"] = compare_topics(runner, by="urep")
+        out["bad_headers"] = runner.arrivals.bad_headers
+        out["events"] = [event.to_json()]
+    return out
+
+
 # ----------------------------------------------------------------------------- MirrorMaker 2
 
 
@@ -562,10 +661,11 @@ def render(entry: dict[str, Any], history: list[dict[str, Any]] | None = None) -
         "settled after | generations | duplicates |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for phase in (urep, mm):
+    coordinator = phases.get("ureplicator-coordinator")
+    for phase in (urep, coordinator, mm):
         if not phase:
             continue
-        label = "ureplicator" if phase["system"] == "ureplicator" else "MirrorMaker 2"
+        label = _label(phase)
         if "baseline" in phase:
             lines.append(f"| {label} | *baseline ({phase['baseline']['window_s']:.0f} s, no event)* | – | "
                          f"{phase['baseline']['max_gap_s']:.2f} s | – | – | – | – | – |")
@@ -576,6 +676,10 @@ def render(entry: dict[str, Any], history: list[dict[str, Any]] | None = None) -
                          f"{_fmt_s(e.get('new_topic_backlog_mirrored_s'))})")
             if e.get("new_leader_after_s") is not None:
                 extra = f" (standby led after {e['new_leader_after_s']:.1f} s)"
+            if e["name"] == SLOW_COORDINATOR:
+                notes = e.get("notes", {})
+                extra = (f" (source coordinator hung {notes.get('hang_s', 0):.1f} s, w3 killed -9; the acquisition "
+                         f"began {notes.get('acquiring_after_s', 0):.1f} s in)")
             moved = f"{e['moved']}/{e['partitions']}"
             name = f"*{e['name']} (recovery)*" if e.get("notes", {}).get("recovery") else e["name"]
             generations = e.get("generations_written")
@@ -586,10 +690,10 @@ def render(entry: dict[str, Any], history: list[dict[str, Any]] | None = None) -
                 f"{_fmt_s(e.get('settled_after_s'))} | {'–' if generations is None else generations} | "
                 f"{e.get('duplicates', 0):,} |")
     lines.append("")
-    for phase in (urep, mm):
+    for phase in (urep, coordinator, mm):
         if not phase or "comparison" not in phase:
             continue
-        label = "ureplicator" if phase["system"] == "ureplicator" else "MirrorMaker 2"
+        label = _label(phase)
         totals = {k: sum(c[k] for c in phase["comparison"].values()) for k in ("records", "lost", "duplicated")}
         lines.append(f"{label}, whole run: {totals['records']:,} source records, **lost {totals['lost']:,}**, "
                      f"duplicated {totals['duplicated']:,}.")
@@ -600,6 +704,12 @@ def render(entry: dict[str, Any], history: list[dict[str, Any]] | None = None) -
         lines += ["", "Other runs in `bench/results/stalls-*.json` (same script; the machine's load varied):", ""]
         lines += [f"- {line}" for line in _history(history)]
     return "\n".join(lines)
+
+
+def _label(phase: dict[str, Any]) -> str:
+    if phase["system"] != "ureplicator":
+        return "MirrorMaker 2"
+    return "ureplicator, source through kproxy" if phase.get("source_via") else "ureplicator"
 
 
 def _history(entries: list[dict[str, Any]]) -> list[str]:
@@ -616,6 +726,8 @@ def _history(entries: list[dict[str, Any]]) -> list[str]:
         for e in events:
             if e["name"] == "kill -9 worker":
                 parts.append(f"dead worker's partitions back after {e['moved_flowing_after_s']:.1f} s")
+        for e in h.get("phases", {}).get("ureplicator-coordinator", {}).get("events", []):
+            parts.append(f"slow coordinator: unmoved partitions' longest gap {e['unmoved_max_gap_s']:.2f} s")
         for e in h.get("phases", {}).get("mirrormaker2", {}).get("events", []):
             if e["name"] == "add topic":
                 parts.append(f"MM2 new topic: existing partitions' longest gap "
@@ -687,6 +799,7 @@ def analysis(entry: dict[str, Any]) -> list[str]:
         out.append(f"Killing the leading controller moved nothing and paused nothing (longest gap "
                    f"{leader['unmoved_max_gap_s']:.2f} s); the standby led after "
                    f"{leader.get('new_leader_after_s', 0):.1f} s. Workers do not need a leader to keep mirroring.")
+    out += _coordinator_analysis(entry["phases"].get("ureplicator-coordinator"))
     if mm:
         mm_events = {e["name"]: e for e in mm.get("events", [])}
         add = mm_events.get("add topic")
@@ -728,10 +841,39 @@ def analysis(entry: dict[str, Any]) -> list[str]:
             if kill:
                 line += f" ureplicator moved a dead worker's partitions after {kill['moved_flowing_after_s']:.0f} s."
             out.append(line)
-    if urep.get("comparison"):
-        lost = sum(c["lost"] for c in urep["comparison"].values())
+    comparisons = [c for name, phase in entry["phases"].items() if name.startswith("ureplicator")
+                   for c in phase.get("comparison", {}).values()]
+    if comparisons:
+        lost = sum(c["lost"] for c in comparisons)
         out.append(f"Records lost by ureplicator over all events: {lost} (must be 0).")
     return out
+
+
+def _coordinator_analysis(phase: dict[str, Any] | None) -> list[str]:
+    event = next((e for e in (phase or {}).get("events", []) if e["name"] == SLOW_COORDINATOR), None)
+    if phase is None or event is None:
+        return []
+    notes = event.get("notes", {})
+    gap = event["unmoved_max_gap_s"]
+    verdict = "within" if gap <= COORDINATOR_TARGET_S else "**over**"
+    held = ", ".join(f"{name} x{n}" for name, n in notes.get("held_requests", {}).items()) or "none"
+    line = (f"Slow coordinator during an acquisition (a pipeline of its own, every source client through "
+            f"`devtools.kproxy`, which withheld the source's group-coordinator requests for "
+            f"{notes.get('hang_s', 0):.1f} s: {held}; fetches and produces flowed): the partitions that did not "
+            f"move kept flowing on the very workers that were acquiring — longest gap {gap:.2f} s, {verdict} "
+            f"the {COORDINATOR_TARGET_S} s target, against {phase.get('baseline', {}).get('max_gap_s', 0):.2f} s "
+            "in its baseline. The acquisitions waited for the coordinator (a committed-offsets read, or a "
+            "periodic commit ahead of it on the commit thread): the moved partitions flowed again "
+            f"{event['moved_flowing_after_s']:.1f} s after the event, "
+            f"{event['moved_flowing_after_s'] - notes.get('hang_s', 0):.1f} s after the hang ended (w3's session "
+            "expiry came first).")
+    if notes.get("held_data_requests"):
+        line += (f" {notes['held_data_requests']} data request(s) waited behind a group request on a shared "
+                 "connection, so part of the data path hung too.")
+    logged = {k: v for k, v in event.get("worker_log_events", {}).items() if v}
+    if logged:
+        line += " The acquiring workers logged " + ", ".join(f"`{k}` x{v}" for k, v in logged.items()) + "."
+    return [line]
 
 
 def _fmt_s(value: float | None) -> str:
@@ -758,7 +900,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                      help="smoke run: shorter windows, MM2 rebalance delay 20 s (~3-4 min)")
     cli.add_argument("--rate", type=int, default=None, help="records/s per topic (default 3000; quick 2000)")
     cli.add_argument("--no-mm2", action="store_true", help="skip the MirrorMaker 2 phase")
-    cli.add_argument("--only-mm2", action="store_true", help="skip the ureplicator phase (debugging)")
+    cli.add_argument("--only-mm2", action="store_true", help="skip the ureplicator phases (debugging)")
+    cli.add_argument("--no-coordinator", action="store_true", help="skip the slow-coordinator phase")
+    cli.add_argument("--coordinator-hold", type=float, default=None,
+                     help="seconds the source's coordinator keeps hanging once the acquisition began (15; quick 8)")
     cli.add_argument("--mm2-delay-s", type=float, default=None,
                      help="MM2 scheduled.rebalance.max.delay.ms in seconds (default 300 = MM2's default; quick 20)")
     cli.add_argument("--baseline", type=float, default=None, help="seconds of quiet flow measured (8; quick 5)")
@@ -769,7 +914,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                      help="seconds MM2 runs before its baseline (20; quick 10)")
     args = cli.parse_args(argv)
     defaults(args, args.quick, rate=(3000, 2000), mm2_delay_s=(300.0, 20.0), baseline=(8.0, 5.0), post=(3.0, 2.0),
-             mm2_settle=(20.0, 10.0))
+             mm2_settle=(20.0, 10.0), coordinator_hold=(15.0, 8.0))
     return args
 
 
@@ -779,6 +924,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "gap_window_opens_before_s": GAP_BEFORE_S, "baseline_s": args.baseline, "post_s": args.post,
         "ureplicator_config": "defaults (zookeeper.session_timeout_s=10, worker.commit_interval_s=5, "
                               "controller.reconcile_interval_s=5)",
+        "coordinator_hold_s": None if args.no_coordinator else args.coordinator_hold,
         "broker_heap": args.broker_heap}, mode="quick" if args.quick else "full")
     entry["phases"] = {}
     wall = time.monotonic()
@@ -787,6 +933,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if not args.only_mm2:
             with Runner(services, root, workdir, f"stl{stamp[-7:-1]}", Profile(args.rate)) as runner:
                 entry["phases"]["ureplicator"] = ureplicator_phase(runner, stamp, args)
+            if not args.no_coordinator:
+                entry["phases"]["ureplicator-coordinator"] = coordinator_phase(services, root, workdir, stamp, args)
         if args.no_mm2:
             entry["mm2_skipped"] = "--no-mm2"
         else:
@@ -821,7 +969,8 @@ def main(argv: list[str] | None = None) -> int:
         """1 when ureplicator lost a record (MirrorMaker 2's losses are reported, not failed)."""
         print_summary(entry)
         lost = sum(c["lost"] for phase in entry["phases"].values() for c in phase.get("comparison", {}).values())
-        urep_lost = sum(c["lost"] for c in entry["phases"].get("ureplicator", {}).get("comparison", {}).values())
+        urep_lost = sum(c["lost"] for name, phase in entry["phases"].items() if name.startswith("ureplicator")
+                        for c in phase.get("comparison", {}).values())
         if urep_lost:
             say(f"ureplicator LOST {urep_lost} records")
             return 1

@@ -1,8 +1,11 @@
-"""bench/stalls.py's pure parts: whose load the section's load averages are."""
+"""bench/stalls.py's pure parts: whose load the section's load averages are, the slow-coordinator rows."""
 
 from __future__ import annotations
 
-from bench.stalls import load_note
+import json
+from pathlib import Path
+
+from bench.stalls import SLOW_COORDINATOR, _log_events, load_note, render
 
 
 def entry(before: float, cores: int = 2) -> dict:
@@ -23,3 +26,49 @@ def test_a_machine_busy_before_the_run_says_other_jobs_shared_it():
 def test_the_threshold_is_half_the_cores():
     assert load_note(entry(2.0, cores=4)).startswith("quiet")
     assert load_note(entry(2.1, cores=4)).startswith("busy")
+
+
+def coordinator_phase(gap: float) -> dict:
+    event = {"name": SLOW_COORDINATOR, "system": "ureplicator", "partitions": 16, "moved": 5,
+             "unmoved_max_gap_s": gap, "moved_max_gap_s": 18.3, "moved_flowing_after_s": 17.7,
+             "settled_after_s": 17.8, "generations_written": 1, "duplicates": 3004,
+             "notes": {"hang_s": 17.6, "acquiring_after_s": 9.6, "held_requests": {"OffsetCommit": 2},
+                       "held_data_requests": 0},
+             "worker_log_events": {"committed_offsets_retry": 3, "commit_failed": 0}}
+    return {"system": "ureplicator", "source_via": "devtools.kproxy", "baseline": {"window_s": 5.0, "max_gap_s": 0.3},
+            "events": [event], "comparison": {"t": {"records": 100, "lost": 2, "duplicated": 0}}}
+
+
+def stored_run_before_the_phase() -> dict:
+    """A checked-in run from before the slow-coordinator phase existed (with MirrorMaker 2)."""
+    path = Path(__file__).parents[2] / "bench" / "results" / "stalls-2026-11-25.json"
+    return json.loads(path.read_text())[-1]
+
+
+def test_a_run_with_the_slow_coordinator_phase_renders_its_row_verdict_and_losses():
+    run = stored_run_before_the_phase()
+    run["phases"]["ureplicator-coordinator"] = coordinator_phase(0.42)
+    text = render(run)
+    assert f"| ureplicator, source through kproxy | {SLOW_COORDINATOR} (source coordinator hung 17.6 s" in text
+    assert "longest gap 0.42 s, within the 0.5 s target" in text and "OffsetCommit x2" in text
+    assert "`committed_offsets_retry` x3" in text and "`commit_failed`" not in text
+    stored_lost = sum(c["lost"] for c in run["phases"]["ureplicator"]["comparison"].values())
+    assert f"Records lost by ureplicator over all events: {stored_lost + 2}" in text
+
+
+def test_a_gap_over_the_target_is_called_so():
+    run = stored_run_before_the_phase()
+    run["phases"]["ureplicator-coordinator"] = coordinator_phase(1.52)
+    assert "longest gap 1.52 s, **over** the 0.5 s target" in render(run)
+
+
+def test_runs_without_the_phase_render_as_before():
+    assert "kproxy" not in render(stored_run_before_the_phase())
+
+
+def test_the_workers_coordinator_log_events_are_counted(tmp_path):
+    (tmp_path / "w1.log").write_text('{"event": "commit_failed", "x": 1}\n{"event": "commit_failed"}\nplain line\n')
+    (tmp_path / "w2.log").write_text('{"event": "commit_client_replaced"}\n')
+    counts = _log_events(tmp_path, ("w1", "w2", "w3"))
+    assert counts["commit_failed"] == 2 and counts["commit_client_replaced"] == 1
+    assert counts["committed_offsets_retry"] == 0
