@@ -77,7 +77,21 @@ class ReleaseCommit:
 
     @property
     def done(self) -> bool:
-        return self.call is None or self.call.done.is_set() or self.call.cancelled
+        """The commit answered, or its deadline passed (``worker.release_commit_timeout_s``, plus 1 s).
+
+        A release must not wait longer than its timeout for a coordinator that never answers:
+        the commit may sit behind a call that hangs, which its own retry deadline cannot end.
+        Past the deadline the call is cancelled (never sent later) and :meth:`finish` surfaces
+        every position as not committed, as :meth:`Committer.commit_now` does.
+        """
+        call = self.call
+        if call is None or call.done.is_set() or call.cancelled:
+            return True
+        if self.committer._clock() < call.deadline + 1.0:
+            return False
+        call.cancelled = True  # queued behind (or on the wire in) a call that hangs: never send it later
+        self.committer._log.warning("commit_timed_out", partitions=len(call.offsets), release=True)
+        return True
 
     def finish(self) -> dict[TP, int]:
         """Account the commit (once it is done); returns and surfaces what was not committed."""

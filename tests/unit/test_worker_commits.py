@@ -198,3 +198,32 @@ def test_committed_offsets_that_never_come_raise_after_the_deadline(coordinator)
     with pytest.raises(KafkaException):
         committer.committed([TopicPartition("t", 0)], timeout_s=0.3)
     committer.close()
+
+
+def test_a_release_beside_the_loop_ends_at_its_timeout_behind_a_hanging_call(coordinator):
+    # Given a periodic commit that hangs in the client, and the loop's clock
+    now = [0.0]
+    ledger, metrics = AckLedger(), WorkerMetrics()
+    committer = Committer(coordinator.client, ledger, metrics, logs.get("test"), clock=lambda: now[0])
+    coordinator.hang.set()
+    acknowledged(ledger, ("t", 0), 10)
+    committer.commit_soon()
+    assert coordinator.inside.wait(10), "the commit thread never sent the commit"
+    acknowledged(ledger, ("t", 0), 12)
+    # When a hand-off starts releasing t:0 with a 5 s commit timeout
+    release = committer.begin_release([("t", 0)], timeout_s=5.0)
+    # Then it waits while the timeout runs
+    now[0] = 5.5
+    assert not release.done
+    # And once it has run out, the release goes on and says what it could not commit
+    now[0] = 6.5
+    with capture_logs() as logs_seen:
+        assert release.done
+        failed = release.finish()
+    assert failed == {("t", 0): 12}
+    assert metrics.release_commit_failures._value.get() == 1
+    assert "commit_timed_out" in [e["event"] for e in logs_seen]
+    # And the abandoned release commit is never sent once the coordinator answers
+    coordinator.answer.set()
+    committer.close(timeout_s=10)
+    assert coordinator.sent == [[("t", 0, 10)]]
