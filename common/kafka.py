@@ -188,14 +188,17 @@ def _metadata(client: Any, cluster: ClusterConfig, timeout_s: float, topic: str 
     deadline = started + timeout_s
     step = 0.5 if watch is not None else timeout_s
     while True:
-        remaining = deadline - time.monotonic()
+        wait = max(min(step, deadline - time.monotonic()), 0.01)
+        called = time.monotonic()
         try:
-            return client.list_topics(topic=topic, timeout=max(min(step, remaining), 0.01))
+            return client.list_topics(topic=topic, timeout=wait)
         except KafkaException as exc:
+            now = time.monotonic()
             refused = autherrors.kind(exc.args[0]) is not None or (
                 watch is not None and autherrors.watch_of(client) is not None
-                and watch.failure(within_s=time.monotonic() - started + 1.0) is not None)
-            if refused or time.monotonic() >= deadline - 0.01:
+                and watch.failure(within_s=now - started + 1.0) is not None)
+            # Only a slice that ran out is tried again: an error that came sooner is the answer.
+            if refused or now - called < 0.9 * wait or now >= deadline - 0.01:
                 raise _unavailable(client, cluster, exc) from None
             step *= 2
 

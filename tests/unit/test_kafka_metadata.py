@@ -27,8 +27,10 @@ class SlicedAdmin:
     a wait that times out "passes" its time on the clock. ``refuse_login`` feeds the error callback
     a SASL failure during the first wait, as librdkafka does on a wrong password."""
 
-    def __init__(self, clock: Clock, answer_after_s: float | None, refuse_login: bool = False) -> None:
+    def __init__(self, clock: Clock, answer_after_s: float | None, refuse_login: bool = False,
+                 fail_at_once: bool = False) -> None:
         self.clock, self.answer_after_s, self.refuse_login = clock, answer_after_s, refuse_login
+        self.fail_at_once = fail_at_once
         self.waits: list[float] = []
         self.pending: list[KafkaError] = []
 
@@ -39,7 +41,8 @@ class SlicedAdmin:
         if self.answer_after_s is not None and timeout >= self.answer_after_s:
             self.clock.now += self.answer_after_s
             return "metadata"
-        self.clock.now += timeout
+        if not self.fail_at_once:
+            self.clock.now += timeout
         raise KafkaException(KafkaError(KafkaError._TRANSPORT, "Failed to get metadata"))
 
     def poll(self, timeout: float) -> int:  # serves the error callbacks, as librdkafka's poll does
@@ -97,3 +100,10 @@ def test_a_client_without_a_watch_waits_once_for_the_whole_timeout(clock):
     with pytest.raises(ClusterUnavailable, match="did not answer"):
         kafka._metadata(admin, CLUSTER, 10.0)
     assert admin.waits == [10.0]
+
+
+def test_an_error_that_comes_before_its_slice_ends_is_the_answer(clock):
+    admin = _admin(clock, answer_after_s=None, fail_at_once=True)
+    with pytest.raises(ClusterUnavailable, match="did not answer"):
+        kafka._metadata(admin, CLUSTER, 30.0, "t")
+    assert admin.waits == [0.5]
