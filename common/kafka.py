@@ -175,7 +175,7 @@ def _unavailable(client: Any, cluster: ClusterConfig, exc: KafkaException) -> Cl
     return autherrors.unavailable(cluster.alias, cluster.bootstrap_servers, exc.args[0], autherrors.watch_of(client))
 
 
-def _metadata(client: Any, cluster: ClusterConfig, timeout_s: float, topic: str | None = None) -> Any:
+def read_metadata(client: Any, cluster: ClusterConfig, timeout_s: float, topic: str | None = None) -> Any:
     """``client.list_topics`` within ``timeout_s``, raising at once when the cluster refuses our credentials.
 
     librdkafka reports a refused login only through the error callback, while ``list_topics`` waits out
@@ -191,7 +191,7 @@ def _metadata(client: Any, cluster: ClusterConfig, timeout_s: float, topic: str 
         wait = max(min(step, deadline - time.monotonic()), 0.01)
         called = time.monotonic()
         try:
-            return client.list_topics(topic=topic, timeout=wait)
+            return client.list_topics(timeout=wait) if topic is None else client.list_topics(topic=topic, timeout=wait)
         except KafkaException as exc:
             now = time.monotonic()
             refused = autherrors.kind(exc.args[0]) is not None or (
@@ -266,7 +266,7 @@ def for_destination(source: TopicInfo, name: str, replication_factor: int = 0,
 
 def describe_topic(client: AdminClient, cluster: ClusterConfig, topic: str, timeout_s: float = 10.0) -> TopicInfo:
     """Partition count and non-default, copyable configs of ``topic``."""
-    metadata = _metadata(client, cluster, timeout_s, topic)
+    metadata = read_metadata(client, cluster, timeout_s, topic)
     found = metadata.topics.get(topic)
     if found is not None and found.error is not None and autherrors.kind(found.error):
         raise autherrors.unavailable(cluster.alias, cluster.bootstrap_servers, found.error)
@@ -298,7 +298,7 @@ def _copyable_configs(client: AdminClient, topic: str, timeout_s: float) -> tupl
 
 def ensure_topic(client: AdminClient, cluster: ClusterConfig, want: TopicInfo, timeout_s: float = 30.0) -> str:
     """Create ``want`` on the cluster, or grow its partitions; return what was done."""
-    metadata = _metadata(client, cluster, timeout_s, want.name)
+    metadata = read_metadata(client, cluster, timeout_s, want.name)
     existing = metadata.topics.get(want.name)
     if existing is None or existing.error is not None or not existing.partitions:
         replication, configs = _safety(want, len(metadata.brokers))
@@ -337,7 +337,7 @@ def _safety(want: TopicInfo, brokers: int) -> tuple[int, dict[str, str]]:
 
 
 def list_topics(client: AdminClient, cluster: ClusterConfig, timeout_s: float = 10.0) -> list[str]:
-    return sorted(_metadata(client, cluster, timeout_s).topics)
+    return sorted(read_metadata(client, cluster, timeout_s).topics)
 
 
 def sync_configs(client: AdminClient, cluster: ClusterConfig, topic: str, wanted: dict[str, str],

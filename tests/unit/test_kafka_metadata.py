@@ -67,14 +67,14 @@ def _admin(clock: Clock, **kwargs: Any) -> SlicedAdmin:
 def test_a_refused_login_ends_the_wait_after_the_first_slice_not_the_timeout(clock):
     admin = _admin(clock, answer_after_s=None, refuse_login=True)
     with pytest.raises(autherrors.AuthenticationFailed, match="cluster dst .* refused our credentials"):
-        kafka._metadata(admin, CLUSTER, 30.0, "t")
+        kafka.read_metadata(admin, CLUSTER, 30.0, "t")
     assert admin.waits == [0.5]
 
 
 def test_a_silent_cluster_gets_its_whole_timeout_in_doubling_slices(clock):
     admin = _admin(clock, answer_after_s=None)
     with pytest.raises(ClusterUnavailable, match="did not answer") as raised:
-        kafka._metadata(admin, CLUSTER, 30.0, "t")
+        kafka.read_metadata(admin, CLUSTER, 30.0, "t")
     assert not isinstance(raised.value, autherrors.AuthenticationFailed)
     assert admin.waits == [0.5, 1.0, 2.0, 4.0, 8.0, 14.5]
     assert clock.now == pytest.approx(1030.0)
@@ -82,7 +82,7 @@ def test_a_silent_cluster_gets_its_whole_timeout_in_doubling_slices(clock):
 
 def test_a_slow_healthy_cluster_still_answers_within_the_timeout(clock):
     admin = _admin(clock, answer_after_s=3.0)
-    assert kafka._metadata(admin, CLUSTER, 10.0, "t") == "metadata"
+    assert kafka.read_metadata(admin, CLUSTER, 10.0, "t") == "metadata"
     assert admin.waits == [0.5, 1.0, 2.0, 4.0]
 
 
@@ -91,19 +91,19 @@ def test_an_old_refusal_from_before_the_call_does_not_end_a_silent_wait(clock):
     admin._ureplicator_errors(KafkaError(KafkaError._AUTHENTICATION, "an hour-old rotation"))
     clock.now += 100  # still within the watch's 120 s memory, but before this call
     with pytest.raises(ClusterUnavailable):
-        kafka._metadata(admin, CLUSTER, 4.0, "t")
+        kafka.read_metadata(admin, CLUSTER, 4.0, "t")
     assert sum(admin.waits) == pytest.approx(4.0)
 
 
 def test_a_client_without_a_watch_waits_once_for_the_whole_timeout(clock):
     admin = SlicedAdmin(clock, answer_after_s=None)
     with pytest.raises(ClusterUnavailable, match="did not answer"):
-        kafka._metadata(admin, CLUSTER, 10.0)
+        kafka.read_metadata(admin, CLUSTER, 10.0)
     assert admin.waits == [10.0]
 
 
 def test_an_error_that_comes_before_its_slice_ends_is_the_answer(clock):
     admin = _admin(clock, answer_after_s=None, fail_at_once=True)
     with pytest.raises(ClusterUnavailable, match="did not answer"):
-        kafka._metadata(admin, CLUSTER, 30.0, "t")
+        kafka.read_metadata(admin, CLUSTER, 30.0, "t")
     assert admin.waits == [0.5]
