@@ -29,10 +29,10 @@ VOLATILE = ("run_id", "started_at", "finished_at", "duration_s")
 
 
 @pytest.fixture(scope="module")
-def scenarios(spark, services):
+def scenarios(spark, services, planted_defects, planted_gaps):
     return {
-        "defects": verifier_topics.plant_defects(services),
-        "gaps": verifier_topics.plant_gaps(services),
+        "defects": planted_defects,
+        "gaps": planted_gaps,
         "v2": verifier_topics.plant_v2_headers(services),
     }
 
