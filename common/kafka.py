@@ -8,6 +8,7 @@ stays testable.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -175,6 +176,34 @@ def _unavailable(client: Any, cluster: ClusterConfig, exc: KafkaException) -> Cl
     return autherrors.unavailable(cluster.alias, cluster.bootstrap_servers, exc.args[0], autherrors.watch_of(client))
 
 
+def read_metadata(client: Any, cluster: ClusterConfig, timeout_s: float, topic: str | None = None) -> Any:
+    """``client.list_topics`` within ``timeout_s``, raising at once when the cluster refuses our credentials.
+
+    librdkafka reports a refused login only through the error callback, while ``list_topics`` waits out
+    its whole timeout for a broker that will never let us in. So the wait is cut into slices that
+    double from 0.5 s (a slow but healthy broker still gets its full time, minus a few re-sent
+    requests), and after each failed slice an authentication error seen during this call ends it.
+    """
+    watch = getattr(client, "_ureplicator_errors", None)
+    started = time.monotonic()
+    deadline = started + timeout_s
+    step = 0.5 if watch is not None else timeout_s
+    while True:
+        wait = max(min(step, deadline - time.monotonic()), 0.01)
+        called = time.monotonic()
+        try:
+            return client.list_topics(timeout=wait) if topic is None else client.list_topics(topic=topic, timeout=wait)
+        except KafkaException as exc:
+            now = time.monotonic()
+            refused = autherrors.kind(exc.args[0]) is not None or (
+                watch is not None and autherrors.watch_of(client) is not None
+                and watch.failure(within_s=now - started + 1.0) is not None)
+            # Only a slice that ran out is tried again: an error that came sooner is the answer.
+            if refused or now - called < 0.9 * wait or now >= deadline - 0.01:
+                raise _unavailable(client, cluster, exc) from None
+            step *= 2
+
+
 class TopicNotFound(UReplicatorError):
     """The topic does not exist on the cluster that was asked."""
 
@@ -238,10 +267,7 @@ def for_destination(source: TopicInfo, name: str, replication_factor: int = 0,
 
 def describe_topic(client: AdminClient, cluster: ClusterConfig, topic: str, timeout_s: float = 10.0) -> TopicInfo:
     """Partition count and non-default, copyable configs of ``topic``."""
-    try:
-        metadata = client.list_topics(topic=topic, timeout=timeout_s)
-    except KafkaException as exc:
-        raise _unavailable(client, cluster, exc) from None
+    metadata = read_metadata(client, cluster, timeout_s, topic)
     found = metadata.topics.get(topic)
     if found is not None and found.error is not None and autherrors.kind(found.error):
         raise autherrors.unavailable(cluster.alias, cluster.bootstrap_servers, found.error)
@@ -273,10 +299,7 @@ def _copyable_configs(client: AdminClient, topic: str, timeout_s: float) -> tupl
 
 def ensure_topic(client: AdminClient, cluster: ClusterConfig, want: TopicInfo, timeout_s: float = 30.0) -> str:
     """Create ``want`` on the cluster, or grow its partitions; return what was done."""
-    try:
-        metadata = client.list_topics(topic=want.name, timeout=timeout_s)
-    except KafkaException as exc:
-        raise _unavailable(client, cluster, exc) from None
+    metadata = read_metadata(client, cluster, timeout_s, want.name)
     existing = metadata.topics.get(want.name)
     if existing is None or existing.error is not None or not existing.partitions:
         replication, configs = _safety(want, len(metadata.brokers))
@@ -315,10 +338,7 @@ def _safety(want: TopicInfo, brokers: int) -> tuple[int, dict[str, str]]:
 
 
 def list_topics(client: AdminClient, cluster: ClusterConfig, timeout_s: float = 10.0) -> list[str]:
-    try:
-        return sorted(client.list_topics(timeout=timeout_s).topics)
-    except KafkaException as exc:
-        raise _unavailable(client, cluster, exc) from None
+    return sorted(read_metadata(client, cluster, timeout_s).topics)
 
 
 def sync_configs(client: AdminClient, cluster: ClusterConfig, topic: str, wanted: dict[str, str],

@@ -26,6 +26,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 
 from ureplicator.common import autherrors, kafka, zk, zktls
 from ureplicator.common.config import ClusterConfig, Config
+from ureplicator.common.errors import ClusterUnavailable
 from ureplicator.common.zkschema import Paths
 
 # What the replicator does on each cluster, as Kafka ACL operations (resource -> operations).
@@ -136,11 +137,9 @@ def check_cluster(role: str, cluster: ClusterConfig, config: Config, topics: dic
     """Connect to one cluster with its properties and check the operations ``role`` needs."""
     target = f"{role} {cluster.alias}"
     admin = kafka.admin(cluster)
-    try:
-        metadata = admin.list_topics(timeout=timeout_s)
-    except KafkaException as exc:
-        error = autherrors.unavailable(cluster.alias, cluster.bootstrap_servers, exc.args[0],
-                                       autherrors.watch_of(admin))
+    try:  # a refused login fails at once rather than after timeout_s: it is not transient
+        metadata = kafka.read_metadata(admin, cluster, timeout_s)
+    except ClusterUnavailable as error:
         return [Finding(target, "fail", str(error))]
     findings = [Finding(target, "ok", f"connected to {cluster.bootstrap_servers} "
                                       f"({len(metadata.brokers)} broker(s), authenticated)")]

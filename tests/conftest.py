@@ -62,35 +62,38 @@ def services(tmp_path_factory):
     directory = tmp_path_factory.mktemp("stack")
     # 3 minutes, not the CLI's 90 s: the machine that runs the suite is often shared, and a
     # session that cannot start its stack fails every integration test at once.
-    addresses = stack.up(directory, secure=True, timeout_s=180)
+    # Three clusters, as `make test-parallel`'s stack: the routes tests' c3 is then one more broker
+    # here, not a second ZooKeeper and three more brokers started mid-session (`three`).
+    addresses = stack.up(directory, secure=True, clusters=3, timeout_s=180)
     yield {**addresses, "dir": directory}
     stack.down(directory)
 
 
 @pytest.fixture(scope="session")
-def three(tmp_path_factory):
-    """ZooKeeper and clusters c1, c2, c3 (and ``dir``, to stop one), for the tests that need three clusters.
+def three(services, tmp_path_factory, request):
+    """ZooKeeper and clusters c1, c2, c3 (and ``dir``, to stop one), for the `disruptive` tests that need three.
 
-    A stack of its own (`stack up --clusters 3`), started by the first test that asks and shared by
-    every module that does (routes, the verifier over routes); stopped at the end of the session.
+    The session's own stack (``services`` without ``UREPLICATOR_TEST_STACK``), which has c3 and whose
+    services the other disruptive tests stop and restart too. A stack named by ``UREPLICATOR_TEST_STACK``
+    may be shared with other people, so then a stack of its own (`stack up --clusters 3`), started by
+    the first test that asks and stopped at the end of the session.
     """
     from devtools import stack
 
+    if not os.environ.get("UREPLICATOR_TEST_STACK") and "c3" in services.get("clusters", {}):
+        return services
     directory = tmp_path_factory.mktemp("stack3")
     addresses = stack.up(directory, timeout_s=240, clusters=3)
-    yield {**addresses, "dir": directory}
-    stack.down(directory)
+    request.addfinalizer(lambda: stack.down(directory))
+    return {**addresses, "dir": directory}
 
 
 @pytest.fixture(scope="session")
-def clusters3(request):
-    """ZooKeeper and clusters c1, c2, c3 that a test only reads and writes (never stops): the shared
-    stack's when ``UREPLICATOR_TEST_STACK`` names one with three clusters, else the ``three`` stack."""
-    reuse = os.environ.get("UREPLICATOR_TEST_STACK")
-    if reuse:
-        found = json.loads((Path(reuse) / "stack.json").read_text())
-        if {"c1", "c2", "c3"} <= set(found.get("clusters", {})):
-            return found
+def clusters3(services, request):
+    """ZooKeeper and clusters c1, c2, c3 that a test only reads and writes (never stops): the session
+    stack's when it has three clusters, else the ``three`` stack."""
+    if {"c1", "c2", "c3"} <= set(services.get("clusters", {})):
+        return {k: v for k, v in services.items() if k != "dir"}
     return request.getfixturevalue("three")
 
 

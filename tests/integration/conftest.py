@@ -1,4 +1,4 @@
-"""Fixtures shared by the integration tests of one component: the verifier's local Spark."""
+"""Fixtures shared by the integration tests of one component: the verifier's local Spark and planted topics."""
 
 from __future__ import annotations
 
@@ -15,3 +15,22 @@ def spark():
     )
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def planted_defects(services):
+    """The defect topic of tests/support/verifier_topics.py, planted once for every module that verifies it
+    (test_verifier, test_verifier_readers): the verifier only reads, and each run writes its own reports."""
+    from tests.support import verifier_topics
+
+    return verifier_topics.plant_defects(services)
+
+
+@pytest.fixture(scope="session")
+def planted_gaps(services):
+    """The compacted topic with offset gaps of tests/support/verifier_topics.py, planted once (as above).
+    What a consumer sees of it no longer changes: the keys left after cleaning are unique, and the
+    cleaner only removes aborted records and markers, which a read_committed reader never sees."""
+    from tests.support import verifier_topics
+
+    return verifier_topics.plant_gaps(services)

@@ -94,7 +94,7 @@ def test_rest_api_says_authentication_failed_not_did_not_answer(pipeline, servic
     pipeline.start_controller()
 
     # When a topic is added (the controller must create it on the destination)
-    # (the controller waits controller-side up to 30 s for the destination before it answers)
+    # (a refused login ends the controller's 30 s wait for the destination at once: common.kafka.read_metadata)
     status, body = request(f"{pipeline.url}/topics", "POST", {"topic": topic}, timeout_s=90)
 
     # Then the 503 names the cluster and the refused credentials

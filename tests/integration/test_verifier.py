@@ -37,7 +37,7 @@ def _content_hash(record: kafka_io.Record) -> str:
 
 
 @pytest.fixture(scope="module")
-def defects(spark, services, tmp_path_factory):
+def defects(spark, services, planted_defects, tmp_path_factory):
     """Source topic with 10 partitions of 60 records; the destination gets one planted defect per partition.
 
     p0 missing 17 and 20-24 | p1 replay of 35-40 | p2 value of 33 changed | p3 header of 5 changed
@@ -45,7 +45,7 @@ def defects(spark, services, tmp_path_factory):
     p7 source truncated below 25 | p8 clean
     p9 source records 10-14 came from the destination cluster (active-active); 12 was mirrored back anyway
     """
-    planted = verifier_topics.plant_defects(services)
+    planted = planted_defects
     pipeline, topic = planted.pipeline, planted.topic
     out = tmp_path_factory.mktemp("defects")
     config = env.config_file(out, services, pipeline)
@@ -183,7 +183,7 @@ def test_report_files_history_and_controller_views(spark, defects):
     assert 'ureplicator_verification_records{category="missing"} 6.0' in text
 
 
-def test_gaps_and_compaction_are_not_losses_but_a_lost_latest_value_is(spark, services, tmp_path):
+def test_gaps_and_compaction_are_not_losses_but_a_lost_latest_value_is(spark, services, planted_gaps, tmp_path):
     """Compacted source topic: offset gaps from the log cleaner and from transaction markers are not losses.
 
     p0: mirrored, then compacted on the source (copies of overwritten keys remain in the destination)
@@ -192,7 +192,7 @@ def test_gaps_and_compaction_are_not_losses_but_a_lost_latest_value_is(spark, se
         would do) and offset 9 (k4's latest value: a real loss)
     """
     # Given a compacted source topic with gaps, mirrored with one dropped-for-a-later-value record and one loss
-    planted = verifier_topics.plant_gaps(services)
+    planted = planted_gaps
     pipeline, topic, source, ends = planted.pipeline, planted.topic, planted.source, planted.ends
 
     # When the topic is verified
