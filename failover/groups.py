@@ -267,7 +267,15 @@ class GroupOffsets:
                     raise ClusterUnavailable(
                         f"the destination cluster {self._config.destination.alias} returned no records of "
                         f"{topic}:{partition} from offset {offset} within {self._timeout_s:.0f}s")
-                messages = self._reader.consume(BATCH, 0.5)
+                # What is fetched already, at once; only when nothing is, wait for the first
+                # record or the end-of-partition event. consume(BATCH, 0.5) would wait out the
+                # 0.5 s near a partition's end, where fewer than BATCH records follow (the EOF
+                # event does not end the wait): several such waits per translation.
+                messages = self._reader.consume(BATCH, 0)
+                if not messages:
+                    messages = self._reader.consume(1, 0.5)
+                    if messages:
+                        messages.extend(self._reader.consume(BATCH - 1, 0))
                 eof = False
                 for msg in messages:
                     error = msg.error()
