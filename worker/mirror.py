@@ -60,6 +60,7 @@ from ureplicator.worker import clients as worker_clients
 from ureplicator.worker import fetchwatch, forwarding, native, probes, transactions
 from ureplicator.worker.acks import EXACT_FOR_S, TP, AckLedger, PartitionAcks
 from ureplicator.worker.commits import Committer
+from ureplicator.worker.destination import Aborted, Committed, Destination, Purged, Replaced, Retry
 from ureplicator.worker.endoffsets import EndOffsets
 from ureplicator.worker.handoff import Beside, Handoff, fmt
 from ureplicator.worker.metrics import WorkerMetrics
@@ -145,10 +146,6 @@ class MirrorWorker:
         self.zk = clients.zk
         self.consumer = clients.consumer
         self._make_consumer = clients.make_consumer  # the fetch watch's remedy: a new source consumer
-        self.producer = clients.producer
-        self._make_producer = clients.make_producer
-        self._producer_errors = clients.producer_errors
-        self._producer_failed: str | None = None  # produce() said the producer is fatally broken
         self.zk.add_listener(self._on_connection)
 
         self.ledger = AckLedger(on_latency=self._observe_latency)
@@ -158,28 +155,30 @@ class MirrorWorker:
         self.committer = Committer(clients.make_commit_client, self.ledger, self.metrics, self.log,
                                    background=clients.commit_thread, clock=clock)
         self.beside = Beside(background=clients.handoff_thread, log=self.log)
-        self.handoff = Handoff(config, self.consumer, self.producer, self.zk, self.ledger, self.committer,
+        self.handoff = Handoff(config, self.consumer, clients.producer, self.zk, self.ledger, self.committer,
                                self.status, self.metrics, self.log, beside=self.beside,
                                make_offsets_client=clients.make_offsets_client, clock=clock)
-        self.handoff.after_purge = partial(self._replace_producer, purged=True)
-        self._txn: transactions.Transactions | None = None
+        self.handoff.after_purge = lambda why: self._replaced(self.destination.replace(why, purged=True))
+        txn: transactions.Transactions | None = None
         if config.worker.exactly_once:
             if clients.make_offsets_client is None:
                 raise ConfigError("worker.exactly_once", "is on but the clients were opened for at-least-once mode")
-            self._txn = transactions.Transactions(config.worker.transaction_interval_ms / 1000.0,
-                                                  config.worker.max_in_flight_bytes,
-                                                  # the current consumer's: the fetch watch may replace it
-                                                  lambda: self.consumer.consumer_group_metadata(),
-                                                  self.log, clock=clock)
+            txn = transactions.Transactions(config.worker.transaction_interval_ms / 1000.0,
+                                            config.worker.max_in_flight_bytes,
+                                            # the current consumer's: the fetch watch may replace it
+                                            lambda: self.consumer.consumer_group_metadata(),
+                                            self.log, clock=clock)
             self.handoff.before_release = partial(self._commit_transaction, "release")
-        # Both loops serve exactly-once mode: the transaction's calls (begin, send offsets,
-        # commit, abort) are made by this class at the batch and interval boundaries, never
-        # per record, and a produce inside a transaction is the same librdkafka call.
+        # Both loops serve exactly-once mode: the transaction's calls (begin, send offsets, commit,
+        # abort) are made at the batch and interval boundaries, never per record, and a produce
+        # inside a transaction is the same librdkafka call.
         self._native, native_reason = _load_native(config.worker.native_loop)
-        self._native_target: Any = None  # the confluent_kafka.Producer the C loop drives, if any
-        self._bind_producer()
-        self.log.info("mirror_loop", loop="native" if self._native_target is not None else "python",
-                      reason=native_reason, exactly_once=self._txn is not None)
+        self.destination = Destination(clients.producer, clients.make_producer, clients.producer_errors,
+                                       stall_s=config.worker.producer_stall_s, native=self._native,
+                                       native_mode=config.worker.native_loop, txn=txn, clock=clock)
+        self._txn = txn
+        self.log.info("mirror_loop", loop="native" if self.destination.native_target is not None else "python",
+                      reason=native_reason, exactly_once=txn is not None)
         if config.worker.shutdown_timeout_s > 0:
             self.log.warning("config_deprecated", key="worker.shutdown_timeout_s",
                              replaced_by=["worker.stop_timeout_s", "worker.release_ack_timeout_s",
@@ -187,9 +186,6 @@ class MirrorWorker:
                              applied=config.worker.shutdown_timeout_s)
         self._last_commit = clock()
         self._fetch_wait_s = config.worker.fetch_wait_ms / 1000.0
-        # Producer liveness: the acknowledgement count, and when it last moved.
-        self._acks_seen = 0
-        self._acks_moved_at = self._clock()
         # The fetch watch (worker/fetchwatch.py): a source consumer that stops fetching is noticed and replaced.
         stall_s = config.worker.fetch_stall_s
         self._fetch_watch: fetchwatch.FetchWatch | None = None
@@ -206,15 +202,10 @@ class MirrorWorker:
         # Whether a consume since the last look came back short: librdkafka's queue was empty then.
         self._queue_drained = False
 
-    def _bind_producer(self) -> None:
-        """Point the C loop at the current producer (None: the Python loop serves it)."""
-        client = getattr(self.producer, "client", None)
-        client_id = getattr(self.producer, "client_id", "")
-        usable = (self._native is not None and client is not None and bool(client_id)
-                  and self._native.is_producer(client, client_id))
-        if self._native is not None and not usable and self.config.worker.native_loop == "on":
-            raise ConfigError("worker.native_loop", "is 'on' but the producer is not a confluent_kafka.Producer")
-        self._native_target = client if usable else None
+    @property
+    def producer(self) -> Any:
+        """The destination producer in use now (:class:`Destination` replaces it)."""
+        return self.destination.producer
 
     @property
     def owned(self) -> dict[TP, PartitionAcks]:
@@ -231,7 +222,7 @@ class MirrorWorker:
     @property
     def not_ready_reason(self) -> str | None:
         """Why the destination refuses this worker (credentials, TLS, ACLs), for ``/ready``; None when it does not."""
-        failure = self._producer_errors.auth.failure(within_s=30)
+        failure = self.destination.errors.auth.failure(within_s=30)
         if failure is None:
             return None
         return f"cluster {self.config.destination.alias} refused our credentials: {failure[0]} failed: {failure[1]}"
@@ -401,13 +392,13 @@ class MirrorWorker:
                 self._purge("fenced")
         else:
             self._purged = False
-            failed = self._producer_failed or self.ledger.producer_failed or self._producer_errors.failed
+            failed = self.destination.broken or self.ledger.producer_failed
             if failed:
-                self._replace_producer(failed)
+                self._replaced(self.destination.replace(failed))
             txn = self._txn
-            if txn is not None and not txn.ready(self.producer):
+            if not self.destination.ready():
                 self._hold_fetch()
-                self.producer.poll(0.5)  # init_transactions found no coordinator: ask again (nothing sent meanwhile)
+                self.destination.poll(0.5)  # init_transactions found no coordinator: ask again (nothing sent meanwhile)
                 return
             if self._wake.is_set() and self.handoff.change is None and self._connected:
                 self._wake.clear()
@@ -420,25 +411,25 @@ class MirrorWorker:
                 self.handoff.rewind(sorted(self.ledger.needs_rewind))
         owned = self.handoff.routes
         txn = self._txn
+        destination = self.destination
         if txn is not None and not fenced and txn.due(now) and not self._commit_transaction("interval"):
             self._hold_fetch()
-            self.producer.poll(0.05)  # reports still due, or a retriable error: no new records meanwhile
+            destination.poll(0.05)  # reports still due, or a retriable error: no new records meanwhile
         elif fenced or not owned or self.ledger.in_flight_bytes >= self.config.worker.max_in_flight_bytes:
             # Backpressure or fencing: no new fetches; keep serving delivery reports.
             self._hold_fetch()
-            self.producer.poll(0.05)
+            destination.poll(0.05)
             if not owned and not fenced and self.handoff.change is None:
                 self._wake.wait(0.2)
         elif (wait := self.limiter.wait_s(now)) > 0:
             self._hold_fetch()
-            self.producer.poll(min(wait, 0.1))  # rate limit: hold off fetching
+            destination.poll(min(wait, 0.1))  # rate limit: hold off fetching
         elif self._may_write():  # the fence and the lease again, right before the fetch
             messages = self._fetch(self.limiter.max_batch(self.config.worker.batch_size))
             if messages:
-                if txn is not None:
-                    txn.begin(self.producer)
+                destination.begin()
                 self._mirror(messages)
-            self.producer.poll(0)
+            destination.poll(0)
         else:
             self._hold_fetch()
         if fenced:
@@ -481,27 +472,16 @@ class MirrorWorker:
         return messages
 
     def _watch_producer(self, now: float) -> None:
-        """Replace a producer that holds records yet acknowledged none for ``worker.producer_stall_s``.
+        """Purge and replace a producer that holds records yet acknowledged none (:meth:`Destination.watch`).
 
-        librdkafka can stay silent after a destination broker restart: records queued,
-        no delivery report, no error, while the broker serves other clients (seen in the
-        soak and in the destination-outage test). With ``message.timeout.ms=0`` nothing
-        would ever fail, so the partitions would never move again. The worker treats it
-        like a release that timed out: purge, a fresh producer, rewind to the acknowledged
-        positions (duplicates at worst, never a gap). While the destination is really
-        down this repeats every ``worker.producer_stall_s`` and costs nothing.
+        The partitions it held go back to their acknowledged positions (duplicates at
+        worst, never a gap).
         """
-        acks = self.ledger.acks
-        if acks != self._acks_seen or self.ledger.in_flight_bytes <= 0 or not len(self.producer):
-            self._acks_seen = acks
-            self._acks_moved_at = now
-            return
-        silent_s = now - self._acks_moved_at
-        if silent_s >= self.config.worker.producer_stall_s:
-            self.log.warning("producer_stalled", silent_s=round(silent_s, 1),
+        stalled = self.destination.watch(now, self.ledger.acks, self.ledger.in_flight_bytes)
+        if stalled is not None:
+            self.log.warning("producer_stalled", silent_s=round(stalled.silent_s, 1),
                              in_flight_bytes=self.ledger.in_flight_bytes)
             self._purge("producer_stalled")
-            self._acks_moved_at = now
 
     def _hold_fetch(self) -> None:
         """This turn held back fetching on purpose (backpressure, a fence): the fetch watch starts its clocks again."""
@@ -653,7 +633,7 @@ class MirrorWorker:
         n = len(messages)
         if not n:
             return
-        target = self._native_target
+        target = self.destination.native_target
         if target is None or self.ledger.exact(self._clock()):
             fetched = self._mirror_py(messages, 0, n)
         else:
@@ -693,7 +673,7 @@ class MirrorWorker:
         closed on its last record. Returns the bytes of the runs it closed, or None when it
         abandoned the rest of the batch.
         """
-        produce = self.producer.produce
+        produce = self.destination.producer.produce
         routes = self.handoff.routes
         source_alias = self._source_alias
         only_origin = self._only_origin
@@ -776,7 +756,7 @@ class MirrorWorker:
                             ts if ts_type != no_timestamp else 0, headers)
                 except BufferError:
                     self._hold_fetch()
-                    self.producer.poll(0.05)  # local queue full: wait for acks, never drop
+                    self.destination.poll(0.05)  # local queue full: wait for acks, never drop
                     if self._stop.is_set() or not self._may_write():
                         self.ledger.in_flight_bytes += fetched_bytes
                         self.produced += produced
@@ -793,7 +773,7 @@ class MirrorWorker:
                     if kerr.fatal() or kerr.code() == KafkaError._FATAL:
                         self.ledger.in_flight_bytes += fetched_bytes
                         self.produced += produced
-                        self._producer_failed = kerr.str()
+                        self.destination.mark_broken(kerr.str())
                         self._abandon(messages[i - 1:])
                         return None
                     self.handoff.stop_partition(acks, offset, kerr.str())
@@ -855,92 +835,53 @@ class MirrorWorker:
     # --- fencing, session loss and shutdown -------------------------------------------------------
 
     def _purge(self, why: str) -> None:
-        """Drop what librdkafka still holds: a fenced worker sends nothing more.
+        """Stop sending: a fenced worker sends nothing more (:meth:`Destination.purge`).
 
-        Queued records are never sent; in-flight ones are no longer *retried* (a retry
-        after the partition was given away would land behind the new owner's writes).
-        Requests already on the wire cannot be recalled: the broker handles them before
-        any new owner, who needs round trips to that broker first. The purged records come
-        back as delivery reports with ``_PURGE_QUEUE``/``_PURGE_INFLIGHT`` and mark their
-        partitions for a rewind (duplicates at worst, never a gap).
+        The purged records come back as delivery reports and mark their partitions for a
+        rewind (duplicates at worst, never a gap); in exactly-once mode the open
+        transaction is aborted instead and every partition goes back to its last commit.
         """
         self._purged = True
         if why in _FENCING:
             self.committer.cancel_queued()  # a fenced worker sends no commit it has not sent already
-        if self._txn is not None:
-            if not self._txn.open:
-                return  # nothing was sent since the last commit
-            # Abort instead of purge: none of the transaction's records will ever be read committed.
-            # An abort that fails replaced the producer; the new one's init_transactions aborts it.
-            self._abort_transaction(why, timeout_s=5.0)
-            return
-        try:
-            self.producer.purge(in_queue=True, in_flight=True, blocking=False)
-        except KafkaException as exc:
-            self.log.warning("purge_failed", error=str(exc.args[0]))
-        self.producer.poll(0)  # run the purged records' reports now
-        self.log.warning("producer_purged", reason=why, partitions=len(self.ledger.partitions))
-        if why != "stopping_while_fenced":
-            self._replace_producer(why, purged=True)
+        outcome = self.destination.purge(why, replace=why != "stopping_while_fenced")
+        if isinstance(outcome, Aborted):
+            self._aborted(outcome)
+        elif isinstance(outcome, Purged):
+            if outcome.error is not None:
+                self.log.warning("purge_failed", error=outcome.error)
+            self.log.warning("producer_purged", reason=why, partitions=len(self.ledger.partitions))
+            if outcome.replaced is not None:
+                self._replaced(outcome.replaced)
 
-    def _replace_producer(self, reason: str, purged: bool = False) -> None:
-        """Swap the producer for a fresh one (a new idempotent producer id) after a purge or a fatal error.
+    def _replaced(self, replaced: Replaced) -> None:
+        """A fresh producer took over (:meth:`Destination.replace`): rewind what the old one never reported.
 
-        Purging in-flight records leaves a gap in the idempotent producer's sequence
-        numbers; librdkafka then drains and bumps its epoch, a state machine that was seen
-        to stay silent after a destination restart (the soak stall, docs/operations.md).
-        A fatal error (the gap-less guarantee fired) leaves a producer that accepts
-        nothing. A producer built afresh carries none of it. Reports the old one never
-        delivered cannot come any more: their partitions are rewound from their
-        acknowledged position (duplicates at worst, never a gap). After a fatal error every
-        partition that is not stopped is rewound, in exact mode, so a record the
-        destination refuses is named and its partition stopped in front of it.
+        Reports the old one never delivered cannot come any more: their partitions are
+        rewound from their acknowledged position (duplicates at worst, never a gap). After a
+        fatal error every partition that is not stopped is rewound, in exact mode, so a
+        record the destination refuses is named and its partition stopped in front of it.
+        In exactly-once mode every partition goes back to its last committed position.
         """
-        fatal = bool(self._producer_failed or self.ledger.producer_failed or self._producer_errors.failed)
-        old = self.producer
-        if not purged:
-            old.purge(in_queue=True, in_flight=True, blocking=True)  # GuardedProducer: fatal errors become state
-        deadline = time.monotonic() + 1.0
-        old.poll(0)
-        while len(old) and time.monotonic() < deadline:
-            old.poll(0.05)  # the purged records' reports, so their partitions are marked for a rewind
+        fatal = replaced.fatal or self.ledger.producer_failed is not None
         partitions = self.ledger.partitions
         unreported = sum(acks.outstanding for acks in partitions.values())
         releasing = self.handoff.releasing  # their release commits the acknowledged position: no rewind
-        rewind = {tp for tp, acks in partitions.items()
-                  if tp not in releasing and acks.error is None and (fatal or acks.outstanding)}
-        self.producer = self._make_producer()
-        self.handoff.use_producer(self.producer)
-        self._bind_producer()
-        if self._txn is not None:
-            # The new producer's init_transactions aborts whatever the old one left open. The old
-            # one is never closed (close() aborts and flushes without a bound: worker/transactions.py)
-            # and is destroyed beside the loop; nothing polls it, so none of its reports arrives.
-            self._txn.reset()
-            last = [old]
-            del old
-            transactions.retire(last)
-        else:
-            if not len(old):
-                old.close()  # nothing left to flush; otherwise dropping it destroys it without a flush
-            # The last reference: librdkafka's handle is destroyed here, so none of its reports can
-            # arrive after the counts below are reset (they would drive them negative).
-            del old
-        self._producer_failed = self.ledger.producer_failed = self._producer_errors.failed = None
+        self.handoff.use_producer(self.destination.producer)
+        self.ledger.producer_failed = None
         if self._txn is not None:
             rewind = self._revert_uncommitted()
+        else:
+            rewind = {tp for tp, acks in partitions.items()
+                      if tp not in releasing and acks.error is None and (fatal or acks.outstanding)}
         self.ledger.forget_outstanding()
         self.ledger.needs_rewind.update(rewind)
         if fatal:
             self.ledger.exact_until = self._clock() + EXACT_FOR_S
-        # The stall watch starts again with the new producer: counted from before the replacement,
-        # it would call a producer stalled that has not had a turn yet (seen: an abort of its
-        # first transaction right after transactions_ready).
-        self._acks_seen = self.ledger.acks
-        self._acks_moved_at = self._clock()
         self.metrics.producer_replacements.inc()
         log = self.log.error if fatal else self.log.warning
-        log("producer_replaced", reason=reason, unreported=unreported, partitions_rewound=len(rewind), exact=fatal)
+        log("producer_replaced", reason=replaced.reason, unreported=unreported, partitions_rewound=len(rewind),
+            exact=fatal)
 
     # --- exactly-once mode (worker/transactions.py) -------------------------------------------------
 
@@ -955,9 +896,8 @@ class MirrorWorker:
         txn = self._txn
         if txn is None or not txn.open:
             return True
-        remaining = self.producer.flush(min(1.0, txn.interval_s))
-        if self._rewinds_due() or self._producer_failed or self.ledger.producer_failed \
-                or self._producer_errors.failed:
+        remaining = self.destination.flush(min(1.0, txn.interval_s))
+        if self._rewinds_due() or self.destination.broken or self.ledger.producer_failed:
             self._abort_transaction(why)  # a record failed: the transaction cannot hold all it should
             return True
         if remaining:
@@ -965,16 +905,16 @@ class MirrorWorker:
         moved = [(acks, acks.position) for acks in self.ledger.partitions.values()
                  if acks.position >= 0 and acks.position != acks.txn_position]
         offsets = [TopicPartition(acks.destination, acks.partition, position) for acks, position in moved]
-        outcome = txn.commit(self.producer, offsets)
-        if outcome == transactions.COMMITTED:
+        outcome = self.destination.commit(offsets, why)
+        if isinstance(outcome, Committed):
             for acks, position in moved:
                 acks.txn_position = position
-            self.metrics.transactions.labels(outcome).inc()
+            self.metrics.transactions.labels(transactions.COMMITTED).inc()
             self.committer.commit_soon()  # the copy to the source group; never waits
             return True
-        if outcome == transactions.RETRY:
+        if isinstance(outcome, Retry):
             return False
-        self._after_abort(outcome, why)
+        self._aborted(outcome)
         return True
 
     def _rewinds_due(self) -> bool:
@@ -989,25 +929,20 @@ class MirrorWorker:
             ledger.needs_rewind.discard(tp)
         return bool(ledger.needs_rewind)
 
-    def _abort_transaction(self, why: str, timeout_s: float | None = None) -> str:
+    def _abort_transaction(self, why: str, timeout_s: float | None = None) -> None:
         """Abort the open transaction and rewind every partition to its last committed position."""
-        assert self._txn is not None
-        outcome = self._txn.abort(self.producer, timeout_s)
-        self._after_abort(outcome, why)
-        return outcome
+        self._aborted(self.destination.abort(why, timeout_s))
 
-    def _after_abort(self, outcome: str, why: str) -> None:
-        self.metrics.transactions.labels(outcome).inc()
-        if outcome == transactions.FATAL:
-            self._replace_producer(f"transaction {why}: producer fenced or failed")  # it rewinds all
+    def _aborted(self, aborted: Aborted) -> None:
+        """The transaction is gone (:class:`Aborted`): every partition back to its last committed position."""
+        self.metrics.transactions.labels(aborted.outcome).inc()
+        if aborted.replaced is not None:
+            self._replaced(aborted.replaced)  # it rewinds all
             return
-        deadline = time.monotonic() + 5.0
-        self.producer.poll(0)
-        while len(self.producer) and time.monotonic() < deadline:
-            self.producer.poll(0.05)  # the aborted records' reports: they acknowledge nothing now
         rewound = self._revert_uncommitted()
         self.ledger.forget_outstanding()
         self.ledger.needs_rewind.update(rewound)
+        why = aborted.why
         exact = why not in _FENCING
         if exact:
             # Which record failed is not known from a run's report (nor from a failed commit): send
@@ -1092,7 +1027,7 @@ class MirrorWorker:
                 self._purge("stopping_while_fenced")
             budget_s = self.config.worker.stop_timeout_s
             deadline = time.monotonic() + budget_s
-            remaining = self.producer.flush(budget_s)
+            remaining = self.destination.flush(budget_s)
             if remaining:
                 log.warning("shutdown_unacknowledged", records=remaining)
             while not fenced and self._txn is not None and not self._commit_transaction("stopping"):
