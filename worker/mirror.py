@@ -367,6 +367,7 @@ class MirrorWorker:
     def turn(self) -> None:
         """One turn of the loop: apply, fetch and produce (or wait), serve reports, commit, report."""
         self.last_turn = time.monotonic()  # /healthz compares it with real time, from its own thread
+        self.metrics.turns.inc()
         now = self._clock()
         if self._session_lost:
             self.loop.hold()
