@@ -7,7 +7,7 @@
  * stamp, and confluent-kafka's delivery-report state, which it allocates for every record and
  * serves under the GIL even when the record has no callback). Here a record costs one
  * rd_kafka_producev() call; only the last record of a run carries a delivery callback, exactly as
- * in worker.mirror.MirrorWorker._mirror_py, whose semantics this file must keep.
+ * in worker.copyloop.CopyLoop._mirror_py, whose semantics this file must keep.
  *
  * How it reaches librdkafka: confluent-kafka links its own copy of librdkafka, and the producer's
  * rd_kafka_t lives in its Handle object. init() resolves the few functions used here from that
@@ -25,7 +25,8 @@
  * What this file never does: serve callbacks (rd_kafka_poll), block, or handle any record that
  * needs a decision (errors, unknown partitions, records that already carry a urep header, a full
  * queue). It returns to Python in front of such a record with the run still open, and Python
- * handles that one record (worker.mirror.MirrorWorker._mirror).
+ * handles that one record (worker.copyloop.CopyLoop.mirror). The producer it drives is
+ * worker.destination.Destination.native_target, rebound whenever the producer is replaced.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>

@@ -1,6 +1,6 @@
 """Tell a source partition the consumer silently stopped fetching from one the worker holds back on purpose.
 
-Pure logic, clock-injected; :class:`worker.mirror.MirrorWorker` feeds it and acts on
+Pure logic, clock-injected; :class:`worker.copyloop.CopyLoop` feeds it and acts on
 what it says. librdkafka issue #5153 (open): an ``assign()`` consumer occasionally stops
 receiving some partitions after a source broker restarts, with no error; restarting the
 consumer resolves it. Both 30-minute soaks stopped that way (docs/operations.md).

@@ -102,6 +102,12 @@ class _Families:
             "by remedy: replace_consumer (a new source consumer)",
             labelled("action"), registry=r,
         )
+        self.turns = Counter(
+            "ureplicator_worker_loop_turns",
+            "Turns of the worker's loop (apply the assignment, fetch and send or wait, commit, report): "
+            "a count of the worker's own rounds to wait for, and flat while the loop is stuck",
+            labelled(), registry=r,
+        )
         self.commit_client_replacements = Counter(
             "ureplicator_worker_commit_client_replacements",
             "Commit clients (the worker's group-coordinator connection) opened anew after failed commits",
@@ -162,6 +168,7 @@ class WorkerMetrics:
         self.rewinds = f.rewinds.labels(route)
         self.producer_replacements = f.producer_replacements.labels(route)
         self.commit_client_replacements = f.commit_client_replacements.labels(route)
+        self.turns = f.turns.labels(route)
 
     def forget(self) -> None:
         """Drop this route's gauges: the worker stopped serving it (a scrape shows no stale lag or ownership)."""

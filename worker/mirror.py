@@ -1,4 +1,4 @@
-"""The worker's loop: fetch the owned partitions, produce them to the destination, commit, report.
+"""The worker process's lifecycle: register in ZooKeeper, hold the lease, follow the assignment, stop cleanly.
 
 One thread does all Kafka work (librdkafka clients are driven from one
 loop); ZooKeeper callbacks only record the latest assignment or connection
@@ -6,10 +6,14 @@ state and wake the loop. Lifecycle, as in dramatiq's worker::
 
     registered -> applying(generation g) -> mirroring -> ... -> stopping -> deregistered
 
-The other concerns read alone: hand-off in :mod:`worker.handoff`, delivery
-reports and watermarks in :mod:`worker.acks`, commits in :mod:`worker.commits`,
-the status node in :mod:`worker.status`. Clients come from outside
-(:mod:`worker.clients`), so unit tests drive this class with fakes.
+:meth:`MirrorWorker.turn` is one turn of that loop, and reads as its schedule. The
+other concerns read alone: the copying (fetch, the C and Python loops, the run rule,
+the fetch watch, and what a changed producer means for the partitions) in
+:mod:`worker.copyloop`; the producer and every call that changes it in
+:mod:`worker.destination`; hand-off in :mod:`worker.handoff`; delivery reports and
+watermarks in :mod:`worker.acks`; commits in :mod:`worker.commits`; the status node
+in :mod:`worker.status`. Clients come from outside (:mod:`worker.clients`), so unit
+tests drive this class with fakes.
 
 * Assignment change: :meth:`Handoff.apply` starts it and :meth:`Handoff.advance`
   moves it on every turn (release, report, acquire), beside the copying: the
@@ -25,15 +29,11 @@ the status node in :mod:`worker.status`. Clients come from outside
   may own them now), re-register and wait for a fresh assignment.
 * Shutdown: stop fetching, wait for acks up to ``worker.stop_timeout_s``,
   commit, deregister (a fenced worker purges instead of waiting and commits nothing).
-* Fetch watch (``worker.fetch_stall_s``, :mod:`worker.fetchwatch`): a partition whose source
-  end offset grew while the consumer's position stood still (librdkafka #5153, after a source
-  broker restart) gets a new source consumer, assigned at the offsets the loop consumes next.
-  Every turn that holds back fetching on purpose tells the watch, so backpressure is no stall.
-* Exactly-once mode (``worker.exactly_once``, :mod:`worker.transactions`), on the Python
-  loop only: records and the positions they complete commit in one transaction every
-  ``worker.transaction_interval_ms``; a release commits it first; a fence, a lost session
-  or a failed transaction aborts it, and every partition goes back to its last committed
-  position (:meth:`MirrorWorker._revert_uncommitted`).
+* Exactly-once mode (``worker.exactly_once``, :mod:`worker.transactions`), on the C loop
+  and the Python loop alike: records and the positions they complete commit in one
+  transaction every ``worker.transaction_interval_ms``; a release commits it first; a
+  fence, a lost session or a failed transaction aborts it, and every partition goes back
+  to its last committed position (:meth:`CopyLoop.aborted`).
 """
 
 from __future__ import annotations
@@ -45,28 +45,26 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import datetime, timezone
-from functools import partial
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, TIMESTAMP_NOT_AVAILABLE, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import TopicPartition
 from kazoo.client import KazooState
 from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError, RolledBackError
 
-from ureplicator.common import httpserve, logs, provenance
+from ureplicator.common import httpserve, logs
 from ureplicator.common.config import Config
 from ureplicator.common.errors import ConfigError
 from ureplicator.common.zkschema import Assignment, Paths, RateLimit, SchemaError, WorkerInfo
 from ureplicator.worker import clients as worker_clients
-from ureplicator.worker import fetchwatch, forwarding, native, probes, transactions
-from ureplicator.worker.acks import EXACT_FOR_S, TP, AckLedger, PartitionAcks
+from ureplicator.worker import forwarding, native, probes, transactions
+from ureplicator.worker.acks import TP, AckLedger, PartitionAcks
 from ureplicator.worker.commits import Committer
-from ureplicator.worker.endoffsets import EndOffsets
+from ureplicator.worker.copyloop import FENCING, CopyLoop
+from ureplicator.worker.destination import Destination
 from ureplicator.worker.handoff import Beside, Handoff, fmt
 from ureplicator.worker.metrics import WorkerMetrics
 from ureplicator.worker.ratelimit import RateLimiter
 from ureplicator.worker.status import StatusReporter
-
-_FENCING = frozenset({"fenced", "session_lost", "stopping_while_fenced"})  # purges that mean "not ours any more"
 
 VERSION = "0.1.0"
 
@@ -113,14 +111,8 @@ class MirrorWorker:
         self.paths = Paths(config.root)
         self.metrics = metrics or WorkerMetrics()
         self.log = logs.get("worker", pipeline=config.pipeline, worker=worker_id)
-        self._source_alias = config.source.alias
-        # urep value for records that start here: origin and this hop's source are both the source
-        self._stamp = provenance.encoder(config.source.alias, config.source.alias)
-        self._alias_bytes = config.source.alias.encode()  # the same, for the C loop
-        self._destination_alias = config.destination.alias
         if config.forward not in forwarding.POLICIES:
             raise ConfigError("forward", f"must be one of {', '.join(forwarding.POLICIES)}, got {config.forward!r}")
-        self._only_origin = config.forward == "origin"  # the route's forwarding policy (worker/forwarding.py)
 
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -136,86 +128,72 @@ class MirrorWorker:
         self._lease_at = clock()
         self._lease_asked = 0.0
         self._lease_s = lease_s(config.zookeeper.session_timeout_s)
-        self.produced = 0  # records handed to the producer (tests watch it stop when fenced)
         self.last_turn = time.monotonic()  # when the loop last came round (/healthz)
         self.registered = threading.Event()  # /ready: registered and not fenced
         self.limiter = RateLimiter(config.worker.max_records_per_s, config.worker.max_bytes_per_s)
 
         clients = clients or worker_clients.connect(config, worker_id)
         self.zk = clients.zk
-        self.consumer = clients.consumer
-        self._make_consumer = clients.make_consumer  # the fetch watch's remedy: a new source consumer
-        self.producer = clients.producer
-        self._make_producer = clients.make_producer
-        self._producer_errors = clients.producer_errors
-        self._producer_failed: str | None = None  # produce() said the producer is fatally broken
         self.zk.add_listener(self._on_connection)
 
         self.ledger = AckLedger(on_latency=self._observe_latency)
         self.ledger.clock = clock
-        self.status = StatusReporter(self.zk, self.paths.worker_status(worker_id), self.consumer, self.ledger,
+        self.status = StatusReporter(self.zk, self.paths.worker_status(worker_id), clients.consumer, self.ledger,
                                      self.metrics, self.log, clock=clock)
         self.committer = Committer(clients.make_commit_client, self.ledger, self.metrics, self.log,
                                    background=clients.commit_thread, clock=clock)
         self.beside = Beside(background=clients.handoff_thread, log=self.log)
-        self.handoff = Handoff(config, self.consumer, self.producer, self.zk, self.ledger, self.committer,
+        self.handoff = Handoff(config, clients.consumer, clients.producer, self.zk, self.ledger, self.committer,
                                self.status, self.metrics, self.log, beside=self.beside,
                                make_offsets_client=clients.make_offsets_client, clock=clock,
                                latest_offsets=clients.latest_offsets)
-        self.handoff.after_purge = partial(self._replace_producer, purged=True)
-        self._txn: transactions.Transactions | None = None
+        # A release that timed out purged the producer: a fresh one, and the partitions set right.
+        self.handoff.after_purge = lambda why: self.loop.replaced(self.destination.replace(why, purged=True))
+        txn: transactions.Transactions | None = None
         if config.worker.exactly_once:
             if clients.make_offsets_client is None:
                 raise ConfigError("worker.exactly_once", "is on but the clients were opened for at-least-once mode")
-            self._txn = transactions.Transactions(config.worker.transaction_interval_ms / 1000.0,
-                                                  config.worker.max_in_flight_bytes,
-                                                  # the current consumer's: the fetch watch may replace it
-                                                  lambda: self.consumer.consumer_group_metadata(),
-                                                  self.log, clock=clock)
-            self.handoff.before_release = partial(self._commit_transaction, "release")
-        # Both loops serve exactly-once mode: the transaction's calls (begin, send offsets,
-        # commit, abort) are made by this class at the batch and interval boundaries, never
-        # per record, and a produce inside a transaction is the same librdkafka call.
+            txn = transactions.Transactions(config.worker.transaction_interval_ms / 1000.0,
+                                            config.worker.max_in_flight_bytes,
+                                            # the current consumer's: the fetch watch may replace it
+                                            lambda: self.consumer.consumer_group_metadata(),
+                                            self.log, clock=clock)
+            self.handoff.before_release = lambda: self.loop.commit_transaction("release")
+        # Both loops serve exactly-once mode: the transaction's calls (begin, send offsets, commit,
+        # abort) are made at the batch and interval boundaries, never per record, and a produce
+        # inside a transaction is the same librdkafka call.
         self._native, native_reason = _load_native(config.worker.native_loop)
-        self._native_target: Any = None  # the confluent_kafka.Producer the C loop drives, if any
-        self._bind_producer()
-        self.log.info("mirror_loop", loop="native" if self._native_target is not None else "python",
-                      reason=native_reason, exactly_once=self._txn is not None)
+        self.destination = Destination(clients.producer, clients.make_producer, clients.producer_errors,
+                                       stall_s=config.worker.producer_stall_s, native=self._native,
+                                       native_mode=config.worker.native_loop, txn=txn, clock=clock)
+        self._txn = txn
+        self.loop = CopyLoop(config, clients.consumer, self.destination, self.handoff, self.ledger, self.committer,
+                             self.status, self.limiter, self.metrics, self.log, may_write=self._may_write,
+                             stopping=self._stop, native=self._native, make_consumer=clients.make_consumer,
+                             end_offsets=clients.end_offsets, watch_thread=clients.watch_thread, clock=clock)
+        self.log.info("mirror_loop", loop="native" if self.destination.native_target is not None else "python",
+                      reason=native_reason, exactly_once=txn is not None)
         if config.worker.shutdown_timeout_s > 0:
             self.log.warning("config_deprecated", key="worker.shutdown_timeout_s",
                              replaced_by=["worker.stop_timeout_s", "worker.release_ack_timeout_s",
                                           "worker.release_commit_timeout_s", "worker.producer_stall_s"],
                              applied=config.worker.shutdown_timeout_s)
         self._last_commit = clock()
-        self._fetch_wait_s = config.worker.fetch_wait_ms / 1000.0
-        # Producer liveness: the acknowledgement count, and when it last moved.
-        self._acks_seen = 0
-        self._acks_moved_at = self._clock()
-        # The fetch watch (worker/fetchwatch.py): a source consumer that stops fetching is noticed and replaced.
-        stall_s = config.worker.fetch_stall_s
-        self._fetch_watch: fetchwatch.FetchWatch | None = None
-        self._ends: EndOffsets | None = None
-        if stall_s > 0 and clients.end_offsets is not None and clients.make_consumer is not None:
-            self._fetch_watch = fetchwatch.FetchWatch(stall_s)
-            self._ends = EndOffsets(clients.end_offsets, interval_s=min(5.0, stall_s / 3), log=self.log, clock=clock,
-                                    timeout_s=min(10.0, max(1.0, stall_s / 2)), background=clients.watch_thread)
-        self._watch_every_s = min(1.0, stall_s / 4)
-        self._watch_at = 0.0
-        # Where the watch last assigned a partition (its acquisition, the offset): the consumer's
-        # position is unknown again until a record of it is consumed.
-        self._fetch_from: dict[TP, tuple[PartitionAcks, int]] = {}
-        # Whether a consume since the last look came back short: librdkafka's queue was empty then.
-        self._queue_drained = False
 
-    def _bind_producer(self) -> None:
-        """Point the C loop at the current producer (None: the Python loop serves it)."""
-        client = getattr(self.producer, "client", None)
-        client_id = getattr(self.producer, "client_id", "")
-        usable = (self._native is not None and client is not None and bool(client_id)
-                  and self._native.is_producer(client, client_id))
-        if self._native is not None and not usable and self.config.worker.native_loop == "on":
-            raise ConfigError("worker.native_loop", "is 'on' but the producer is not a confluent_kafka.Producer")
-        self._native_target = client if usable else None
+    @property
+    def consumer(self) -> Any:
+        """The source consumer in use now (the fetch watch may replace it)."""
+        return self.loop.consumer
+
+    @property
+    def produced(self) -> int:
+        """Records handed to the producer (tests watch it stop when fenced)."""
+        return self.loop.produced
+
+    @property
+    def producer(self) -> Any:
+        """The destination producer in use now (:class:`Destination` replaces it)."""
+        return self.destination.producer
 
     @property
     def owned(self) -> dict[TP, PartitionAcks]:
@@ -232,7 +210,7 @@ class MirrorWorker:
     @property
     def not_ready_reason(self) -> str | None:
         """Why the destination refuses this worker (credentials, TLS, ACLs), for ``/ready``; None when it does not."""
-        failure = self._producer_errors.auth.failure(within_s=30)
+        failure = self.destination.errors.auth.failure(within_s=30)
         if failure is None:
             return None
         return f"cluster {self.config.destination.alias} refused our credentials: {failure[0]} failed: {failure[1]}"
@@ -390,25 +368,26 @@ class MirrorWorker:
     def turn(self) -> None:
         """One turn of the loop: apply, fetch and produce (or wait), serve reports, commit, report."""
         self.last_turn = time.monotonic()  # /healthz compares it with real time, from its own thread
+        self.metrics.turns.inc()
         now = self._clock()
         if self._session_lost:
-            self._hold_fetch()
+            self.loop.hold()
             self._recover_session()
             return
         fenced = not self._may_write()
         if fenced:
-            self._hold_fetch()
+            self.loop.hold()
             if not self._purged:
                 self._purge("fenced")
         else:
             self._purged = False
-            failed = self._producer_failed or self.ledger.producer_failed or self._producer_errors.failed
+            failed = self.destination.broken or self.ledger.producer_failed
             if failed:
-                self._replace_producer(failed)
+                self.loop.replaced(self.destination.replace(failed))
             txn = self._txn
-            if txn is not None and not txn.ready(self.producer):
-                self._hold_fetch()
-                self.producer.poll(0.5)  # init_transactions found no coordinator: ask again (nothing sent meanwhile)
+            if not self.destination.ready():
+                self.loop.hold()
+                self.destination.poll(0.5)  # init_transactions found no coordinator: ask again (nothing sent meanwhile)
                 return
             if self._wake.is_set() and self.handoff.change is None and self._connected:
                 self._wake.clear()
@@ -416,39 +395,39 @@ class MirrorWorker:
             if self.handoff.advance():
                 self._wake.set()  # a change finished: a newer assignment may be waiting
             if self.ledger.needs_rewind:
-                if txn is not None and self._rewinds_due() and txn.open:
-                    self._abort_transaction("rewind")  # an error taints the whole transaction
+                if txn is not None and self.loop.rewinds_due() and txn.open:
+                    self.loop.abort_transaction("rewind")  # an error taints the whole transaction
                 self.handoff.rewind(sorted(self.ledger.needs_rewind))
         owned = self.handoff.routes
         txn = self._txn
-        if txn is not None and not fenced and txn.due(now) and not self._commit_transaction("interval"):
-            self._hold_fetch()
-            self.producer.poll(0.05)  # reports still due, or a retriable error: no new records meanwhile
+        destination = self.destination
+        if txn is not None and not fenced and txn.due(now) and not self.loop.commit_transaction("interval"):
+            self.loop.hold()
+            destination.poll(0.05)  # reports still due, or a retriable error: no new records meanwhile
         elif fenced or not owned or self.ledger.in_flight_bytes >= self.config.worker.max_in_flight_bytes:
             # Backpressure or fencing: no new fetches; keep serving delivery reports.
-            self._hold_fetch()
-            self.producer.poll(0.05)
+            self.loop.hold()
+            destination.poll(0.05)
             if not owned and not fenced and self.handoff.change is None:
                 self._wake.wait(0.2)
         elif (wait := self.limiter.wait_s(now)) > 0:
-            self._hold_fetch()
-            self.producer.poll(min(wait, 0.1))  # rate limit: hold off fetching
+            self.loop.hold()
+            destination.poll(min(wait, 0.1))  # rate limit: hold off fetching
         elif self._may_write():  # the fence and the lease again, right before the fetch
-            messages = self._fetch(self.limiter.max_batch(self.config.worker.batch_size))
+            messages = self.loop.fetch(self.limiter.max_batch(self.config.worker.batch_size))
             if messages:
-                if txn is not None:
-                    txn.begin(self.producer)
-                self._mirror(messages)
-            self.producer.poll(0)
+                destination.begin()
+                self.loop.mirror(messages)
+            destination.poll(0)
         else:
-            self._hold_fetch()
+            self.loop.hold()
         if fenced:
             return
         if self.handoff.change is not None and self.handoff.advance():
             self._wake.set()
         now = self._clock()
         self._watch_producer(now)
-        self._watch_fetch(now)
+        self.loop.watch(now)
         interval = self.config.worker.commit_interval_s
         if now - self._last_commit >= interval and self._txn is None:
             self.committer.commit_soon()  # never waits: the commit thread talks to the coordinator
@@ -460,160 +439,17 @@ class MirrorWorker:
         self._stop.set()
         self._wake.set()
 
-    def _fetch(self, limit: int) -> list[Any]:
-        """What the consumer already holds, at once; only when it holds nothing, wait for the first record.
-
-        librdkafka's batch consume returns when the batch is full or the wait is over, so
-        at low rates every record waited ``worker.fetch_wait_ms`` (the issue's replicator
-        leg: 7.7 ms median against MirrorMaker 2's 1.7 ms). Here a record is handed on as
-        soon as it is there: a non-blocking drain first; when that is empty, a wait for one
-        record, then a non-blocking drain of what arrived with it (a fetch brings many).
-        Under load the first drain is a full batch, so throughput is unchanged.
-        """
-        consume = self.consumer.consume
-        messages = consume(limit, 0)
-        if len(messages) < limit:
-            self._queue_drained = True  # the fetch watch: no fetched record waits behind this batch
-        if messages or self._fetch_wait_s <= 0:
-            return messages
-        messages = consume(1, self._fetch_wait_s)
-        if messages and limit > 1:
-            messages.extend(consume(limit - 1, 0))
-        return messages
-
     def _watch_producer(self, now: float) -> None:
-        """Replace a producer that holds records yet acknowledged none for ``worker.producer_stall_s``.
+        """Purge and replace a producer that holds records yet acknowledged none (:meth:`Destination.watch`).
 
-        librdkafka can stay silent after a destination broker restart: records queued,
-        no delivery report, no error, while the broker serves other clients (seen in the
-        soak and in the destination-outage test). With ``message.timeout.ms=0`` nothing
-        would ever fail, so the partitions would never move again. The worker treats it
-        like a release that timed out: purge, a fresh producer, rewind to the acknowledged
-        positions (duplicates at worst, never a gap). While the destination is really
-        down this repeats every ``worker.producer_stall_s`` and costs nothing.
+        The partitions it held go back to their acknowledged positions (duplicates at
+        worst, never a gap).
         """
-        acks = self.ledger.acks
-        if acks != self._acks_seen or self.ledger.in_flight_bytes <= 0 or not len(self.producer):
-            self._acks_seen = acks
-            self._acks_moved_at = now
-            return
-        silent_s = now - self._acks_moved_at
-        if silent_s >= self.config.worker.producer_stall_s:
-            self.log.warning("producer_stalled", silent_s=round(silent_s, 1),
+        stalled = self.destination.watch(now, self.ledger.acks, self.ledger.in_flight_bytes)
+        if stalled is not None:
+            self.log.warning("producer_stalled", silent_s=round(stalled.silent_s, 1),
                              in_flight_bytes=self.ledger.in_flight_bytes)
             self._purge("producer_stalled")
-            self._acks_moved_at = now
-
-    def _hold_fetch(self) -> None:
-        """This turn held back fetching on purpose (backpressure, a fence): the fetch watch starts its clocks again."""
-        if self._fetch_watch is not None:
-            self._fetch_watch.hold()
-
-    def _watch_fetch(self, now: float) -> None:
-        """About once a second: compare the positions with the source's end offsets and remedy a silent stall.
-
-        librdkafka #5153: an ``assign()`` consumer occasionally stops receiving some partitions
-        after a source broker restart, with no error (both 30-minute soaks stopped so). The
-        end offsets are read beside the loop (:class:`EndOffsets`); the decision is
-        :class:`fetchwatch.FetchWatch`'s; the remedies are here.
-        """
-        watch = self._fetch_watch
-        if watch is None or self._ends is None or now < self._watch_at:
-            return
-        self._watch_at = now + self._watch_every_s
-        if not self._queue_drained:
-            # The loop is behind its consumer's queue (up to queued.max.messages.kbytes): a record
-            # fetched now waits its turn there, which is lag, not a stall.
-            watch.hold()
-        self._queue_drained = False
-        partitions = self.ledger.partitions
-        self._ends.want(partitions)
-        for tp in [tp for tp, (acks, _) in self._fetch_from.items() if partitions.get(tp) is not acks]:
-            del self._fetch_from[tp]
-        seen = fetchwatch.watched(
-            partitions, self._positions(list(partitions)),
-            stopped=[tp for tp, acks in partitions.items() if acks.error is not None],
-            releasing=self.handoff.releasing, rewinding=self.ledger.needs_rewind, routed=self.handoff.routes,
-        )
-        stalls = watch.observe(now, seen, self._ends.snapshot())
-        if not stalls:
-            return
-        for stall in stalls:
-            self.log.warning("fetch_stalled", topic=stall.tp[0], partition=stall.tp[1], position=stall.position,
-                             end_offset=stall.end, stalled_s=stall.stalled_s, action=stall.action)
-            self.metrics.fetch_stalls.labels(stall.action).inc()
-        self._replace_consumer()
-
-    def _positions(self, partitions: list[TP]) -> dict[TP, int]:
-        """The offset the loop consumes next per partition (negative: not known).
-
-        The consumer's position moves when ``consume`` returns a record (or skips a
-        transaction marker); until then it is unknown, and the partition's next offset is
-        where the watch or the acquisition last assigned it.
-        """
-        if not partitions:
-            return {}
-        try:
-            found = self.consumer.position([TopicPartition(t, p) for t, p in partitions])
-        except KafkaException:
-            return {}
-        out = {}
-        for tp in found:
-            key = (tp.topic, tp.partition)
-            offset = tp.offset
-            if offset < 0:
-                assigned = self._fetch_from.get(key)
-                start = self.handoff.start_of(key)
-                if assigned is not None:
-                    offset = assigned[1]
-                elif start is not None and start >= 0:
-                    offset = start
-            out[key] = offset
-        return out
-
-    def _replace_consumer(self) -> None:
-        """The fetch watch's remedy: a new source consumer, assigned every partition at its next offset.
-
-        The next offset, not the acknowledged or committed one: every record before it was
-        handed to the producer already (in exactly-once mode, to the open transaction), so
-        nothing is skipped and nothing is sent twice.
-
-        What the old consumer held goes with it; everything that reads the consumer (the
-        hand-off, the status, the transactions' group metadata) is pointed at the new one.
-        The old one is closed on a thread of its own, so a close that waits on a broker
-        never holds the loop.
-        """
-        assert self._make_consumer is not None
-        partitions = self.ledger.partitions
-        assigned = self.handoff.assigned()
-        positions = self._positions(assigned)
-        assign = []
-        for tp in assigned:
-            offset = positions.get(tp, -1)
-            if offset < 0:
-                # Nothing consumed since the acquisition started at a logical offset: start there again.
-                start = self.handoff.start_of(tp)
-                offset = start if start is not None else OFFSET_BEGINNING
-            assign.append(TopicPartition(tp[0], tp[1], offset))
-        try:
-            new = self._make_consumer()
-            if assign:
-                new.incremental_assign(assign)
-            stopped = [TopicPartition(t, p) for t, p in assigned if partitions[(t, p)].error is not None]
-            if stopped:
-                new.pause(stopped)  # a refused record stopped them: they stay stopped
-        except KafkaException as exc:
-            self.log.error("consumer_replace_failed", error=str(exc.args[0]))
-            return
-        old = [self.consumer]
-        self.consumer = new
-        self.handoff.use_consumer(new)
-        self.status.use_consumer(new)
-        for tp in assign:
-            if tp.offset >= 0:
-                self._fetch_from[(tp.topic, tp.partition)] = (partitions[(tp.topic, tp.partition)], tp.offset)
-        threading.Thread(target=_close_consumer, args=(old, self.log), name="consumer-retire", daemon=True).start()
-        self.log.warning("consumer_replaced", partitions=len(assign))
 
     def _may_write(self) -> bool:
         """Not fenced and the lease is fresh: checked before every consume and every C-loop call."""
@@ -636,213 +472,8 @@ class MirrorWorker:
                 pass
         return now - self._lease_at < self._lease_s
 
-    def _mirror(self, messages: list[Any]) -> None:
-        """The hot path: per record only what correctness needs (header, produce, bookkeeping).
-
-        Records are sent in *runs*: consecutive records of one partition. Only the last
-        record of a run carries a delivery callback, which speaks for the whole run
-        (:meth:`PartitionAcks.report_run`; the gapless idempotent producer makes that
-        sound). A run ends where the next record belongs to another partition, carries
-        a ``urep`` header (it may be skipped by loop prevention), or the batch ends. In exact
-        mode (for a while after an error on a run) every record carries its own callback.
-
-        The C loop (:mod:`worker.native`) copies every record it can; it stops in front of
-        a record that needs a decision (a consume error, no route, a ``urep`` header, a
-        failed produce), with that record's run still open, and :meth:`_mirror_py` handles
-        that one record and closes the run. Exact mode is the Python loop's alone.
-        """
-        n = len(messages)
-        if not n:
-            return
-        target = self._native_target
-        if target is None or self.ledger.exact(self._clock()):
-            fetched = self._mirror_py(messages, 0, n)
-        else:
-            mirror = self._native.mirror
-            routes = self.handoff.routes
-            alias = self._alias_bytes
-            fetched = i = 0
-            while i < n:
-                if not self._may_write():
-                    self._abandon(messages[i:])  # fenced mid-batch: the rest is rewound once the fence lifts
-                    return
-                i, err, produced, nbytes, run_first, run_count, run_bytes = mirror(target, messages, i, routes, alias)
-                self.produced += produced
-                fetched += nbytes
-                if i >= n:
-                    break
-                more = self._mirror_py(messages, i, i + 1, run_first, run_count, run_bytes)
-                if more is None:
-                    return  # the batch was abandoned (stop or fence while the queue was full)
-                fetched += more
-                i += 1
-        if fetched is not None and self._txn is not None:
-            self._txn.bytes += fetched
-        if fetched is not None and not self.limiter.unlimited:
-            self.limiter.spend(n, fetched, self._clock())
-
-    def _mirror_py(self, messages: list[Any], start: int, stop: int, run_first: int = 0, run_count: int = 0,
-                   run_bytes: int = 0) -> int | None:
-        """The Python loop over ``messages[start:stop]``; the run given is open in front of ``start``.
-
-        This is the specification of the C loop (worker/_native.c), with the same **run rule**:
-        a run is consecutive records of one partition that need no decision. A record needs
-        a decision when it is a consume error, has no route, or carries a ``urep`` header
-        (the forwarding policy decides: :func:`worker.forwarding.copies`); the run in front
-        of it closes before it, and if it is copied it is a run of its own. Other headers
-        need no decision: they are copied within the run. The run open at ``stop`` is
-        closed on its last record. Returns the bytes of the runs it closed, or None when it
-        abandoned the rest of the batch.
-        """
-        produce = self.producer.produce
-        routes = self.handoff.routes
-        source_alias = self._source_alias
-        only_origin = self._only_origin
-        skip_origin = self._destination_alias
-        header = provenance.HEADER
-        encode = provenance.encode
-        stamp = self._stamp
-        no_timestamp = TIMESTAMP_NOT_AVAILABLE
-        bind = partial
-        exact = self.ledger.exact(self._clock())
-        fetched_bytes = 0  # bytes of closed runs: what delivery reports will give back
-        produced = 0
-        # run_*: the open run, sent but not yet covered by a callback.
-        # One record of look-ahead: whether the next record continues this record's run.
-        nxt = messages[start]
-        nxt_err = nxt.error()
-        nxt_route = routes.get((nxt.topic(), nxt.partition())) if nxt_err is None else None
-        nxt_headers = nxt.headers() if nxt_route is not None else None
-        nxt_urep = nxt_headers is not None and _carries(nxt_headers, header)
-        for i in range(start + 1, stop + 1):
-            msg = nxt
-            err = nxt_err
-            route = nxt_route
-            headers = nxt_headers
-            urep = nxt_urep
-            if i < stop:
-                nxt = messages[i]
-                nxt_err = nxt.error()
-                nxt_route = routes.get((nxt.topic(), nxt.partition())) if nxt_err is None else None
-                nxt_headers = nxt.headers() if nxt_route is not None else None
-                nxt_urep = nxt_headers is not None and _carries(nxt_headers, header)
-            else:
-                nxt_route = None
-            if err is not None:
-                self._on_consume_error(msg, err)
-                continue
-            if route is None:
-                continue  # fetched before a release or after an error; resumed from the commit
-            destination, acks, topic, partition = route
-            offset = msg.offset()
-            if urep:
-                # A copy from an earlier hop: the forwarding policy decides (no run is open here).
-                origin = source_alias
-                kept = []
-                for name, value in headers:
-                    if name == header:
-                        origin = provenance.origin_of(value) or source_alias
-                    else:
-                        kept.append((name, value))
-                if (origin != source_alias) if only_origin else (origin == skip_origin):
-                    acks.skipped(offset)
-                    self.metrics.skipped.labels(topic).inc()
-                    continue
-                headers = kept
-                headers.append((header, stamp(offset, partition) if origin == source_alias
-                                else encode(offset, partition, origin, source_alias)))
-            elif headers:
-                headers = [*headers, (header, stamp(offset, partition))]
-            else:
-                headers = [(header, stamp(offset, partition))]
-            key = msg.key()
-            value = msg.value()
-            size = (len(key) if key else 0) + (len(value) if value else 0)
-            ts_type, ts = msg.timestamp()
-            if not run_count:
-                run_first = offset
-            run_count += 1
-            run_bytes += size
-            if exact:
-                callback = bind(acks.report_cb, offset, size)
-            elif urep or nxt_route is not route or nxt_urep:
-                callback = bind(acks.report_run, run_first, offset, run_count, run_bytes)
-            else:
-                callback = None
-            while True:
-                try:
-                    # The report carries the records' identity (acquisition, offsets), not a
-                    # place in a queue: a stale report can never acknowledge a later record.
-                    produce(destination, value, key, partition, callback, None,
-                            ts if ts_type != no_timestamp else 0, headers)
-                except BufferError:
-                    self._hold_fetch()
-                    self.producer.poll(0.05)  # local queue full: wait for acks, never drop
-                    if self._stop.is_set() or not self._may_write():
-                        self.ledger.in_flight_bytes += fetched_bytes
-                        self.produced += produced
-                        self._abandon(messages[i - 1:])
-                        return None
-                    continue
-                except KafkaException as exc:
-                    kerr = exc.args[0]
-                    if kerr.code() == KafkaError._UNKNOWN_PARTITION and self.handoff.await_partition(
-                        destination, partition
-                    ):
-                        continue  # the destination just grew; the producer's metadata now knows it
-                    run_count = run_bytes = 0  # the open run will never be reported
-                    if kerr.fatal() or kerr.code() == KafkaError._FATAL:
-                        self.ledger.in_flight_bytes += fetched_bytes
-                        self.produced += produced
-                        self._producer_failed = kerr.str()
-                        self._abandon(messages[i - 1:])
-                        return None
-                    self.handoff.stop_partition(acks, offset, kerr.str())
-                    if nxt_route is route:
-                        nxt_route = None  # the look-ahead saw the route before it was stopped
-                    break
-                produced += 1
-                if callback is not None:
-                    # PartitionAcks.sent_run, inlined: hot path
-                    acks.in_flight.append(offset)
-                    acks.outstanding += run_count
-                    acks.outstanding_bytes += run_bytes
-                    fetched_bytes += run_bytes
-                    run_count = run_bytes = 0
-                break
-        self.produced += produced
-        self.ledger.in_flight_bytes += fetched_bytes
-        return fetched_bytes
-
-    def _abandon(self, messages: list[Any]) -> None:
-        """Stop or fence while the local queue is full: leave the rest of the batch unsent.
-
-        The consumer has moved past these records, so their partitions stop producing and
-        are rewound to their acknowledged position once the fence lifts; a stopping worker
-        simply never commits past them.
-        """
-        abandoned = {(m.topic(), m.partition()) for m in messages if m.error() is None}
-        for tp in abandoned:
-            if self.handoff.routes.pop(tp, None) is not None:
-                self.ledger.needs_rewind.add(tp)
-        self.log.warning("batch_abandoned", records=len(messages), partitions=fmt(list(abandoned)),
-                         stopping=self._stop.is_set())
-
     def _observe_latency(self, ts_ms: int) -> None:
         self.metrics.latency.observe(max(0.0, time.time() - ts_ms / 1000.0))
-
-    def _on_consume_error(self, msg: Any, err: KafkaError) -> None:
-        if err.code() == KafkaError._PARTITION_EOF:
-            return
-        tp = (msg.topic(), msg.partition()) if msg.topic() else None
-        if err.fatal() or (tp and not err.retriable() and err.code() in (
-            KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.OFFSET_OUT_OF_RANGE,
-        )):
-            acks = self.ledger.get(tp) if tp is not None else None
-            if acks is not None:
-                self.handoff.stop_partition(acks, msg.offset(), err.str())
-                return
-        self.log.warning("consume_error", topic=msg.topic(), partition=msg.partition(), error=err.str())
 
     # --- assignment ----------------------------------------------------------------------------
 
@@ -856,180 +487,16 @@ class MirrorWorker:
     # --- fencing, session loss and shutdown -------------------------------------------------------
 
     def _purge(self, why: str) -> None:
-        """Drop what librdkafka still holds: a fenced worker sends nothing more.
+        """Stop sending: a fenced worker sends nothing more (:meth:`Destination.purge`).
 
-        Queued records are never sent; in-flight ones are no longer *retried* (a retry
-        after the partition was given away would land behind the new owner's writes).
-        Requests already on the wire cannot be recalled: the broker handles them before
-        any new owner, who needs round trips to that broker first. The purged records come
-        back as delivery reports with ``_PURGE_QUEUE``/``_PURGE_INFLIGHT`` and mark their
-        partitions for a rewind (duplicates at worst, never a gap).
+        The purged records come back as delivery reports and mark their partitions for a
+        rewind (duplicates at worst, never a gap); in exactly-once mode the open
+        transaction is aborted instead and every partition goes back to its last commit.
         """
         self._purged = True
-        if why in _FENCING:
+        if why in FENCING:
             self.committer.cancel_queued()  # a fenced worker sends no commit it has not sent already
-        if self._txn is not None:
-            if not self._txn.open:
-                return  # nothing was sent since the last commit
-            # Abort instead of purge: none of the transaction's records will ever be read committed.
-            # An abort that fails replaced the producer; the new one's init_transactions aborts it.
-            self._abort_transaction(why, timeout_s=5.0)
-            return
-        try:
-            self.producer.purge(in_queue=True, in_flight=True, blocking=False)
-        except KafkaException as exc:
-            self.log.warning("purge_failed", error=str(exc.args[0]))
-        self.producer.poll(0)  # run the purged records' reports now
-        self.log.warning("producer_purged", reason=why, partitions=len(self.ledger.partitions))
-        if why != "stopping_while_fenced":
-            self._replace_producer(why, purged=True)
-
-    def _replace_producer(self, reason: str, purged: bool = False) -> None:
-        """Swap the producer for a fresh one (a new idempotent producer id) after a purge or a fatal error.
-
-        Purging in-flight records leaves a gap in the idempotent producer's sequence
-        numbers; librdkafka then drains and bumps its epoch, a state machine that was seen
-        to stay silent after a destination restart (the soak stall, docs/operations.md).
-        A fatal error (the gap-less guarantee fired) leaves a producer that accepts
-        nothing. A producer built afresh carries none of it. Reports the old one never
-        delivered cannot come any more: their partitions are rewound from their
-        acknowledged position (duplicates at worst, never a gap). After a fatal error every
-        partition that is not stopped is rewound, in exact mode, so a record the
-        destination refuses is named and its partition stopped in front of it.
-        """
-        fatal = bool(self._producer_failed or self.ledger.producer_failed or self._producer_errors.failed)
-        old = self.producer
-        if not purged:
-            old.purge(in_queue=True, in_flight=True, blocking=True)  # GuardedProducer: fatal errors become state
-        deadline = time.monotonic() + 1.0
-        old.poll(0)
-        while len(old) and time.monotonic() < deadline:
-            old.poll(0.05)  # the purged records' reports, so their partitions are marked for a rewind
-        partitions = self.ledger.partitions
-        unreported = sum(acks.outstanding for acks in partitions.values())
-        releasing = self.handoff.releasing  # their release commits the acknowledged position: no rewind
-        rewind = {tp for tp, acks in partitions.items()
-                  if tp not in releasing and acks.error is None and (fatal or acks.outstanding)}
-        self.producer = self._make_producer()
-        self.handoff.use_producer(self.producer)
-        self._bind_producer()
-        if self._txn is not None:
-            # The new producer's init_transactions aborts whatever the old one left open. The old
-            # one is never closed (close() aborts and flushes without a bound: worker/transactions.py)
-            # and is destroyed beside the loop; nothing polls it, so none of its reports arrives.
-            self._txn.reset()
-            last = [old]
-            del old
-            transactions.retire(last)
-        else:
-            if not len(old):
-                old.close()  # nothing left to flush; otherwise dropping it destroys it without a flush
-            # The last reference: librdkafka's handle is destroyed here, so none of its reports can
-            # arrive after the counts below are reset (they would drive them negative).
-            del old
-        self._producer_failed = self.ledger.producer_failed = self._producer_errors.failed = None
-        if self._txn is not None:
-            rewind = self._revert_uncommitted()
-        self.ledger.forget_outstanding()
-        self.ledger.needs_rewind.update(rewind)
-        if fatal:
-            self.ledger.exact_until = self._clock() + EXACT_FOR_S
-        # The stall watch starts again with the new producer: counted from before the replacement,
-        # it would call a producer stalled that has not had a turn yet (seen: an abort of its
-        # first transaction right after transactions_ready).
-        self._acks_seen = self.ledger.acks
-        self._acks_moved_at = self._clock()
-        self.metrics.producer_replacements.inc()
-        log = self.log.error if fatal else self.log.warning
-        log("producer_replaced", reason=reason, unreported=unreported, partitions_rewound=len(rewind), exact=fatal)
-
-    # --- exactly-once mode (worker/transactions.py) -------------------------------------------------
-
-    def _commit_transaction(self, why: str) -> bool:
-        """Commit the open transaction with the positions its records complete; True when none is open any more.
-
-        Every delivery report is in first, so each partition's acknowledged position names
-        exactly what the transaction holds. The positions go to the destination's group,
-        keyed by destination topic and partition; once committed they are copied to the
-        source group (best effort: lag tools, the verifier, a switch back to at-least-once).
-        """
-        txn = self._txn
-        if txn is None or not txn.open:
-            return True
-        remaining = self.producer.flush(min(1.0, txn.interval_s))
-        if self._rewinds_due() or self._producer_failed or self.ledger.producer_failed \
-                or self._producer_errors.failed:
-            self._abort_transaction(why)  # a record failed: the transaction cannot hold all it should
-            return True
-        if remaining:
-            return False
-        moved = [(acks, acks.position) for acks in self.ledger.partitions.values()
-                 if acks.position >= 0 and acks.position != acks.txn_position]
-        offsets = [TopicPartition(acks.destination, acks.partition, position) for acks, position in moved]
-        outcome = txn.commit(self.producer, offsets)
-        if outcome == transactions.COMMITTED:
-            for acks, position in moved:
-                acks.txn_position = position
-            self.metrics.transactions.labels(outcome).inc()
-            self.committer.commit_soon()  # the copy to the source group; never waits
-            return True
-        if outcome == transactions.RETRY:
-            return False
-        self._after_abort(outcome, why)
-        return True
-
-    def _rewinds_due(self) -> bool:
-        """Whether a partition that can be sent again waits for a rewind (exactly-once mode: abort first).
-
-        A stopped partition (the destination refused a record) is never rewound, so it is
-        dropped from the set here; left in it, it would abort every transaction from now on.
-        """
-        ledger = self.ledger
-        for tp in [tp for tp in ledger.needs_rewind
-                   if (acks := ledger.partitions.get(tp)) is None or acks.error is not None]:
-            ledger.needs_rewind.discard(tp)
-        return bool(ledger.needs_rewind)
-
-    def _abort_transaction(self, why: str, timeout_s: float | None = None) -> str:
-        """Abort the open transaction and rewind every partition to its last committed position."""
-        assert self._txn is not None
-        outcome = self._txn.abort(self.producer, timeout_s)
-        self._after_abort(outcome, why)
-        return outcome
-
-    def _after_abort(self, outcome: str, why: str) -> None:
-        self.metrics.transactions.labels(outcome).inc()
-        if outcome == transactions.FATAL:
-            self._replace_producer(f"transaction {why}: producer fenced or failed")  # it rewinds all
-            return
-        deadline = time.monotonic() + 5.0
-        self.producer.poll(0)
-        while len(self.producer) and time.monotonic() < deadline:
-            self.producer.poll(0.05)  # the aborted records' reports: they acknowledge nothing now
-        rewound = self._revert_uncommitted()
-        self.ledger.forget_outstanding()
-        self.ledger.needs_rewind.update(rewound)
-        exact = why not in _FENCING
-        if exact:
-            # Which record failed is not known from a run's report (nor from a failed commit): send
-            # again with a report per record, so a record the destination refuses is named and
-            # only its partition stops (then the next transaction commits without it).
-            self.ledger.exact_until = max(self.ledger.exact_until, self._clock() + EXACT_FOR_S)
-        self.log.warning("transaction_aborted", reason=why, partitions_rewound=len(rewound), exact=exact)
-
-    def _revert_uncommitted(self) -> set[TP]:
-        """Every partition's position back to what its last transaction committed; returns those to rewind.
-
-        Stopped partitions stay stopped; releasing ones are not fetched again (their release
-        then copies the committed position to the source group).
-        """
-        releasing = self.handoff.releasing
-        rewind = set()
-        for tp, acks in self.ledger.partitions.items():
-            acks.position = acks.txn_position
-            if tp not in releasing and acks.error is None:
-                rewind.add(tp)
-        return rewind
+        self.loop.settle(self.destination.purge(why, replace=why != "stopping_while_fenced"))
 
     def _recover_session(self) -> None:
         """After a LOST session: purge, forget all partitions uncommitted, then re-register."""
@@ -1093,12 +560,12 @@ class MirrorWorker:
                 self._purge("stopping_while_fenced")
             budget_s = self.config.worker.stop_timeout_s
             deadline = time.monotonic() + budget_s
-            remaining = self.producer.flush(budget_s)
+            remaining = self.destination.flush(budget_s)
             if remaining:
                 log.warning("shutdown_unacknowledged", records=remaining)
-            while not fenced and self._txn is not None and not self._commit_transaction("stopping"):
+            while not fenced and self._txn is not None and not self.loop.commit_transaction("stopping"):
                 if time.monotonic() > deadline:
-                    self._abort_transaction("stopping", timeout_s=5.0)
+                    self.loop.abort_transaction("stopping", timeout_s=5.0)
                     break
             if not fenced:
                 # One budget for the whole stop, so an orchestrator's grace period can cover it;
@@ -1108,26 +575,8 @@ class MirrorWorker:
             self.committer.close()
             self.handoff.close()
             self._deregister()
-            if self._ends is not None:
-                self._ends.close()
+            self.loop.close()
             self.consumer.close()
             self.zk.stop()
             self.zk.close()
             log.info("worker_stopped")
-
-
-def _close_consumer(holder: list[Any], log: Any) -> None:
-    """Close a replaced source consumer beside the loop (``holder`` has the last reference; it is emptied)."""
-    consumer = holder.pop()
-    try:
-        consumer.close()
-    except (KafkaException, RuntimeError) as exc:
-        log.warning("consumer_close_failed", error=str(exc))
-
-
-def _carries(headers: list[tuple[str, Any]], name: str) -> bool:
-    """Whether a record's headers include ``name`` (the ``urep`` header: the record needs a decision)."""
-    for key, _ in headers:
-        if key == name:
-            return True
-    return False

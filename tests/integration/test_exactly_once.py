@@ -9,10 +9,13 @@ from __future__ import annotations
 import os
 import signal
 import time
+import urllib.request
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from prometheus_client.parser import text_string_to_metric_families
 
+from devtools.ports import free_port
 from tests.support import kafka_io, verifier_env
 from tests.support.kafka_io import wait_for
 from tests.support.load import ContinuousProducer
@@ -57,6 +60,16 @@ def assert_each_record_once_in_order(bootstrap: str, topic: str, partitions: int
         committed = read_sources(bootstrap, topic, p, "read_committed")
         expected = len([i for i in range(sent) if i % partitions == p])
         assert committed == list(range(expected)), f"{topic}:{p}: lost, duplicated or reordered"
+
+
+def loop_turns(metrics_port: int) -> int:
+    """How many turns the worker serving ``metrics_port`` has made (``ureplicator_worker_loop_turns_total``)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5) as resp:
+        text = resp.read().decode()
+    for family in text_string_to_metric_families(text):
+        if family.name == "ureplicator_worker_loop_turns":
+            return sum(int(s.value) for s in family.samples if s.name.endswith("_total"))
+    return 0
 
 
 def start(pipeline, worker_id: str):  # noqa: ANN001, ANN201
@@ -323,7 +336,9 @@ def test_a_record_the_destination_refuses_stops_only_its_partition_after_a_few_a
     kafka_io.produce(services["source"], topic, 100, 2, start=100)
     # When an exactly-once worker mirrors it
     pipeline.start_controller(worker=dict(EXACT))
-    worker = pipeline.start_worker("w1", worker=dict(EXACT), destination={"properties": {"batch.size": "100000"}})
+    port = free_port()
+    worker = pipeline.start_worker("w1", worker={**EXACT, "metrics_port": port, "metrics_host": "127.0.0.1"},
+                                   destination={"properties": {"batch.size": "100000"}})
     assert pipeline.api("POST", "/topics", {"topic": topic})[0] == 201
 
     def stopped() -> dict | None:
@@ -336,7 +351,10 @@ def test_a_record_the_destination_refuses_stops_only_its_partition_after_a_few_a
     assert body["assignment"][1]["status"]["error"].startswith("offset 50:")
     wait_for(lambda: len(read_sources(services["destination"], topic, 0, "read_committed")) == 100, 60,
              "partition 0 committed")
-    time.sleep(3)
+    # Every turn of the worker's loop is a chance to rewind, resend or abort: 60 more of them (about 3 s
+    # of idle turns, each waiting worker.fetch_wait_ms for a record) and partition 1 still stands.
+    turns = loop_turns(port)
+    wait_for(lambda: loop_turns(port) >= turns + 60, 60, "60 more turns of the worker's loop")
     # and a read_committed reader sees no duplicate and no gap in either partition
     for p in range(2):
         committed = read_sources(services["destination"], topic, p, "read_committed")

@@ -26,7 +26,7 @@ def rig_with(policy: str) -> Rig:
     rig = make_rig()
     worker = rig.worker
     worker.config = dataclasses.replace(worker.config, forward=policy)
-    worker._only_origin = policy == "origin"
+    worker.loop._only_origin = policy == "origin"
     for offset, headers in HEADERS.items():
         rig.consumer.headers[("t", 0, offset)] = headers
     return rig

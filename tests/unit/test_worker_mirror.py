@@ -636,3 +636,14 @@ def test_records_already_fetched_are_handed_on_without_waiting_and_an_idle_loop_
     rig.consumer.consume_calls.clear()
     rig.worker.turn()
     assert rig.consumer.consume_calls == [(1000, 0), (1, 0.05)]
+
+
+def test_every_turn_of_the_loop_is_counted_so_tests_can_wait_for_rounds_instead_of_seconds(rig):
+    def turns() -> float:
+        value = rig.worker.metrics.registry.get_sample_value("ureplicator_worker_loop_turns_total",
+                                                             {"route": "default"})
+        return value or 0.0
+
+    before = turns()
+    rig.turns(3)
+    assert turns() == before + 3

@@ -75,7 +75,7 @@ def test_the_layout_check_refuses_a_message_that_does_not_read_back():
 def test_auto_falls_back_to_the_python_loop_for_a_producer_the_c_loop_cannot_drive():
     with capture_logs() as logs:
         worker = worker_with("auto")
-    assert worker._native_target is None
+    assert worker.destination.native_target is None
     assert [e["loop"] for e in logs if e["event"] == "mirror_loop"] == ["python"]
 
 
