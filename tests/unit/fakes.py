@@ -181,7 +181,11 @@ class FakeProducer:
     queued ones too, calling the callback of each record that has one, like librdkafka does.
     A refused record behaves like librdkafka's gapless idempotent producer: it fails with the
     broker's error, the producer turns fatal, whatever it still holds is purged and every
-    later ``produce`` raises ``_FATAL``. :meth:`fresh` is a new producer on the same destination.
+    later ``produce`` raises ``_FATAL``. Purging records on the wire turns it fatal too (their
+    sequence numbers would leave a gap). A record over ``max_message_bytes`` is refused by
+    ``produce`` itself (``MSG_SIZE_TOO_LARGE``, not fatal). :meth:`fresh` is a new producer on
+    the same destination. ``tests/unit/test_fakes_librdkafka.py`` checks all of this against
+    librdkafka's mock cluster.
     """
 
     def __init__(self, partitions: int = 4, written: dict[TP, list[bytes]] | None = None,
@@ -193,6 +197,7 @@ class FakeProducer:
         self.partitions = partitions
         self.hold = False  # the destination is down: nothing is acknowledged
         self.capacity: int | None = None  # local queue size; above it produce raises BufferError
+        self.max_message_bytes: int | None = None  # message.max.bytes; a larger record is refused by produce
         self.on_poll: Callable[[], None] | None = None
         # destination partition -> source offset (from the urep header) of a record it refuses
         self.refuse: dict[TP, int] = {} if refuse is None else refuse
@@ -215,7 +220,9 @@ class FakeProducer:
                 timestamp: int = 0, headers: list[tuple[str, bytes]] | None = None) -> None:
         if self.fatal:
             raise KafkaException(KafkaError(KafkaError._FATAL, "gapless guarantee: producer failed", fatal=True))
-        if self.capacity is not None and len(self.queue) >= self.capacity:
+        if self.max_message_bytes is not None and len(value or b"") + len(key or b"") > self.max_message_bytes:
+            raise KafkaException(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE, "Unable to produce message"))
+        if self.capacity is not None and len(self) >= self.capacity:
             raise BufferError("Local: Queue full")
         callback = callback or on_delivery
         self.callbacks += callback is not None
@@ -271,6 +278,7 @@ class FakeProducer:
                     callback(KafkaError(KafkaError._PURGE_QUEUE), msg)
         if in_flight and not self.purge_keeps_wire:
             purged, self.wire = self.wire, []
+            self.fatal = self.fatal or bool(purged)  # enable.gapless.guarantee: a purged sequence is a gap
             for msg, callback in purged:
                 if callback is not None:
                     callback(KafkaError(KafkaError._PURGE_INFLIGHT), msg)
