@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, OFFSET_INVALID, KafkaError, KafkaException, TopicPartition
 from kazoo.client import KazooState
 from kazoo.exceptions import ConnectionLoss, NodeExistsError, NoNodeError, RolledBackError, RuntimeInconsistency
 
@@ -59,7 +59,15 @@ class FakeMessage:
 
 
 class FakeConsumer:
-    """A source cluster with one log per partition, a consumer group, and ``assign()`` semantics."""
+    """A source cluster with one log per partition, a consumer group, and ``assign()`` semantics.
+
+    As librdkafka's: a never-committed partition's ``committed`` offset is ``OFFSET_INVALID``
+    (-1001), ``position`` is ``OFFSET_INVALID`` after an assignment until ``consume`` returned a
+    record of the partition, and unassigning a partition that is not assigned raises
+    ``_INVALID_ARG`` (checked in ``tests/unit/test_fakes_librdkafka_consumer.py``). One
+    difference: the fake resolves ``OFFSET_END`` in ``incremental_assign``; librdkafka does when
+    it starts fetching, so a record appended in between may be skipped there.
+    """
 
     def __init__(self, logs: dict[TP, list[bytes]]) -> None:
         self.logs = logs
@@ -72,6 +80,7 @@ class FakeConsumer:
         self.fail_commits = 0  # the next N commits raise (a coordinator moving, say)
         self.events: list[tuple[str, Any]] = []  # in call order: what the worker asked for
         self.closed = False
+        self._returned: set[TP] = set()  # partitions consume() returned a record of since their assignment
 
     def append(self, tp: TP, *values: bytes) -> None:
         self.logs.setdefault(tp, []).extend(values)
@@ -84,6 +93,7 @@ class FakeConsumer:
             elif start == OFFSET_END:
                 start = len(self.logs.get((tp.topic, tp.partition), []))
             self.positions[(tp.topic, tp.partition)] = start
+            self._returned.discard((tp.topic, tp.partition))
         self.events.append(("assign", sorted((tp.topic, tp.partition, tp.offset) for tp in partitions)))
 
     def incremental_unassign(self, partitions: list[TopicPartition]) -> None:
@@ -94,6 +104,7 @@ class FakeConsumer:
         for tp in partitions:
             self.positions.pop((tp.topic, tp.partition), None)
             self.paused.discard((tp.topic, tp.partition))
+            self._returned.discard((tp.topic, tp.partition))
         self.events.append(("unassign", sorted((tp.topic, tp.partition) for tp in partitions)))
 
     def pause(self, partitions: list[TopicPartition]) -> None:
@@ -111,7 +122,14 @@ class FakeConsumer:
                 out.append(FakeMessage(tp[0], tp[1], offset, log[offset], _timestamp=1000 + offset,
                                        _headers=self.headers.get((tp[0], tp[1], offset))))
                 self.positions[tp] = offset + 1
+                self._returned.add(tp)
         return out
+
+    def position(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
+        """The offset after the last record ``consume`` returned; ``OFFSET_INVALID`` before the first one."""
+        return [TopicPartition(tp.topic, tp.partition, self.positions[(tp.topic, tp.partition)]
+                               if (tp.topic, tp.partition) in self._returned else OFFSET_INVALID)
+                for tp in partitions]
 
     def committed(self, partitions: list[TopicPartition], timeout: float | None = None) -> list[TopicPartition]:
         self.events.append(("committed", sorted((tp.topic, tp.partition) for tp in partitions)))
