@@ -45,26 +45,28 @@ class Destination:
         self.kind = kind
         self.reports: list[tuple[KafkaError | None, bytes]] = []
         self.offsets: list[int | None] = []  # the offset each report names
+        self.partitions: list[int] = []  # the partition each report names
         self.fatal_errors: list[KafkaError] = []
         self.mock: MockCluster | None = None
         if kind == "fake":
-            self.fake = FakeProducer(partitions=1)
+            self.fake = FakeProducer(partitions=2)
             self.fake.capacity = QUEUE_SIZE
             self.fake.max_message_bytes = MAX_BYTES
             self.producer: Any = self.fake
         else:
-            self.mock = MockCluster(TOPIC)
+            self.mock = MockCluster(TOPIC, partitions=2)
             self.producer = Producer({**SETTINGS, "bootstrap.servers": self.mock.bootstrap,
                                       "error_cb": self.fatal_errors.append})
 
     def report(self, err: KafkaError | None, msg: Any) -> None:
         self.reports.append((err, msg.value()))
         self.offsets.append(msg.offset() if err is None else None)
+        self.partitions.append(msg.partition())
 
-    def produce(self, value: bytes, offset: int) -> None:
+    def produce(self, value: bytes, offset: int, partition: int = 0) -> None:
         """Produce as the worker's loop does: positional arguments, a callback, a timestamp and headers."""
-        headers = [(provenance.HEADER, provenance.encode(offset, 0, "src"))]
-        self.producer.produce(TOPIC, value, None, 0, self.report, None, 1_700_000_000_000 + offset, headers)
+        headers = [(provenance.HEADER, provenance.encode(offset, partition, "src"))]
+        self.producer.produce(TOPIC, value, None, partition, self.report, None, 1_700_000_000_000 + offset, headers)
 
     def refuse(self, offset: int) -> None:
         """The broker refuses the record of this source offset (sent on its own)."""
@@ -113,10 +115,10 @@ class Destination:
                 return
         raise AssertionError(f"{len(self.producer)} records never reported")
 
-    def written(self) -> list[bytes]:
+    def written(self, partition: int = 0) -> list[bytes]:
         if self.mock is not None:
-            return self.mock.written()
-        return list(self.fake.written.get((TOPIC, 0), []))
+            return self.mock.written(partition)
+        return list(self.fake.written.get((TOPIC, partition), []))
 
     def close(self) -> None:
         if self.mock is not None:
@@ -141,6 +143,18 @@ def test_delivery_reports_come_once_per_record_in_produce_order_with_offsets(des
     assert destination.reports == [(None, b"r0"), (None, b"r1"), (None, b"r2")]
     assert destination.offsets == [0, 1, 2]
     assert destination.written() == [b"r0", b"r1", b"r2"]
+
+
+def test_delivery_reports_keep_produce_order_within_each_partition(destination: Destination) -> None:
+    for offset in range(QUEUE_SIZE):  # interleaved: 0-0, 1-0, 0-1, 1-1
+        destination.produce(b"%d-%d" % (offset % 2, offset // 2), offset, partition=offset % 2)
+    destination.settle()
+    assert all(err is None for err, _ in destination.reports)
+    for partition in (0, 1):
+        mine = [(value, offset) for (_, value), offset, p in
+                zip(destination.reports, destination.offsets, destination.partitions, strict=True) if p == partition]
+        assert mine == [(b"%d-%d" % (partition, n), n) for n in range(2)]
+        assert destination.written(partition) == [b"%d-%d" % (partition, n) for n in range(2)]
 
 
 def test_a_refused_record_turns_the_producer_fatal_and_nothing_after_it_is_written(destination: Destination) -> None:
