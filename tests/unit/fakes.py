@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, OFFSET_INVALID, KafkaError, KafkaException, TopicPartition
 from kazoo.client import KazooState
 from kazoo.exceptions import ConnectionLoss, NodeExistsError, NoNodeError, RolledBackError, RuntimeInconsistency
 
@@ -59,7 +59,15 @@ class FakeMessage:
 
 
 class FakeConsumer:
-    """A source cluster with one log per partition, a consumer group, and ``assign()`` semantics."""
+    """A source cluster with one log per partition, a consumer group, and ``assign()`` semantics.
+
+    As librdkafka's: a never-committed partition's ``committed`` offset is ``OFFSET_INVALID``
+    (-1001), ``position`` is ``OFFSET_INVALID`` after an assignment until ``consume`` returned a
+    record of the partition, and unassigning a partition that is not assigned raises
+    ``_INVALID_ARG`` (checked in ``tests/unit/test_fakes_librdkafka_consumer.py``). One
+    difference: the fake resolves ``OFFSET_END`` in ``incremental_assign``; librdkafka does when
+    it starts fetching, so a record appended in between may be skipped there.
+    """
 
     def __init__(self, logs: dict[TP, list[bytes]]) -> None:
         self.logs = logs
@@ -72,6 +80,7 @@ class FakeConsumer:
         self.fail_commits = 0  # the next N commits raise (a coordinator moving, say)
         self.events: list[tuple[str, Any]] = []  # in call order: what the worker asked for
         self.closed = False
+        self._returned: set[TP] = set()  # partitions consume() returned a record of since their assignment
 
     def append(self, tp: TP, *values: bytes) -> None:
         self.logs.setdefault(tp, []).extend(values)
@@ -84,6 +93,7 @@ class FakeConsumer:
             elif start == OFFSET_END:
                 start = len(self.logs.get((tp.topic, tp.partition), []))
             self.positions[(tp.topic, tp.partition)] = start
+            self._returned.discard((tp.topic, tp.partition))
         self.events.append(("assign", sorted((tp.topic, tp.partition, tp.offset) for tp in partitions)))
 
     def incremental_unassign(self, partitions: list[TopicPartition]) -> None:
@@ -94,6 +104,7 @@ class FakeConsumer:
         for tp in partitions:
             self.positions.pop((tp.topic, tp.partition), None)
             self.paused.discard((tp.topic, tp.partition))
+            self._returned.discard((tp.topic, tp.partition))
         self.events.append(("unassign", sorted((tp.topic, tp.partition) for tp in partitions)))
 
     def pause(self, partitions: list[TopicPartition]) -> None:
@@ -111,7 +122,14 @@ class FakeConsumer:
                 out.append(FakeMessage(tp[0], tp[1], offset, log[offset], _timestamp=1000 + offset,
                                        _headers=self.headers.get((tp[0], tp[1], offset))))
                 self.positions[tp] = offset + 1
+                self._returned.add(tp)
         return out
+
+    def position(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
+        """The offset after the last record ``consume`` returned; ``OFFSET_INVALID`` before the first one."""
+        return [TopicPartition(tp.topic, tp.partition, self.positions[(tp.topic, tp.partition)]
+                               if (tp.topic, tp.partition) in self._returned else OFFSET_INVALID)
+                for tp in partitions]
 
     def committed(self, partitions: list[TopicPartition], timeout: float | None = None) -> list[TopicPartition]:
         self.events.append(("committed", sorted((tp.topic, tp.partition) for tp in partitions)))
@@ -181,7 +199,11 @@ class FakeProducer:
     queued ones too, calling the callback of each record that has one, like librdkafka does.
     A refused record behaves like librdkafka's gapless idempotent producer: it fails with the
     broker's error, the producer turns fatal, whatever it still holds is purged and every
-    later ``produce`` raises ``_FATAL``. :meth:`fresh` is a new producer on the same destination.
+    later ``produce`` raises ``_FATAL``. Purging records on the wire turns it fatal too (their
+    sequence numbers would leave a gap). A record over ``max_message_bytes`` is refused by
+    ``produce`` itself (``MSG_SIZE_TOO_LARGE``, not fatal). :meth:`fresh` is a new producer on
+    the same destination. ``tests/unit/test_fakes_librdkafka.py`` checks all of this against
+    librdkafka's mock cluster.
     """
 
     def __init__(self, partitions: int = 4, written: dict[TP, list[bytes]] | None = None,
@@ -193,6 +215,7 @@ class FakeProducer:
         self.partitions = partitions
         self.hold = False  # the destination is down: nothing is acknowledged
         self.capacity: int | None = None  # local queue size; above it produce raises BufferError
+        self.max_message_bytes: int | None = None  # message.max.bytes; a larger record is refused by produce
         self.on_poll: Callable[[], None] | None = None
         # destination partition -> source offset (from the urep header) of a record it refuses
         self.refuse: dict[TP, int] = {} if refuse is None else refuse
@@ -215,7 +238,9 @@ class FakeProducer:
                 timestamp: int = 0, headers: list[tuple[str, bytes]] | None = None) -> None:
         if self.fatal:
             raise KafkaException(KafkaError(KafkaError._FATAL, "gapless guarantee: producer failed", fatal=True))
-        if self.capacity is not None and len(self.queue) >= self.capacity:
+        if self.max_message_bytes is not None and len(value or b"") + len(key or b"") > self.max_message_bytes:
+            raise KafkaException(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE, "Unable to produce message"))
+        if self.capacity is not None and len(self) >= self.capacity:
             raise BufferError("Local: Queue full")
         callback = callback or on_delivery
         self.callbacks += callback is not None
@@ -271,6 +296,7 @@ class FakeProducer:
                     callback(KafkaError(KafkaError._PURGE_QUEUE), msg)
         if in_flight and not self.purge_keeps_wire:
             purged, self.wire = self.wire, []
+            self.fatal = self.fatal or bool(purged)  # enable.gapless.guarantee: a purged sequence is a gap
             for msg, callback in purged:
                 if callback is not None:
                     callback(KafkaError(KafkaError._PURGE_INFLIGHT), msg)

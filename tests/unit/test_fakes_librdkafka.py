@@ -1,87 +1,42 @@
 """The fake producer checked against librdkafka itself: its built-in mock cluster, in-process, in milliseconds.
 
-``tests/unit/fakes.FakeProducer`` encodes the behaviour the worker's unit tests depend on: in-order
-delivery reports, ``BufferError`` on a full local queue, ``_PURGE_QUEUE`` reports from ``purge``,
-and — the one that matters most — a record the broker refuses turns the gap-less idempotent
-producer fatal, so nothing after it is written and every later ``produce`` raises ``_FATAL``.
-Each test below runs one scenario on both the fake and a real producer (the worker's settings)
-against librdkafka's mock cluster, whose broker refuses a produce request on demand, and asserts
-the same observable outcome on both.
+``tests/unit/fakes.FakeProducer`` encodes the behaviour the worker's unit tests depend on: one
+delivery report per record, in produce order, with its offset; ``BufferError`` on a full local
+queue; ``flush`` returning what is left; ``purge`` reporting queued records ``_PURGE_QUEUE`` and
+records on the wire ``_PURGE_INFLIGHT``; and — the one that matters most — a record the broker
+refuses turns the gap-less idempotent producer fatal, so nothing after it is written and every
+later ``produce`` raises ``_FATAL``. Each test below runs one scenario on both the fake and a real
+producer with the worker's pinned settings (``common.kafka.PRODUCER_INVARIANTS``) against
+librdkafka's mock cluster (``tests/unit/librdkafka_mock.py``: its broker refuses a produce
+request, answers late, or the partition loses its leader, on demand), and asserts the same
+observable outcome on both.
 """
 
 from __future__ import annotations
 
-import ctypes
+import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-import confluent_kafka
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Producer
 
 from tests.unit.fakes import FakeProducer
+from tests.unit.librdkafka_mock import MockCluster
 from ureplicator.common import provenance
+from ureplicator.common.kafka import PRODUCER_INVARIANTS
 from ureplicator.worker.acks import resend
 
 TOPIC = "orders"
-PRODUCE_API = 0  # Kafka's ApiKey of a ProduceRequest
-MESSAGE_TOO_LARGE = 10  # the broker's MESSAGE_TOO_LARGE: a refusal of the record, not of the producer
+QUEUE_SIZE = 4  # queue.buffering.max.messages of the real producer, capacity of the fake
+MAX_BYTES = 10_000  # message.max.bytes of the real producer, max_message_bytes of the fake
 
-
-class MockCluster:
-    """librdkafka's mock cluster through its C API (confluent-kafka does not wrap it)."""
-
-    def __init__(self) -> None:
-        libs = Path(confluent_kafka.__file__).resolve().parent.parent / "confluent_kafka.libs"
-        found = sorted(libs.glob("librdkafka*.so*"))
-        if not found:  # a confluent-kafka built against a system librdkafka
-            found = [Path("librdkafka.so.1")]
-        lib = ctypes.CDLL(str(found[0]))
-        lib.rd_kafka_conf_new.restype = ctypes.c_void_p
-        lib.rd_kafka_new.restype = ctypes.c_void_p
-        lib.rd_kafka_new.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t]
-        lib.rd_kafka_destroy.argtypes = [ctypes.c_void_p]
-        lib.rd_kafka_mock_cluster_new.restype = ctypes.c_void_p
-        lib.rd_kafka_mock_cluster_new.argtypes = [ctypes.c_void_p, ctypes.c_int]
-        lib.rd_kafka_mock_cluster_destroy.argtypes = [ctypes.c_void_p]
-        lib.rd_kafka_mock_cluster_bootstraps.restype = ctypes.c_char_p
-        lib.rd_kafka_mock_cluster_bootstraps.argtypes = [ctypes.c_void_p]
-        lib.rd_kafka_mock_topic_create.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_int]
-        lib.rd_kafka_mock_push_request_errors_array.argtypes = [
-            ctypes.c_void_p, ctypes.c_int16, ctypes.c_size_t, ctypes.POINTER(ctypes.c_int)]
-        self._lib = lib
-        errstr = ctypes.create_string_buffer(512)
-        self._host = lib.rd_kafka_new(0, lib.rd_kafka_conf_new(), errstr, len(errstr))  # owns the mock cluster
-        assert self._host, errstr.value.decode()
-        self._cluster = lib.rd_kafka_mock_cluster_new(self._host, 1)
-        assert self._cluster
-        self.bootstrap = lib.rd_kafka_mock_cluster_bootstraps(self._cluster).decode()
-        lib.rd_kafka_mock_topic_create(self._cluster, TOPIC.encode(), 1, 1)
-
-    def refuse_next_produce(self) -> None:
-        errors = (ctypes.c_int * 1)(MESSAGE_TOO_LARGE)
-        self._lib.rd_kafka_mock_push_request_errors_array(self._cluster, PRODUCE_API, 1, errors)
-
-    def written(self) -> list[bytes]:
-        consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "check", "auto.offset.reset": "earliest",
-                             "enable.auto.commit": False, "enable.partition.eof": True})
-        consumer.assign([TopicPartition(TOPIC, 0, OFFSET_BEGINNING)])  # no group join: milliseconds
-        values: list[bytes] = []
-        try:
-            while True:
-                msg = consumer.poll(10)
-                assert msg is not None, "the mock cluster did not answer"
-                if msg.error() is not None:
-                    assert msg.error().code() == KafkaError._PARTITION_EOF, msg.error()
-                    return values
-                values.append(msg.value())
-        finally:
-            consumer.close()
-
-    def close(self) -> None:
-        self._lib.rd_kafka_mock_cluster_destroy(self._cluster)
-        self._lib.rd_kafka_destroy(self._host)
+# The worker's destination settings, plus what makes a scenario fast and small.
+SETTINGS = {
+    **{invariant.name: invariant.value for invariant in PRODUCER_INVARIANTS},
+    "linger.ms": 0, "queue.buffering.max.messages": QUEUE_SIZE, "message.max.bytes": MAX_BYTES,
+    "log_level": 0,
+}
 
 
 class Destination:
@@ -90,26 +45,29 @@ class Destination:
     def __init__(self, kind: str) -> None:
         self.kind = kind
         self.reports: list[tuple[KafkaError | None, bytes]] = []
+        self.offsets: list[int | None] = []  # the offset each report names
+        self.partitions: list[int] = []  # the partition each report names
         self.fatal_errors: list[KafkaError] = []
         self.mock: MockCluster | None = None
         if kind == "fake":
-            self.fake = FakeProducer(partitions=1)
+            self.fake = FakeProducer(partitions=2)
+            self.fake.capacity = QUEUE_SIZE
+            self.fake.max_message_bytes = MAX_BYTES
             self.producer: Any = self.fake
         else:
-            self.mock = MockCluster()
-            # The worker's destination settings (common.kafka.PRODUCER_INVARIANTS): idempotent, gap-less, acks=all.
-            self.producer = Producer({
-                "bootstrap.servers": self.mock.bootstrap, "enable.idempotence": True,
-                "enable.gapless.guarantee": True, "acks": "all", "linger.ms": 0,
-                "queue.buffering.max.messages": 4, "error_cb": self.fatal_errors.append, "log_level": 0,
-            })
+            self.mock = MockCluster(TOPIC, partitions=2)
+            self.producer = Producer({**SETTINGS, "bootstrap.servers": self.mock.bootstrap,
+                                      "error_cb": self.fatal_errors.append})
 
     def report(self, err: KafkaError | None, msg: Any) -> None:
         self.reports.append((err, msg.value()))
+        self.offsets.append(msg.offset() if err is None else None)
+        self.partitions.append(msg.partition())
 
-    def produce(self, value: bytes, offset: int) -> None:
-        headers = [(provenance.HEADER, provenance.encode(offset, 0, "src"))]
-        self.producer.produce(TOPIC, value, partition=0, headers=headers, callback=self.report)
+    def produce(self, value: bytes, offset: int, partition: int = 0) -> None:
+        """Produce as the worker's loop does: positional arguments, a callback, a timestamp and headers."""
+        headers = [(provenance.HEADER, provenance.encode(offset, partition, "src"))]
+        self.producer.produce(TOPIC, value, None, partition, self.report, None, 1_700_000_000_000 + offset, headers)
 
     def refuse(self, offset: int) -> None:
         """The broker refuses the record of this source offset (sent on its own)."""
@@ -117,6 +75,34 @@ class Destination:
             self.mock.refuse_next_produce()
         else:
             self.fake.refuse[(TOPIC, 0)] = offset
+
+    def go_silent(self) -> None:
+        """The destination stops answering: nothing is acknowledged until :meth:`answer_again`."""
+        if self.mock is not None:
+            self.mock.lose_leader()
+        else:
+            self.fake.hold = True
+
+    def answer_late(self, rtt_ms: int = 10_000) -> None:
+        """The destination takes requests but answers them ``rtt_ms`` late: sent records stay on the wire."""
+        if self.mock is not None:
+            self.mock.answer_after(rtt_ms)
+        else:
+            self.fake.hold = True
+
+    def let_send(self) -> None:
+        """Give the producer a moment to put queued records on the wire (the fake: at once)."""
+        if self.mock is not None:
+            self.producer.poll(0.01)
+        else:
+            self.fake.send()
+
+    def answer_again(self) -> None:
+        if self.mock is not None:
+            self.mock.restore_leader()
+            self.mock.answer_after(0)
+        else:
+            self.fake.hold = False
 
     def settle(self) -> None:
         """Serve every delivery report (a fatal error is raised from the call that serves it)."""
@@ -128,11 +114,12 @@ class Destination:
                 continue
             if left == 0:
                 return
+        raise AssertionError(f"{len(self.producer)} records never reported")
 
-    def written(self) -> list[bytes]:
+    def written(self, partition: int = 0) -> list[bytes]:
         if self.mock is not None:
-            return self.mock.written()
-        return list(self.fake.written.get((TOPIC, 0), []))
+            return self.mock.written(partition)
+        return list(self.fake.written.get((TOPIC, partition), []))
 
     def close(self) -> None:
         if self.mock is not None:
@@ -150,12 +137,25 @@ def _codes(reports: list[tuple[KafkaError | None, bytes]]) -> list[int | None]:
     return [None if err is None else err.code() for err, _ in reports]
 
 
-def test_delivery_reports_come_in_produce_order(destination: Destination) -> None:
+def test_delivery_reports_come_once_per_record_in_produce_order_with_offsets(destination: Destination) -> None:
     for offset in range(3):
         destination.produce(b"r%d" % offset, offset)
     destination.settle()
     assert destination.reports == [(None, b"r0"), (None, b"r1"), (None, b"r2")]
+    assert destination.offsets == [0, 1, 2]
     assert destination.written() == [b"r0", b"r1", b"r2"]
+
+
+def test_delivery_reports_keep_produce_order_within_each_partition(destination: Destination) -> None:
+    for offset in range(QUEUE_SIZE):  # interleaved: 0-0, 1-0, 0-1, 1-1
+        destination.produce(b"%d-%d" % (offset % 2, offset // 2), offset, partition=offset % 2)
+    destination.settle()
+    assert all(err is None for err, _ in destination.reports)
+    for partition in (0, 1):
+        mine = [(value, offset) for (_, value), offset, p in
+                zip(destination.reports, destination.offsets, destination.partitions, strict=True) if p == partition]
+        assert mine == [(b"%d-%d" % (partition, n), n) for n in range(2)]
+        assert destination.written(partition) == [b"%d-%d" % (partition, n) for n in range(2)]
 
 
 def test_a_refused_record_turns_the_producer_fatal_and_nothing_after_it_is_written(destination: Destination) -> None:
@@ -176,33 +176,87 @@ def test_a_refused_record_turns_the_producer_fatal_and_nothing_after_it_is_writt
     assert destination.written() == [b"ok0", b"ok1"]  # gap-less: nothing past the refused record
 
 
-def test_a_full_local_queue_raises_buffer_error(destination: Destination) -> None:
-    if destination.kind == "fake":
-        destination.fake.capacity = 4
-    if destination.kind == "fake":
-        destination.fake.hold = True
-    for offset in range(4):
-        destination.produce(b"q%d" % offset, offset)
-    with pytest.raises(BufferError):
-        destination.produce(b"one too many", 4)
-    if destination.kind == "fake":
-        destination.fake.hold = False
+def test_a_record_over_message_max_bytes_is_refused_by_produce_and_the_producer_goes_on(
+    destination: Destination,
+) -> None:
+    with pytest.raises(KafkaException) as raised:
+        destination.produce(b"x" * (MAX_BYTES + 1), 0)
+    err = raised.value.args[0]
+    assert err.code() == KafkaError.MSG_SIZE_TOO_LARGE and not err.fatal()  # the worker stops the partition
+    destination.produce(b"next", 1)
     destination.settle()
-    assert _codes(destination.reports) == [None] * 4
+    assert destination.reports == [(None, b"next")]  # no report for the refused one: it was never queued
+
+
+@pytest.mark.parametrize("where", ["queued", "on the wire"])
+def test_a_full_local_queue_raises_buffer_error_and_loses_nothing(destination: Destination, where: str) -> None:
+    """Records count against queue.buffering.max.messages until they are reported, sent or not."""
+    if where == "queued":
+        destination.go_silent()
+    else:
+        destination.answer_late(300)
+    for offset in range(QUEUE_SIZE):
+        destination.produce(b"q%d" % offset, offset)
+    if where == "on the wire":
+        destination.let_send()
+    with pytest.raises(BufferError):
+        destination.produce(b"one too many", QUEUE_SIZE)
+    destination.answer_again()  # (the mock answers the request on the wire after its 300 ms)
+    destination.settle()
+    assert destination.reports == [(None, b"q%d" % offset) for offset in range(QUEUE_SIZE)]
+
+
+def test_flush_returns_what_is_left_while_the_destination_does_not_answer(destination: Destination) -> None:
+    destination.go_silent()
+    for offset in range(3):
+        destination.produce(b"f%d" % offset, offset)
+    assert destination.producer.flush(0.1) == 3
+    assert len(destination.producer) == 3 and destination.reports == []
+    destination.answer_again()
+    destination.settle()
+    assert destination.reports == [(None, b"f0"), (None, b"f1"), (None, b"f2")]
 
 
 def test_purge_reports_every_queued_record_as_purged(destination: Destination) -> None:
-    if destination.kind == "fake":
-        destination.fake.hold = True
-    else:
-        destination.producer = Producer({"bootstrap.servers": destination.mock.bootstrap, "linger.ms": 60_000,
-                                         "enable.idempotence": True, "log_level": 0})
+    destination.go_silent()  # nothing leaves the local queue
     for offset in range(3):
         destination.produce(b"p%d" % offset, offset)
+    assert len(destination.producer) == 3
     destination.producer.purge(in_queue=True, in_flight=True, blocking=True)
     destination.producer.poll(0)
     assert _codes(destination.reports) == [KafkaError._PURGE_QUEUE] * 3
     assert all(resend(err) for err, _ in destination.reports)
+    assert len(destination.producer) == 0
+
+
+def test_purging_records_on_the_wire_reports_them_and_turns_the_producer_fatal(destination: Destination) -> None:
+    """The gap-less guarantee fires on a purge too: the purged sequence numbers would leave a gap.
+
+    librdkafka also raises ``_GAPLESS_GUARANTEE`` (fatal) from the ``poll`` that serves the
+    error, which the worker's ``GuardedProducer`` keeps as state; the fake's ``poll`` never
+    raises, so the shared outcome checked is the ``_FATAL`` of the next ``produce``.
+    """
+    destination.produce(b"first", 0)
+    destination.settle()  # the producer has its id and epoch
+    destination.answer_late()
+    for offset in (1, 2):
+        destination.produce(b"w%d" % offset, offset)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:  # until both left the local queue: only then does an in-flight purge take them
+        try:
+            destination.let_send()
+            destination.producer.purge(in_queue=False, in_flight=True, blocking=True)
+            destination.producer.poll(0)
+        except KafkaException as exc:
+            destination.fatal_errors.append(exc.args[0])
+        if len(destination.reports) == 3:
+            break
+    assert _codes(destination.reports) == [None, KafkaError._PURGE_INFLIGHT, KafkaError._PURGE_INFLIGHT]
+    assert all(resend(err) for err, _ in destination.reports[1:])
+    assert len(destination.producer) == 0
+    with pytest.raises(KafkaException) as raised:
+        destination.produce(b"after", 3)
+    assert raised.value.args[0].code() == KafkaError._FATAL
 
 
 def test_librdkafka_fails_every_record_of_a_refused_request() -> None:
@@ -214,12 +268,11 @@ def test_librdkafka_fails_every_record_of_a_refused_request() -> None:
     that offset: safe (nothing is skipped, nothing after it is written), but the offset named may
     be a sound record sent in the same request as the poison.
     """
-    mock = MockCluster()
+    mock = MockCluster(TOPIC)
     try:
         reports: list[KafkaError | None] = []
-        producer = Producer({"bootstrap.servers": mock.bootstrap, "enable.idempotence": True,
-                             "enable.gapless.guarantee": True, "acks": "all", "linger.ms": 50,
-                             "error_cb": lambda err: None, "log_level": 0})
+        producer = Producer({**SETTINGS, "bootstrap.servers": mock.bootstrap, "linger.ms": 50,
+                             "error_cb": lambda err: None})
         mock.refuse_next_produce()
         for offset in range(3):
             producer.produce(TOPIC, b"b%d" % offset, partition=0, callback=lambda err, msg: reports.append(err))
