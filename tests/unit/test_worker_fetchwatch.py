@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import time
+import threading
 
 import pytest
 from confluent_kafka import OFFSET_INVALID, TopicPartition
@@ -187,6 +187,11 @@ class SilentConsumer(FakeConsumer):
         super().__init__(logs)
         self.silent: set[tuple[str, int]] = set()
         self.consumed: set[tuple[str, int]] = set()
+        self.closed_event = threading.Event()  # the worker closes a retired consumer on a thread of its own
+
+    def close(self) -> None:
+        super().close()
+        self.closed_event.set()
 
     def incremental_assign(self, partitions: list[TopicPartition]) -> None:
         super().incremental_assign(partitions)
@@ -272,11 +277,7 @@ def test_the_worker_replaces_the_consumer_of_a_silent_partition_and_loses_nothin
     # And t:0 is mirrored on from where it stopped: nothing skipped, nothing twice
     turns(1)
     assert producer.written == {("t", 0): records(15, 0), ("t", 1): records(15, 1)}
-    for _ in range(50):
-        if first.closed:
-            break
-        time.sleep(0.01)
-    assert first.closed  # the old consumer is closed, beside the loop
+    assert first.closed_event.wait(10)  # the old consumer is closed, beside the loop
     registry = worker.metrics.registry
     assert [registry.get_sample_value("ureplicator_worker_fetch_stalls_total",
                                       {"route": "default", "action": action})
