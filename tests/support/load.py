@@ -15,7 +15,14 @@ class ContinuousProducer:
 
     def __init__(self, bootstrap: str, topic: str, partitions: int, rate_per_s: int = 2000) -> None:
         self.topic, self.partitions, self.rate = topic, partitions, rate_per_s
-        self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True})
+        self.producer = Producer({
+            "bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True,
+            # After a source broker restart librdkafka may leave a partition leaderless until the
+            # next periodic metadata refresh (5 min by default; common.kafka): the load then cannot
+            # flush and the test blames the replicator. The bench's load producer does the same.
+            "topic.metadata.refresh.interval.ms": 5000,
+            "reconnect.backoff.max.ms": 500,
+        })
         self.sent = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
