@@ -193,6 +193,17 @@ def duplicates_by_event(events: list[Event], arrivals: Arrivals, end: float) -> 
             event.result["duplicates_first_at_s"] = round(min(t for t, _ in mine) - event.t0, 2)
 
 
+def finish_load(runner: Runner, out: dict[str, Any], events: list[Event]) -> None:
+    """Stop producing, wait for the mirror to catch up, record the load and each event's duplicates."""
+    say("stopping the load; waiting for the mirror to catch up")
+    results, error = runner.finish(120)
+    out["load"] = [{"sent": r.sent, "acked": r.acked, "failed": r.failed} for r in results]
+    if error is not None:
+        out["catch_up_error"] = error
+    time.sleep(1)  # the last arrivals reach the reader
+    duplicates_by_event(events, runner.arrivals, time.time())
+
+
 def baseline(runner: Runner, seconds: float) -> dict[str, Any]:
     """The longest arrival gaps over ``seconds`` of quiet flow (what the events are compared with)."""
     t0 = time.time()
@@ -358,13 +369,7 @@ def ureplicator_phase(runner: Runner, stamp: str, args: argparse.Namespace) -> d
     backlogged_topic(runner, topic_b, tag=2)
     events = [run_event(runner, step, args.post) for step in script(runner, topic_b, int(args.rate * 10))]
     # Stop producing, let the mirror commit everything, then compare logs exactly.
-    say("stopping the load; waiting for the mirror to catch up")
-    results, error = runner.finish(120)
-    out["load"] = [{"sent": r.sent, "acked": r.acked, "failed": r.failed} for r in results]
-    if error is not None:
-        out["catch_up_error"] = error
-    time.sleep(1)
-    duplicates_by_event(events, runner.arrivals, time.time())
+    finish_load(runner, out, events)
     out["comparison"] = compare_topics(runner, by="urep")
     out["bad_headers"] = runner.arrivals.bad_headers
     out["events"] = [e.to_json() for e in events]
@@ -435,13 +440,7 @@ def coordinator_phase(services: dict[str, str], root: Path, workdir: Path, stamp
             event = run_event(runner, step, args.post)
         finally:
             proxy.release()  # whatever failed, the pipeline must be able to finish
-        say("stopping the load; waiting for the mirror to catch up")
-        results, error = runner.finish(120)
-        out["load"] = [{"sent": r.sent, "acked": r.acked, "failed": r.failed} for r in results]
-        if error is not None:
-            out["catch_up_error"] = error
-        time.sleep(1)
-        duplicates_by_event([event], runner.arrivals, time.time())
+        finish_load(runner, out, [event])
         event.result["worker_log_events"] = _log_events(folder, ("w1", "w2"))
         stats = proxy.stats()
         event.result["proxy_errors"] = stats["errors"]
