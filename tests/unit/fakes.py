@@ -6,6 +6,7 @@ and when, what it committed, which ZooKeeper nodes it wrote, in which order.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import SimpleNamespace
@@ -549,3 +550,43 @@ class FakeTransaction:
                 rest = len(self.operations) - index - 1
                 return [RolledBackError()] * index + [exc] + [RuntimeInconsistency()] * rest
         return [True] * len(self.operations)
+
+
+class FakeTransactions:
+    """A producer's transactional calls, recorded in ``calls``; a ``fail_*`` error makes its call raise.
+
+    Mixed into the fake producers of the transaction and destination tests; ``offsets_answer``
+    (set: ``send_offsets_to_transaction`` returns only once it is) models librdkafka's hang on a
+    group coordinator.
+    """
+
+    calls: list[str]
+    offsets: list[TopicPartition]
+    fail_commit: KafkaError | None = None
+    fail_abort: KafkaError | None = None
+    fail_offsets: KafkaError | None = None
+    offsets_answer: threading.Event | None = None
+
+    def init_transactions(self, timeout: float) -> None:
+        self.calls.append("init")
+
+    def begin_transaction(self) -> None:
+        self.calls.append("begin")
+
+    def send_offsets_to_transaction(self, offsets: list[TopicPartition], metadata: Any, timeout: float) -> None:
+        self.calls.append("offsets")
+        self.offsets = offsets
+        if self.offsets_answer is not None:
+            self.offsets_answer.wait()
+        if self.fail_offsets is not None:
+            raise KafkaException(self.fail_offsets)
+
+    def commit_transaction(self, timeout: float) -> None:
+        self.calls.append("commit")
+        if self.fail_commit is not None:
+            raise KafkaException(self.fail_commit)
+
+    def abort_transaction(self, timeout: float) -> None:
+        self.calls.append("abort")
+        if self.fail_abort is not None:
+            raise KafkaException(self.fail_abort)

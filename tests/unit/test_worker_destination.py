@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka import KafkaError, TopicPartition
 
-from tests.unit.fakes import FakeProducer
+from tests.unit.fakes import FakeProducer, FakeTransactions
 from tests.unit.test_worker_transactions import Log, TxnError
 from ureplicator.worker import transactions
 from ureplicator.worker.clients import FatalErrors
@@ -21,30 +21,14 @@ class Clock:
         return self.now
 
 
-class TxnProducer(FakeProducer):
+class TxnProducer(FakeTransactions, FakeProducer):
     """A FakeProducer with the transactional calls; ``fail_commit`` makes commit_transaction raise."""
 
     def __init__(self, fail_commit: KafkaError | None = None) -> None:
         super().__init__()
         self.fail_commit = fail_commit
         self.calls: list[str] = []
-
-    def init_transactions(self, timeout: float) -> None:
-        self.calls.append("init")
-
-    def begin_transaction(self) -> None:
-        self.calls.append("begin")
-
-    def send_offsets_to_transaction(self, offsets: list[TopicPartition], metadata: Any, timeout: float) -> None:
-        self.calls.append("offsets")
-
-    def commit_transaction(self, timeout: float) -> None:
-        self.calls.append("commit")
-        if self.fail_commit is not None:
-            raise KafkaException(self.fail_commit)
-
-    def abort_transaction(self, timeout: float) -> None:
-        self.calls.append("abort")
+        self.offsets: list[TopicPartition] = []
 
 
 def destination(producer: FakeProducer, clock: Clock | None = None, exactly_once: bool = False,

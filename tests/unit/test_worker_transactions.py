@@ -7,8 +7,9 @@ import weakref
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka import KafkaError, TopicPartition
 
+from tests.unit.fakes import FakeTransactions
 from ureplicator.worker import transactions
 from ureplicator.worker.transactions import ABORTED, COMMITTED, FATAL, RETRY, Transactions
 
@@ -30,7 +31,7 @@ class TxnError(KafkaError):
         super().__init__(code, "test", fatal=fatal, retriable=retriable, txn_requires_abort=abortable)
 
 
-class Producer:
+class Producer(FakeTransactions):
     def __init__(self, fail_commit: KafkaError | None = None, fail_abort: KafkaError | None = None,
                  fail_offsets: KafkaError | None = None, offsets_answer: threading.Event | None = None) -> None:
         self.calls: list[str] = []
@@ -40,30 +41,6 @@ class Producer:
         self.fail_offsets = fail_offsets
         # Set: send_offsets_to_transaction returns only once it is (librdkafka's group-coordinator hang)
         self.offsets_answer = offsets_answer
-
-    def init_transactions(self, timeout: float) -> None:
-        self.calls.append("init")
-
-    def begin_transaction(self) -> None:
-        self.calls.append("begin")
-
-    def send_offsets_to_transaction(self, offsets: list[TopicPartition], metadata: Any, timeout: float) -> None:
-        self.calls.append("offsets")
-        self.offsets = offsets
-        if self.offsets_answer is not None:
-            self.offsets_answer.wait()
-        if self.fail_offsets is not None:
-            raise KafkaException(self.fail_offsets)
-
-    def commit_transaction(self, timeout: float) -> None:
-        self.calls.append("commit")
-        if self.fail_commit is not None:
-            raise KafkaException(self.fail_commit)
-
-    def abort_transaction(self, timeout: float) -> None:
-        self.calls.append("abort")
-        if self.fail_abort is not None:
-            raise KafkaException(self.fail_abort)
 
 
 def opened(producer: Producer, clock: list[float] | None = None, log: Log | None = None,
