@@ -160,6 +160,7 @@ class PartitionAcks(PartitionOffsets):
             if resend(err):
                 ledger.needs_rewind.add(self.tp)  # not written: send again from the watermark
             else:
+                ledger.refused = True
                 ledger.on_failure(self, offset, err.str())
             return
         in_flight = self.in_flight
@@ -192,6 +193,10 @@ class AckLedger:
         self.needs_rewind: set[TP] = set()  # records were purged or abandoned: restart from the watermark
         self.exact_until = 0.0  # monotonic time until which every record carries its own callback
         self.producer_failed: str | None = None  # a fatal producer error seen in a report
+        # A record was refused for good (its partition stops). In exactly-once mode the open
+        # transaction is then in an abortable state: librdkafka holds every other record of it
+        # until it is aborted, so the loop aborts at once instead of waiting for the stall watch.
+        self.refused = False
         self._epoch = 0
         self.on_failure = on_failure or (lambda acks, offset, reason: None)
         self.on_latency = on_latency or (lambda ts_ms: None)

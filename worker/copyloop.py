@@ -505,10 +505,15 @@ class CopyLoop:
         if txn is None or not txn.open:
             return True
         remaining = self.destination.flush(min(1.0, txn.interval_s))
-        if self.rewinds_due() or self.destination.broken or self.ledger.producer_failed:
+        if self.rewinds_due() or self.ledger.refused or self.destination.broken or self.ledger.producer_failed:
             self.abort_transaction(why)  # a record failed: the transaction cannot hold all it should
             return True
         if remaining:
+            if self.destination.abortable():
+                # A record of it failed without a report reaching us (one run's report speaks for
+                # all its records, and librdkafka holds the rest): nothing more will come.
+                self.abort_transaction("abortable")
+                return True
             return False
         moved = [(acks, acks.position) for acks in self.ledger.partitions.values()
                  if acks.position >= 0 and acks.position != acks.txn_position]
@@ -548,6 +553,7 @@ class CopyLoop:
             self.replaced(aborted.replaced)  # it rewinds all
             return
         rewound = self._revert_uncommitted()
+        self.ledger.refused = False
         self.ledger.forget_outstanding()
         self.ledger.needs_rewind.update(rewound)
         why = aborted.why

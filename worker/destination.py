@@ -253,6 +253,10 @@ class Destination:
             return Retry()
         return self._ended(outcome, why)
 
+    def abortable(self) -> bool:
+        """Whether the open transaction can only be aborted (:meth:`Transactions.abortable`)."""
+        return self.txn is not None and self.txn.abortable(self.producer)
+
     def abort(self, why: str, timeout_s: float | None = None) -> Aborted:
         """Abort the open transaction: none of its records is ever visible to a read_committed reader."""
         assert self.txn is not None

@@ -394,6 +394,8 @@ class MirrorWorker:
                 self._apply_desired()
             if self.handoff.advance():
                 self._wake.set()  # a change finished: a newer assignment may be waiting
+            if self.ledger.refused and txn is not None and txn.open:
+                self.loop.abort_transaction("refused")  # the partition stopped; the others start again
             if self.ledger.needs_rewind:
                 if txn is not None and self.loop.rewinds_due() and txn.open:
                     self.loop.abort_transaction("rewind")  # an error taints the whole transaction

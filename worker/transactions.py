@@ -136,6 +136,24 @@ class Transactions:
             self.opened_at = self._clock()
             self.bytes = 0
 
+    def abortable(self, producer: Any) -> bool:
+        """Whether librdkafka holds the open transaction in its abortable-error state (a local call, no request).
+
+        A record that failed inside a transaction (a refused record, a purge) puts it there, and
+        librdkafka then holds the transaction's other records until it is aborted: their reports
+        never come, so waiting for them only ends at the stalled-producer watch. ``begin_transaction``
+        asks without side effects: on an open, healthy transaction it fails with a state error;
+        in the abortable state it fails with the transaction's own error, marked as requiring an abort.
+        """
+        if not self.open:
+            return False
+        try:
+            producer.begin_transaction()
+        except KafkaException as exc:
+            err = exc.args[0]
+            return isinstance(err, KafkaError) and err.txn_requires_abort()
+        return False  # librdkafka had no open transaction: it has one now, as this object thinks
+
     def due(self, now: float) -> bool:
         return self.open and (now - self.opened_at >= self.interval_s or self.bytes >= self.max_bytes)
 

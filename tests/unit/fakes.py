@@ -566,12 +566,20 @@ class FakeTransactions:
     fail_abort: KafkaError | None = None
     fail_offsets: KafkaError | None = None
     offsets_answer: threading.Event | None = None
+    txn_open = False  # librdkafka's transaction state, as begin_transaction sees it
+    abortable_error: KafkaError | None = None  # set: the open transaction failed and can only be aborted
 
     def init_transactions(self, timeout: float) -> None:
         self.calls.append("init")
 
     def begin_transaction(self) -> None:
+        """As librdkafka: a state error while one is open; the transaction's own error once it is abortable."""
+        if self.abortable_error is not None:
+            raise KafkaException(self.abortable_error)
+        if self.txn_open:
+            raise KafkaException(KafkaError(KafkaError._STATE, "Operation not valid in state InTransaction"))
         self.calls.append("begin")
+        self.txn_open = True
 
     def send_offsets_to_transaction(self, offsets: list[TopicPartition], metadata: Any, timeout: float) -> None:
         self.calls.append("offsets")
@@ -585,8 +593,11 @@ class FakeTransactions:
         self.calls.append("commit")
         if self.fail_commit is not None:
             raise KafkaException(self.fail_commit)
+        self.txn_open = False
 
     def abort_transaction(self, timeout: float) -> None:
         self.calls.append("abort")
         if self.fail_abort is not None:
             raise KafkaException(self.fail_abort)
+        self.txn_open = False
+        self.abortable_error = None

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException, Producer
 
-from tests.unit.fakes import FakeProducer
+from tests.unit.fakes import FakeProducer, FakeTransactions
 from tests.unit.librdkafka_mock import MockCluster
 from ureplicator.common import provenance
 from ureplicator.common.kafka import PRODUCER_INVARIANTS
@@ -284,5 +284,42 @@ def test_librdkafka_fails_every_record_of_a_refused_request() -> None:
                 continue
         assert [err.code() if err else None for err in reports] == [KafkaError.MSG_SIZE_TOO_LARGE] * 3
         assert mock.written() == []
+    finally:
+        mock.close()
+
+
+def test_begin_transaction_tells_an_abortable_transaction_from_an_open_one() -> None:
+    """What ``Transactions.abortable`` rests on, on librdkafka itself and on the fake.
+
+    A refused record puts the open transaction in librdkafka's abortable-error state and
+    librdkafka holds the transaction's later records; ``begin_transaction`` then fails with an
+    error that requires an abort, where on an open, healthy transaction it fails with a plain
+    state error. Neither call opens or sends anything.
+    """
+    mock = MockCluster(TOPIC)
+    fake = FakeTransactions()
+    fake.calls = []
+    try:
+        producer = Producer({**SETTINGS, "bootstrap.servers": mock.bootstrap, "transactional.id": "t1",
+                             "error_cb": lambda err: None})
+        producer.init_transactions(10)
+        for client in (producer, fake):
+            client.begin_transaction()
+            with pytest.raises(KafkaException) as healthy:
+                client.begin_transaction()
+            assert healthy.value.args[0].code() == KafkaError._STATE
+            assert not healthy.value.args[0].txn_requires_abort()
+        producer.produce(TOPIC, b"ok", partition=0)
+        assert producer.flush(10) == 0
+        mock.refuse_next_produce()
+        producer.produce(TOPIC, b"poison", partition=0)
+        producer.flush(2)
+        fake.abortable_error = KafkaError(KafkaError.MSG_SIZE_TOO_LARGE, "refused", txn_requires_abort=True)
+        for client in (producer, fake):
+            with pytest.raises(KafkaException) as abortable:
+                client.begin_transaction()
+            assert abortable.value.args[0].txn_requires_abort()
+            client.abort_transaction(10)
+            client.begin_transaction()  # a new transaction opens after the abort
     finally:
         mock.close()

@@ -131,6 +131,16 @@ def test_a_fenced_producer_needs_init_transactions_again():
     assert txn.ready(fresh) and fresh.calls == ["init"]
 
 
+def test_an_open_transaction_is_abortable_only_once_librdkafka_holds_it_so():
+    producer = Producer()
+    txn = opened(producer)
+    assert not txn.abortable(producer)  # open and healthy: begin_transaction's state error, nothing else
+    producer.abortable_error = TxnError(KafkaError.MSG_SIZE_TOO_LARGE, abortable=True)
+    assert txn.abortable(producer)
+    assert txn.abort(producer) == ABORTED and not txn.abortable(producer)
+    assert producer.calls == ["init", "begin", "abort"]  # the questions opened nothing
+
+
 def test_an_abort_that_fails_is_fatal():
     producer = Producer(fail_abort=TxnError(KafkaError._TRANSPORT, retriable=True))
     txn = opened(producer)
