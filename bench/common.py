@@ -1,8 +1,6 @@
-"""Shared benchmark helpers: process CPU and memory, machine facts, topics, offsets, result files.
+"""Shared benchmark helpers: process CPU and memory, machine facts, result files.
 
-Nothing here measures by itself; the benchmark scripts compose it. Process CPU
-time and resident memory come from psutil; the resident-set high-water mark
-(``VmHWM``), which psutil does not expose, from ``/proc/<pid>/status``.
+CPU and memory come from psutil; the resident-set high-water mark (``VmHWM``), which psutil lacks, from /proc.
 """
 
 from __future__ import annotations
@@ -152,9 +150,6 @@ def _jar_version(component: str, artifact: str) -> str:
         if match:
             return match.group(1)
     return "unknown"
-
-
-# ----------------------------------------------------------------------------- topics
 
 
 # ----------------------------------------------------------------------------- result files

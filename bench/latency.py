@@ -4,51 +4,8 @@
     .venv/bin/python -m bench.latency --quick    # 4 variants x 5k, 20k records/s, 3 s + 10 s each (~5 min)
     .venv/bin/python -m bench.latency --render bench/results/latency-2026-11-23.json
 
-One local stack (``.cache/bench-latency/stack``, always stopped again). The
-*variants* run on it one after another, each alone (an idle neighbour is not
-free on 2 cores) on its own fresh 16-partition source topic, with the same
-rates and the same kind of measuring consumers:
-
-* ``ureplicator-default``: one controller and one worker, every setting at its default;
-* ``ureplicator-low-latency``: the same with :data:`LOW_LATENCY` (``--set`` overrides a key);
-* ``mirrormaker2-low-latency``: MirrorMaker 2 in dedicated mode, one task (``bench/mm2.py``),
-  with :data:`MM2_LOW_LATENCY` on top;
-* ``mirrormaker2-default``: ``bench/mm2.py`` as the throughput
-  benchmark runs it: the worker's producer settings (``linger.ms``, ``batch.size``, lz4, 5 in
-  flight, from common/kafka.py), everything else at MirrorMaker 2's defaults.
-
-Per variant: start it; wait until its destination topic exists; start its
-measuring consumers; send a priming burst and wait until it arrived (the data
-path is live); run a warm-up load (JIT, connections, caches) that is not
-counted; let it idle (its idle CPU is recorded); then per rate a load producer
-process writes 100-byte records round-robin over the partitions with
-``timestamp = now`` for warm-up + duration seconds. The variant is stopped
-before the next one starts.
-
-Latency of a record = the wall-clock time at which the *destination probe*
-received it − its CreateTime (same host, same clock). The probe is a consumer
-in a process of its own (not the replicator's, not the load producer's, not
-this script's: no shared GIL), assigned from offset 0 before anything is
-produced, ``fetch.wait.max.ms=5``; it blocks in ``poll()`` for the first record
-and then drains what librdkafka already holds with ``consume(n, 0)``, so a
-record is stamped when it is handed to the application, not when a batch
-filled up. A second probe on the source splits the time into the *source leg*
-(CreateTime → source consumer: load producer + source broker) and the
-*replicator leg* (source consumer → destination consumer). Records created in
-the first ``--warmup`` seconds of a rate are not counted.
-
-Over the measured window the variant's threads are also read from
-``/proc/<pid>/task/<tid>/schedstat``: how long the *loop thread* (a worker's
-main thread, MirrorMaker 2's task thread) ran and how long it was runnable but
-waiting for a CPU. On a shared machine that wait, not a setting, can be where
-a record's time goes; the analysis says so when it is 10 % of the window or more.
-
-A rate counts as *sustained* when the producer kept its schedule (finished
-within 5 % of the planned time), every acknowledged record reached the
-destination within 5 s of the producer's end, and the median latency of the
-last 10 s is no more than 1 s above that of the first 10 s (no growing
-backlog). Results: ``bench/results/latency-<date>.json`` (appended) and the
-latency-bench section of ``docs/benchmarks.md``.
+Each variant runs alone on one local stack; the method (probes, legs, loop thread, *sustained*) is the
+latency-bench section of docs/benchmarks.md.
 """
 
 from __future__ import annotations

@@ -1,21 +1,8 @@
 """Write MirrorMaker 2's dedicated-mode config for one benchmark run and build its java command line.
 
-One flow ``<alias> -> destination`` for one topic, ``tasks.max`` tasks (default 1), identity topic
-naming, the worker's producer settings, and only the data path switched on:
-
-* ``emit.heartbeats``, ``emit.checkpoints`` and ``emit.offset-syncs`` are off —
-  ureplicator has no heartbeat topic and no consumer-group offset translation,
-  so the comparison is record copying against record copying (MM2 still tracks
-  its source offsets in Connect's offsets topic, like our commits);
-* topic config, ACL and group-offset syncing are off;
-* every internal topic has replication factor 1 (single-broker clusters);
-* the source alias is fresh per run (``src<N>``), so the Connect group, its
-  config/offsets/status topics are new and the run starts from offset 0.
-
-JVM: ``-Xms256M -Xmx2G``, what ``connect-mirror-maker.sh`` gives it (a peer runs with its own
-launch settings; runs before 2026-11-25 used ``-Xmx512m``, which cost MirrorMaker 2 about
-1.5 CPU-s per million 100 B records in GC), with the G1 flags of ``kafka-run-class.sh``,
-classpath from ``jvm.classpath("mirrormaker")``.
+One flow, identity naming, the worker's producer settings, only the data path on (no heartbeats, checkpoints,
+offset-syncs or config/ACL/group sync), internal topics at replication factor 1, a fresh source alias per run;
+the JVM gets ``connect-mirror-maker.sh``'s heap and ``kafka-run-class.sh``'s G1 flags.
 """
 
 from __future__ import annotations

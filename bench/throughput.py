@@ -4,34 +4,7 @@
     .venv/bin/python -m bench.throughput --quick   # smoke run: small backlogs, 2 s warm-up, 4 s window, scaling 1/2
     .venv/bin/python -m bench.throughput --render bench/results/throughput-<date>.json   # only the docs section
 
-One invocation starts its own local stack (``devtools.stack``; always stopped
-again, also on Ctrl-C), preloads a backlog into 16-partition source topics
-(100-byte and 1 KB values, 8-byte keys) and mirrors each topic with
-
-  ureplicator   a controller and N worker processes of a fresh pipeline, started and
-                registered (idle) before ``POST /topics`` hands them the topic;
-  mirrormaker2  MirrorMaker 2 in dedicated mode, ``tasks.max`` N (``bench/mm2.py``);
-  raw           ``bench/rawcopy.py``: one consumer and one producer, nothing else;
-
-each to a fresh destination topic that is deleted afterwards. Every variant is
-measured the same way (``bench/window.py``): the window opens ``--warmup``
-seconds after the first record reached the destination (start-up, group joins and
-JIT warm-up lie before it) and closes ``--steady`` seconds later; records/s and
-CPU seconds per million records (with and without JVM JIT compiler threads) are
-taken between the two edge samples. A run whose destination was complete before
-the window closed is invalid: the backlog must outlast the fastest variant's
-window (the backlog is then topped up and the run repeated once). When the window
-closes the variant is stopped gracefully; once the destination's end offsets stayed
-put for ``SETTLE_S`` every destination record is read back and must be its source's
-record at that position (no loss, no duplicate, order kept). ``--scale 1,2,4`` adds
-the scaling curve on the 100 B topic (N worker processes against ``tasks.max`` N;
-N = 1 is the main 100 B run).
-
-Results go to ``bench/results/throughput-<date>.json`` (appended) and, for runs
-that are not ``--quick``, to the throughput-bench section of
-``docs/benchmarks.md``, rendered from that JSON (``--render FILE`` re-renders it).
-``--worker-repo DIR`` runs controller and worker from another checkout (with that
-checkout's ``.venv/bin/python`` when it has one).
+The method (backlog, window, CPU, exact check, variants) is the throughput-bench section of docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -73,8 +46,9 @@ from bench.common import (
     proc_sample,
     replace_section,
 )
-from bench.harness import BenchError, CheckoutProcesses, Pipeline
-from bench.render import by_name
+from bench.harness import BenchError, CheckoutProcesses, Pipeline, install_signal_handlers
+from bench.recording import parser as cli_parser
+from bench.render import by_name, table
 from bench.window import (
     Measured,
     Plan,
@@ -232,13 +206,8 @@ def threads_of(pids: list[int]) -> dict[tuple[int, int], tuple[str, float]]:
 
 def cpu_of(pids: list[int]) -> float | None:
     """User + system seconds of ``pids`` (every thread, exited ones included); None if one is gone."""
-    total = 0.0
-    for pid in pids:
-        sample = proc_sample(pid)
-        if sample is None:
-            return None
-        total += sample.cpu_s
-    return total
+    samples = [proc_sample(pid) for pid in pids]
+    return None if None in samples else sum(p.cpu_s for p in samples if p is not None)
 
 
 def cpu_pressure_us() -> int | None:
@@ -329,7 +298,7 @@ def observe(bench: Bench, run: Run, name: str, topic: str, ds: Dataset, pids: li
             if now >= plan.closes_at(opened.point.t):
                 closed = edge(now, n)
                 run.load_window = load_average()
-                run.peak_rss_bytes = _peak_rss(rss_pids)
+                run.peak_rss_bytes = sum(p.hwm_bytes for p in map(proc_sample, rss_pids) if p)
                 rate = (closed.point.records - opened.point.records) / (closed.point.t - opened.point.t)
                 say(f"  {name}: window closed: {rate / 1000:.1f}k rec/s; stopping it")
                 break
@@ -491,14 +460,6 @@ def verify(bootstrap: str, topic: str, ends: list[int], isolation: str = "read_u
     finally:
         consumer.close()
     return bad, sum(position)
-
-
-def _peak_rss(pids: list[int]) -> int:
-    total = 0
-    for pid in pids:
-        sample = proc_sample(pid)
-        total += sample.hwm_bytes if sample else 0
-    return total
 
 
 # ----------------------------------------------------------------------------- variants
@@ -906,29 +867,6 @@ def headline(datasets: dict[str, Any]) -> dict[str, Any] | None:
     }
 
 
-def print_summary(summary: dict[str, Any]) -> None:
-    for name, block in summary["datasets"].items():
-        say(f"results {name} ({block['records']:,}-record backlog, medians over the window):")
-        for variant, v in block["variants"].items():
-            say(f"  {variant:<13} {v['records_per_s']:>9,} rec/s {v['mb_per_s']:7.2f} MB/s  "
-                f"CPU {v['cpu_s_per_m']:6.2f} s/M ({v['cpu_s_per_m_without_compiler']:6.2f} without JIT compiler "
-                f"threads, {v['compiler_share_pct']:.0f}%)  peak RSS {v['peak_rss_mb']:6.1f} MB  "
-                f"({v['runs']} ok, {v['failed']} failed)")
-        for key, value in block["ratios"].items():
-            say(f"  {key}: {value if value is not None else 'n/a'}")
-    curve = summary.get("scaling") or {}
-    for scale, point in curve.get("points", {}).items():
-        for variant in SCALED:
-            v = point.get(variant)
-            if v:
-                say(f"  scale {scale} {variant:<13} {v['records_per_s']:>9,} rec/s  CPU {v['cpu_s_per_m']:6.2f} s/M "
-                    f"({v['cpu_s_per_m_without_compiler']:6.2f} without JIT)")
-    if summary.get("headline"):
-        h = summary["headline"]
-        say(f"headline: ureplicator {h['rate_ratio']:.2f}x MM2 steady state at {h['rate_dataset']}; CPU per record "
-            f"{h['cpu_ratio_without_compiler'] or 0:.2f}x MM2's without JIT compiler threads at {h['cpu_dataset']}")
-
-
 # ----------------------------------------------------------------------------- docs section
 
 
@@ -937,34 +875,86 @@ def _ratio(value: float | None) -> str:
 
 
 def _dataset_name(block: dict[str, Any]) -> str:
-    return "100 B" if block["value_bytes"] == 100 else ("1 KB" if block["value_bytes"] == 1024
-                                                          else f"{block['value_bytes']} B")
+    return {100: "100 B", 1024: "1 KB"}.get(block["value_bytes"], f"{block['value_bytes']} B")
+
+
+def _headline(summary: dict[str, Any]) -> list[str]:
+    h = summary.get("headline")
+    if not h:
+        return []
+    names = {k: _dataset_name(b) for k, b in summary["datasets"].items()}
+    others = "; ".join(f"{_ratio(v)} at {names[k]}" for k, v in h["rate_ratios"].items() if k != h["rate_dataset"])
+    cpu_others = "; ".join(f"{_ratio(v)} at {names[k]}" for k, v in h["cpu_ratios_without_compiler"].items()
+                           if k != h["cpu_dataset"])
+    text = (f"**Headline (the least favourable fair reading): one ureplicator worker runs at "
+            f"{_ratio(h['rate_ratio'])} MirrorMaker 2's steady-state rate (one task) at {names[h['rate_dataset']]}**"
+            + (f" ({others})" if others else ""))
+    if h.get("cpu_dataset"):
+        text += (f", and uses {_ratio(h['cpu_ratio_without_compiler'])} its CPU per record at "
+                 f"{names[h['cpu_dataset']]} counting MirrorMaker 2 without its JIT compiler threads"
+                 + (f" ({cpu_others})" if cpu_others else ""))
+    return [text + ".", ""]
+
+
+def _load_note(loads: list[float], before: float, cores: int) -> list[str]:
+    peak = max(loads, default=0)
+    if before > 0.5 * cores:  # busy before the first run: that load is not ours, so other jobs shared the cores
+        return [f"**The machine was oversubscribed during these runs** (1-minute load average {before:.1f} before "
+                f"the benchmark and up to {peak:.0f} during it, on {cores} cores: other jobs shared it). Every "
+                "variant met the same kind of contention, so the ratios compare like with like, but the absolute "
+                "rates are below what these variants reach on a quiet machine, and a JVM whose JIT competes for "
+                "cores is hit harder than a Python process; see *machine busy* per run.", ""]
+    if peak > 1.5 * cores:  # quiet before: the load during it is mostly the benchmark's own runnable threads
+        return [f"The machine was quiet before the benchmark (1-minute load average {before:.2f}); the load during "
+                f"the runs (up to {peak:.0f} on {cores} cores) counts the benchmark's own runnable threads: both "
+                "brokers, ZooKeeper, the variant's processes and the exact-check reader all share the "
+                f"{cores} cores, so the absolute rates are bounded by them; see *machine busy* per run.", ""]
+    return []
+
+
+def _variant_row(runs: list[dict[str, Any]], key: str, variant: str, v: dict[str, Any]) -> list[Any]:
+    if not v["runs"]:
+        return [label(variant, 1), f"failed: {_short(v['errors'])}", *[""] * 10]
+    return [label(variant, 1), f"{v['records_per_s']:,}", f"{v['mb_per_s']:.1f}", f"{v['cpu_s_per_m']:.2f}",
+            f"{v['cpu_s_per_m_without_compiler']:.2f}", f"{v['compiler_share_pct']:.0f} %", f"{v['cores_busy']:.2f}",
+            f"{v['peak_rss_mb']:.0f} MB", f"{v['first_record_s']:.1f} s", f"{v.get('records_checked', 0):,}",
+            _each(runs, key, variant, 1)]
+
+
+def _scaling(curve: dict[str, Any], summary: dict[str, Any], s: dict[str, Any], cores: int,
+             runs: list[dict[str, Any]]) -> list[str]:
+    ds_block = summary["datasets"].get(curve["dataset"], {})
+    rows = []
+    for scale, point in curve["points"].items():
+        u, mm, rr = point.get("ureplicator"), point.get("mirrormaker2"), point["ratios"]
+        rows.append([scale, f"{u['records_per_s']:,}" if u else "n/a", f"{u['cpu_s_per_m']:.2f}" if u else "n/a",
+                     f"{mm['records_per_s']:,}" if mm else "n/a",
+                     f"{mm['cpu_s_per_m']:.2f} ({mm['cpu_s_per_m_without_compiler']:.2f})" if mm else "n/a",
+                     _ratio(rr["records_per_s"]), _ratio(rr["cpu_s_per_m_without_compiler"]),
+                     f"{_each(runs, curve['dataset'], 'ureplicator', int(scale))} / "
+                     f"{_each(runs, curve['dataset'], 'mirrormaker2', int(scale))}"])
+    return [
+        f"### Scaling: N ureplicator worker processes vs MirrorMaker 2 with `tasks.max` N "
+        f"({_dataset_name(ds_block) if ds_block else curve['dataset']}, one {s['partitions']}-partition topic)",
+        "",
+        f"The machine has **{cores} cores**, shared with both brokers and ZooKeeper: beyond "
+        f"{cores} processes (or tasks) more parallelism can only add contention, so this curve shows "
+        "the overhead of scaling out on a saturated host, not the scaling of a real deployment. "
+        "N = 1 is the run above.",
+        "",
+        *table(["N", "ureplicator records/s", "CPU-s per M", "MM2 records/s",
+                "CPU-s per M (without JIT compiler threads)", "records/s ratio", "CPU ratio (MM2 without JIT)",
+                "each run: records/s ureplicator / MM2"], rows, "rrrrrrr"),
+        "",
+    ]
 
 
 def render_section(entry: dict[str, Any]) -> str:
     """Markdown for the throughput-bench section of docs/benchmarks.md, from one results entry."""
-    m = entry["machine"]
-    s = entry["settings"]
-    summary = entry["summary"]
-    runs = entry["runs"]
+    m, s, summary, runs = entry["machine"], entry["settings"], entry["summary"], entry["runs"]
     loads = [x for r in runs for x in (r["load_before"][0], r["load_window"][0]) if x]
-    lines = ["## Throughput: ureplicator vs MirrorMaker 2 vs the raw client pair, steady state", ""]
-    h = summary.get("headline")
-    if h:
-        names = {k: _dataset_name(b) for k, b in summary["datasets"].items()}
-        others = "; ".join(f"{_ratio(v)} at {names[k]}" for k, v in h["rate_ratios"].items() if k != h["rate_dataset"])
-        cpu_others = "; ".join(f"{_ratio(v)} at {names[k]}" for k, v in h["cpu_ratios_without_compiler"].items()
-                               if k != h["cpu_dataset"])
-        lines += [
-            f"**Headline (the least favourable fair reading): one ureplicator worker runs at "
-            f"{_ratio(h['rate_ratio'])} MirrorMaker 2's steady-state rate (one task) at {names[h['rate_dataset']]}**"
-            + (f" ({others})" if others else "")
-            + (f", and uses {_ratio(h['cpu_ratio_without_compiler'])} its CPU per record at "
-               f"{names[h['cpu_dataset']]} counting MirrorMaker 2 without its JIT compiler threads"
-               + (f" ({cpu_others})" if cpu_others else "") if h.get("cpu_dataset") else "")
-            + ".",
-            "",
-        ]
+    lines = ["## Throughput: ureplicator vs MirrorMaker 2 vs the raw client pair, steady state", "",
+             *_headline(summary)]
     lines += [
         f"Measured {entry['date']} with `{entry['command']}`; worker and controller from `{s['worker_repo']}` "
         f"({s.get('worker_ran_from', 'the checkout in place')}) at commit `{entry['code']['commit']}`"
@@ -973,62 +963,28 @@ def render_section(entry: dict[str, Any]) -> str:
         f"warm-up {s['warmup_s']:.0f} s after the first destination record, then a {s['steady_s']:.0f} s window; "
         f"total {entry['duration_s'] / 60:.1f} min.",
         "",
-        "| machine | |",
-        "|---|---|",
-        f"| CPU | {m['cpu_model']}, **{m['cores']} cores** (shared by the brokers, ZooKeeper, the mirror and "
-        "other jobs) |",
-        f"| RAM | {m['ram_bytes'] / 2**30:.1f} GiB |",
-        f"| kernel | {m['kernel']} |",
-        f"| Python / confluent-kafka / librdkafka | {m['python']} / {m['confluent_kafka']} / {m['librdkafka']} |",
-        f"| Java | {m['java']} |",
-        f"| Kafka brokers / MirrorMaker 2 | {m['kafka_brokers']} / connect-mirror {m['mirrormaker2']} |",
-        f"| load average (1 min) at run starts and window ends | {min(loads, default=0):.2f} – "
-        f"{max(loads, default=0):.2f} (before the benchmark: {entry['load_at_start'][0]:.2f}) |",
+        *table(["machine", ""], [
+            ["CPU", f"{m['cpu_model']}, **{m['cores']} cores** (shared by the brokers, ZooKeeper, the mirror and "
+                    "other jobs)"],
+            ["RAM", f"{m['ram_bytes'] / 2**30:.1f} GiB"], ["kernel", m["kernel"]],
+            ["Python / confluent-kafka / librdkafka", f"{m['python']} / {m['confluent_kafka']} / {m['librdkafka']}"],
+            ["Java", m["java"]],
+            ["Kafka brokers / MirrorMaker 2", f"{m['kafka_brokers']} / connect-mirror {m['mirrormaker2']}"],
+            ["load average (1 min) at run starts and window ends", f"{min(loads, default=0):.2f} – "
+             f"{max(loads, default=0):.2f} (before the benchmark: {entry['load_at_start'][0]:.2f})"]]),
         "",
+        *_load_note(loads, entry["load_at_start"][0], m["cores"] or 1),
     ]
-    cores = m["cores"] or 1
-    peak, before = max(loads, default=0), entry["load_at_start"][0]
-    if before > 0.5 * cores:
-        # Busy before the first run: that load is not ours, so other jobs shared the cores.
-        lines += [
-            f"**The machine was oversubscribed during these runs** (1-minute load average {before:.1f} before "
-            f"the benchmark and up to {peak:.0f} during it, on {cores} cores: other jobs shared it). Every "
-            "variant met the same kind of contention, so the ratios compare like with like, but the absolute "
-            "rates are below what these variants reach on a quiet machine, and a JVM whose JIT competes for "
-            "cores is hit harder than a Python process; see *machine busy* per run.",
-            "",
-        ]
-    elif peak > 1.5 * cores:
-        # Quiet before the first run: the load during it is mostly the benchmark's own runnable threads.
-        lines += [
-            f"The machine was quiet before the benchmark (1-minute load average {before:.2f}); the load during "
-            f"the runs (up to {peak:.0f} on {cores} cores) counts the benchmark's own runnable threads: both "
-            "brokers, ZooKeeper, the variant's processes and the exact-check reader all share the "
-            f"{cores} cores, so the absolute rates are bounded by them; see *machine busy* per run.",
-            "",
-        ]
     for key, block in summary["datasets"].items():
+        r = block["ratios"]
         lines += [
             f"### {_dataset_name(block)} values: backlog of {block['records']:,} records × "
             f"({block['key_bytes']} + {block['value_bytes']}) B, {s['partitions']} partitions",
             "",
-            "| variant | records/s | MB/s | CPU-s per M records | … without JIT compiler threads | "
-            "compiler threads' share | cores busy | peak RSS | first record after | records checked exactly | "
-            "each run: records/s (window thirds; machine busy) |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
-        ]
-        for variant, v in block["variants"].items():
-            if not v["runs"]:
-                lines.append(f"| {label(variant, 1)} | failed: {_short(v['errors'])} |" + " |" * 10)
-                continue
-            lines.append(
-                f"| {label(variant, 1)} | {v['records_per_s']:,} | {v['mb_per_s']:.1f} | {v['cpu_s_per_m']:.2f} | "
-                f"{v['cpu_s_per_m_without_compiler']:.2f} | {v['compiler_share_pct']:.0f} % | {v['cores_busy']:.2f} | "
-                f"{v['peak_rss_mb']:.0f} MB | {v['first_record_s']:.1f} s | {v.get('records_checked', 0):,} | "
-                f"{_each(runs, key, variant, 1)} |"
-            )
-        r = block["ratios"]
-        lines += [
+            *table(["variant", "records/s", "MB/s", "CPU-s per M records", "… without JIT compiler threads",
+                    "compiler threads' share", "cores busy", "peak RSS", "first record after",
+                    "records checked exactly", "each run: records/s (window thirds; machine busy)"],
+                   [_variant_row(runs, key, variant, v) for variant, v in block["variants"].items()], "lrrrrrrrrr"),
             "",
             f"ureplicator / MirrorMaker 2: **{_ratio(r['ureplicator/mm2 records_per_s'])}** the records/s, "
             f"{_ratio(r['ureplicator/mm2 cpu_s_per_m'])} the CPU per record with MM2's JIT compiler threads, "
@@ -1039,33 +995,7 @@ def render_section(entry: dict[str, Any]) -> str:
         ]
     curve = summary.get("scaling") or {}
     if curve.get("points"):
-        ds_block = summary["datasets"].get(curve["dataset"], {})
-        lines += [
-            f"### Scaling: N ureplicator worker processes vs MirrorMaker 2 with `tasks.max` N "
-            f"({_dataset_name(ds_block) if ds_block else curve['dataset']}, one {s['partitions']}-partition topic)",
-            "",
-            f"The machine has **{m['cores']} cores**, shared with both brokers and ZooKeeper: beyond "
-            f"{m['cores']} processes (or tasks) more parallelism can only add contention, so this curve shows "
-            "the overhead of scaling out on a saturated host, not the scaling of a real deployment. "
-            "N = 1 is the run above.",
-            "",
-            "| N | ureplicator records/s | CPU-s per M | MM2 records/s | CPU-s per M (without JIT compiler threads) | "
-            "records/s ratio | CPU ratio (MM2 without JIT) | each run: records/s ureplicator / MM2 |",
-            "|---:|---:|---:|---:|---:|---:|---:|---|",
-        ]
-        for scale, point in curve["points"].items():
-            u, mm, rr = point.get("ureplicator"), point.get("mirrormaker2"), point["ratios"]
-            u_rate = f"{u['records_per_s']:,}" if u else "n/a"
-            u_cpu = f"{u['cpu_s_per_m']:.2f}" if u else "n/a"
-            m_rate = f"{mm['records_per_s']:,}" if mm else "n/a"
-            m_cpu = f"{mm['cpu_s_per_m']:.2f} ({mm['cpu_s_per_m_without_compiler']:.2f})" if mm else "n/a"
-            lines.append(
-                f"| {scale} | {u_rate} | {u_cpu} | {m_rate} | {m_cpu} | "
-                f"{_ratio(rr['records_per_s'])} | {_ratio(rr['cpu_s_per_m_without_compiler'])} | "
-                f"{_each(runs, curve['dataset'], 'ureplicator', int(scale))} / "
-                f"{_each(runs, curve['dataset'], 'mirrormaker2', int(scale))} |"
-            )
-        lines.append("")
+        lines += _scaling(curve, summary, s, m["cores"], runs)
     lines += [
         "How it is measured (`bench/throughput.py`, `bench/window.py`):",
         "",
@@ -1090,20 +1020,14 @@ def render_section(entry: dict[str, Any]) -> str:
         "their share); Python processes have none, so their two numbers are equal. *Cores busy* = CPU seconds "
         "/ window seconds; *machine busy* = all cores' non-idle share in the window (`/proc/stat`), brokers "
         "included. The brokers' CPU is not counted for any variant.",
-        (f"- **End and exact check.** When the window closes the variant is stopped gracefully (SIGTERM; "
-         "ureplicator's workers before the controller), the benchmark waits until the destination's end offsets "
-         f"have not moved for {SETTLE_S:.0f} s, then reads every destination record back and checks it by "
-         "identity: in each partition, the record at offset *o* must carry the key of the source's record at "
-         "offset *o* (the preload's keys are unique). So each partition holds exactly a prefix of its source "
-         "partition, nothing lost, duplicated or reordered; any mismatch fails the run. The check is the same "
-         "for every variant; the backlog after the stop point is not mirrored (that would only add minutes of "
-         "draining to the slower variants)."
-         if s.get("end", "drain") == "stop" else
-         "- **End and exact count.** After the window every run drains the rest of the backlog; when every "
-         f"destination partition's end offset has reached the source's, the benchmark waits {SETTLE_S:.0f} s and "
-         "requires per-partition equality of end offsets (destination = source for each of the "
-         f"{s['partitions']} partitions: nothing lost, nothing duplicated by count); a run that fails the check is "
-         "reported as failed."),
+        f"- **End and exact check.** When the window closes the variant is stopped gracefully (SIGTERM; "
+        "ureplicator's workers before the controller), the benchmark waits until the destination's end offsets "
+        f"have not moved for {SETTLE_S:.0f} s, then reads every destination record back and checks it by "
+        "identity: in each partition, the record at offset *o* must carry the key of the source's record at "
+        "offset *o* (the preload's keys are unique). So each partition holds exactly a prefix of its source "
+        "partition, nothing lost, duplicated or reordered; any mismatch fails the run. The check is the same "
+        "for every variant; the backlog after the stop point is not mirrored (that would only add minutes of "
+        "draining to the slower variants).",
         "- **ureplicator**: a fresh pipeline (new consumer group), every config key at its default, workers from "
         "the worker checkout named above.",
         "- **MirrorMaker 2**: `org.apache.kafka.connect.mirror.MirrorMaker` (dedicated mode), "
@@ -1165,23 +1089,19 @@ def render_eos_section(entry: dict[str, Any]) -> str:
         "every partition is an in-order prefix of its source with no duplicate, and scales its rate by the records "
         "per offset it counted.",
         "",
-        "| dataset | variant | records/s | MB/s | CPU-s per M records | … without JIT compiler threads | "
-        "peak RSS | records checked | runs ok / failed |",
-        "|---|---|---|---|---|---|---|---|---|",
+        *table(["dataset", "variant", "records/s", "MB/s", "CPU-s per M records", "… without JIT compiler threads",
+                "peak RSS", "records checked", "runs ok / failed"],
+               [[_dataset_name(block), label(variant, 1), f"{v['records_per_s']:,}", f"{v['mb_per_s']:.2f}",
+                 f"{v['cpu_s_per_m']:.2f}", f"{v['cpu_s_per_m_without_compiler']:.2f}", f"{v['peak_rss_mb']:.0f} MB",
+                 f"{v['records_checked']:,}", f"{v['runs']} / {v['failed']}"]
+                for block in summary["datasets"].values() for variant, v in block["variants"].items()]),
+        "",
+        *table(["dataset", "exactly-once / our at-least-once (rate)", "ours / MirrorMaker 2, both exactly-once (rate)",
+                "(CPU per record)", "(CPU without JIT)"],
+               [[_dataset_name(block), *(_ratio(block["ratios"].get(f"ureplicator-eos/{k}")) for k in (
+                   "ureplicator records_per_s", "mm2-eos records_per_s", "mm2-eos cpu_s_per_m",
+                   "mm2-eos cpu_s_per_m_without_compiler"))] for block in summary["datasets"].values()]),
     ]
-    for block in summary["datasets"].values():
-        for variant, v in block["variants"].items():
-            lines.append(f"| {_dataset_name(block)} | {label(variant, 1)} | {v['records_per_s']:,} | "
-                         f"{v['mb_per_s']:.2f} | {v['cpu_s_per_m']:.2f} | {v['cpu_s_per_m_without_compiler']:.2f} | "
-                         f"{v['peak_rss_mb']:.0f} MB | {v['records_checked']:,} | {v['runs']} / {v['failed']} |")
-    lines += ["", "| dataset | exactly-once / our at-least-once (rate) | ours / MirrorMaker 2, both exactly-once "
-              "(rate) | (CPU per record) | (CPU without JIT) |", "|---|---|---|---|---|"]
-    for block in summary["datasets"].values():
-        r = block["ratios"]
-        lines.append(f"| {_dataset_name(block)} | {_ratio(r.get('ureplicator-eos/ureplicator records_per_s'))} | "
-                     f"{_ratio(r.get('ureplicator-eos/mm2-eos records_per_s'))} | "
-                     f"{_ratio(r.get('ureplicator-eos/mm2-eos cpu_s_per_m'))} | "
-                     f"{_ratio(r.get('ureplicator-eos/mm2-eos cpu_s_per_m_without_compiler'))} |")
     for note in entry.get("notes", []):
         lines += ["", f"- {note}"]
     return "\n".join(lines)
@@ -1276,7 +1196,7 @@ def _ints(text: str) -> list[int]:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m bench.throughput", description=__doc__.splitlines()[0])
+    parser = cli_parser("python -m bench.throughput", __doc__, "1g", render=True)
     parser.add_argument("--quick", action="store_true",
                         help="smoke run: 4M x 100 B + 1.5M x 1 KB, warm-up 2 s, window 4 s, scaling 1,2")
     parser.add_argument("--records-100b", type=int, default=None, help="100 B backlog (default 60,000,000)")
@@ -1302,12 +1222,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="start no run that could end after this local time; the runs done are written")
     parser.add_argument("--drain-timeout", type=float, default=None,
                         help="seconds per run before it counts as failed (default: backlog / 10k rec/s, >= 600)")
-    parser.add_argument("--broker-heap", default="1g", help="heap of each local broker (default 1g)")
     parser.add_argument("--worker-repo", type=Path, default=REPO,
                         help="run controller and worker from this checkout (its .venv/bin/python if present)")
-    parser.add_argument("--no-write", action="store_true", help="print only; no JSON, no docs section")
-    parser.add_argument("--render", type=Path, default=None, metavar="RESULTS_JSON",
-                        help="only re-write the docs section from the last full run in RESULTS_JSON")
     args = parser.parse_args(argv)
     args.records_100b = args.records_100b or (4_000_000 if args.quick else 60_000_000)
     args.records_1kb = args.records_1kb or (1_500_000 if args.quick else 20_000_000)
@@ -1364,10 +1280,6 @@ def worker_python(repo: Path) -> str:
     return str(own) if own.exists() else sys.executable
 
 
-def _interrupt(signum: int, _frame: object) -> None:
-    raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
-
-
 def render_file(path: Path) -> int:
     """``--render FILE``: the throughput or exactly-once section from FILE's last full run."""
     entries = json.loads(path.read_text())
@@ -1400,8 +1312,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     # SIGTERM (and SIGINT, also when the shell started us in the background with it
     # ignored) unwinds like Ctrl-C, so every process and the stack are stopped.
-    signal.signal(signal.SIGTERM, _interrupt)
-    signal.signal(signal.SIGINT, _interrupt)
+    install_signal_handlers()
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     if args.render is not None:
         return render_file(args.render)
     wall = time.monotonic()
@@ -1514,7 +1426,6 @@ def main(argv: list[str] | None = None) -> int:
                      f"{code_before['commit']} -> {code['commit']}); runs may mix both versions.")
         say(notes[-1])
     summary = summarize(bench.runs, datasets, args.scale)
-    print_summary(summary)
     entry = {
         "schema": SCHEMA,
         "date": now.isoformat(timespec="seconds"),
@@ -1555,7 +1466,9 @@ def main(argv: list[str] | None = None) -> int:
     results = RESULTS_DIR / f"{kind}-{now.strftime('%Y-%m-%d')}.json"
     entry["results_file"] = str(results.relative_to(REPO))
     (workdir / "result.json").write_text(json.dumps(entry, indent=2) + "\n")
-    (workdir / "section.md").write_text((render_eos_section if args.exactly_once else render_section)(entry) + "\n")
+    section_text = (render_eos_section if args.exactly_once else render_section)(entry)
+    (workdir / "section.md").write_text(section_text + "\n")
+    print(section_text)  # the summary on the terminal is the section the run renders
     if args.no_write:
         say(f"--no-write: result and docs section left in {workdir.relative_to(REPO)}")
     else:

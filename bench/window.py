@@ -1,21 +1,7 @@
 """The steady-state measuring window of the throughput benchmark: when it opens and closes, and its CPU arithmetic.
 
-Pure logic, no I/O: ``bench/throughput.py`` feeds it samples it read from the
-destination cluster and from procfs. One rule for every variant:
-
-* the window opens ``warmup_s`` after the first record was seen on the destination
-  (so JVM/Connect start-up, group joins and JIT warm-up are before it) and closes
-  ``steady_s`` later;
-* throughput = destination records that arrived between the two samples taken at
-  the opening and the closing, divided by the time between those samples;
-* CPU = user + system seconds of the variant's processes between the same two
-  samples (process totals from ``/proc/<pid>/stat``, which keep the time of threads
-  that exited), and the part of it spent by JVM JIT compiler threads
-  (``C1 CompilerThre``/``C2 CompilerThre``, from ``/proc/<pid>/task/<tid>/stat``).
-  HotSpot starts and stops compiler threads on demand, so per-thread CPU is kept
-  from the last sample in which each thread was seen (``ThreadLedger``);
-* a run whose destination was complete before the window closed measured a
-  shorter window and is not valid.
+Pure logic: the window opens ``warmup_s`` after the first destination record and closes ``steady_s`` later;
+rates and CPU come from the two edge samples only.
 """
 
 from __future__ import annotations
