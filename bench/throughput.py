@@ -1308,6 +1308,53 @@ def plan_runs(datasets: list[Dataset], variants: list[str], scales: list[int],
     return order
 
 
+def _attempt(bench: Bench, ds: Dataset, variant: str, scale: int, rnd: int, notes: list[str]) -> Run:
+    """One run; a run that drained its backlog early is repeated once on a topped-up backlog."""
+    for attempt in (1, 2):
+        try:
+            return RUNNERS[variant](bench, ds, rnd, scale)
+        except BacklogTooShort as exc:
+            run = Run(variant, scale, ds.label, rnd, bench.counter, ds.records, error=str(exc))
+            if attempt == 2:
+                return run
+            bigger = top_up_size(ds.records, exc.rate, bench.plan)
+            say(f"  {exc}; topping the backlog up to {bigger:,} records and running it again")
+            notes.append(f"{label(variant, scale)} {ds.label} drained the {ds.records:,}-record "
+                         f"backlog before its window closed (at ~{exc.rate / 1000:.0f}k records/s); "
+                         f"the backlog was topped up to {bigger:,} records and the run repeated.")
+            try:
+                check_disk(bench.workdir, ds, bigger)
+                old, ds.records = ds.records, bigger
+                preload(bench.services, ds, start=old)
+            except (BenchError, KafkaException) as grow_error:
+                run.error = f"{exc}; top-up failed: {grow_error}"
+                return run
+        except (BenchError, UReplicatorError, TimeoutError, ValueError) as exc:
+            return Run(variant, scale, ds.label, rnd, bench.counter, ds.records, error=str(exc))
+    raise AssertionError("unreachable")
+
+
+def _profile(bench: Bench, ds: Dataset, day: str) -> dict[str, Any] | None:
+    """``--profile``: py-spy the worker in one extra, untimed run; its summary (the raw stacks are kept aside)."""
+    out = bench.workdir / f"profile-{ds.label}.txt"
+    say(f"profiling run: ureplicator {ds.label} (not counted in the results)")
+    try:
+        prun = run_ureplicator(bench, ds, 0, 1, profile_to=out)
+        if not out.exists():
+            return None
+        profile = {"dataset": ds.label, "records_per_s_while_profiled": round(prun.records_per_s),
+                   **summarize_profile(out)}
+        # The raw stacks are per-sample data: over RAW_LIMIT_BYTES they go to the git-ignored raw/.
+        folder = RESULTS_DIR / "raw" if out.stat().st_size > RAW_LIMIT_BYTES else RESULTS_DIR
+        folder.mkdir(exist_ok=True)
+        keep = folder / f"throughput-profile-{day}-{ds.label}.txt"
+        shutil.copyfile(out, keep)
+        return {**profile, "raw_file": str(keep.relative_to(REPO))}
+    except Exception as exc:  # optional extra: never lose the measured runs over it
+        say(f"  profiling run failed: {exc!r}")
+        return None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     # SIGTERM (and SIGINT, also when the shell started us in the background with it
@@ -1318,7 +1365,6 @@ def main(argv: list[str] | None = None) -> int:
         return render_file(args.render)
     wall = time.monotonic()
     now = datetime.now(timezone.utc)
-    stamp = now.strftime("%H%M%S")
     everything = {"100B": Dataset("100B", 100, args.records_100b), "1KB": Dataset("1KB", 1024, args.records_1kb)}
     datasets = [everything[d] for d in args.datasets]
     drain_timeout = args.drain_timeout or max(600.0, max(d.records for d in datasets) / 10_000)
@@ -1345,58 +1391,28 @@ def main(argv: list[str] | None = None) -> int:
     rounds_done = 0
     interrupted = False
     with own_stack("throughput", args.broker_heap) as (services, _):
-        bench = Bench(services, workdir, stamp, Plan(args.warmup, args.steady), drain_timeout, repo=run_from,
-                      python=worker_python(repo))
-        bench.destination = Offsets(services["destination"])
+        bench = Bench(services, workdir, now.strftime("%H%M%S"), Plan(args.warmup, args.steady), drain_timeout,
+                      repo=run_from, python=worker_python(repo), destination=Offsets(services["destination"]))
         for ds in datasets:
             preload(services, ds)
         warm_group_coordinator(services["source"], datasets[0].topic)
         try:
             for rnd, ds, variant, scale in order:
                 if args.stop_by is not None and time.time() + args.warmup + args.steady + 120 > args.stop_by:
-                    left = len(order) - len(bench.runs)
-                    notes.append(f"Stopped before the {left} remaining run(s): they would have ended after "
-                                 f"--stop-by {time.strftime('%H:%M', time.localtime(args.stop_by))}.")
+                    notes.append(f"Stopped before the {len(order) - len(bench.runs)} remaining run(s): they would "
+                                 f"have ended after --stop-by {time.strftime('%H:%M', time.localtime(args.stop_by))}.")
                     say(notes[-1])
                     break
                 say(f"round {rnd}/{args.rounds}: {label(variant, scale)} {ds.label} ({ds.records:,} records) "
                     f"[{(time.monotonic() - wall) / 60:.1f} min in, load {load_average()[0]}]")
-                run = None
-                for attempt in (1, 2):
-                    try:
-                        run = RUNNERS[variant](bench, ds, rnd, scale)
-                        break
-                    except BacklogTooShort as exc:
-                        run = Run(variant, scale, ds.label, rnd, bench.counter, ds.records, error=str(exc))
-                        if attempt == 2:
-                            break
-                        bigger = top_up_size(ds.records, exc.rate, bench.plan)
-                        say(f"  {exc}; topping the backlog up to {bigger:,} records and running it again")
-                        notes.append(f"{label(variant, scale)} {ds.label} drained the {ds.records:,}-record "
-                                     f"backlog before its window closed (at ~{exc.rate / 1000:.0f}k records/s); "
-                                     f"the backlog was topped up to {bigger:,} records and the run repeated.")
-                        try:
-                            check_disk(workdir, ds, bigger)
-                            old = ds.records
-                            ds.records = bigger
-                            preload(services, ds, start=old)
-                        except (BenchError, KafkaException) as grow_error:
-                            run.error = f"{exc}; top-up failed: {grow_error}"
-                            break
-                    except (BenchError, UReplicatorError, TimeoutError, ValueError) as exc:
-                        run = Run(variant, scale, ds.label, rnd, bench.counter, ds.records, error=str(exc))
-                        break
-                assert run is not None
+                run = _attempt(bench, ds, variant, scale, rnd, notes)
                 bench.runs.append(run)
-                if run.ok:
-                    say(f"  {label(variant, scale)} {ds.label}: {run.records_per_s:,.0f} rec/s "
-                        f"({run.mb_per_s:.1f} MB/s) over {run.window_s:.1f}s, thirds {run.extra['rate_thirds']}; "
-                        f"CPU {run.cpu_s_per_m:.2f} s/M ({run.cpu_s_per_m_without_compiler:.2f} without JIT); "
-                        f"first record after {run.first_record_s:.1f}s; "
-                        f"{run.extra.get('end', {}).get('records_checked', 0):,} records checked exactly; "
-                        f"machine busy {run.extra.get('machine_busy_pct')}%")
-                else:
-                    say(f"  FAILED: {run.error}")
+                say(f"  {label(variant, scale)} {ds.label}: {run.records_per_s:,.0f} rec/s "
+                    f"({run.mb_per_s:.1f} MB/s) over {run.window_s:.1f}s, thirds {run.extra['rate_thirds']}; "
+                    f"CPU {run.cpu_s_per_m:.2f} s/M ({run.cpu_s_per_m_without_compiler:.2f} without JIT); "
+                    f"first record after {run.first_record_s:.1f}s; "
+                    f"{run.extra.get('end', {}).get('records_checked', 0):,} records checked exactly; "
+                    f"machine busy {run.extra.get('machine_busy_pct')}%" if run.ok else f"  FAILED: {run.error}")
                 rounds_done = rnd
         except KeyboardInterrupt:
             # Keep what was measured: the completed runs are summarized and written below.
@@ -1404,28 +1420,13 @@ def main(argv: list[str] | None = None) -> int:
             say(notes[-1] + " Writing the completed runs.")
             interrupted = True
         if args.profile and "ureplicator" in args.variants and not interrupted:
-            ds = datasets[0]
-            out = workdir / f"profile-{ds.label}.txt"
-            say(f"profiling run: ureplicator {ds.label} (not counted in the results)")
-            try:
-                prun = run_ureplicator(bench, ds, 0, 1, profile_to=out)
-                if out.exists():
-                    profile = {"dataset": ds.label, "records_per_s_while_profiled": round(prun.records_per_s),
-                               **summarize_profile(out)}
-                    # The raw stacks are per-sample data: over RAW_LIMIT_BYTES they go to the git-ignored raw/.
-                    folder = RESULTS_DIR / "raw" if out.stat().st_size > RAW_LIMIT_BYTES else RESULTS_DIR
-                    folder.mkdir(exist_ok=True)
-                    keep = folder / f"throughput-profile-{now.strftime('%Y-%m-%d')}-{ds.label}.txt"
-                    shutil.copyfile(out, keep)
-                    profile["raw_file"] = str(keep.relative_to(REPO))
-            except Exception as exc:  # optional extra: never lose the measured runs over it
-                say(f"  profiling run failed: {exc!r}")
+            profile = _profile(bench, datasets[0], now.strftime("%Y-%m-%d"))
     code = code_version(run_from)
-    if code["sources_sha256"] != code_before["sources_sha256"]:
+    changed = code["sources_sha256"] != code_before["sources_sha256"]
+    if changed:
         notes.append("The worker/common sources changed while this benchmark ran (commit "
                      f"{code_before['commit']} -> {code['commit']}); runs may mix both versions.")
         say(notes[-1])
-    summary = summarize(bench.runs, datasets, args.scale)
     entry = {
         "schema": SCHEMA,
         "date": now.isoformat(timespec="seconds"),
@@ -1437,16 +1438,11 @@ def main(argv: list[str] | None = None) -> int:
         "load_at_end": load_average(),
         "machine": machine,
         "code": code_before,  # what the runs started with; code_at_end when it changed meanwhile
-        **({"code_at_end": code} if code["sources_sha256"] != code_before["sources_sha256"] else {}),
+        **({"code_at_end": code} if changed else {}),
         "rounds_done": rounds_done,
         "settings": {
-            "variants": args.variants,
-            "scales": args.scale,
-            "partitions": PARTITIONS,
-            "warmup_s": args.warmup,
-            "steady_s": args.steady,
-            "settle_s": SETTLE_S,
-            "end": "stop",
+            "variants": args.variants, "scales": args.scale, "partitions": PARTITIONS,
+            "warmup_s": args.warmup, "steady_s": args.steady, "settle_s": SETTLE_S, "end": "stop",
             "broker_heap": args.broker_heap,
             "producer": {k: v for k, v in PRODUCER_SETTINGS.items() if not k.startswith("queue.")},
             "consumer": CONSUMER_SETTINGS,
@@ -1457,25 +1453,24 @@ def main(argv: list[str] | None = None) -> int:
             "worker_ran_from": "a copy taken at the start" if run_from != repo else "the checkout in place",
             "worker_python": worker_python(repo),
         },
-        "summary": summary,
+        "summary": summarize(bench.runs, datasets, args.scale),
         "runs": [r.to_json() for r in bench.runs],
         "profile": profile,
         "notes": notes,
     }
-    kind = "throughput-eos" if args.exactly_once else "throughput"
-    results = RESULTS_DIR / f"{kind}-{now.strftime('%Y-%m-%d')}.json"
+    section = by_name("eos-bench" if args.exactly_once else "throughput-bench")
+    results = RESULTS_DIR / f"{section.prefix}-{now.strftime('%Y-%m-%d')}.json"
     entry["results_file"] = str(results.relative_to(REPO))
     (workdir / "result.json").write_text(json.dumps(entry, indent=2) + "\n")
-    section_text = (render_eos_section if args.exactly_once else render_section)(entry)
-    (workdir / "section.md").write_text(section_text + "\n")
-    print(section_text)  # the summary on the terminal is the section the run renders
+    text = (render_eos_section if args.exactly_once else render_section)(entry)
+    (workdir / "section.md").write_text(text + "\n")
+    print(text)  # the summary on the terminal is the section the run renders
     if args.no_write:
         say(f"--no-write: result and docs section left in {workdir.relative_to(REPO)}")
     else:
-        # The section is rendered from the results file, as by python -m bench.render: from its last
-        # full run, so a smoke run (--quick) is recorded but never published over a full run's numbers.
+        # Rendered from the results file, as by python -m bench.render: from its last full run,
+        # so a smoke run (--quick) is recorded but never published over a full run's numbers.
         append_json(results, entry)
-        section = by_name("eos-bench" if args.exactly_once else "throughput-bench")
         replace_section(DOC, section.start, section.end, section.render(results))
         say(f"results appended to {results.relative_to(REPO)}; section rendered in {DOC.relative_to(REPO)}"
             + (f" (quick: this run is in {workdir.relative_to(REPO)}/section.md)" if args.quick else ""))
