@@ -33,6 +33,7 @@ from bench import mm2
 from bench.common import REPO, code_version, fmt_load, load_average, machine_info, proc_sample
 from bench.harness import KEY, BenchError, CheckoutProcesses, Flow, Load, Pipeline, load_line
 from bench.recording import parser, rendered, run_and_record
+from bench.render import table
 from devtools.harness import Proc, Processes, bench_dir, create_topic, end_offsets, own_stack, say, wait_for
 
 PARTITIONS = 16
@@ -57,7 +58,6 @@ MM2_LOW_LATENCY: dict[str, Any] = {
 }
 # All four by default: the yardstick compares both systems at both settings in one run.
 VARIANTS = ("ureplicator-default", "ureplicator-low-latency", "mirrormaker2-low-latency", "mirrormaker2-default")
-ALL_VARIANTS = VARIANTS
 
 
 # ----------------------------------------------------------------------------- pure arithmetic
@@ -729,28 +729,11 @@ def render(entry: dict[str, Any]) -> str:
         "leg* (source consumer → destination consumer). Everything shares 2 cores: both brokers, ZooKeeper, "
         "the replicator, the load producer and both probes.",
         "",
-        "| variant | settings |",
-        "|---|---|",
-    ]
-    for v in entry["variants"]:
-        lines.append(f"| {v['variant']} | {settings_cell(v)} |")
-    lines += [
+        *table(["variant", "settings"], [[v["variant"], settings_cell(v)] for v in entry["variants"]]),
         "",
-        "| variant | rate | p50 | p95 | p99 | max | source leg p50 / p99 | replicator leg p50 / p99 | "
-        "replicator CPU | CPU per record | loop thread: on a CPU / waiting for one | sustained |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
-    ]
-    for v in entry["variants"]:
-        for r in v["rates"]:
-            legs = (f"{r['source_leg_p50_ms']:,.0f} / {r['source_leg_p99_ms']:,.0f} ms",
-                    f"{r['replicator_p50_ms']:,.0f} / {r['replicator_p99_ms']:,.0f} ms") \
-                if "replicator_p50_ms" in r else ("–", "–")
-            lines.append(
-                f"| {v['variant']} | {r['rate']:,}/s | {r['p50_ms']:,.1f} ms | {r['p95_ms']:,.1f} ms | "
-                f"**{r['p99_ms']:,.1f} ms** | {r['max_ms']:,.0f} ms | {legs[0]} | {legs[1]} | "
-                f"{r.get('cpu_percent', 0):.0f} % | {r.get('cpu_us_per_record', 0):.0f} µs | {_loop(r)} | "
-                f"{'yes' if r['sustained'] else 'no (' + ', '.join(_why_not(r)) + ')'} |")
-    lines += [
+        *table(["variant", "rate", "p50", "p95", "p99", "max", "source leg p50 / p99", "replicator leg p50 / p99",
+                "replicator CPU", "CPU per record", "loop thread: on a CPU / waiting for one", "sustained"],
+               [_rate_row(v, r) for v in entry["variants"] for r in v["rates"]], "lrrrrrrrrrr"),
         "",
         "*Replicator CPU* is user + system time of the variant's processes (ureplicator: controller + workers; "
         "MirrorMaker 2: its JVM, compiler and GC threads included) over the measured window, in % of one core; "
@@ -768,6 +751,15 @@ def render(entry: dict[str, Any]) -> str:
     ]
     lines += [f"- {line}" for line in analysis(entry)]
     return "\n".join(lines)
+
+
+def _rate_row(v: dict[str, Any], r: dict[str, Any]) -> list[str]:
+    legs = [f"{r[f'{leg}_p50_ms']:,.0f} / {r[f'{leg}_p99_ms']:,.0f} ms" if "replicator_p50_ms" in r else "–"
+            for leg in ("source_leg", "replicator")]
+    return [v["variant"], f"{r['rate']:,}/s", f"{r['p50_ms']:,.1f} ms", f"{r['p95_ms']:,.1f} ms",
+            f"**{r['p99_ms']:,.1f} ms**", f"{r['max_ms']:,.0f} ms", *legs, f"{r.get('cpu_percent', 0):.0f} %",
+            f"{r.get('cpu_us_per_record', 0):.0f} µs", _loop(r),
+            "yes" if r["sustained"] else "no (" + ", ".join(_why_not(r)) + ")"]
 
 
 def settings_cell(v: dict[str, Any]) -> str:
@@ -932,21 +924,13 @@ def analysis(entry: dict[str, Any]) -> list[str]:
 
 
 
-def print_summary(entry: dict[str, Any]) -> None:
-    for v in entry["variants"]:
-        for r in v["rates"]:
-            print(f"{v['variant']:<26} {r['rate']:>7,}/s  p50 {r['p50_ms']:>7.1f}  p95 {r['p95_ms']:>7.1f}  "
-                  f"p99 {r['p99_ms']:>7.1f}  max {r['max_ms']:>7.1f} ms  CPU {r.get('cpu_percent', 0):>5.1f} % "
-                  f"{r.get('cpu_us_per_record', 0):>5.1f} us/rec  {'sustained' if r['sustained'] else 'NOT'}")
-
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     cli = parser("python -m bench.latency", __doc__, "512m", render=True)
     cli.add_argument("--quick", action="store_true", help="smoke run: rates 5k and 20k, 3 s + 10 s per rate")
     cli.add_argument("--rates", default=None, help="records/s, comma-separated (5000,20000,50000; quick "
                                                        "5000,20000)")
     cli.add_argument("--variants", default=",".join(VARIANTS),
-                        help=f"comma-separated, run in this order (known: {', '.join(ALL_VARIANTS)})")
+                        help=f"comma-separated, run in this order (known: {', '.join(VARIANTS)})")
     cli.add_argument("--set", dest="sets", action="append", default=[], type=parse_setting, metavar="KEY=VALUE",
                         help="override a key of ureplicator-low-latency, e.g. worker.fetch_wait_ms=2 "
                              "(repeatable; dotted pipeline keys as in docs/configuration.md)")
@@ -979,8 +963,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if rendered(args, "latency-bench"):
         return 0
-    return run_and_record(lambda: run(args), section="latency-bench",
-                          summary=print_summary, no_write=args.no_write)
+    return run_and_record(lambda: run(args), section="latency-bench", no_write=args.no_write)
 
 
 if __name__ == "__main__":

@@ -52,7 +52,8 @@ def run_and_record(run: Callable[[], Entry], *, section: Section | str,
 
     130 when interrupted; ``failed_status`` (after ``<failed>: <error>``) when ``run`` raises
     one of ``BENCH_ERRORS``; otherwise what ``summary`` returned (None or no summary: 0).
-    ``summary`` may still amend the entry: it runs before anything is written.
+    ``summary`` may still amend the entry: it runs before anything is written; without one the
+    entry's rendered section is printed.
     ``section`` (a :class:`bench.render.Section` or its name) names the results files and the
     doc section. ``written`` is the progress line after recording, formatted with ``path``
     (the results file) and ``doc``. ``results_dir`` and ``doc`` default to ``bench/results``
@@ -70,9 +71,11 @@ def run_and_record(run: Callable[[], Entry], *, section: Section | str,
     except BENCH_ERRORS as exc:
         common.say(f"{failed}: {exc}")
         return failed_status
+    path = results_dir / f"{section.prefix}-{entry['date'][:10]}.json"
+    if summary is None:  # the run's own section is its summary
+        print(section.render_entry(entry, path))
     status = summary(entry) if summary is not None else None
     if not no_write:
-        path = results_dir / f"{section.prefix}-{entry['date'][:10]}.json"
         common.append_json(path, entry)  # only a summary when the raw samples went to results/raw/
         common.replace_section(doc, section.start, section.end, section.render(path))
         common.say(written.format(path=path, doc=doc))

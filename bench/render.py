@@ -63,12 +63,14 @@ class Section:
         loaded = json.loads(path.read_text())
         entries = loaded if isinstance(loaded, list) else [loaded]
         # A smoke run (--quick) is recorded but never replaces a full run in the doc.
-        entry = next((e for e in reversed(entries) if not e.get("quick")), entries[-1])
+        return self.render_entry(next((e for e in reversed(entries) if not e.get("quick")), entries[-1]), path)
+
+    def render_entry(self, entry: Entry, path: Path) -> str:
+        """``entry`` as the section shows it; ``path`` is its results file (which need not exist yet)."""
         args: tuple[Any, ...] = ()
         if self.extra is not None:
             entry, args = self.extra(path, entry)
-        render = getattr(importlib.import_module(self.module), self.function)
-        return render(entry, *args)
+        return getattr(importlib.import_module(self.module), self.function)(entry, *args)
 
 
 def _verifier(path: Path, entry: Entry) -> tuple[Entry, tuple[Any, ...]]:

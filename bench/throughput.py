@@ -1462,7 +1462,7 @@ def main(argv: list[str] | None = None) -> int:
     results = RESULTS_DIR / f"{section.prefix}-{now.strftime('%Y-%m-%d')}.json"
     entry["results_file"] = str(results.relative_to(REPO))
     (workdir / "result.json").write_text(json.dumps(entry, indent=2) + "\n")
-    text = (render_eos_section if args.exactly_once else render_section)(entry)
+    text = section.render_entry(entry, results)
     (workdir / "section.md").write_text(text + "\n")
     print(text)  # the summary on the terminal is the section the run renders
     if args.no_write:
