@@ -25,53 +25,19 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import psutil
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
-from bench import mm2
+from bench import common, mm2, window
 from bench import render as bench_render
-from bench.common import (
-    CONSUMER_SETTINGS,
-    DOC,
-    PRODUCER_SETTINGS,
-    RAW_LIMIT_BYTES,
-    REPO,
-    RESULTS_DIR,
-    append_json,
-    code_version,
-    load_average,
-    machine_info,
-    proc_sample,
-    replace_section,
-)
 from bench.harness import BenchError, CheckoutProcesses, Pipeline, install_signal_handlers
 from bench.recording import parser as cli_parser
 from bench.render import by_name, table
-from bench.window import (
-    Measured,
-    Plan,
-    Point,
-    ThreadLedger,
-    compiler_cpu,
-    measure,
-    rate_spread,
-    thread_cpu_between,
-    thread_group,
-)
-from devtools import jvm
-from devtools.harness import (
-    Offsets,
-    Proc,
-    Processes,
-    create_topic,
-    delete_topics,
-    list_topics,
-    own_stack,
-    say,
-    wait_for,
-)
+from bench.window import Plan, Point
+from devtools import harness, jvm
+from devtools.harness import Offsets, Proc, Processes, say
 from ureplicator.common.errors import UReplicatorError
 
 SCHEMA = 2  # results entries written by this method (steady window); older entries are not rendered
@@ -90,7 +56,8 @@ SETTLE_S = 3.0  # after the destination reached the source's end offsets: late d
 PROGRESS_S = 5.0
 PRELOAD_PROCESSES = 2
 # Hand-written method notes and findings (prose only: every table is rendered from results JSON).
-NOTES = REPO / "bench" / "throughput-notes.md"
+NOTES = common.REPO / "bench" / "throughput-notes.md"
+Threads = dict[tuple[int, int], tuple[str, float]]  # (pid, tid) -> (group name, CPU seconds)
 
 
 def label(variant: str, scale: int) -> str:
@@ -148,7 +115,7 @@ class Run:
     compiler_cpu_s: float = 0.0
     cpu_s_per_m: float = 0.0
     cpu_s_per_m_without_compiler: float = 0.0
-    drained_s: float = 0.0  # first destination record -> every partition at the source's end offset
+    drained_s: float = 0.0  # kept in the results format; the "stop" end never drains
     count_diff: dict[str, int] = field(default_factory=dict)  # partition -> destination - source (exact: empty)
     peak_rss_bytes: int = 0  # sum of the mirroring processes' VmHWM (controller excluded)
     load_before: tuple[float, float, float] = (0.0, 0.0, 0.0)
@@ -168,28 +135,26 @@ class Bench:
     stamp: str
     plan: Plan
     drain_timeout_s: float
-    repo: Path = REPO  # checkout the controller and worker run from (--worker-repo)
+    repo: Path = common.REPO  # checkout the controller and worker run from (--worker-repo)
     python: str = sys.executable  # the interpreter they run with
     runs: list[Run] = field(default_factory=list)
     counter: int = 0
     destination: Offsets | None = None
 
-    def next_run(self) -> int:
+    def start(self, variant: str, scale: int, ds: Dataset, rnd: int) -> tuple[Run, Path]:
+        """A new run and its log folder."""
         self.counter += 1
-        return self.counter
-
-    def run_dir(self, run_no: int, variant: str, scale: int, dataset: Dataset) -> Path:
-        path = self.workdir / f"run{run_no:02d}-{variant}{scale}-{dataset.label}"
-        path.mkdir(parents=True, exist_ok=True)
-        return path
+        folder = self.workdir / f"run{self.counter:02d}-{variant}{scale}-{ds.label}"
+        folder.mkdir(parents=True, exist_ok=True)
+        return Run(variant, scale, ds.label, rnd, self.counter, ds.records), folder
 
 
-# ----------------------------------------------------------------------------- procfs
+# ----------------------------------------------------------------------------- sampling
 
 
-def threads_of(pids: list[int]) -> dict[tuple[int, int], tuple[str, float]]:
-    """CPU seconds per thread of ``pids``: (pid, tid) -> (group name, user + system seconds)."""
-    out: dict[tuple[int, int], tuple[str, float]] = {}
+def threads_of(pids: list[int]) -> Threads:
+    """CPU seconds per thread of ``pids``, by thread group (:func:`bench.window.thread_group`)."""
+    out: Threads = {}
     for pid in pids:
         try:
             threads = psutil.Process(pid).threads()
@@ -200,18 +165,18 @@ def threads_of(pids: list[int]) -> dict[tuple[int, int], tuple[str, float]]:
                 name = Path(f"/proc/{pid}/task/{thread.id}/comm").read_text().rstrip("\n")
             except OSError:
                 continue
-            out[(pid, thread.id)] = (thread_group(name, thread.id == pid), thread.user_time + thread.system_time)
+            out[(pid, thread.id)] = (window.thread_group(name, thread.id == pid), thread.user_time + thread.system_time)
     return out
 
 
 def cpu_of(pids: list[int]) -> float | None:
     """User + system seconds of ``pids`` (every thread, exited ones included); None if one is gone."""
-    samples = [proc_sample(pid) for pid in pids]
+    samples = [common.proc_sample(pid) for pid in pids]
     return None if None in samples else sum(p.cpu_s for p in samples if p is not None)
 
 
 def cpu_pressure_us() -> int | None:
-    """Total microseconds some task waited for a CPU (PSI), or None without PSI."""
+    """Total microseconds some task waited for a CPU (PSI, which psutil does not read), or None without PSI."""
     try:
         for line in Path("/proc/pressure/cpu").read_text().splitlines():
             if line.startswith("some "):
@@ -224,47 +189,35 @@ def cpu_pressure_us() -> int | None:
 def machine_busy_ticks() -> tuple[float, float]:
     """(busy, total) CPU seconds of all cores since boot (idle and iowait are not busy)."""
     times = psutil.cpu_times()
-    total = sum(times)
-    return total - times.idle - getattr(times, "iowait", 0.0), total
+    return sum(times) - times.idle - getattr(times, "iowait", 0.0), sum(times)
+
+
+class Edge(NamedTuple):
+    point: Point
+    threads: Threads
+    pressure_us: int | None
+    busy: tuple[float, float]
 
 
 # ----------------------------------------------------------------------------- measuring
 
 
-@dataclass
-class Edge:
-    point: Point
-    threads: dict[tuple[int, int], tuple[str, float]]
-    pressure_us: int | None
-    busy: tuple[float, float]
-
-
 def observe(bench: Bench, run: Run, name: str, topic: str, ds: Dataset, pids: list[int], started: float,
             alive: Callable[[], str | None], rss_pids: list[int], stop: Callable[[], None],
             transactional: bool = False) -> None:
-    """Measure the window, then end the run and check the destination exactly; fill ``run``.
+    """Measure the window, then stop the variant (``stop``, graceful) and check the destination exactly; fill ``run``.
 
-    ``pids`` are the processes whose CPU counts, ``rss_pids`` those whose peak RSS does;
-    ``started`` is when the variant was handed its work (for the first-record time only).
-    When the window closes the variant is stopped with ``stop`` (SIGTERM, graceful) and
-    every destination record is verified by identity (:func:`verify`).
-
-    ``transactional``: the destination holds transaction markers, which take offsets but are
-    no records. The end check then reads ``read_committed`` and checks order by position
-    (:func:`verify`), and every rate is scaled by records per offset it counted,
-    so markers never count as copied records (MirrorMaker 2 commits a transaction per poll,
-    so it writes more of them than we do).
+    ``pids`` count for CPU, ``rss_pids`` for peak RSS; ``started`` is when the variant got its work.
+    ``transactional``: markers take offsets but are no records, so the end check reads ``read_committed``
+    and every rate is scaled by the records per offset it counted.
     """
     assert bench.destination is not None
-    plan = bench.plan
-    targets = ds.targets()
-    ledger = ThreadLedger()
+    plan, targets, ledger = bench.plan, ds.targets(), window.ThreadLedger()
     first_at: float | None = None
     opened: Edge | None = None
     closed: Edge | None = None
     series: list[tuple[float, int]] = []
-    last_threads = 0.0
-    last_print, last_n = started, 0
+    last_threads, last_print, last_n = 0.0, started, 0
 
     def edge(now: float, n: int) -> Edge:
         ledger.update(threads_of(pids))
@@ -273,7 +226,7 @@ def observe(bench: Bench, run: Run, name: str, topic: str, ds: Dataset, pids: li
             raise BenchError(f"{name}: a mirroring process vanished at {n:,} records")
         return Edge(Point(now, n, cpu), ledger.snapshot(), cpu_pressure_us(), machine_busy_ticks())
 
-    while True:
+    while closed is None:
         ends = bench.destination.end(topic, PARTITIONS)
         now = time.monotonic()
         n = sum(ends) if ends else 0
@@ -289,7 +242,7 @@ def observe(bench: Bench, run: Run, name: str, topic: str, ds: Dataset, pids: li
                 raise BacklogTooShort(f"{name}: the {ds.records:,}-record backlog was drained during the warm-up",
                                       n / max(now - first_at, 1e-3))
             opened = edge(now, n)
-        if opened is not None and closed is None:
+        if opened is not None:
             if complete:  # the window would include idle time: its rate would be too low
                 raise BacklogTooShort(f"{name}: the {ds.records:,}-record backlog was drained "
                                       f"{now - opened.point.t:.1f}s into the {plan.steady_s:.0f}s window",
@@ -297,8 +250,8 @@ def observe(bench: Bench, run: Run, name: str, topic: str, ds: Dataset, pids: li
             series.append((round(now - opened.point.t, 3), n))
             if now >= plan.closes_at(opened.point.t):
                 closed = edge(now, n)
-                run.load_window = load_average()
-                run.peak_rss_bytes = sum(p.hwm_bytes for p in map(proc_sample, rss_pids) if p)
+                run.load_window = common.load_average()
+                run.peak_rss_bytes = sum(p.hwm_bytes for p in map(common.proc_sample, rss_pids) if p)
                 rate = (closed.point.records - opened.point.records) / (closed.point.t - opened.point.t)
                 say(f"  {name}: window closed: {rate / 1000:.1f}k rec/s; stopping it")
                 break
@@ -313,7 +266,7 @@ def observe(bench: Bench, run: Run, name: str, topic: str, ds: Dataset, pids: li
             say(f"  {name}: {n:>11,}/{ds.records:,} ({100 * n / ds.records:5.1f}%) {rate / 1000:7.1f}k rec/s [{phase}]")
             last_print, last_n = now, n
         time.sleep(POLL_S)
-    assert opened is not None and closed is not None
+    assert opened is not None
     # Stop gracefully, wait until nothing more arrives, then check every record by identity.
     stopping = time.monotonic()
     stop()
@@ -322,61 +275,46 @@ def observe(bench: Bench, run: Run, name: str, topic: str, ds: Dataset, pids: li
     checked = time.monotonic()
     bad, records = verify(bench.services["destination"], topic, final,
                           "read_committed" if transactional else "read_uncommitted")
-    if transactional:
-        run.extra["records_per_offset"] = round(records / sum(final), 6) if sum(final) else 1.0
+    factor = 1.0
+    if transactional:  # offsets -> records: markers are not copied records
+        factor = run.extra["records_per_offset"] = round(records / sum(final), 6) if sum(final) else 1.0
     run.count_diff = {str(p): -n for p, n in bad.items()}
     run.extra["end"] = {"mode": "stop", "records_checked": records, "ends": final,
                         "check_s": round(time.monotonic() - checked, 1)}
     say(f"  {name}: stopped in {run.extra['stop_s']}s; {records:,} destination records checked by identity "
         f"in {run.extra['end']['check_s']}s: " + ("exact" if not bad else f"MISMATCHES {bad}"))
-    groups = thread_cpu_between(opened.threads, closed.threads)
-    result: Measured = measure(opened.point, closed.point, compiler_cpu(groups))
-    if transactional:  # offsets -> records: markers are not copied records
-        factor = run.extra.get("records_per_offset", 1.0)
-        result = measure(Point(opened.point.t, round(opened.point.records * factor), opened.point.cpu_s),
-                         Point(closed.point.t, round(closed.point.records * factor), closed.point.cpu_s),
-                         compiler_cpu(groups))
-    run.window_s = round(result.seconds, 3)
-    run.window_records = result.records
+    groups = window.thread_cpu_between(opened.threads, closed.threads)
+    result = window.measure(*(Point(e.point.t, round(e.point.records * factor) if transactional else e.point.records,
+                                    e.point.cpu_s) for e in (opened, closed)), window.compiler_cpu(groups))
+    run.window_s, run.window_records = round(result.seconds, 3), result.records
     run.records_per_s = round(result.records_per_s, 1)
     run.mb_per_s = round(result.records_per_s * ds.record_bytes / 1e6, 2)
-    run.cpu_s = round(result.cpu_s, 3)
-    run.compiler_cpu_s = round(result.compiler_cpu_s, 3)
+    run.cpu_s, run.compiler_cpu_s = round(result.cpu_s, 3), round(result.compiler_cpu_s, 3)
     run.cpu_s_per_m = round(result.cpu_s_per_m, 3)
     run.cpu_s_per_m_without_compiler = round(result.cpu_s_per_m_without_compiler, 3)
     run.extra["thread_cpu_window_s"] = {k: round(v, 2) for k, v in sorted(groups.items(), key=lambda kv: -kv[1])
                                         if v >= 0.05}
-    run.extra["rate_thirds"] = [round(r) for r in rate_spread(series, 3)]
+    run.extra["rate_thirds"] = [round(r) for r in window.rate_spread(series, 3)]
     if opened.pressure_us is not None and closed.pressure_us is not None:
         run.extra["cpu_pressure_some_pct"] = round((closed.pressure_us - opened.pressure_us) / 1e4 / result.seconds, 1)
-    busy = closed.busy[0] - opened.busy[0]
-    total = closed.busy[1] - opened.busy[1]
+    busy, total = (closed.busy[i] - opened.busy[i] for i in (0, 1))
     run.extra["machine_busy_pct"] = round(100 * busy / total, 1) if total else None
     run.ok = not run.count_diff
     if run.count_diff:
         run.error = f"count check failed: destination - source per partition {run.count_diff}"
 
 
-def _exited(procs: list[Proc]) -> Callable[[], str | None]:
-    """The first of ``procs`` that exited, with its status and last log lines (None while all run)."""
+def _exited(procs: list[Proc], log: Path | None = None) -> Callable[[], str | None]:
+    """The first of ``procs`` that exited, with its status and last log lines (None while all run); with
+    MirrorMaker 2's ``log`` also a refused connector config (MM2 keeps running then; its log says so)."""
+    checked = {"offset": 0}
 
     def check() -> str | None:
         for proc in procs:
             if not proc.alive():
                 return f"{proc.name} exited with status {proc.popen.returncode}; last log lines:\n{proc.tail(15)}"
-        return None
-
-    return check
-
-
-def _mm2_alive(proc: Proc, log: Path) -> Callable[[], str | None]:
-    """MM2 keeps running when its connector config is refused; its log says so."""
-    exited = _exited([proc])
-    checked = {"offset": 0}
-
-    def check() -> str | None:
-        if problem := exited():
-            return problem
+        if log is None:
+            return None
         try:
             with open(log, "rb") as handle:
                 handle.seek(checked["offset"])
@@ -407,8 +345,7 @@ def _settled_ends(bench: Bench, topic: str, quiet_s: float = SETTLE_S, timeout_s
     """The destination's end offsets once they stopped moving for ``quiet_s``."""
     assert bench.destination is not None
     deadline = time.monotonic() + timeout_s
-    last = bench.destination.end(topic, PARTITIONS)
-    since = time.monotonic()
+    last, since = bench.destination.end(topic, PARTITIONS), time.monotonic()
     while time.monotonic() < deadline:
         time.sleep(0.5)
         now = bench.destination.end(topic, PARTITIONS)
@@ -421,12 +358,10 @@ def _settled_ends(bench: Bench, topic: str, quiet_s: float = SETTLE_S, timeout_s
 
 def verify(bootstrap: str, topic: str, ends: list[int], isolation: str = "read_uncommitted",
            timeout_s: float = 900) -> tuple[dict[int, int], int]:
-    """Read every destination record below ``ends``; per partition, how many are not the source's record
-    at their position (the n-th record read must be the source's n-th, by key), and how many records
-    were read. Empty: every partition holds exactly a prefix of its source partition, in order, with no
-    loss and no duplicate; ``read_committed`` (a transactional destination) also with no aborted copy
-    visible, and transaction markers, which take offsets, are skipped."""
-    consumer = Consumer({**CONSUMER_SETTINGS, "bootstrap.servers": bootstrap, "group.id": "bench-verify",
+    """Read every destination record below ``ends``: per partition, how many are not the source's record at
+    their position (by key), and how many records were read. Empty: each partition is an exact, in-order
+    prefix of its source; ``read_committed`` skips aborted copies and the markers (which take offsets)."""
+    consumer = Consumer({**common.CONSUMER_SETTINGS, "bootstrap.servers": bootstrap, "group.id": "bench-verify",
                          "enable.auto.commit": False, "isolation.level": isolation, "log_level": 2})
     wanted = [p for p in range(PARTITIONS) if ends[p] > 0]
     consumer.assign([TopicPartition(topic, p, 0) for p in wanted])
@@ -448,15 +383,13 @@ def verify(bootstrap: str, topic: str, ends: list[int], isolation: str = "read_u
                 if msg.key() != preload_key(source_index(position[p], p)):
                     bad[p] = bad.get(p, 0) + 1
                 position[p] += 1
-                if o >= ends[p] - 1:
-                    done[p] = True
+                done[p] = done[p] or o >= ends[p] - 1
             # A partition whose last offsets are markers has no record at ends - 1: its position says done.
-            for p in wanted:
-                if not done[p]:
-                    try:
-                        done[p] = consumer.position([TopicPartition(topic, p)])[0].offset >= ends[p]
-                    except KafkaException:
-                        pass
+            for p in (p for p in wanted if not done[p]):
+                try:
+                    done[p] = consumer.position([TopicPartition(topic, p)])[0].offset >= ends[p]
+                except KafkaException:
+                    pass
     finally:
         consumer.close()
     return bad, sum(position)
@@ -469,34 +402,29 @@ def run_ureplicator(bench: Bench, ds: Dataset, rnd: int, scale: int = 1, profile
                     exactly_once: bool = False) -> Run:
     """A controller and ``scale`` workers of a fresh pipeline, registered and idle; then ``POST /topics``."""
     variant = "ureplicator-eos" if exactly_once else "ureplicator"
-    run_no = bench.next_run()
-    run = Run(variant, scale, ds.label, rnd, run_no, ds.records)
-    folder = bench.run_dir(run_no, variant, scale, ds)
+    run, folder = bench.start(variant, scale, ds, rnd)
     # Exactly-once is pipeline-wide: the controller records the mode, the workers must agree.
     mode = {"exactly_once": True, "transaction_interval_ms": TRANSACTION_INTERVAL_MS} if exactly_once else {}
-    destination = f"{ds.topic}.urep{run_no}"
+    destination = f"{ds.topic}.urep{run.run_no}"
     processes = CheckoutProcesses(folder, bench.repo, bench.python)
     # Every key not named here at its default.
-    pipeline = Pipeline(bench.services, processes, f"bench{bench.stamp}r{run_no}", overrides={"worker": mode})
+    pipeline = Pipeline(bench.services, processes, f"bench{bench.stamp}r{run.run_no}", overrides={"worker": mode})
     spy: subprocess.Popen[bytes] | None = None
     try:
         controller = pipeline.start_controller("controller")
-        wait_for(lambda: pipeline.leader() is not None, 60, "the controller to lead", 0.2)
+        harness.wait_for(lambda: pipeline.leader() is not None, 60, "the controller to lead", 0.2)
         workers = [pipeline.start_worker(f"bench-worker-{i}", timeout_s=90) for i in range(scale)]
-        procs = [controller, *workers]
-        run.load_before = load_average()
+        run.load_before = common.load_average()
         started = time.monotonic()
         pipeline.add_topic(ds.topic, PARTITIONS, destination)
         if profile_to is not None:
             spy = _start_py_spy(workers[0].pid, profile_to)
-        controller_rss = proc_sample(controller.pid)
-        observe(bench, run, f"{variant} x{scale} {ds.label}", destination, ds, [p.pid for p in procs], started,
-                _exited(procs), [w.pid for w in workers], pipeline.stop_all, transactional=exactly_once)
-        run.extra.update({
-            "controller_peak_rss_bytes": controller_rss.hwm_bytes if controller_rss else 0,
-            "destination_topic": destination,
-            "pipeline": pipeline.name,
-        })
+        controller_rss = common.proc_sample(controller.pid)
+        observe(bench, run, f"{variant} x{scale} {ds.label}", destination, ds, [p.pid for p in (controller, *workers)],
+                started, _exited([controller, *workers]), [w.pid for w in workers], pipeline.stop_all,
+                transactional=exactly_once)
+        run.extra.update({"controller_peak_rss_bytes": controller_rss.hwm_bytes if controller_rss else 0,
+                          "destination_topic": destination, "pipeline": pipeline.name})
     finally:
         if spy is not None:
             _stop_py_spy(spy)
@@ -509,26 +437,23 @@ def run_ureplicator(bench: Bench, ds: Dataset, rnd: int, scale: int = 1, profile
 def run_mirrormaker2(bench: Bench, ds: Dataset, rnd: int, scale: int = 1, exactly_once: bool = False) -> Run:
     """MirrorMaker 2, dedicated mode, ``tasks.max`` = ``scale``, identity naming."""
     variant = "mirrormaker2-eos" if exactly_once else "mirrormaker2"
-    run_no = bench.next_run()
-    run = Run(variant, scale, ds.label, rnd, run_no, ds.records)
-    folder = bench.run_dir(run_no, variant, scale, ds)
-    alias = f"src{run_no}"
+    run, folder = bench.start(variant, scale, ds, rnd)
+    alias = f"src{run.run_no}"
     destination = ds.topic  # IdentityReplicationPolicy
     _cleanup(bench, [destination])
     cmd = mm2.command(folder, alias, bench.services["source"], bench.services["destination"], ds.topic,
                       tasks_max=scale, exactly_once=exactly_once)
     processes = Processes(folder)
     try:
-        run.load_before = load_average()
+        run.load_before = common.load_average()
         started = time.monotonic()
         proc = processes.spawn("stdout", cmd, folder)
         observe(bench, run, f"{variant} x{scale} {ds.label}", destination, ds, [proc.pid], started,
-                _mm2_alive(proc, folder / "mm2.log"), [proc.pid], lambda: processes.stop_all(),
-                transactional=exactly_once)
+                _exited([proc], folder / "mm2.log"), [proc.pid], processes.stop_all, transactional=exactly_once)
         run.extra.update({"destination_topic": destination, "source_alias": alias})
     finally:
         processes.stop_all(20)
-        internal = [t for t in list_topics(bench.services["destination"]) if alias in t.split(".")]
+        internal = [t for t in harness.list_topics(bench.services["destination"]) if alias in t.split(".")]
         _cleanup(bench, [destination, *internal])
     return run
 
@@ -537,21 +462,19 @@ def run_raw(bench: Bench, ds: Dataset, rnd: int, scale: int = 1) -> Run:
     """The plain consume/produce loop (``bench/rawcopy.py``); one process."""
     if scale != 1:
         raise BenchError("the raw client pair runs as one process only")
-    run_no = bench.next_run()
-    run = Run("raw", 1, ds.label, rnd, run_no, ds.records)
-    folder = bench.run_dir(run_no, "raw", 1, ds)
-    destination = f"{ds.topic}.raw{run_no}"
-    create_topic(bench.services["destination"], destination, PARTITIONS)  # auto-create is off
+    run, folder = bench.start("raw", 1, ds, rnd)
+    destination = f"{ds.topic}.raw{run.run_no}"
+    harness.create_topic(bench.services["destination"], destination, PARTITIONS)  # auto-create is off
     cmd = [sys.executable, "-m", "bench.rawcopy", "--source", bench.services["source"],
            "--destination", bench.services["destination"], "--topic", ds.topic, "--to", destination,
            "--partitions", str(PARTITIONS), "--records", str(ds.records)]
     processes = Processes(folder)
     try:
-        run.load_before = load_average()
+        run.load_before = common.load_average()
         started = time.monotonic()
         proc = processes.spawn("rawcopy", cmd)
         observe(bench, run, f"raw {ds.label}", destination, ds, [proc.pid], started, _exited([proc]), [proc.pid],
-                lambda: processes.stop_all())
+                processes.stop_all)
         run.extra["destination_topic"] = destination
     finally:
         processes.stop_all(10)
@@ -571,8 +494,8 @@ RUNNERS: dict[str, Callable[..., Run]] = {
 def _cleanup(bench: Bench, topics: list[str]) -> None:
     """Delete this run's destination topics (frees the disk, keeps runs independent)."""
     try:
-        existing = set(list_topics(bench.services["destination"]))
-        delete_topics(bench.services["destination"], [t for t in topics if t in existing], timeout_s=120)
+        existing = set(harness.list_topics(bench.services["destination"]))
+        harness.delete_topics(bench.services["destination"], [t for t in topics if t in existing], timeout_s=120)
     except Exception as exc:  # cleanup must not hide the run's own error
         say(f"  could not delete {', '.join(topics)} on the destination: {exc}")
 
@@ -607,8 +530,8 @@ def _stop_py_spy(spy: subprocess.Popen[bytes]) -> None:
 def summarize_profile(path: Path, top: int = 22) -> dict[str, Any]:
     """Self and inclusive shares per function of the mirror loop's thread, from py-spy's collapsed stacks.
 
-    Only stacks through ``MirrorWorker.run`` count (kazoo's and the metrics threads
-    are idle waits); line numbers and raw libc addresses are folded away.
+    Only stacks through ``MirrorWorker.run`` count (kazoo's and the metrics threads are idle waits);
+    line numbers and raw libc addresses are folded away.
     """
     self_counts: Counter[str] = Counter()
     inclusive: Counter[str] = Counter()
@@ -618,20 +541,17 @@ def summarize_profile(path: Path, top: int = 22) -> dict[str, Any]:
         if not stack_text or not count_text.isdigit():
             continue
         frames = [_frame_name(f) for f in stack_text.split(";")]
-        try:
-            start = next(i for i, f in enumerate(frames) if f.startswith("MirrorWorker.run "))
-        except StopIteration:
+        start = next((i for i, f in enumerate(frames) if f.startswith("MirrorWorker.run ")), None)
+        if start is None:
             continue
-        frames = frames[start:]
-        count = int(count_text)
+        frames, count = frames[start:], int(count_text)
         total += count
         self_counts[frames[-1]] += count
         for name in set(frames):
             inclusive[name] += count
-    rows = []
+    rows: list[tuple[str, float, float]] = []
     for name, n in inclusive.most_common():
-        share = 100 * n / total
-        own = 100 * self_counts[name] / total
+        share, own = 100 * n / total, 100 * self_counts[name] / total
         if share < 1.0 or (own < 0.5 and share >= 99.9):
             continue
         if own < 0.5 and rows and rows[-1][1] - share < 0.5:
@@ -643,11 +563,32 @@ def summarize_profile(path: Path, top: int = 22) -> dict[str, Any]:
 
 def _frame_name(frame: str) -> str:
     """"produce (worker/mirror.py:240)" -> "produce (worker/mirror.py)"; "0x7f.. (libc.so.6)" -> "(libc.so.6)"."""
-    frame = frame.replace(str(REPO) + "/", "").replace(str(Path(sys.prefix)) + "/", "")
+    frame = frame.replace(str(common.REPO) + "/", "").replace(str(Path(sys.prefix)) + "/", "")
     frame = re.sub(r":\d+\)$", ")", frame)
     frame = re.sub(r"\(([^()]*?)-[0-9a-f]{8}(\.so[.\d]*)\)$", r"(\1\2)", frame)  # librdkafka-<hash>.so.1
     frame = re.sub(r"\(confluent_kafka/cimpl\.[^()]*\.so\)$", "(confluent_kafka cimpl)", frame)
     return re.sub(r"^0x[0-9a-f]+ ", "", frame)
+
+
+def _profile(bench: Bench, ds: Dataset, day: str) -> dict[str, Any] | None:
+    """``--profile``: py-spy the worker in one extra, untimed run; its summary (the raw stacks are kept aside)."""
+    out = bench.workdir / f"profile-{ds.label}.txt"
+    say(f"profiling run: ureplicator {ds.label} (not counted in the results)")
+    try:
+        prun = run_ureplicator(bench, ds, 0, 1, profile_to=out)
+        if not out.exists():
+            return None
+        profile = {"dataset": ds.label, "records_per_s_while_profiled": round(prun.records_per_s),
+                   **summarize_profile(out)}
+        # The raw stacks are per-sample data: over common.RAW_LIMIT_BYTES they go to the git-ignored raw/.
+        folder = common.RESULTS_DIR / "raw" if out.stat().st_size > common.RAW_LIMIT_BYTES else common.RESULTS_DIR
+        folder.mkdir(exist_ok=True)
+        keep = folder / f"throughput-profile-{day}-{ds.label}.txt"
+        shutil.copyfile(out, keep)
+        return {**profile, "raw_file": str(keep.relative_to(common.REPO))}
+    except Exception as exc:  # optional extra: never lose the measured runs over it
+        say(f"  profiling run failed: {exc!r}")
+        return None
 
 
 # ----------------------------------------------------------------------------- preload
@@ -670,12 +611,8 @@ def _values(size: int, count: int, seed: int) -> list[bytes]:
 
 
 def warm_group_coordinator(bootstrap: str, topic: str, timeout_s: float = 90) -> None:
-    """Commit once for a throwaway group, retrying until the source's group coordinator answers.
-
-    On a fresh cluster the first group operation creates ``__consumer_offsets`` and gets
-    NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS for a while; the worker's first
-    ``committed()`` call would then fail and (as of this writing) end the worker process.
-    """
+    """Commit once for a throwaway group until the source's group coordinator answers: on a fresh cluster the
+    first group calls get NOT_COORDINATOR for a while, and a worker's first ``committed()`` would fail."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-warmup", "enable.auto.commit": False})
     deadline = time.monotonic() + timeout_s
     try:
@@ -694,14 +631,14 @@ def warm_group_coordinator(bootstrap: str, topic: str, timeout_s: float = 90) ->
 
 def _preload_part(bootstrap: str, ds: Dataset, part: int, parts: int, start: int) -> None:
     """Produce records ``i >= start`` with ``i % parts == part`` (partition ``i % PARTITIONS``) of the preload."""
-    producer = Producer({**PRODUCER_SETTINGS, "bootstrap.servers": bootstrap, "linger.ms": 50})
+    producer = Producer({**common.PRODUCER_SETTINGS, "bootstrap.servers": bootstrap, "linger.ms": 50})
     pool = _values(ds.value_bytes, 4096, seed=ds.value_bytes)
     produce = producer.produce
     step = max(ds.records // 5, 1)
     for i in range(start + (part - start) % parts, ds.records, parts):
         while True:
             try:
-                produce(ds.topic, pool[i & 4095], b"%08d" % (i % 100_000_000), i % PARTITIONS)
+                produce(ds.topic, pool[i & 4095], preload_key(i), i % PARTITIONS)
                 break
             except BufferError:
                 producer.poll(0.05)
@@ -722,8 +659,8 @@ def preload(services: dict[str, str], ds: Dataset, start: int = 0) -> None:
             say(f"source topic {ds.topic} already holds {ds.records:,} records; reusing it")
             return
         if have is not None:
-            delete_topics(services["source"], [ds.topic])
-        create_topic(services["source"], ds.topic, PARTITIONS, {"retention.ms": "-1", "retention.bytes": "-1"})
+            harness.delete_topics(services["source"], [ds.topic])
+        harness.create_topic(services["source"], ds.topic, PARTITIONS, {"retention.ms": "-1", "retention.bytes": "-1"})
     elif have is None or sum(have) != start:
         raise BenchError(f"cannot top up {ds.topic}: it holds {sum(have or [])} records, expected {start:,}")
     count = ds.records - start
@@ -733,17 +670,15 @@ def preload(services: dict[str, str], ds: Dataset, start: int = 0) -> None:
     # PARTITIONS is a multiple of PRELOAD_PROCESSES, so each process owns whole partitions.
     ctx = mp.get_context("fork")
     procs = [ctx.Process(target=_preload_part, args=(services["source"], ds, k, PRELOAD_PROCESSES, start),
-                         daemon=True)
-             for k in range(PRELOAD_PROCESSES)]
+                         daemon=True) for k in range(PRELOAD_PROCESSES)]
     for proc in procs:
         proc.start()
     try:
         for proc in procs:
             proc.join()
     finally:
-        for proc in procs:
-            if proc.is_alive():
-                proc.terminate()
+        for proc in (p for p in procs if p.is_alive()):
+            proc.terminate()
     if any(proc.exitcode != 0 for proc in procs):
         raise BenchError(f"preload of {ds.topic} failed (exit codes {[p.exitcode for p in procs]})")
     got = Offsets(services["source"]).end(ds.topic, PARTITIONS)
@@ -769,6 +704,8 @@ def check_disk(path: Path, ds: Dataset, new_records: int) -> None:
 
 # ----------------------------------------------------------------------------- summary
 
+RATES = ("records_per_s", "cpu_s_per_m", "cpu_s_per_m_without_compiler")
+
 
 def _median(values: list[float]) -> float:
     return statistics.median(values) if values else 0.0
@@ -780,82 +717,65 @@ def _ratio_of(a: float | None, b: float | None) -> float | None:
 
 def _block(runs: list[Run]) -> dict[str, Any]:
     ok = [r for r in runs if r.ok]
+
+    def med(value: Callable[[Run], float], digits: int | None = None) -> float:
+        return round(_median([value(r) for r in ok]), digits)
+
     return {
         "runs": len(ok),
         "failed": len(runs) - len(ok),
         "errors": [r.error for r in runs if not r.ok],
-        "records_per_s": round(_median([r.records_per_s for r in ok])),
-        "mb_per_s": round(_median([r.mb_per_s for r in ok]), 2),
-        "cpu_s_per_m": round(_median([r.cpu_s_per_m for r in ok]), 3),
-        "cpu_s_per_m_without_compiler": round(_median([r.cpu_s_per_m_without_compiler for r in ok]), 3),
-        "compiler_share_pct": round(_median([100 * r.compiler_cpu_s / r.cpu_s if r.cpu_s else 0.0 for r in ok]), 1),
-        "cores_busy": round(_median([r.cpu_s / r.window_s if r.window_s else 0.0 for r in ok]), 2),
-        "first_record_s": round(_median([r.first_record_s for r in ok]), 2),
-        "drained_s": round(_median([r.drained_s for r in ok]), 1),
-        "records_checked": round(_median([r.extra.get("end", {}).get("records_checked", 0) for r in ok])),
-        "peak_rss_mb": round(_median([r.peak_rss_bytes / 2**20 for r in ok]), 1),
+        "records_per_s": med(lambda r: r.records_per_s),
+        "mb_per_s": med(lambda r: r.mb_per_s, 2),
+        "cpu_s_per_m": med(lambda r: r.cpu_s_per_m, 3),
+        "cpu_s_per_m_without_compiler": med(lambda r: r.cpu_s_per_m_without_compiler, 3),
+        "compiler_share_pct": med(lambda r: 100 * r.compiler_cpu_s / r.cpu_s if r.cpu_s else 0.0, 1),
+        "cores_busy": med(lambda r: r.cpu_s / r.window_s if r.window_s else 0.0, 2),
+        "first_record_s": med(lambda r: r.first_record_s, 2),
+        "drained_s": med(lambda r: r.drained_s, 1),
+        "records_checked": med(lambda r: r.extra.get("end", {}).get("records_checked", 0)),
+        "peak_rss_mb": med(lambda r: r.peak_rss_bytes / 2**20, 1),
         "records_per_s_each": [round(r.records_per_s) for r in ok],
     }
+
+
+def _blocks(runs: list[Run], ds: Dataset, variants: tuple[str, ...], scale: int) -> dict[str, Any]:
+    blocks = {v: [r for r in runs if r.dataset == ds.label and r.variant == v and r.scale == scale] for v in variants}
+    return {v: _block(mine) for v, mine in blocks.items() if mine}
+
+
+def _ratios(a: dict[str, Any], b: dict[str, Any], name: str, keys: tuple[str, ...] = RATES) -> dict[str, Any]:
+    return {f"{name}{k}": _ratio_of(a.get(k), b.get(k)) for k in keys}
 
 
 def summarize(runs: list[Run], datasets: list[Dataset], scales: list[int]) -> dict[str, Any]:
     """Medians per dataset and variant (scale 1), ratios, and the scaling curve on the first dataset."""
     out: dict[str, Any] = {"datasets": {}, "scaling": {}}
     for ds in datasets:
-        per: dict[str, Any] = {}
-        for variant in ALL_VARIANTS:
-            mine = [r for r in runs if r.dataset == ds.label and r.variant == variant and r.scale == 1]
-            if mine:
-                per[variant] = _block(mine)
+        per = _blocks(runs, ds, ALL_VARIANTS, 1)
         u, m, w = per.get("ureplicator", {}), per.get("mirrormaker2", {}), per.get("raw", {})
         ue, me = per.get("ureplicator-eos", {}), per.get("mirrormaker2-eos", {})
-        ratios = {
-            "ureplicator/mm2 records_per_s": _ratio_of(u.get("records_per_s"), m.get("records_per_s")),
-            "ureplicator/mm2 cpu_s_per_m": _ratio_of(u.get("cpu_s_per_m"), m.get("cpu_s_per_m")),
-            "ureplicator/mm2 cpu_s_per_m_without_compiler": _ratio_of(
-                u.get("cpu_s_per_m_without_compiler"), m.get("cpu_s_per_m_without_compiler")),
-            "ureplicator/raw records_per_s": _ratio_of(u.get("records_per_s"), w.get("records_per_s")),
-            "ureplicator/raw cpu_s_per_m": _ratio_of(u.get("cpu_s_per_m"), w.get("cpu_s_per_m")),
-        }
+        ratios = {**_ratios(u, m, "ureplicator/mm2 "), **_ratios(u, w, "ureplicator/raw ", RATES[:2])}
         if ue or me:
-            ratios.update({
-                "ureplicator-eos/ureplicator records_per_s": _ratio_of(ue.get("records_per_s"),
-                                                                       u.get("records_per_s")),
-                "ureplicator-eos/mm2-eos records_per_s": _ratio_of(ue.get("records_per_s"), me.get("records_per_s")),
-                "ureplicator-eos/mm2-eos cpu_s_per_m": _ratio_of(ue.get("cpu_s_per_m"), me.get("cpu_s_per_m")),
-                "ureplicator-eos/mm2-eos cpu_s_per_m_without_compiler": _ratio_of(
-                    ue.get("cpu_s_per_m_without_compiler"), me.get("cpu_s_per_m_without_compiler")),
-            })
+            ratios.update({**_ratios(ue, u, "ureplicator-eos/ureplicator ", RATES[:1]),
+                           **_ratios(ue, me, "ureplicator-eos/mm2-eos ")})
         out["datasets"][ds.label] = {"records": ds.records, "value_bytes": ds.value_bytes, "key_bytes": KEY_BYTES,
                                      "variants": per, "ratios": ratios}
     if len(scales) > 1 and datasets:
-        ds = datasets[0]
-        curve: dict[str, Any] = {"dataset": ds.label, "points": {}}
+        points = {}
         for scale in scales:
-            point: dict[str, Any] = {}
-            for variant in SCALED:
-                mine = [r for r in runs if r.dataset == ds.label and r.variant == variant and r.scale == scale]
-                if mine:
-                    point[variant] = _block(mine)
-            u, m = point.get("ureplicator", {}), point.get("mirrormaker2", {})
-            point["ratios"] = {
-                "records_per_s": _ratio_of(u.get("records_per_s"), m.get("records_per_s")),
-                "cpu_s_per_m": _ratio_of(u.get("cpu_s_per_m"), m.get("cpu_s_per_m")),
-                "cpu_s_per_m_without_compiler": _ratio_of(u.get("cpu_s_per_m_without_compiler"),
-                                                          m.get("cpu_s_per_m_without_compiler")),
-            }
-            curve["points"][str(scale)] = point
-        out["scaling"] = curve
+            point = _blocks(runs, datasets[0], SCALED, scale)
+            points[str(scale)] = {**point, "ratios": _ratios(point.get("ureplicator", {}),
+                                                             point.get("mirrormaker2", {}), "")}
+        out["scaling"] = {"dataset": datasets[0].label, "points": points}
     out["headline"] = headline(out["datasets"])
     return out
 
 
 def headline(datasets: dict[str, Any]) -> dict[str, Any] | None:
     """The least favourable fair reading for ureplicator: lowest rate ratio, highest CPU ratio (MM2 without JIT)."""
-    rates = {k: b["ratios"]["ureplicator/mm2 records_per_s"] for k, b in datasets.items()
-             if b["ratios"]["ureplicator/mm2 records_per_s"]}
-    cpus = {k: b["ratios"]["ureplicator/mm2 cpu_s_per_m_without_compiler"] for k, b in datasets.items()
-            if b["ratios"]["ureplicator/mm2 cpu_s_per_m_without_compiler"]}
+    rates = {k: r for k, b in datasets.items() if (r := b["ratios"]["ureplicator/mm2 records_per_s"])}
+    cpus = {k: r for k, b in datasets.items() if (r := b["ratios"]["ureplicator/mm2 cpu_s_per_m_without_compiler"])}
     if not rates:
         return None
     worst_rate = min(rates, key=lambda k: rates[k])
@@ -1222,7 +1142,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="start no run that could end after this local time; the runs done are written")
     parser.add_argument("--drain-timeout", type=float, default=None,
                         help="seconds per run before it counts as failed (default: backlog / 10k rec/s, >= 600)")
-    parser.add_argument("--worker-repo", type=Path, default=REPO,
+    parser.add_argument("--worker-repo", type=Path, default=common.REPO,
                         help="run controller and worker from this checkout (its .venv/bin/python if present)")
     args = parser.parse_args(argv)
     args.records_100b = args.records_100b or (4_000_000 if args.quick else 60_000_000)
@@ -1334,27 +1254,6 @@ def _attempt(bench: Bench, ds: Dataset, variant: str, scale: int, rnd: int, note
     raise AssertionError("unreachable")
 
 
-def _profile(bench: Bench, ds: Dataset, day: str) -> dict[str, Any] | None:
-    """``--profile``: py-spy the worker in one extra, untimed run; its summary (the raw stacks are kept aside)."""
-    out = bench.workdir / f"profile-{ds.label}.txt"
-    say(f"profiling run: ureplicator {ds.label} (not counted in the results)")
-    try:
-        prun = run_ureplicator(bench, ds, 0, 1, profile_to=out)
-        if not out.exists():
-            return None
-        profile = {"dataset": ds.label, "records_per_s_while_profiled": round(prun.records_per_s),
-                   **summarize_profile(out)}
-        # The raw stacks are per-sample data: over RAW_LIMIT_BYTES they go to the git-ignored raw/.
-        folder = RESULTS_DIR / "raw" if out.stat().st_size > RAW_LIMIT_BYTES else RESULTS_DIR
-        folder.mkdir(exist_ok=True)
-        keep = folder / f"throughput-profile-{day}-{ds.label}.txt"
-        shutil.copyfile(out, keep)
-        return {**profile, "raw_file": str(keep.relative_to(REPO))}
-    except Exception as exc:  # optional extra: never lose the measured runs over it
-        say(f"  profiling run failed: {exc!r}")
-        return None
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     # SIGTERM (and SIGINT, also when the shell started us in the background with it
@@ -1368,16 +1267,16 @@ def main(argv: list[str] | None = None) -> int:
     everything = {"100B": Dataset("100B", 100, args.records_100b), "1KB": Dataset("1KB", 1024, args.records_1kb)}
     datasets = [everything[d] for d in args.datasets]
     drain_timeout = args.drain_timeout or max(600.0, max(d.records for d in datasets) / 10_000)
-    workdir = RESULTS_DIR / "tmp" / f"throughput-{now.strftime('%Y%m%d-%H%M%S')}"
+    workdir = common.RESULTS_DIR / "tmp" / f"throughput-{now.strftime('%Y%m%d-%H%M%S')}"
     workdir.mkdir(parents=True, exist_ok=True)
     repo = args.worker_repo.resolve()
-    code_before = code_version(repo)
-    run_from = snapshot(repo, workdir) if repo != REPO else repo
+    code_before = common.code_version(repo)
+    run_from = snapshot(repo, workdir) if repo != common.REPO else repo
     order = plan_runs(datasets, args.variants, args.scale, args.rounds)
     say("backlogs: " + ", ".join(f"{d.records:,} x {d.value_bytes} B" for d in datasets)
         + f"; {len(order)} runs; warm-up {args.warmup:.0f}s, window {args.steady:.0f}s; "
         f"worker from {repo} (running {run_from} with {worker_python(repo)}); logs in {workdir}")
-    load_at_start = load_average()
+    load_at_start = common.load_average()
     say(f"load average now: {load_at_start}")
     try:
         jvm.classpath("mirrormaker")
@@ -1385,12 +1284,12 @@ def main(argv: list[str] | None = None) -> int:
     except jvm.JvmError as exc:
         say(str(exc))
         return 2
-    machine = machine_info()
+    machine = common.machine_info()
     notes: list[str] = []
     profile: dict[str, Any] | None = None
     rounds_done = 0
     interrupted = False
-    with own_stack("throughput", args.broker_heap) as (services, _):
+    with harness.own_stack("throughput", args.broker_heap) as (services, _):
         bench = Bench(services, workdir, now.strftime("%H%M%S"), Plan(args.warmup, args.steady), drain_timeout,
                       repo=run_from, python=worker_python(repo), destination=Offsets(services["destination"]))
         for ds in datasets:
@@ -1404,7 +1303,7 @@ def main(argv: list[str] | None = None) -> int:
                     say(notes[-1])
                     break
                 say(f"round {rnd}/{args.rounds}: {label(variant, scale)} {ds.label} ({ds.records:,} records) "
-                    f"[{(time.monotonic() - wall) / 60:.1f} min in, load {load_average()[0]}]")
+                    f"[{(time.monotonic() - wall) / 60:.1f} min in, load {common.load_average()[0]}]")
                 run = _attempt(bench, ds, variant, scale, rnd, notes)
                 bench.runs.append(run)
                 say(f"  {label(variant, scale)} {ds.label}: {run.records_per_s:,.0f} rec/s "
@@ -1421,7 +1320,7 @@ def main(argv: list[str] | None = None) -> int:
             interrupted = True
         if args.profile and "ureplicator" in args.variants and not interrupted:
             profile = _profile(bench, datasets[0], now.strftime("%Y-%m-%d"))
-    code = code_version(run_from)
+    code = common.code_version(run_from)
     changed = code["sources_sha256"] != code_before["sources_sha256"]
     if changed:
         notes.append("The worker/common sources changed while this benchmark ran (commit "
@@ -1435,7 +1334,7 @@ def main(argv: list[str] | None = None) -> int:
         "exactly_once": args.exactly_once,
         "duration_s": round(time.monotonic() - wall, 1),
         "load_at_start": load_at_start,
-        "load_at_end": load_average(),
+        "load_at_end": common.load_average(),
         "machine": machine,
         "code": code_before,  # what the runs started with; code_at_end when it changed meanwhile
         **({"code_at_end": code} if changed else {}),
@@ -1444,8 +1343,8 @@ def main(argv: list[str] | None = None) -> int:
             "variants": args.variants, "scales": args.scale, "partitions": PARTITIONS,
             "warmup_s": args.warmup, "steady_s": args.steady, "settle_s": SETTLE_S, "end": "stop",
             "broker_heap": args.broker_heap,
-            "producer": {k: v for k, v in PRODUCER_SETTINGS.items() if not k.startswith("queue.")},
-            "consumer": CONSUMER_SETTINGS,
+            "producer": {k: v for k, v in common.PRODUCER_SETTINGS.items() if not k.startswith("queue.")},
+            "consumer": common.CONSUMER_SETTINGS,
             "mm2_producer": mm2.producer_overrides(),
             "mirrormaker2_jvm": [*mm2.HEAP, "G1 (kafka-run-class.sh flags)"],
             "drain_timeout_s": drain_timeout,
@@ -1459,21 +1358,21 @@ def main(argv: list[str] | None = None) -> int:
         "notes": notes,
     }
     section = by_name("eos-bench" if args.exactly_once else "throughput-bench")
-    results = RESULTS_DIR / f"{section.prefix}-{now.strftime('%Y-%m-%d')}.json"
-    entry["results_file"] = str(results.relative_to(REPO))
+    results = common.RESULTS_DIR / f"{section.prefix}-{now.strftime('%Y-%m-%d')}.json"
+    entry["results_file"] = str(results.relative_to(common.REPO))
     (workdir / "result.json").write_text(json.dumps(entry, indent=2) + "\n")
     text = section.render_entry(entry, results)
     (workdir / "section.md").write_text(text + "\n")
     print(text)  # the summary on the terminal is the section the run renders
     if args.no_write:
-        say(f"--no-write: result and docs section left in {workdir.relative_to(REPO)}")
+        say(f"--no-write: result and docs section left in {workdir.relative_to(common.REPO)}")
     else:
         # Rendered from the results file, as by python -m bench.render: from its last full run,
         # so a smoke run (--quick) is recorded but never published over a full run's numbers.
-        append_json(results, entry)
-        replace_section(DOC, section.start, section.end, section.render(results))
-        say(f"results appended to {results.relative_to(REPO)}; section rendered in {DOC.relative_to(REPO)}"
-            + (f" (quick: this run is in {workdir.relative_to(REPO)}/section.md)" if args.quick else ""))
+        common.append_json(results, entry)
+        bench_render.render_file(section, results)
+        if args.quick:
+            say(f"quick: this run is in {workdir.relative_to(common.REPO)}/section.md, not in the doc")
     say(f"done in {(time.monotonic() - wall) / 60:.1f} min")
     if interrupted:
         return 130
