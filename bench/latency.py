@@ -21,7 +21,7 @@ import statistics
 import sys
 import time
 from array import array
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -240,19 +240,13 @@ def _probe_main(bootstrap: str, topic: str, partitions: int, counts: Any, ready:
 
     try:
         consumer = Consumer({
-            "bootstrap.servers": bootstrap,
-            "group.id": f"bench-latency-probe-{time.time_ns()}",
-            "enable.auto.commit": False,
-            "enable.partition.eof": False,
-            "fetch.wait.max.ms": 5,
-            "fetch.min.bytes": 1,
-            "fetch.error.backoff.ms": 50,
-            "reconnect.backoff.max.ms": 500,
+            "bootstrap.servers": bootstrap, "group.id": f"bench-latency-probe-{time.time_ns()}",
+            "enable.auto.commit": False, "enable.partition.eof": False, "fetch.wait.max.ms": 5, "fetch.min.bytes": 1,
+            "fetch.error.backoff.ms": 50, "reconnect.backoff.max.ms": 500,
         })
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
         logs: dict[int, Received] = {}
-        unpack = KEY.unpack
-        key_size = KEY.size
+        unpack, key_size = KEY.unpack, KEY.size  # locals: this loop runs per record
         last_request_check = 0.0
         ready.set()
         while not stop.is_set():
@@ -276,9 +270,8 @@ def _probe_main(bootstrap: str, topic: str, partitions: int, counts: Any, ready:
                 for tag, n in per_tag.items():
                     if tag < MAX_TAGS:
                         counts[tag] += n
-            now = time.monotonic()
-            if now - last_request_check >= 0.1:
-                last_request_check = now
+            if time.monotonic() - last_request_check >= 0.1:
+                last_request_check = time.monotonic()
                 while True:
                     try:
                         tag = requests.get_nowait()
@@ -296,10 +289,7 @@ class Probe:
     def __init__(self, bootstrap: str, topic: str, partitions: int) -> None:
         ctx = mp.get_context("spawn")
         self.counts = ctx.Array("q", MAX_TAGS, lock=False)
-        self._ready = ctx.Event()
-        self._stop = ctx.Event()
-        self._requests = ctx.Queue()
-        self._replies = ctx.Queue()
+        self._ready, self._stop, self._requests, self._replies = ctx.Event(), ctx.Event(), ctx.Queue(), ctx.Queue()
         self._proc = ctx.Process(target=_probe_main, name="bench-latency-probe", daemon=True,
                                  args=(bootstrap, topic, partitions, self.counts, self._ready, self._stop,
                                        self._requests, self._replies))
@@ -310,13 +300,13 @@ class Probe:
             raise BenchError(f"the latency probe did not start within {timeout_s:.0f}s")
         return self
 
-    @property
-    def pid(self) -> int | None:
-        return self._proc.pid
-
     def count(self, tag: int) -> int:
         if not self._proc.is_alive():
-            raise BenchError(f"the latency probe exited: {self._error()}")
+            try:
+                error = str(self._replies.get(timeout=1)[1])
+            except queue.Empty:
+                error = f"exit code {self._proc.exitcode}"
+            raise BenchError(f"the latency probe exited: {error}")
         return int(self.counts[tag])
 
     def take(self, tag: int, timeout_s: float = 120) -> Received:
@@ -329,12 +319,6 @@ class Probe:
         if got != tag:
             raise BenchError(f"the latency probe failed: {payload}")
         return payload
-
-    def _error(self) -> str:
-        try:
-            return str(self._replies.get(timeout=1)[1])
-        except queue.Empty:
-            return f"exit code {self._proc.exitcode}"
 
     def stop(self) -> None:
         self._stop.set()
@@ -369,18 +353,18 @@ def variants(names: Sequence[str], low_latency: dict[str, Any]) -> list[Variant]
     return [table[n] for n in names]
 
 
+@dataclass
 class Running:
-    """A started variant: its processes, for liveness and CPU."""
+    """A started variant: its processes (for liveness and CPU), the ones that carry records, how to stop it."""
 
-    def __init__(self, variant: Variant, procs: list[Proc], stop: Any, notes: dict[str, Any],
-                 loop_procs: list[Proc] | None = None) -> None:
-        self.variant = variant
-        self.procs = procs
-        self.loop_procs = loop_procs if loop_procs is not None else procs  # the processes that carry records
-        self._stop = stop
-        self.notes = notes
+    variant: Variant
+    procs: list[Proc]
+    stop: Callable[[], None]
+    notes: dict[str, Any]
+    loop_procs: list[Proc]
 
     def cpu_s(self) -> float:
+        """CPU seconds of its processes; raises when one of them exited."""
         total = 0.0
         for proc in self.procs:
             sample = proc_sample(proc.pid)
@@ -391,13 +375,6 @@ class Running:
 
     def schedstats(self) -> dict[int, tuple[str, int, int]]:
         return thread_schedstats([proc.pid for proc in self.procs])
-
-    @property
-    def loop_pids(self) -> list[int]:
-        return [proc.pid for proc in self.loop_procs]
-
-    def stop(self) -> None:
-        self._stop()
 
 
 def start_ureplicator(variant: Variant, services: dict[str, str], workdir: Path, code: Path, topic: str,
@@ -423,7 +400,7 @@ def start_ureplicator(variant: Variant, services: dict[str, str], workdir: Path,
         raise
     return Running(variant, [*pipeline.controllers.values(), *pipeline.workers.values()], stop,
                    {"code": str(code), "workers": workers, "overrides": nested_overrides(variant.settings)},
-                   loop_procs=list(pipeline.workers.values()))
+                   list(pipeline.workers.values()))
 
 
 def mm2_properties(variant: Variant, alias: str, services: dict[str, str], topic: str) -> dict[str, Any]:
@@ -434,23 +411,18 @@ def mm2_properties(variant: Variant, alias: str, services: dict[str, str], topic
 
 def start_mirrormaker2(variant: Variant, services: dict[str, str], workdir: Path, topic: str) -> Running:
     folder = workdir / variant.name
-    alias = f"src{topic[-6:].replace('-', '')}"
-    props = mm2_properties(variant, alias, services, topic)
-    cmd = mm2.launch(folder, props)
+    props = mm2_properties(variant, f"src{topic[-6:].replace('-', '')}", services, topic)
     processes = Processes(folder)
-    proc = processes.spawn("mirrormaker2", cmd, cwd=folder)
+    proc = processes.spawn("mirrormaker2", mm2.launch(folder, props), cwd=folder)
     return Running(variant, [proc], processes.stop_all,
                    {"properties": {k: str(v) for k, v in props.items() if "bootstrap" not in k},
-                    "log": str(folder / "mm2.log"), "jvm": [*mm2.HEAP, "G1 (kafka-run-class.sh flags)"]})
+                    "log": str(folder / "mm2.log"), "jvm": [*mm2.HEAP, "G1 (kafka-run-class.sh flags)"]}, [proc])
 
 
 def mm2_effective(log: Path, keys: Sequence[str] = ("linger.ms", "batch.size", "acks", "fetch.max.wait.ms",
                                                      "fetch.min.bytes", "max.poll.records")) -> dict[str, Any]:
-    """The settings MirrorMaker 2's data-path clients logged: its task's producer and replication consumer.
-
-    Read from the ``ProducerConfig values:`` / ``ConsumerConfig values:`` blocks, so the results
-    show what the JVM really used, not only what the properties file asked for.
-    """
+    """The settings MirrorMaker 2's data-path clients logged (``ProducerConfig values:`` and
+    ``ConsumerConfig values:`` blocks): what the JVM really used, not only what was asked for."""
     found: dict[str, Any] = {}
     if not log.exists():
         return found
@@ -466,34 +438,48 @@ def mm2_effective(log: Path, keys: Sequence[str] = ("linger.ms", "batch.size", "
 # ----------------------------------------------------------------------------- measuring
 
 
-def produce_and_wait(services: dict[str, str], topic: str, probe: Probe, running: Running, rate: int, seconds: float,
-                     tag: int, value_bytes: int, timeout_s: float, already: int = 0) -> int:
-    """Unmeasured load (priming, warm-up): produce, then wait until all of it arrived; returns the acked count."""
-    load = Load(services["source"], [Flow(topic, PARTITIONS, rate)], tag=tag, duration_s=seconds,
-                value_bytes=value_bytes).start()
-    result = load.wait(seconds + 120)
-    target = already + result.acked
+@dataclass
+class Contestant:
+    """A started variant with its topic, its two probes and what it measured so far."""
 
-    def arrived() -> bool:
-        running.cpu_s()  # raises when a process died
-        return probe.count(tag) >= target
+    variant: Variant
+    topic: str
+    running: Running
+    destination: Probe
+    source: Probe | None
+    out: dict[str, Any]
 
-    wait_for(arrived, timeout_s, f"{running.variant.name}: {result.acked:,} records of tag {tag} at the destination")
-    return target
+    def produce_and_wait(self, source: str, rate: int, seconds: float, value_bytes: int, timeout_s: float,
+                         already: int = 0) -> int:
+        """Unmeasured load (priming, warm-up): produce, wait until all of it arrived; returns the acked count."""
+        result = Load(source, [Flow(self.topic, PARTITIONS, rate)], tag=WARMUP_TAG, duration_s=seconds,
+                      value_bytes=value_bytes).start().wait(seconds + 120)
+        target = already + result.acked
+        # cpu_s() raises when a process died
+        wait_for(lambda: self.running.cpu_s() >= 0 and self.destination.count(WARMUP_TAG) >= target, timeout_s,
+                 f"{self.variant.name}: {result.acked:,} records of tag {WARMUP_TAG} at the destination")
+        return target
+
+    def stop(self) -> None:
+        for probe in (self.destination, self.source):
+            if probe is not None:
+                probe.stop()
+        self.running.stop()
+        if self.variant.system == "mirrormaker2":
+            self.out["mm2_logged"] = mm2_effective(Path(self.running.notes["log"]))
 
 
-def measure_rate(services: dict[str, str], topic: str, probes: tuple[Probe, Probe | None], running: Running,
-                 rate: int, tag: int, args: argparse.Namespace) -> dict[str, Any]:
+def measure_rate(services: dict[str, str], c: Contestant, rate: int, tag: int,
+                 args: argparse.Namespace) -> dict[str, Any]:
     """Produce ``rate`` records/s for warm-up + duration, wait for the destination, compute the numbers."""
-    destination, source = probes
+    running, destination = c.running, c.destination
     planned = args.warmup + args.duration
     load_before = load_average()
-    load = Load(services["source"], [Flow(topic, PARTITIONS, rate)], tag=tag, duration_s=planned,
+    load = Load(services["source"], [Flow(c.topic, PARTITIONS, rate)], tag=tag, duration_s=planned,
                 value_bytes=args.value_bytes).start()
     say(f"  {rate:,}/s: producing for {planned:.0f}s (first {args.warmup:.0f}s not counted)")
-    cpu_start = cpu_end = None
+    cpu_start = None
     sched_start: dict[int, tuple[str, int, int]] = {}
-    sched_end: dict[int, tuple[str, int, int]] = {}
     measured_from = time.monotonic() + args.warmup
     try:
         last = time.monotonic()
@@ -513,8 +499,7 @@ def measure_rate(services: dict[str, str], topic: str, probes: tuple[Probe, Prob
         raise
     produced_at = time.monotonic()
     load_after = load_average()
-    deadline = produced_at + 60
-    while destination.count(tag) < result.acked and time.monotonic() < deadline:
+    while destination.count(tag) < result.acked and time.monotonic() < produced_at + 60:
         running.cpu_s()
         time.sleep(0.05)
     received = destination.count(tag)
@@ -522,26 +507,18 @@ def measure_rate(services: dict[str, str], topic: str, probes: tuple[Probe, Prob
 
     got = destination.take(tag)
     start_ms = measured_window(got.created_ms, args.warmup)
-    end_ms = start_ms + args.duration * 1000.0
-    latencies = [r - c for c, r in zip(got.created_ms, got.received_ms, strict=True)]
-    in_window = [i for i, c in enumerate(got.created_ms) if c >= start_ms]
+    latencies = [r - ct for ct, r in zip(got.created_ms, got.received_ms, strict=True)]
+    in_window = [i for i, ct in enumerate(got.created_ms) if ct >= start_ms]
     measured = [latencies[i] for i in in_window]
-    growth = latency_growth_s(got.created_ms, latencies, start_ms, end_ms)
+    growth = latency_growth_s(got.created_ms, latencies, start_ms, start_ms + args.duration * 1000.0)
     entry: dict[str, Any] = {
-        "rate": rate,
-        "planned_s": planned,
-        "warmup_s": args.warmup,
-        "sent": result.sent,
-        "acked": result.acked,
-        "failed": result.failed,
-        "received": received,
-        "producer_elapsed_s": round(result.elapsed_s, 2),
+        "rate": rate, "planned_s": planned, "warmup_s": args.warmup, "sent": result.sent, "acked": result.acked,
+        "failed": result.failed, "received": received, "producer_elapsed_s": round(result.elapsed_s, 2),
         "producer_rate": round(result.sent / result.elapsed_s) if result.elapsed_s else 0,
-        "measured_records": len(measured),
-        **latency_stats(measured),
+        "measured_records": len(measured), **latency_stats(measured),
     }
-    if source is not None:
-        src = source.take(tag)
+    if c.source is not None:
+        src = c.source.take(tag)
         legs = replicator_legs([got.seq[i] for i in in_window], [got.received_ms[i] for i in in_window],
                                src.seq, src.received_ms)
         joined = [(lat, leg) for lat, leg in zip(measured, legs, strict=True) if not math.isnan(leg)]
@@ -553,43 +530,24 @@ def measure_rate(services: dict[str, str], topic: str, probes: tuple[Probe, Prob
             "replicator_p50_ms": replicator["p50_ms"], "replicator_p99_ms": replicator["p99_ms"],
             "replicator_max_ms": replicator["max_ms"],
         })
-    if cpu_start is not None and cpu_end is not None:
+    if cpu_start is not None:
         seconds = cpu_end[0] - cpu_start[0]
         entry.update(cpu_figures(cpu_end[1] - cpu_start[1], seconds, round(rate * seconds)))
         entry["cpu_window_s"] = round(seconds, 1)
         if sched_end:
-            entry.update(run_queue_figures(sched_start, sched_end, running.loop_pids, running.variant.system, seconds))
+            entry.update(run_queue_figures(sched_start, sched_end, [p.pid for p in running.loop_procs],
+                                           running.variant.system, seconds))
     entry.update({"latency_growth_s": round(growth, 3), "drain_s": round(drain_s, 2),
                   **is_sustained(planned, result.elapsed_s, result.failed, result.acked, received, drain_s, growth),
                   "load_before": load_before, "load_after": load_after})
     say(f"  {rate:,}/s: p50 {entry['p50_ms']} ms, p95 {entry['p95_ms']} ms, p99 {entry['p99_ms']} ms, max "
         f"{entry['max_ms']} ms over {len(measured):,} records"
         + (f" (replicator leg p50 {entry['replicator_p50_ms']} / p99 {entry['replicator_p99_ms']} ms)"
-           if source is not None else "")
+           if c.source is not None else "")
         + f"; CPU {entry.get('cpu_percent', 0)} % ({entry.get('cpu_us_per_record', 0)} us/record); "
         f"loop thread {entry.get('loop_cpu_s', 0)} s on a CPU, {entry.get('loop_runq_wait_s', 0)} s waiting for one; "
         f"{'sustained' if entry['sustained'] else 'NOT sustained'}")
     return entry
-
-
-@dataclass
-class Contestant:
-    """A started variant with its topic, its two probes and what it measured so far."""
-
-    variant: Variant
-    topic: str
-    running: Running
-    destination: Probe
-    source: Probe | None
-    out: dict[str, Any]
-
-    def stop(self) -> None:
-        for probe in (self.destination, self.source):
-            if probe is not None:
-                probe.stop()
-        self.running.stop()
-        if self.variant.system == "mirrormaker2":
-            self.out["mm2_logged"] = mm2_effective(Path(self.running.notes["log"]))
 
 
 def start_contestant(variant: Variant, services: dict[str, str], workdir: Path, stamp: str, index: int,
@@ -607,45 +565,39 @@ def start_contestant(variant: Variant, services: dict[str, str], workdir: Path, 
     try:
         wait_for(lambda: running.cpu_s() >= 0 and end_offsets(services["destination"], topic, PARTITIONS) is not None,
                  180, f"{variant.name}: destination topic {topic}")
-        destination = Probe(services["destination"], topic, PARTITIONS).start()
-        probes.append(destination)
-        source = Probe(services["source"], topic, PARTITIONS).start() if args.source_leg else None
-        if source is not None:
-            probes.append(source)
-        primed = produce_and_wait(services, topic, destination, running, 500, 2, WARMUP_TAG, args.value_bytes, 180)
+        for bootstrap in [services["destination"], *([services["source"]] if args.source_leg else [])]:
+            probes.append(Probe(bootstrap, topic, PARTITIONS).start())
+        c = Contestant(variant, topic, running, probes[0], probes[1] if args.source_leg else None, {})
+        primed = c.produce_and_wait(services["source"], 500, 2, args.value_bytes, 180)
     except BaseException:
         for probe in probes:
             probe.stop()
         running.stop()
         raise
-    out: dict[str, Any] = {"variant": variant.name, "system": variant.system, "settings": variant.settings,
-                           "topic": topic, "ready_after_s": round(time.monotonic() - started, 1), "primed": primed,
-                           **running.notes, "rates": []}
-    say(f"{variant.name}: data path live after {out['ready_after_s']:.0f}s")
-    return Contestant(variant, topic, running, destination, source, out)
+    c.out.update({"variant": variant.name, "system": variant.system, "settings": variant.settings, "topic": topic,
+                  "ready_after_s": round(time.monotonic() - started, 1), "primed": primed, **running.notes,
+                  "rates": []})
+    say(f"{variant.name}: data path live after {c.out['ready_after_s']:.0f}s")
+    return c
 
 
 def run_contest(services: dict[str, str], workdir: Path, stamp: str, chosen: list[Variant],
                 args: argparse.Namespace) -> list[dict[str, Any]]:
-    """Each variant alone on the stack: start, prime, warm up, idle, then its rates; stopped before the next.
-
-    Alone, because on 2 cores an idle neighbour is not free: an idle MirrorMaker 2 (JIT, GC, Connect
-    threads) and short fetch waits on idle partitions cost tens of percent of a core, brokers included.
-    """
+    """Each variant alone on the stack (on 2 cores an idle neighbour is not free): start, prime, warm up, idle,
+    then its rates; stopped before the next."""
     results = []
     for index, variant in enumerate(chosen, start=1):
         c = start_contestant(variant, services, workdir, stamp, index, args)
         try:
             say(f"{variant.name}: warm-up {args.variant_warmup:.0f}s at {max(args.rates):,}/s (not counted)")
-            produce_and_wait(services, c.topic, c.destination, c.running, max(args.rates), args.variant_warmup,
-                             WARMUP_TAG, args.value_bytes, 120, already=c.out["primed"])
+            c.produce_and_wait(services["source"], max(args.rates), args.variant_warmup, args.value_bytes, 120,
+                               already=c.out["primed"])
             cpu0, t0 = c.running.cpu_s(), time.monotonic()
             time.sleep(args.idle)
             c.out["idle_cpu_percent"] = round(100 * (c.running.cpu_s() - cpu0) / (time.monotonic() - t0), 1)
             say(f"{variant.name}: idle {args.idle:.0f}s at {c.out['idle_cpu_percent']} % CPU; load {load_line()}")
             for tag, rate in enumerate(args.rates, start=1):
-                c.out["rates"].append(measure_rate(services, c.topic, (c.destination, c.source), c.running, rate,
-                                                   tag, args))
+                c.out["rates"].append(measure_rate(services, c, rate, tag, args))
                 time.sleep(2)
         finally:
             c.stop()
@@ -653,16 +605,10 @@ def run_contest(services: dict[str, str], workdir: Path, stamp: str, chosen: lis
     return results
 
 
-def code_commit(code: Path) -> str:
-    """HEAD of the checkout whose controller and worker ran, with ``+dirty`` when its worker/ or common/ differ."""
-    version = code_version(code)
-    return version["commit"] + ("+dirty" if version["worker_common_modified"] else "")
-
-
 def run(args: argparse.Namespace) -> dict[str, Any]:
     now = datetime.now(timezone.utc)
-    stamp = now.strftime("%H%M%S")
     chosen = variants(args.variants, args.low_latency)
+    version = code_version(args.code)
     entry: dict[str, Any] = {
         "benchmark": "latency",
         "date": now.isoformat(timespec="seconds"),
@@ -673,7 +619,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "mm2_tasks": 1, "value_bytes": args.value_bytes, "key_bytes": KEY.size,
             "warmup_s": args.warmup, "duration_s": args.duration, "variant_warmup_s": args.variant_warmup,
             "idle_s": args.idle, "rates": args.rates, "source_leg": args.source_leg, "schedule": "alone",
-            "code": str(args.code), "code_commit": code_commit(args.code),
+            "code": str(args.code),
+            # HEAD of the checkout whose controller and worker ran, +dirty when its worker/ or common/ differ
+            "code_commit": version["commit"] + ("+dirty" if version["worker_common_modified"] else ""),
             "probe": "own process; fetch.wait.max.ms=5; poll() for the first record, then consume(n, 0); "
                      "assigned from offset 0 before producing",
             "load_producer": "own process; idempotent, acks=all, linger.ms=2, timestamp=now",
@@ -689,7 +637,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     with own_stack("latency", heap=args.broker_heap) as (services, _root):
         workdir = bench_dir("latency") / f"run-{now.strftime('%Y%m%dT%H%M%SZ')}"
         workdir.mkdir(parents=True, exist_ok=True)
-        entry["variants"] = run_contest(services, workdir, stamp, chosen, args)
+        entry["variants"] = run_contest(services, workdir, now.strftime("%H%M%S"), chosen, args)
     entry["elapsed_s"] = round(time.monotonic() - wall, 1)
     entry["load_at_end"] = load_average()
     return entry
