@@ -35,7 +35,7 @@ from bench import render as bench_render
 from bench.harness import BenchError, CheckoutProcesses, Pipeline, install_signal_handlers
 from bench.recording import parser as cli_parser
 from bench.render import by_name, table
-from bench.window import Plan, Point
+from bench.window import Plan, Point, Threads
 from devtools import harness, jvm
 from devtools.harness import Offsets, Proc, Processes, say
 from ureplicator.common.errors import UReplicatorError
@@ -57,7 +57,6 @@ PROGRESS_S = 5.0
 PRELOAD_PROCESSES = 2
 # Hand-written method notes and findings (prose only: every table is rendered from results JSON).
 NOTES = common.REPO / "bench" / "throughput-notes.md"
-Threads = dict[tuple[int, int], tuple[str, float]]  # (pid, tid) -> (group name, CPU seconds)
 
 
 def label(variant: str, scale: int) -> str:
@@ -982,20 +981,15 @@ def render_eos_section(entry: dict[str, Any]) -> str:
     s = entry["settings"]
     summary = entry["summary"]
     lines = ["## Throughput in exactly-once mode: ureplicator vs MirrorMaker 2 (KIP-618)", ""]
-    worst_own = worst_peer = None
-    for block in summary["datasets"].values():
-        own = block["ratios"].get("ureplicator-eos/ureplicator records_per_s")
-        peer = block["ratios"].get("ureplicator-eos/mm2-eos records_per_s")
-        if own and (worst_own is None or own < worst_own[0]):
-            worst_own = (own, _dataset_name(block))
-        if peer and (worst_peer is None or peer < worst_peer[0]):
-            worst_peer = (peer, _dataset_name(block))
-    if worst_own or worst_peer:
-        parts = []
-        if worst_own:
-            parts.append(f"exactly-once runs at {_ratio(worst_own[0])} our own at-least-once rate at {worst_own[1]}")
-        if worst_peer:
-            parts.append(f"{_ratio(worst_peer[0])} MirrorMaker 2's exactly-once rate at {worst_peer[1]}")
+    parts = []
+    for key, text in (("ureplicator", "exactly-once runs at {} our own at-least-once rate at {}"),
+                      ("mm2-eos", "{} MirrorMaker 2's exactly-once rate at {}")):
+        found = [(r, _dataset_name(b)) for b in summary["datasets"].values()
+                 if (r := b["ratios"].get(f"ureplicator-eos/{key} records_per_s"))]
+        if found:  # the least favourable: the lowest ratio, the first dataset on a tie
+            worst = min(found, key=lambda f: f[0])
+            parts.append(text.format(_ratio(worst[0]), worst[1]))
+    if parts:
         lines += [f"**Headline (the least favourable reading over the datasets): {'; '.join(parts)}.**", ""]
     lines += [
         f"Measured {entry['date'][:10]} on {m.get('cpu_model', '?')} ({m.get('cores', '?')} cores, "
@@ -1033,18 +1027,14 @@ def _short(errors: list[str | None], limit: int = 140) -> str:
 
 
 def _each(runs: list[dict[str, Any]], dataset: str, variant: str, scale: int) -> str:
-    out = []
-    for r in runs:
-        if r["dataset"] != dataset or r["variant"] != variant or r["scale"] != scale:
-            continue
-        if not r["ok"]:
-            out.append("failed")
-            continue
+    """Each run's records/s, its window thirds and the machine's busy share."""
+    def one(r: dict[str, Any]) -> str:
         thirds = "/".join(f"{x / 1000:.0f}" for x in r["extra"].get("rate_thirds", []))
         busy = r["extra"].get("machine_busy_pct")
-        out.append(f"{r['records_per_s'] / 1000:.0f}k ({thirds}k; {busy:.0f} %)" if busy is not None
-                   else f"{r['records_per_s'] / 1000:.0f}k ({thirds}k)")
-    return ", ".join(out) or "n/a"
+        return f"{r['records_per_s'] / 1000:.0f}k ({thirds}k" + (f"; {busy:.0f} %)" if busy is not None else ")")
+
+    return ", ".join(one(r) if r["ok"] else "failed" for r in runs
+                     if (r["dataset"], r["variant"], r["scale"]) == (dataset, variant, scale)) or "n/a"
 
 
 def _analysis(entry: dict[str, Any]) -> list[str]:
@@ -1062,11 +1052,9 @@ def _analysis(entry: dict[str, Any]) -> list[str]:
         lines += [f"Where the worker's mirror thread spends its time: py-spy `--native` on one extra, untimed "
                   f"{profile['dataset']} run ({profile['samples']:,} samples of the thread running "
                   f"`MirrorWorker.run`; raw stacks in `{profile['raw_file']}`):", ""]
-        lines += ["| function | inclusive | self |", "|---|---:|---:|"]
-        for name, share, own in profile["rows"]:
-            shown = "libc.so.6 (unsymbolized: memcpy, locks, ...)" if name == "(libc.so.6)" else name
-            lines.append(f"| `{shown}` | {share:.1f} % | {own:.1f} % |")
-        lines.append("")
+        lines += [*table(["function", "inclusive", "self"], [
+            ["`libc.so.6 (unsymbolized: memcpy, locks, ...)`" if name == "(libc.so.6)" else f"`{name}`",
+             f"{share:.1f} %", f"{own:.1f} %"] for name, share, own in profile["rows"]], "lrr"), ""]
     for note in entry.get("notes") or []:
         lines += [note, ""]
     if NOTES.exists():
@@ -1075,35 +1063,23 @@ def _analysis(entry: dict[str, Any]) -> list[str]:
 
 
 def _fold(name: str) -> str:
-    if name == "main":
-        return "main"
-    if name.startswith("rdk:"):
-        return "rdk:*"
-    if "CompilerThre" in name:
-        return "JIT"
-    if name.startswith(("GC Thread", "G1 ")):
-        return "GC"
-    if name.startswith("task-thread"):
-        return "Connect task"
-    if name.startswith("kafka-"):
-        return "Kafka client I/O"
-    return "other"
+    groups = ((name == "main", "main"), (name.startswith("rdk:"), "rdk:*"), ("CompilerThre" in name, "JIT"),
+              (name.startswith(("GC Thread", "G1 ")), "GC"), (name.startswith("task-thread"), "Connect task"),
+              (name.startswith("kafka-"), "Kafka client I/O"))
+    return next((group for hit, group in groups if hit), "other")
 
 
 def _thread_split(runs: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
     out: dict[str, dict[str, float]] = {}
-    keys = sorted({(r["dataset"], r["variant"]) for r in runs if r["ok"] and r["scale"] == 1})
-    for dataset, variant in keys:
+    for dataset, variant in sorted({(r["dataset"], r["variant"]) for r in runs if r["ok"] and r["scale"] == 1}):
         groups: dict[str, list[float]] = {}
         for r in runs:
-            if not (r["ok"] and r["scale"] == 1 and r["dataset"] == dataset and r["variant"] == variant):
-                continue
-            per_m = r["window_records"] / 1e6 or 1.0
-            folded: Counter[str] = Counter()
-            for name, cpu in r["extra"].get("thread_cpu_window_s", {}).items():
-                folded[_fold(name)] += cpu
-            for name, cpu in folded.items():
-                groups.setdefault(name, []).append(cpu / per_m)
+            if r["ok"] and r["scale"] == 1 and r["dataset"] == dataset and r["variant"] == variant:
+                folded: Counter[str] = Counter()
+                for name, cpu in r["extra"].get("thread_cpu_window_s", {}).items():
+                    folded[_fold(name)] += cpu
+                for name, cpu in folded.items():
+                    groups.setdefault(name, []).append(cpu / (r["window_records"] / 1e6 or 1.0))
         out[f"{label(variant, 1)} {dataset}"] = {k: round(_median(v), 2) for k, v in sorted(groups.items())}
     return out
 
