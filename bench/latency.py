@@ -98,17 +98,9 @@ def nearest_rank(ordered: Sequence[float], q: float) -> float:
 
 def latency_stats(latencies_ms: Sequence[float]) -> dict[str, float]:
     """p50 / p95 / p99 / p99.9 / max / mean (ms, nearest rank) of unsorted latencies; zeros when empty."""
-    ordered = sorted(latencies_ms)
-    if not ordered:
-        return {"p50_ms": 0.0, "p95_ms": 0.0, "p99_ms": 0.0, "p999_ms": 0.0, "max_ms": 0.0, "mean_ms": 0.0}
-    return {
-        "p50_ms": round(nearest_rank(ordered, 50), 1),
-        "p95_ms": round(nearest_rank(ordered, 95), 1),
-        "p99_ms": round(nearest_rank(ordered, 99), 1),
-        "p999_ms": round(nearest_rank(ordered, 99.9), 1),
-        "max_ms": round(ordered[-1], 1),
-        "mean_ms": round(statistics.fmean(ordered), 1),
-    }
+    ordered = sorted(latencies_ms) or [0.0]
+    return {**{f"p{q:g}_ms".replace(".", ""): round(nearest_rank(ordered, q), 1) for q in (50, 95, 99, 99.9)},
+            "max_ms": round(ordered[-1], 1), "mean_ms": round(statistics.fmean(ordered), 1)}
 
 
 def measured_window(created_ms: Sequence[float], warmup_s: float) -> float:

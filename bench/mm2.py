@@ -80,29 +80,21 @@ def properties(alias: str, source: str, destination: str, topic: str, tasks_max:
     return props
 
 
-def log4j_properties(log_file: Path) -> dict[str, str]:
-    return {
+def launch(workdir: Path, props: dict[str, Any]) -> list[str]:
+    """Write ``props`` as ``mm2.properties`` and a ``log4j.properties`` into ``workdir``; return the java command."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    log4j = {
         "log4j.rootLogger": "INFO, file",
         "log4j.appender.file": "org.apache.log4j.FileAppender",
-        "log4j.appender.file.File": str(log_file),
+        "log4j.appender.file.File": str(workdir / "mm2.log"),
         "log4j.appender.file.layout": "org.apache.log4j.PatternLayout",
         "log4j.appender.file.layout.ConversionPattern": "[%d] %p %m (%c)%n",
         "log4j.logger.org.reflections": "ERROR",
     }
-
-
-def write_props(path: Path, props: dict[str, Any]) -> Path:
-    path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
-    return path
-
-
-def launch(workdir: Path, props: dict[str, Any]) -> list[str]:
-    """Write ``props`` as ``mm2.properties`` and a ``log4j.properties`` into ``workdir``; return the java command."""
-    workdir.mkdir(parents=True, exist_ok=True)
-    config = write_props(workdir / "mm2.properties", props)
-    log4j = write_props(workdir / "log4j.properties", log4j_properties(workdir / "mm2.log"))
-    return [jvm.java_executable(), *HEAP, *JVM_FLAGS, f"-Dlog4j.configuration=file:{log4j}",
-            "-cp", jvm.classpath("mirrormaker"), MAIN_CLASS, str(config)]
+    for name, values in (("mm2.properties", props), ("log4j.properties", log4j)):
+        (workdir / name).write_text("".join(f"{k}={v}\n" for k, v in values.items()))
+    return [jvm.java_executable(), *HEAP, *JVM_FLAGS, f"-Dlog4j.configuration=file:{workdir / 'log4j.properties'}",
+            "-cp", jvm.classpath("mirrormaker"), MAIN_CLASS, str(workdir / "mm2.properties")]
 
 
 def command(workdir: Path, alias: str, source: str, destination: str, topic: str, tasks_max: int = 1,
