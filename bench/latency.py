@@ -727,32 +727,21 @@ def _loop(r: dict[str, Any]) -> str:
 
 
 def _why_not(r: dict[str, Any]) -> list[str]:
-    why = []
-    if not r["producer_kept_schedule"]:
-        why.append("producer fell behind")
-    if not r["all_arrived"]:
-        why.append("records missing")
-    elif r["drain_s"] > 5:
-        why.append(f"backlog drained {r['drain_s']:.0f} s after the end")
-    if r["latency_growth_s"] > 1:
-        why.append(f"latency grew {r['latency_growth_s']:.1f} s")
-    return why
+    drained = "records missing" if not r["all_arrived"] else (
+        f"backlog drained {r['drain_s']:.0f} s after the end" if r["drain_s"] > 5 else "")
+    return [why for why in ("" if r["producer_kept_schedule"] else "producer fell behind", drained,
+                            f"latency grew {r['latency_growth_s']:.1f} s" if r["latency_growth_s"] > 1 else "") if why]
 
 
 def _at(entry: dict[str, Any], variant: str, rate: int) -> dict[str, Any] | None:
-    for v in entry["variants"]:
-        if v["variant"] == variant:
-            for r in v["rates"]:
-                if r["rate"] == rate:
-                    return r
-    return None
+    return next((r for v in entry["variants"] if v["variant"] == variant for r in v["rates"] if r["rate"] == rate),
+                None)
 
 
 def peak_load(entry: dict[str, Any]) -> float:
     """The highest 1-minute load average recorded during the run."""
-    values = [entry["load_at_start"][0], entry["load_at_end"][0]]
-    values += [r[k][0] for v in entry["variants"] for r in v["rates"] for k in ("load_before", "load_after")]
-    return max(values)
+    return max([entry["load_at_start"][0], entry["load_at_end"][0],
+                *(r[k][0] for v in entry["variants"] for r in v["rates"] for k in ("load_before", "load_after"))])
 
 
 def headline(entry: dict[str, Any]) -> str | None:
