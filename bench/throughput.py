@@ -438,23 +438,11 @@ def run_mirrormaker2(bench: Bench, ds: Dataset, rnd: int, scale: int = 1, exactl
     variant = "mirrormaker2-eos" if exactly_once else "mirrormaker2"
     run, folder = bench.start(variant, scale, ds, rnd)
     alias = f"src{run.run_no}"
-    destination = ds.topic  # IdentityReplicationPolicy
-    _cleanup(bench, [destination])
+    _cleanup(bench, [ds.topic])  # IdentityReplicationPolicy: the destination topic has the source's name
     cmd = mm2.command(folder, alias, bench.services["source"], bench.services["destination"], ds.topic,
                       tasks_max=scale, exactly_once=exactly_once)
-    processes = Processes(folder)
-    try:
-        run.load_before = common.load_average()
-        started = time.monotonic()
-        proc = processes.spawn("stdout", cmd, folder)
-        observe(bench, run, f"{variant} x{scale} {ds.label}", destination, ds, [proc.pid], started,
-                _exited([proc], folder / "mm2.log"), [proc.pid], processes.stop_all, transactional=exactly_once)
-        run.extra.update({"destination_topic": destination, "source_alias": alias})
-    finally:
-        processes.stop_all(20)
-        internal = [t for t in harness.list_topics(bench.services["destination"]) if alias in t.split(".")]
-        _cleanup(bench, [destination, *internal])
-    return run
+    return _one_process(bench, run, folder, f"{variant} x{scale} {ds.label}", ("stdout", cmd, folder), ds, 20,
+                        {"destination_topic": ds.topic, "source_alias": alias}, folder / "mm2.log", exactly_once)
 
 
 def run_raw(bench: Bench, ds: Dataset, rnd: int, scale: int = 1) -> Run:
@@ -467,17 +455,27 @@ def run_raw(bench: Bench, ds: Dataset, rnd: int, scale: int = 1) -> Run:
     cmd = [sys.executable, "-m", "bench.rawcopy", "--source", bench.services["source"],
            "--destination", bench.services["destination"], "--topic", ds.topic, "--to", destination,
            "--partitions", str(PARTITIONS), "--records", str(ds.records)]
+    return _one_process(bench, run, folder, f"raw {ds.label}", ("rawcopy", cmd, common.REPO), ds, 10,
+                        {"destination_topic": destination})
+
+
+def _one_process(bench: Bench, run: Run, folder: Path, name: str, spawn: tuple[str, list[str], Path], ds: Dataset,
+                 stop_s: float, extra: dict[str, str], log: Path | None = None, transactional: bool = False) -> Run:
+    """A variant that is one process (MirrorMaker 2, the raw pair): spawn it, observe it, clean up after it;
+    ``extra`` names its destination topic (and MirrorMaker 2's source alias, whose internal topics go too)."""
     processes = Processes(folder)
     try:
         run.load_before = common.load_average()
         started = time.monotonic()
-        proc = processes.spawn("rawcopy", cmd)
-        observe(bench, run, f"raw {ds.label}", destination, ds, [proc.pid], started, _exited([proc]), [proc.pid],
-                processes.stop_all)
-        run.extra["destination_topic"] = destination
+        proc = processes.spawn(*spawn)
+        observe(bench, run, name, extra["destination_topic"], ds, [proc.pid], started, _exited([proc], log),
+                [proc.pid], processes.stop_all, transactional=transactional)
+        run.extra.update(extra)
     finally:
-        processes.stop_all(10)
-        _cleanup(bench, [destination])
+        processes.stop_all(stop_s)
+        alias = extra.get("source_alias", "")
+        internal = harness.list_topics(bench.services["destination"]) if alias else []
+        _cleanup(bench, [extra["destination_topic"], *(t for t in internal if alias in t.split("."))])
     return run
 
 
