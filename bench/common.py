@@ -1,8 +1,6 @@
-"""Shared benchmark helpers: process CPU and memory, machine facts, topics, offsets, result files.
+"""Shared benchmark helpers: process CPU and memory, machine facts, result files.
 
-Nothing here measures by itself; the benchmark scripts compose it. Process CPU
-time and resident memory come from psutil; the resident-set high-water mark
-(``VmHWM``), which psutil does not expose, from ``/proc/<pid>/status``.
+CPU and memory come from psutil; the resident-set high-water mark (``VmHWM``), which psutil lacks, from /proc.
 """
 
 from __future__ import annotations
@@ -14,9 +12,8 @@ import platform
 import re
 import subprocess
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import psutil
 
@@ -39,6 +36,8 @@ PRODUCER_SETTINGS: dict[str, Any] = {
               "queue.buffering.max.kbytes", "queue.buffering.max.messages")
 }
 CONSUMER_SETTINGS: dict[str, Any] = dict(kafka._CONSUMER_DEFAULTS)
+# A run whose entry is bigger than this keeps its per-sample lists in a git-ignored raw file.
+RAW_LIMIT_BYTES = 1_000_000
 
 
 def repo_relative(text: str) -> str:
@@ -49,8 +48,7 @@ def repo_relative(text: str) -> str:
 # ----------------------------------------------------------------------------- processes
 
 
-@dataclass(frozen=True)
-class ProcSample:
+class ProcSample(NamedTuple):
     """CPU seconds (user + system, every thread) and resident memory of one process."""
 
     cpu_s: float
@@ -73,8 +71,8 @@ def proc_sample(pid: int) -> ProcSample | None:
 
 
 def load_average() -> tuple[float, float, float]:
-    one, five, fifteen = os.getloadavg()
-    return round(one, 2), round(five, 2), round(fifteen, 2)
+    one, five, fifteen = (round(v, 2) for v in os.getloadavg())
+    return one, five, fifteen
 
 
 def fmt_load(values: Any) -> str:
@@ -97,42 +95,41 @@ def stop_process(popen: subprocess.Popen[bytes], timeout_s: float = 30) -> int |
 # ----------------------------------------------------------------------------- machine
 
 
+def _run(*cmd: str, stderr: bool = False) -> str:
+    """A command's output (``stderr``: its stderr first, where ``java -version`` writes); empty when it cannot run."""
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return ((out.stderr or out.stdout) if stderr else out.stdout).strip()
+
+
 def code_version(repo: Path) -> dict[str, Any]:
     """The commit the worker ran from and a digest of its Python sources (to notice edits mid-run)."""
     digest = hashlib.sha256()
     for path in sorted([*repo.glob("worker/*.py"), *repo.glob("common/*.py"), *repo.glob("worker/*.so")]):
         digest.update(path.name.encode())
         digest.update(path.read_bytes())
-    try:
-        commit = subprocess.run(["git", "-C", str(repo), "rev-parse", "--short", "HEAD"], capture_output=True,
-                                text=True, timeout=10, check=False).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--", "worker", "common"],
-                               capture_output=True, text=True, timeout=10, check=False).stdout.strip()
-    except OSError:
-        commit, dirty = "", ""
+    commit = _run("git", "-C", str(repo), "rev-parse", "--short", "HEAD")
+    dirty = _run("git", "-C", str(repo), "status", "--porcelain", "--", "worker", "common") if commit else ""
     return {"commit": commit or "unknown", "worker_common_modified": bool(dirty), "sources_sha256": digest.hexdigest()}
 
 
 def machine_info() -> dict[str, Any]:
     """What the numbers were measured on."""
-    cpu_model = "unknown"
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu_model = line.split(":", 1)[1].strip()
-                break
+        cpuinfo = Path("/proc/cpuinfo").read_text()  # psutil has no CPU model name
     except OSError:
-        pass
+        cpuinfo = ""
+    models = re.findall(r"^model name\s*:\s*(.*)$", cpuinfo, re.M)
     try:
-        java = jvm.java_executable()
-        out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30, check=False)
-        java_version = (out.stderr or out.stdout).splitlines()[0].strip()
-    except (jvm.JvmError, OSError, IndexError, subprocess.TimeoutExpired):
+        java_version = _run(jvm.java_executable(), "-version", stderr=True).splitlines()[0].strip()
+    except (jvm.JvmError, IndexError):
         java_version = "unknown"
     import confluent_kafka
 
     return {
-        "cpu_model": cpu_model,
+        "cpu_model": models[0].strip() if models else "unknown",
         "cores": os.cpu_count(),
         "ram_bytes": psutil.virtual_memory().total,
         "python": platform.python_version(),
@@ -146,22 +143,13 @@ def machine_info() -> dict[str, Any]:
 
 
 def _jar_version(component: str, artifact: str) -> str:
-    folder = jvm.jvm_dir() / component
-    for jar in sorted(folder.glob(f"{artifact}-*.jar")):
-        match = re.fullmatch(re.escape(artifact) + r"-(\d[\w.]*)\.jar", jar.name)
-        if match:
+    for jar in sorted((jvm.jvm_dir() / component).glob(f"{artifact}-*.jar")):
+        if match := re.fullmatch(re.escape(artifact) + r"-(\d[\w.]*)\.jar", jar.name):
             return match.group(1)
     return "unknown"
 
 
-# ----------------------------------------------------------------------------- topics
-
-
 # ----------------------------------------------------------------------------- result files
-
-
-# A run whose entry is bigger than this keeps its per-sample lists in a git-ignored raw file.
-RAW_LIMIT_BYTES = 1_000_000
 
 
 def summarised(entry: dict[str, Any], raw_file: str, limit: int = RAW_LIMIT_BYTES) -> dict[str, Any]:
@@ -211,27 +199,24 @@ def append_json(path: Path, entry: dict[str, Any]) -> dict[str, Any]:
             backup = path.with_suffix(".unreadable.json")
             os.replace(path, backup)
             say(f"{path} was not valid JSON; moved it to {backup}")
-    runs.append(entry)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(runs, indent=2) + "\n")
-    os.replace(tmp, path)
+    _write(path, json.dumps([*runs, entry], indent=2) + "\n")
     return entry
 
 
 def replace_section(path: Path, start: str, end: str, body: str, title: str = "# Benchmarks") -> None:
-    """Replace what lies between the ``start`` and ``end`` markers of ``path`` with ``body``.
-
-    Read-modify-write of only that section, right before writing, so concurrent
-    owners of other sections keep their text. The markers are appended when missing.
-    """
+    """Replace what lies between the ``start`` and ``end`` markers of ``path`` with ``body`` (appended when
+    missing). Read-modify-write of only that section, so concurrent owners of other sections keep theirs."""
     current = path.read_text() if path.exists() else f"{title}\n"
     block = f"{start}\n{body.rstrip()}\n{end}"
     if start in current and end in current and current.index(start) < current.index(end):
         head, rest = current.split(start, 1)
-        _, tail = rest.split(end, 1)
-        updated = head + block + tail
+        _write(path, head + block + rest.split(end, 1)[1])
     else:
-        updated = current.rstrip("\n") + "\n\n" + block + "\n"
+        _write(path, current.rstrip("\n") + "\n\n" + block + "\n")
+
+
+def _write(path: Path, text: str) -> None:
+    """Write through a temporary file and a rename, so a reader never sees half of it."""
     tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    tmp.write_text(updated)
+    tmp.write_text(text)
     os.replace(tmp, path)

@@ -4,51 +4,8 @@
     .venv/bin/python -m bench.latency --quick    # 4 variants x 5k, 20k records/s, 3 s + 10 s each (~5 min)
     .venv/bin/python -m bench.latency --render bench/results/latency-2026-11-23.json
 
-One local stack (``.cache/bench-latency/stack``, always stopped again). The
-*variants* run on it one after another, each alone (an idle neighbour is not
-free on 2 cores) on its own fresh 16-partition source topic, with the same
-rates and the same kind of measuring consumers:
-
-* ``ureplicator-default``: one controller and one worker, every setting at its default;
-* ``ureplicator-low-latency``: the same with :data:`LOW_LATENCY` (``--set`` overrides a key);
-* ``mirrormaker2-low-latency``: MirrorMaker 2 in dedicated mode, one task (``bench/mm2.py``),
-  with :data:`MM2_LOW_LATENCY` on top;
-* ``mirrormaker2-default``: ``bench/mm2.py`` as the throughput
-  benchmark runs it: the worker's producer settings (``linger.ms``, ``batch.size``, lz4, 5 in
-  flight, from common/kafka.py), everything else at MirrorMaker 2's defaults.
-
-Per variant: start it; wait until its destination topic exists; start its
-measuring consumers; send a priming burst and wait until it arrived (the data
-path is live); run a warm-up load (JIT, connections, caches) that is not
-counted; let it idle (its idle CPU is recorded); then per rate a load producer
-process writes 100-byte records round-robin over the partitions with
-``timestamp = now`` for warm-up + duration seconds. The variant is stopped
-before the next one starts.
-
-Latency of a record = the wall-clock time at which the *destination probe*
-received it − its CreateTime (same host, same clock). The probe is a consumer
-in a process of its own (not the replicator's, not the load producer's, not
-this script's: no shared GIL), assigned from offset 0 before anything is
-produced, ``fetch.wait.max.ms=5``; it blocks in ``poll()`` for the first record
-and then drains what librdkafka already holds with ``consume(n, 0)``, so a
-record is stamped when it is handed to the application, not when a batch
-filled up. A second probe on the source splits the time into the *source leg*
-(CreateTime → source consumer: load producer + source broker) and the
-*replicator leg* (source consumer → destination consumer). Records created in
-the first ``--warmup`` seconds of a rate are not counted.
-
-Over the measured window the variant's threads are also read from
-``/proc/<pid>/task/<tid>/schedstat``: how long the *loop thread* (a worker's
-main thread, MirrorMaker 2's task thread) ran and how long it was runnable but
-waiting for a CPU. On a shared machine that wait, not a setting, can be where
-a record's time goes; the analysis says so when it is 10 % of the window or more.
-
-A rate counts as *sustained* when the producer kept its schedule (finished
-within 5 % of the planned time), every acknowledged record reached the
-destination within 5 s of the producer's end, and the median latency of the
-last 10 s is no more than 1 s above that of the first 10 s (no growing
-backlog). Results: ``bench/results/latency-<date>.json`` (appended) and the
-latency-bench section of ``docs/benchmarks.md``.
+Each variant runs alone on one local stack; the method (probes, legs, loop thread, *sustained*) is the
+latency-bench section of docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -64,7 +21,7 @@ import statistics
 import sys
 import time
 from array import array
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -76,6 +33,7 @@ from bench import mm2
 from bench.common import REPO, code_version, fmt_load, load_average, machine_info, proc_sample
 from bench.harness import KEY, BenchError, CheckoutProcesses, Flow, Load, Pipeline, load_line
 from bench.recording import parser, rendered, run_and_record
+from bench.render import table
 from devtools.harness import Proc, Processes, bench_dir, create_topic, end_offsets, own_stack, say, wait_for
 
 PARTITIONS = 16
@@ -100,7 +58,6 @@ MM2_LOW_LATENCY: dict[str, Any] = {
 }
 # All four by default: the issue's yardstick compares both systems at both settings in one run.
 VARIANTS = ("ureplicator-default", "ureplicator-low-latency", "mirrormaker2-low-latency", "mirrormaker2-default")
-ALL_VARIANTS = VARIANTS
 
 
 # ----------------------------------------------------------------------------- pure arithmetic
@@ -141,17 +98,9 @@ def nearest_rank(ordered: Sequence[float], q: float) -> float:
 
 def latency_stats(latencies_ms: Sequence[float]) -> dict[str, float]:
     """p50 / p95 / p99 / p99.9 / max / mean (ms, nearest rank) of unsorted latencies; zeros when empty."""
-    ordered = sorted(latencies_ms)
-    if not ordered:
-        return {"p50_ms": 0.0, "p95_ms": 0.0, "p99_ms": 0.0, "p999_ms": 0.0, "max_ms": 0.0, "mean_ms": 0.0}
-    return {
-        "p50_ms": round(nearest_rank(ordered, 50), 1),
-        "p95_ms": round(nearest_rank(ordered, 95), 1),
-        "p99_ms": round(nearest_rank(ordered, 99), 1),
-        "p999_ms": round(nearest_rank(ordered, 99.9), 1),
-        "max_ms": round(ordered[-1], 1),
-        "mean_ms": round(statistics.fmean(ordered), 1),
-    }
+    ordered = sorted(latencies_ms) or [0.0]
+    return {**{f"p{q:g}_ms".replace(".", ""): round(nearest_rank(ordered, q), 1) for q in (50, 95, 99, 99.9)},
+            "max_ms": round(ordered[-1], 1), "mean_ms": round(statistics.fmean(ordered), 1)}
 
 
 def measured_window(created_ms: Sequence[float], warmup_s: float) -> float:
@@ -283,19 +232,13 @@ def _probe_main(bootstrap: str, topic: str, partitions: int, counts: Any, ready:
 
     try:
         consumer = Consumer({
-            "bootstrap.servers": bootstrap,
-            "group.id": f"bench-latency-probe-{time.time_ns()}",
-            "enable.auto.commit": False,
-            "enable.partition.eof": False,
-            "fetch.wait.max.ms": 5,
-            "fetch.min.bytes": 1,
-            "fetch.error.backoff.ms": 50,
-            "reconnect.backoff.max.ms": 500,
+            "bootstrap.servers": bootstrap, "group.id": f"bench-latency-probe-{time.time_ns()}",
+            "enable.auto.commit": False, "enable.partition.eof": False, "fetch.wait.max.ms": 5, "fetch.min.bytes": 1,
+            "fetch.error.backoff.ms": 50, "reconnect.backoff.max.ms": 500,
         })
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
         logs: dict[int, Received] = {}
-        unpack = KEY.unpack
-        key_size = KEY.size
+        unpack, key_size = KEY.unpack, KEY.size  # locals: this loop runs per record
         last_request_check = 0.0
         ready.set()
         while not stop.is_set():
@@ -319,9 +262,8 @@ def _probe_main(bootstrap: str, topic: str, partitions: int, counts: Any, ready:
                 for tag, n in per_tag.items():
                     if tag < MAX_TAGS:
                         counts[tag] += n
-            now = time.monotonic()
-            if now - last_request_check >= 0.1:
-                last_request_check = now
+            if time.monotonic() - last_request_check >= 0.1:
+                last_request_check = time.monotonic()
                 while True:
                     try:
                         tag = requests.get_nowait()
@@ -339,10 +281,7 @@ class Probe:
     def __init__(self, bootstrap: str, topic: str, partitions: int) -> None:
         ctx = mp.get_context("spawn")
         self.counts = ctx.Array("q", MAX_TAGS, lock=False)
-        self._ready = ctx.Event()
-        self._stop = ctx.Event()
-        self._requests = ctx.Queue()
-        self._replies = ctx.Queue()
+        self._ready, self._stop, self._requests, self._replies = ctx.Event(), ctx.Event(), ctx.Queue(), ctx.Queue()
         self._proc = ctx.Process(target=_probe_main, name="bench-latency-probe", daemon=True,
                                  args=(bootstrap, topic, partitions, self.counts, self._ready, self._stop,
                                        self._requests, self._replies))
@@ -353,13 +292,13 @@ class Probe:
             raise BenchError(f"the latency probe did not start within {timeout_s:.0f}s")
         return self
 
-    @property
-    def pid(self) -> int | None:
-        return self._proc.pid
-
     def count(self, tag: int) -> int:
         if not self._proc.is_alive():
-            raise BenchError(f"the latency probe exited: {self._error()}")
+            try:
+                error = str(self._replies.get(timeout=1)[1])
+            except queue.Empty:
+                error = f"exit code {self._proc.exitcode}"
+            raise BenchError(f"the latency probe exited: {error}")
         return int(self.counts[tag])
 
     def take(self, tag: int, timeout_s: float = 120) -> Received:
@@ -372,12 +311,6 @@ class Probe:
         if got != tag:
             raise BenchError(f"the latency probe failed: {payload}")
         return payload
-
-    def _error(self) -> str:
-        try:
-            return str(self._replies.get(timeout=1)[1])
-        except queue.Empty:
-            return f"exit code {self._proc.exitcode}"
 
     def stop(self) -> None:
         self._stop.set()
@@ -412,18 +345,18 @@ def variants(names: Sequence[str], low_latency: dict[str, Any]) -> list[Variant]
     return [table[n] for n in names]
 
 
+@dataclass
 class Running:
-    """A started variant: its processes, for liveness and CPU."""
+    """A started variant: its processes (for liveness and CPU), the ones that carry records, how to stop it."""
 
-    def __init__(self, variant: Variant, procs: list[Proc], stop: Any, notes: dict[str, Any],
-                 loop_procs: list[Proc] | None = None) -> None:
-        self.variant = variant
-        self.procs = procs
-        self.loop_procs = loop_procs if loop_procs is not None else procs  # the processes that carry records
-        self._stop = stop
-        self.notes = notes
+    variant: Variant
+    procs: list[Proc]
+    stop: Callable[[], None]
+    notes: dict[str, Any]
+    loop_procs: list[Proc]
 
     def cpu_s(self) -> float:
+        """CPU seconds of its processes; raises when one of them exited."""
         total = 0.0
         for proc in self.procs:
             sample = proc_sample(proc.pid)
@@ -434,13 +367,6 @@ class Running:
 
     def schedstats(self) -> dict[int, tuple[str, int, int]]:
         return thread_schedstats([proc.pid for proc in self.procs])
-
-    @property
-    def loop_pids(self) -> list[int]:
-        return [proc.pid for proc in self.loop_procs]
-
-    def stop(self) -> None:
-        self._stop()
 
 
 def start_ureplicator(variant: Variant, services: dict[str, str], workdir: Path, code: Path, topic: str,
@@ -466,7 +392,7 @@ def start_ureplicator(variant: Variant, services: dict[str, str], workdir: Path,
         raise
     return Running(variant, [*pipeline.controllers.values(), *pipeline.workers.values()], stop,
                    {"code": str(code), "workers": workers, "overrides": nested_overrides(variant.settings)},
-                   loop_procs=list(pipeline.workers.values()))
+                   list(pipeline.workers.values()))
 
 
 def mm2_properties(variant: Variant, alias: str, services: dict[str, str], topic: str) -> dict[str, Any]:
@@ -477,23 +403,18 @@ def mm2_properties(variant: Variant, alias: str, services: dict[str, str], topic
 
 def start_mirrormaker2(variant: Variant, services: dict[str, str], workdir: Path, topic: str) -> Running:
     folder = workdir / variant.name
-    alias = f"src{topic[-6:].replace('-', '')}"
-    props = mm2_properties(variant, alias, services, topic)
-    cmd = mm2.launch(folder, props)
+    props = mm2_properties(variant, f"src{topic[-6:].replace('-', '')}", services, topic)
     processes = Processes(folder)
-    proc = processes.spawn("mirrormaker2", cmd, cwd=folder)
+    proc = processes.spawn("mirrormaker2", mm2.launch(folder, props), cwd=folder)
     return Running(variant, [proc], processes.stop_all,
                    {"properties": {k: str(v) for k, v in props.items() if "bootstrap" not in k},
-                    "log": str(folder / "mm2.log"), "jvm": [*mm2.HEAP, "G1 (kafka-run-class.sh flags)"]})
+                    "log": str(folder / "mm2.log"), "jvm": [*mm2.HEAP, "G1 (kafka-run-class.sh flags)"]}, [proc])
 
 
 def mm2_effective(log: Path, keys: Sequence[str] = ("linger.ms", "batch.size", "acks", "fetch.max.wait.ms",
                                                      "fetch.min.bytes", "max.poll.records")) -> dict[str, Any]:
-    """The settings MirrorMaker 2's data-path clients logged: its task's producer and replication consumer.
-
-    Read from the ``ProducerConfig values:`` / ``ConsumerConfig values:`` blocks, so the results
-    show what the JVM really used, not only what the properties file asked for.
-    """
+    """The settings MirrorMaker 2's data-path clients logged (``ProducerConfig values:`` and
+    ``ConsumerConfig values:`` blocks): what the JVM really used, not only what was asked for."""
     found: dict[str, Any] = {}
     if not log.exists():
         return found
@@ -509,34 +430,48 @@ def mm2_effective(log: Path, keys: Sequence[str] = ("linger.ms", "batch.size", "
 # ----------------------------------------------------------------------------- measuring
 
 
-def produce_and_wait(services: dict[str, str], topic: str, probe: Probe, running: Running, rate: int, seconds: float,
-                     tag: int, value_bytes: int, timeout_s: float, already: int = 0) -> int:
-    """Unmeasured load (priming, warm-up): produce, then wait until all of it arrived; returns the acked count."""
-    load = Load(services["source"], [Flow(topic, PARTITIONS, rate)], tag=tag, duration_s=seconds,
-                value_bytes=value_bytes).start()
-    result = load.wait(seconds + 120)
-    target = already + result.acked
+@dataclass
+class Contestant:
+    """A started variant with its topic, its two probes and what it measured so far."""
 
-    def arrived() -> bool:
-        running.cpu_s()  # raises when a process died
-        return probe.count(tag) >= target
+    variant: Variant
+    topic: str
+    running: Running
+    destination: Probe
+    source: Probe | None
+    out: dict[str, Any]
 
-    wait_for(arrived, timeout_s, f"{running.variant.name}: {result.acked:,} records of tag {tag} at the destination")
-    return target
+    def produce_and_wait(self, source: str, rate: int, seconds: float, value_bytes: int, timeout_s: float,
+                         already: int = 0) -> int:
+        """Unmeasured load (priming, warm-up): produce, wait until all of it arrived; returns the acked count."""
+        result = Load(source, [Flow(self.topic, PARTITIONS, rate)], tag=WARMUP_TAG, duration_s=seconds,
+                      value_bytes=value_bytes).start().wait(seconds + 120)
+        target = already + result.acked
+        # cpu_s() raises when a process died
+        wait_for(lambda: self.running.cpu_s() >= 0 and self.destination.count(WARMUP_TAG) >= target, timeout_s,
+                 f"{self.variant.name}: {result.acked:,} records of tag {WARMUP_TAG} at the destination")
+        return target
+
+    def stop(self) -> None:
+        for probe in (self.destination, self.source):
+            if probe is not None:
+                probe.stop()
+        self.running.stop()
+        if self.variant.system == "mirrormaker2":
+            self.out["mm2_logged"] = mm2_effective(Path(self.running.notes["log"]))
 
 
-def measure_rate(services: dict[str, str], topic: str, probes: tuple[Probe, Probe | None], running: Running,
-                 rate: int, tag: int, args: argparse.Namespace) -> dict[str, Any]:
+def measure_rate(services: dict[str, str], c: Contestant, rate: int, tag: int,
+                 args: argparse.Namespace) -> dict[str, Any]:
     """Produce ``rate`` records/s for warm-up + duration, wait for the destination, compute the numbers."""
-    destination, source = probes
+    running, destination = c.running, c.destination
     planned = args.warmup + args.duration
     load_before = load_average()
-    load = Load(services["source"], [Flow(topic, PARTITIONS, rate)], tag=tag, duration_s=planned,
+    load = Load(services["source"], [Flow(c.topic, PARTITIONS, rate)], tag=tag, duration_s=planned,
                 value_bytes=args.value_bytes).start()
     say(f"  {rate:,}/s: producing for {planned:.0f}s (first {args.warmup:.0f}s not counted)")
-    cpu_start = cpu_end = None
+    cpu_start = None
     sched_start: dict[int, tuple[str, int, int]] = {}
-    sched_end: dict[int, tuple[str, int, int]] = {}
     measured_from = time.monotonic() + args.warmup
     try:
         last = time.monotonic()
@@ -556,8 +491,7 @@ def measure_rate(services: dict[str, str], topic: str, probes: tuple[Probe, Prob
         raise
     produced_at = time.monotonic()
     load_after = load_average()
-    deadline = produced_at + 60
-    while destination.count(tag) < result.acked and time.monotonic() < deadline:
+    while destination.count(tag) < result.acked and time.monotonic() < produced_at + 60:
         running.cpu_s()
         time.sleep(0.05)
     received = destination.count(tag)
@@ -565,26 +499,18 @@ def measure_rate(services: dict[str, str], topic: str, probes: tuple[Probe, Prob
 
     got = destination.take(tag)
     start_ms = measured_window(got.created_ms, args.warmup)
-    end_ms = start_ms + args.duration * 1000.0
-    latencies = [r - c for c, r in zip(got.created_ms, got.received_ms, strict=True)]
-    in_window = [i for i, c in enumerate(got.created_ms) if c >= start_ms]
+    latencies = [r - ct for ct, r in zip(got.created_ms, got.received_ms, strict=True)]
+    in_window = [i for i, ct in enumerate(got.created_ms) if ct >= start_ms]
     measured = [latencies[i] for i in in_window]
-    growth = latency_growth_s(got.created_ms, latencies, start_ms, end_ms)
+    growth = latency_growth_s(got.created_ms, latencies, start_ms, start_ms + args.duration * 1000.0)
     entry: dict[str, Any] = {
-        "rate": rate,
-        "planned_s": planned,
-        "warmup_s": args.warmup,
-        "sent": result.sent,
-        "acked": result.acked,
-        "failed": result.failed,
-        "received": received,
-        "producer_elapsed_s": round(result.elapsed_s, 2),
+        "rate": rate, "planned_s": planned, "warmup_s": args.warmup, "sent": result.sent, "acked": result.acked,
+        "failed": result.failed, "received": received, "producer_elapsed_s": round(result.elapsed_s, 2),
         "producer_rate": round(result.sent / result.elapsed_s) if result.elapsed_s else 0,
-        "measured_records": len(measured),
-        **latency_stats(measured),
+        "measured_records": len(measured), **latency_stats(measured),
     }
-    if source is not None:
-        src = source.take(tag)
+    if c.source is not None:
+        src = c.source.take(tag)
         legs = replicator_legs([got.seq[i] for i in in_window], [got.received_ms[i] for i in in_window],
                                src.seq, src.received_ms)
         joined = [(lat, leg) for lat, leg in zip(measured, legs, strict=True) if not math.isnan(leg)]
@@ -596,43 +522,24 @@ def measure_rate(services: dict[str, str], topic: str, probes: tuple[Probe, Prob
             "replicator_p50_ms": replicator["p50_ms"], "replicator_p99_ms": replicator["p99_ms"],
             "replicator_max_ms": replicator["max_ms"],
         })
-    if cpu_start is not None and cpu_end is not None:
+    if cpu_start is not None:
         seconds = cpu_end[0] - cpu_start[0]
         entry.update(cpu_figures(cpu_end[1] - cpu_start[1], seconds, round(rate * seconds)))
         entry["cpu_window_s"] = round(seconds, 1)
         if sched_end:
-            entry.update(run_queue_figures(sched_start, sched_end, running.loop_pids, running.variant.system, seconds))
+            entry.update(run_queue_figures(sched_start, sched_end, [p.pid for p in running.loop_procs],
+                                           running.variant.system, seconds))
     entry.update({"latency_growth_s": round(growth, 3), "drain_s": round(drain_s, 2),
                   **is_sustained(planned, result.elapsed_s, result.failed, result.acked, received, drain_s, growth),
                   "load_before": load_before, "load_after": load_after})
     say(f"  {rate:,}/s: p50 {entry['p50_ms']} ms, p95 {entry['p95_ms']} ms, p99 {entry['p99_ms']} ms, max "
         f"{entry['max_ms']} ms over {len(measured):,} records"
         + (f" (replicator leg p50 {entry['replicator_p50_ms']} / p99 {entry['replicator_p99_ms']} ms)"
-           if source is not None else "")
+           if c.source is not None else "")
         + f"; CPU {entry.get('cpu_percent', 0)} % ({entry.get('cpu_us_per_record', 0)} us/record); "
         f"loop thread {entry.get('loop_cpu_s', 0)} s on a CPU, {entry.get('loop_runq_wait_s', 0)} s waiting for one; "
         f"{'sustained' if entry['sustained'] else 'NOT sustained'}")
     return entry
-
-
-@dataclass
-class Contestant:
-    """A started variant with its topic, its two probes and what it measured so far."""
-
-    variant: Variant
-    topic: str
-    running: Running
-    destination: Probe
-    source: Probe | None
-    out: dict[str, Any]
-
-    def stop(self) -> None:
-        for probe in (self.destination, self.source):
-            if probe is not None:
-                probe.stop()
-        self.running.stop()
-        if self.variant.system == "mirrormaker2":
-            self.out["mm2_logged"] = mm2_effective(Path(self.running.notes["log"]))
 
 
 def start_contestant(variant: Variant, services: dict[str, str], workdir: Path, stamp: str, index: int,
@@ -650,45 +557,39 @@ def start_contestant(variant: Variant, services: dict[str, str], workdir: Path, 
     try:
         wait_for(lambda: running.cpu_s() >= 0 and end_offsets(services["destination"], topic, PARTITIONS) is not None,
                  180, f"{variant.name}: destination topic {topic}")
-        destination = Probe(services["destination"], topic, PARTITIONS).start()
-        probes.append(destination)
-        source = Probe(services["source"], topic, PARTITIONS).start() if args.source_leg else None
-        if source is not None:
-            probes.append(source)
-        primed = produce_and_wait(services, topic, destination, running, 500, 2, WARMUP_TAG, args.value_bytes, 180)
+        for bootstrap in [services["destination"], *([services["source"]] if args.source_leg else [])]:
+            probes.append(Probe(bootstrap, topic, PARTITIONS).start())
+        c = Contestant(variant, topic, running, probes[0], probes[1] if args.source_leg else None, {})
+        primed = c.produce_and_wait(services["source"], 500, 2, args.value_bytes, 180)
     except BaseException:
         for probe in probes:
             probe.stop()
         running.stop()
         raise
-    out: dict[str, Any] = {"variant": variant.name, "system": variant.system, "settings": variant.settings,
-                           "topic": topic, "ready_after_s": round(time.monotonic() - started, 1), "primed": primed,
-                           **running.notes, "rates": []}
-    say(f"{variant.name}: data path live after {out['ready_after_s']:.0f}s")
-    return Contestant(variant, topic, running, destination, source, out)
+    c.out.update({"variant": variant.name, "system": variant.system, "settings": variant.settings, "topic": topic,
+                  "ready_after_s": round(time.monotonic() - started, 1), "primed": primed, **running.notes,
+                  "rates": []})
+    say(f"{variant.name}: data path live after {c.out['ready_after_s']:.0f}s")
+    return c
 
 
 def run_contest(services: dict[str, str], workdir: Path, stamp: str, chosen: list[Variant],
                 args: argparse.Namespace) -> list[dict[str, Any]]:
-    """Each variant alone on the stack: start, prime, warm up, idle, then its rates; stopped before the next.
-
-    Alone, because on 2 cores an idle neighbour is not free: an idle MirrorMaker 2 (JIT, GC, Connect
-    threads) and short fetch waits on idle partitions cost tens of percent of a core, brokers included.
-    """
+    """Each variant alone on the stack (on 2 cores an idle neighbour is not free): start, prime, warm up, idle,
+    then its rates; stopped before the next."""
     results = []
     for index, variant in enumerate(chosen, start=1):
         c = start_contestant(variant, services, workdir, stamp, index, args)
         try:
             say(f"{variant.name}: warm-up {args.variant_warmup:.0f}s at {max(args.rates):,}/s (not counted)")
-            produce_and_wait(services, c.topic, c.destination, c.running, max(args.rates), args.variant_warmup,
-                             WARMUP_TAG, args.value_bytes, 120, already=c.out["primed"])
+            c.produce_and_wait(services["source"], max(args.rates), args.variant_warmup, args.value_bytes, 120,
+                               already=c.out["primed"])
             cpu0, t0 = c.running.cpu_s(), time.monotonic()
             time.sleep(args.idle)
             c.out["idle_cpu_percent"] = round(100 * (c.running.cpu_s() - cpu0) / (time.monotonic() - t0), 1)
             say(f"{variant.name}: idle {args.idle:.0f}s at {c.out['idle_cpu_percent']} % CPU; load {load_line()}")
             for tag, rate in enumerate(args.rates, start=1):
-                c.out["rates"].append(measure_rate(services, c.topic, (c.destination, c.source), c.running, rate,
-                                                   tag, args))
+                c.out["rates"].append(measure_rate(services, c, rate, tag, args))
                 time.sleep(2)
         finally:
             c.stop()
@@ -696,16 +597,10 @@ def run_contest(services: dict[str, str], workdir: Path, stamp: str, chosen: lis
     return results
 
 
-def code_commit(code: Path) -> str:
-    """HEAD of the checkout whose controller and worker ran, with ``+dirty`` when its worker/ or common/ differ."""
-    version = code_version(code)
-    return version["commit"] + ("+dirty" if version["worker_common_modified"] else "")
-
-
 def run(args: argparse.Namespace) -> dict[str, Any]:
     now = datetime.now(timezone.utc)
-    stamp = now.strftime("%H%M%S")
     chosen = variants(args.variants, args.low_latency)
+    version = code_version(args.code)
     entry: dict[str, Any] = {
         "benchmark": "latency",
         "date": now.isoformat(timespec="seconds"),
@@ -716,7 +611,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "mm2_tasks": 1, "value_bytes": args.value_bytes, "key_bytes": KEY.size,
             "warmup_s": args.warmup, "duration_s": args.duration, "variant_warmup_s": args.variant_warmup,
             "idle_s": args.idle, "rates": args.rates, "source_leg": args.source_leg, "schedule": "alone",
-            "code": str(args.code), "code_commit": code_commit(args.code),
+            "code": str(args.code),
+            # HEAD of the checkout whose controller and worker ran, +dirty when its worker/ or common/ differ
+            "code_commit": version["commit"] + ("+dirty" if version["worker_common_modified"] else ""),
             "probe": "own process; fetch.wait.max.ms=5; poll() for the first record, then consume(n, 0); "
                      "assigned from offset 0 before producing",
             "load_producer": "own process; idempotent, acks=all, linger.ms=2, timestamp=now",
@@ -732,7 +629,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     with own_stack("latency", heap=args.broker_heap) as (services, _root):
         workdir = bench_dir("latency") / f"run-{now.strftime('%Y%m%dT%H%M%SZ')}"
         workdir.mkdir(parents=True, exist_ok=True)
-        entry["variants"] = run_contest(services, workdir, stamp, chosen, args)
+        entry["variants"] = run_contest(services, workdir, now.strftime("%H%M%S"), chosen, args)
     entry["elapsed_s"] = round(time.monotonic() - wall, 1)
     entry["load_at_end"] = load_average()
     return entry
@@ -772,28 +669,11 @@ def render(entry: dict[str, Any]) -> str:
         "leg* (source consumer → destination consumer). Everything shares 2 cores: both brokers, ZooKeeper, "
         "the replicator, the load producer and both probes.",
         "",
-        "| variant | settings |",
-        "|---|---|",
-    ]
-    for v in entry["variants"]:
-        lines.append(f"| {v['variant']} | {settings_cell(v)} |")
-    lines += [
+        *table(["variant", "settings"], [[v["variant"], settings_cell(v)] for v in entry["variants"]]),
         "",
-        "| variant | rate | p50 | p95 | p99 | max | source leg p50 / p99 | replicator leg p50 / p99 | "
-        "replicator CPU | CPU per record | loop thread: on a CPU / waiting for one | sustained |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
-    ]
-    for v in entry["variants"]:
-        for r in v["rates"]:
-            legs = (f"{r['source_leg_p50_ms']:,.0f} / {r['source_leg_p99_ms']:,.0f} ms",
-                    f"{r['replicator_p50_ms']:,.0f} / {r['replicator_p99_ms']:,.0f} ms") \
-                if "replicator_p50_ms" in r else ("–", "–")
-            lines.append(
-                f"| {v['variant']} | {r['rate']:,}/s | {r['p50_ms']:,.1f} ms | {r['p95_ms']:,.1f} ms | "
-                f"**{r['p99_ms']:,.1f} ms** | {r['max_ms']:,.0f} ms | {legs[0]} | {legs[1]} | "
-                f"{r.get('cpu_percent', 0):.0f} % | {r.get('cpu_us_per_record', 0):.0f} µs | {_loop(r)} | "
-                f"{'yes' if r['sustained'] else 'no (' + ', '.join(_why_not(r)) + ')'} |")
-    lines += [
+        *table(["variant", "rate", "p50", "p95", "p99", "max", "source leg p50 / p99", "replicator leg p50 / p99",
+                "replicator CPU", "CPU per record", "loop thread: on a CPU / waiting for one", "sustained"],
+               [_rate_row(v, r) for v in entry["variants"] for r in v["rates"]], "lrrrrrrrrrr"),
         "",
         "*Replicator CPU* is user + system time of the variant's processes (ureplicator: controller + workers; "
         "MirrorMaker 2: its JVM, compiler and GC threads included) over the measured window, in % of one core; "
@@ -811,6 +691,15 @@ def render(entry: dict[str, Any]) -> str:
     ]
     lines += [f"- {line}" for line in analysis(entry)]
     return "\n".join(lines)
+
+
+def _rate_row(v: dict[str, Any], r: dict[str, Any]) -> list[str]:
+    legs = [f"{r[f'{leg}_p50_ms']:,.0f} / {r[f'{leg}_p99_ms']:,.0f} ms" if "replicator_p50_ms" in r else "–"
+            for leg in ("source_leg", "replicator")]
+    return [v["variant"], f"{r['rate']:,}/s", f"{r['p50_ms']:,.1f} ms", f"{r['p95_ms']:,.1f} ms",
+            f"**{r['p99_ms']:,.1f} ms**", f"{r['max_ms']:,.0f} ms", *legs, f"{r.get('cpu_percent', 0):.0f} %",
+            f"{r.get('cpu_us_per_record', 0):.0f} µs", _loop(r),
+            "yes" if r["sustained"] else "no (" + ", ".join(_why_not(r)) + ")"]
 
 
 def settings_cell(v: dict[str, Any]) -> str:
@@ -838,32 +727,21 @@ def _loop(r: dict[str, Any]) -> str:
 
 
 def _why_not(r: dict[str, Any]) -> list[str]:
-    why = []
-    if not r["producer_kept_schedule"]:
-        why.append("producer fell behind")
-    if not r["all_arrived"]:
-        why.append("records missing")
-    elif r["drain_s"] > 5:
-        why.append(f"backlog drained {r['drain_s']:.0f} s after the end")
-    if r["latency_growth_s"] > 1:
-        why.append(f"latency grew {r['latency_growth_s']:.1f} s")
-    return why
+    drained = "records missing" if not r["all_arrived"] else (
+        f"backlog drained {r['drain_s']:.0f} s after the end" if r["drain_s"] > 5 else "")
+    return [why for why in ("" if r["producer_kept_schedule"] else "producer fell behind", drained,
+                            f"latency grew {r['latency_growth_s']:.1f} s" if r["latency_growth_s"] > 1 else "") if why]
 
 
 def _at(entry: dict[str, Any], variant: str, rate: int) -> dict[str, Any] | None:
-    for v in entry["variants"]:
-        if v["variant"] == variant:
-            for r in v["rates"]:
-                if r["rate"] == rate:
-                    return r
-    return None
+    return next((r for v in entry["variants"] if v["variant"] == variant for r in v["rates"] if r["rate"] == rate),
+                None)
 
 
 def peak_load(entry: dict[str, Any]) -> float:
     """The highest 1-minute load average recorded during the run."""
-    values = [entry["load_at_start"][0], entry["load_at_end"][0]]
-    values += [r[k][0] for v in entry["variants"] for r in v["rates"] for k in ("load_before", "load_after")]
-    return max(values)
+    return max([entry["load_at_start"][0], entry["load_at_end"][0],
+                *(r[k][0] for v in entry["variants"] for r in v["rates"] for k in ("load_before", "load_after"))])
 
 
 def headline(entry: dict[str, Any]) -> str | None:
@@ -975,21 +853,13 @@ def analysis(entry: dict[str, Any]) -> list[str]:
 
 
 
-def print_summary(entry: dict[str, Any]) -> None:
-    for v in entry["variants"]:
-        for r in v["rates"]:
-            print(f"{v['variant']:<26} {r['rate']:>7,}/s  p50 {r['p50_ms']:>7.1f}  p95 {r['p95_ms']:>7.1f}  "
-                  f"p99 {r['p99_ms']:>7.1f}  max {r['max_ms']:>7.1f} ms  CPU {r.get('cpu_percent', 0):>5.1f} % "
-                  f"{r.get('cpu_us_per_record', 0):>5.1f} us/rec  {'sustained' if r['sustained'] else 'NOT'}")
-
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     cli = parser("python -m bench.latency", __doc__, "512m", render=True)
     cli.add_argument("--quick", action="store_true", help="smoke run: rates 5k and 20k, 3 s + 10 s per rate")
     cli.add_argument("--rates", default=None, help="records/s, comma-separated (5000,20000,50000; quick "
                                                        "5000,20000)")
     cli.add_argument("--variants", default=",".join(VARIANTS),
-                        help=f"comma-separated, run in this order (known: {', '.join(ALL_VARIANTS)})")
+                        help=f"comma-separated, run in this order (known: {', '.join(VARIANTS)})")
     cli.add_argument("--set", dest="sets", action="append", default=[], type=parse_setting, metavar="KEY=VALUE",
                         help="override a key of ureplicator-low-latency, e.g. worker.fetch_wait_ms=2 "
                              "(repeatable; dotted pipeline keys as in docs/configuration.md)")
@@ -1022,8 +892,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if rendered(args, "latency-bench"):
         return 0
-    return run_and_record(lambda: run(args), section="latency-bench",
-                          summary=print_summary, no_write=args.no_write)
+    return run_and_record(lambda: run(args), section="latency-bench", no_write=args.no_write)
 
 
 if __name__ == "__main__":

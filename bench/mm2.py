@@ -1,21 +1,8 @@
 """Write MirrorMaker 2's dedicated-mode config for one benchmark run and build its java command line.
 
-One flow ``<alias> -> destination`` for one topic, ``tasks.max`` tasks (default 1), identity topic
-naming, the worker's producer settings, and only the data path switched on:
-
-* ``emit.heartbeats``, ``emit.checkpoints`` and ``emit.offset-syncs`` are off —
-  ureplicator has no heartbeat topic and no consumer-group offset translation,
-  so the comparison is record copying against record copying (MM2 still tracks
-  its source offsets in Connect's offsets topic, like our commits);
-* topic config, ACL and group-offset syncing are off;
-* every internal topic has replication factor 1 (single-broker clusters);
-* the source alias is fresh per run (``src<N>``), so the Connect group, its
-  config/offsets/status topics are new and the run starts from offset 0.
-
-JVM: ``-Xms256M -Xmx2G``, what ``connect-mirror-maker.sh`` gives it (a peer runs with its own
-launch settings; runs before 2026-11-25 used ``-Xmx512m``, which cost MirrorMaker 2 about
-1.5 CPU-s per million 100 B records in GC), with the G1 flags of ``kafka-run-class.sh``,
-classpath from ``jvm.classpath("mirrormaker")``.
+One flow, identity naming, the worker's producer settings, only the data path on (no heartbeats, checkpoints,
+offset-syncs or config/ACL/group sync), internal topics at replication factor 1, a fresh source alias per run;
+the JVM gets ``connect-mirror-maker.sh``'s heap and ``kafka-run-class.sh``'s G1 flags.
 """
 
 from __future__ import annotations
@@ -93,29 +80,21 @@ def properties(alias: str, source: str, destination: str, topic: str, tasks_max:
     return props
 
 
-def log4j_properties(log_file: Path) -> dict[str, str]:
-    return {
+def launch(workdir: Path, props: dict[str, Any]) -> list[str]:
+    """Write ``props`` as ``mm2.properties`` and a ``log4j.properties`` into ``workdir``; return the java command."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    log4j = {
         "log4j.rootLogger": "INFO, file",
         "log4j.appender.file": "org.apache.log4j.FileAppender",
-        "log4j.appender.file.File": str(log_file),
+        "log4j.appender.file.File": str(workdir / "mm2.log"),
         "log4j.appender.file.layout": "org.apache.log4j.PatternLayout",
         "log4j.appender.file.layout.ConversionPattern": "[%d] %p %m (%c)%n",
         "log4j.logger.org.reflections": "ERROR",
     }
-
-
-def write_props(path: Path, props: dict[str, Any]) -> Path:
-    path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
-    return path
-
-
-def launch(workdir: Path, props: dict[str, Any]) -> list[str]:
-    """Write ``props`` as ``mm2.properties`` and a ``log4j.properties`` into ``workdir``; return the java command."""
-    workdir.mkdir(parents=True, exist_ok=True)
-    config = write_props(workdir / "mm2.properties", props)
-    log4j = write_props(workdir / "log4j.properties", log4j_properties(workdir / "mm2.log"))
-    return [jvm.java_executable(), *HEAP, *JVM_FLAGS, f"-Dlog4j.configuration=file:{log4j}",
-            "-cp", jvm.classpath("mirrormaker"), MAIN_CLASS, str(config)]
+    for name, values in (("mm2.properties", props), ("log4j.properties", log4j)):
+        (workdir / name).write_text("".join(f"{k}={v}\n" for k, v in values.items()))
+    return [jvm.java_executable(), *HEAP, *JVM_FLAGS, f"-Dlog4j.configuration=file:{workdir / 'log4j.properties'}",
+            "-cp", jvm.classpath("mirrormaker"), MAIN_CLASS, str(workdir / "mm2.properties")]
 
 
 def command(workdir: Path, alias: str, source: str, destination: str, topic: str, tasks_max: int = 1,

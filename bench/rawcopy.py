@@ -1,16 +1,9 @@
 """Copy one topic between clusters with the simplest fast confluent-kafka loop: the raw client limit.
 
-The ``raw`` variant of ``bench/throughput.py``: one process, a plain consumer with
-``assign()`` from the beginning and a plain producer with the worker's producer
-settings, partition for partition, key, value and timestamp kept. It skips what a
-replicator must do, so it shows the client libraries' limit, not a competitor:
-no provenance header, no delivery callbacks or acknowledgement bookkeeping, no
-offset commits, no ZooKeeper session, assignment or hand-off, no rate limits, no
-metrics. When it has handed every record to the producer it flushes, prints ``done`` and
-waits for SIGTERM, so the benchmark can still read its ``/proc`` figures.
-
     python -m bench.rawcopy --source HOST:PORT --destination HOST:PORT \
         --topic T --to T2 --partitions 8 --records N
+
+After the last record it flushes, prints ``done`` and waits for SIGTERM (its CPU stays readable).
 """
 
 from __future__ import annotations

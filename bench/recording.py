@@ -1,12 +1,7 @@
 """The shared tail of the benchmark scripts: run, map failures to exit codes, print, record.
 
-``run_and_record`` installs the signal handlers, calls the script's own run function,
-maps Ctrl-C / SIGTERM to exit 130 and the benchmark errors to ``FAILED: ...`` and exit 1
-(or the script's own label and status), prints the script's summary, then (unless
-``no_write``) appends the entry to ``<results_dir>/<prefix>-<YYYY-MM-DD>.json`` and
-re-renders the script's section of ``docs/benchmarks.md`` from that file through
-:mod:`bench.render`, the one renderer ``python -m bench.render`` uses too (so a run
-writes the doc exactly as a later ``--check`` expects it).
+The entry is appended to ``<results>/<prefix>-<date>.json`` and the doc section re-rendered from that file by
+:mod:`bench.render`, exactly as a later ``--check`` renders it.
 """
 
 from __future__ import annotations
@@ -32,7 +27,7 @@ def parser(prog: str, doc: str | None, heap: str | None = None, render: bool = F
     ``--no-write`` and (``render``) ``--render FILE``, which :func:`rendered` handles."""
     out = argparse.ArgumentParser(prog=prog, description=(doc or "").splitlines()[0])
     if heap is not None:
-        out.add_argument("--broker-heap", default=heap)
+        out.add_argument("--broker-heap", default=heap, help=f"heap of each local broker (default {heap})")
     out.add_argument("--no-write", action="store_true", help="print only; no JSON, no docs section")
     if render:
         out.add_argument("--render", type=Path, metavar="FILE",
@@ -57,7 +52,8 @@ def run_and_record(run: Callable[[], Entry], *, section: Section | str,
 
     130 when interrupted; ``failed_status`` (after ``<failed>: <error>``) when ``run`` raises
     one of ``BENCH_ERRORS``; otherwise what ``summary`` returned (None or no summary: 0).
-    ``summary`` may still amend the entry: it runs before anything is written.
+    ``summary`` may still amend the entry: it runs before anything is written; without one the
+    entry's rendered section is printed.
     ``section`` (a :class:`bench.render.Section` or its name) names the results files and the
     doc section. ``written`` is the progress line after recording, formatted with ``path``
     (the results file) and ``doc``. ``results_dir`` and ``doc`` default to ``bench/results``
@@ -75,9 +71,11 @@ def run_and_record(run: Callable[[], Entry], *, section: Section | str,
     except BENCH_ERRORS as exc:
         common.say(f"{failed}: {exc}")
         return failed_status
+    path = results_dir / f"{section.prefix}-{entry['date'][:10]}.json"
+    if summary is None:  # the run's own section is its summary
+        print(section.render_entry(entry, path))
     status = summary(entry) if summary is not None else None
     if not no_write:
-        path = results_dir / f"{section.prefix}-{entry['date'][:10]}.json"
         common.append_json(path, entry)  # only a summary when the raw samples went to results/raw/
         common.replace_section(doc, section.start, section.end, section.render(path))
         common.say(written.format(path=path, doc=doc))

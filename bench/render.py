@@ -4,10 +4,8 @@
     .venv/bin/python -m bench.render --check    # exit 1 when a section differs from what its JSON renders
     .venv/bin/python -m bench.render stalls     # only the named sections
 
-Each section is rendered from the last entry of the newest ``<prefix>-*.json`` by the
-function of the benchmark that wrote it; ``tests/unit/test_bench_render.py`` renders
-every section from the checked-in JSON and compares it with the doc, so a change to
-a renderer that would no longer render an old result fails there.
+A section is the last full entry of the newest ``<prefix>-*.json``, rendered by its benchmark's function;
+:func:`table` is the one Markdown table writer those functions share.
 """
 
 from __future__ import annotations
@@ -17,7 +15,7 @@ import importlib
 import json
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +23,17 @@ from typing import Any
 from bench.common import DOC, RESULTS_DIR, replace_section, say
 
 Entry = dict[str, Any]
+
+
+def row(cells: Iterable[object]) -> str:
+    """One Markdown table row."""
+    return "|" + "".join(f" {c} |" if str(c) else " |" for c in cells)
+
+
+def table(header: Sequence[str], rows: Iterable[Iterable[object]] = (), align: str = "") -> list[str]:
+    """A Markdown table: header, rule and rows; ``align`` has an ``r`` for each right-aligned column (``"lrr"``)."""
+    rule = "|" + "|".join("---:" if a == "r" else "---" for a in align.ljust(len(header))) + "|"
+    return [row(header), rule, *(row(r) for r in rows)]
 
 
 @dataclass(frozen=True)
@@ -54,12 +63,14 @@ class Section:
         loaded = json.loads(path.read_text())
         entries = loaded if isinstance(loaded, list) else [loaded]
         # A smoke run (--quick) is recorded but never replaces a full run in the doc.
-        entry = next((e for e in reversed(entries) if not e.get("quick")), entries[-1])
+        return self.render_entry(next((e for e in reversed(entries) if not e.get("quick")), entries[-1]), path)
+
+    def render_entry(self, entry: Entry, path: Path) -> str:
+        """``entry`` as the section shows it; ``path`` is its results file (which need not exist yet)."""
         args: tuple[Any, ...] = ()
         if self.extra is not None:
             entry, args = self.extra(path, entry)
-        render = getattr(importlib.import_module(self.module), self.function)
-        return render(entry, *args)
+        return getattr(importlib.import_module(self.module), self.function)(entry, *args)
 
 
 def _verifier(path: Path, entry: Entry) -> tuple[Entry, tuple[Any, ...]]:

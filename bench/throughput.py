@@ -4,34 +4,7 @@
     .venv/bin/python -m bench.throughput --quick   # smoke run: small backlogs, 2 s warm-up, 4 s window, scaling 1/2
     .venv/bin/python -m bench.throughput --render bench/results/throughput-<date>.json   # only the docs section
 
-One invocation starts its own local stack (``devtools.stack``; always stopped
-again, also on Ctrl-C), preloads a backlog into 16-partition source topics
-(100-byte and 1 KB values, 8-byte keys) and mirrors each topic with
-
-  ureplicator   a controller and N worker processes of a fresh pipeline, started and
-                registered (idle) before ``POST /topics`` hands them the topic;
-  mirrormaker2  MirrorMaker 2 in dedicated mode, ``tasks.max`` N (``bench/mm2.py``);
-  raw           ``bench/rawcopy.py``: one consumer and one producer, nothing else;
-
-each to a fresh destination topic that is deleted afterwards. Every variant is
-measured the same way (``bench/window.py``): the window opens ``--warmup``
-seconds after the first record reached the destination (start-up, group joins and
-JIT warm-up lie before it) and closes ``--steady`` seconds later; records/s and
-CPU seconds per million records (with and without JVM JIT compiler threads) are
-taken between the two edge samples. A run whose destination was complete before
-the window closed is invalid: the backlog must outlast the fastest variant's
-window (the backlog is then topped up and the run repeated once). When the window
-closes the variant is stopped gracefully; once the destination's end offsets stayed
-put for ``SETTLE_S`` every destination record is read back and must be its source's
-record at that position (no loss, no duplicate, order kept). ``--scale 1,2,4`` adds
-the scaling curve on the 100 B topic (N worker processes against ``tasks.max`` N;
-N = 1 is the main 100 B run).
-
-Results go to ``bench/results/throughput-<date>.json`` (appended) and, for runs
-that are not ``--quick``, to the throughput-bench section of
-``docs/benchmarks.md``, rendered from that JSON (``--render FILE`` re-renders it).
-``--worker-repo DIR`` runs controller and worker from another checkout (with that
-checkout's ``.venv/bin/python`` when it has one).
+The method (backlog, window, CPU, exact check, variants) is the throughput-bench section of docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -52,52 +25,19 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import psutil
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
-from bench import mm2
+from bench import common, mm2, window
 from bench import render as bench_render
-from bench.common import (
-    CONSUMER_SETTINGS,
-    DOC,
-    PRODUCER_SETTINGS,
-    RAW_LIMIT_BYTES,
-    REPO,
-    RESULTS_DIR,
-    append_json,
-    code_version,
-    load_average,
-    machine_info,
-    proc_sample,
-    replace_section,
-)
-from bench.harness import BenchError, CheckoutProcesses, Pipeline
-from bench.render import by_name
-from bench.window import (
-    Measured,
-    Plan,
-    Point,
-    ThreadLedger,
-    compiler_cpu,
-    measure,
-    rate_spread,
-    thread_cpu_between,
-    thread_group,
-)
-from devtools import jvm
-from devtools.harness import (
-    Offsets,
-    Proc,
-    Processes,
-    create_topic,
-    delete_topics,
-    list_topics,
-    own_stack,
-    say,
-    wait_for,
-)
+from bench.harness import BenchError, CheckoutProcesses, Pipeline, install_signal_handlers
+from bench.recording import parser as cli_parser
+from bench.render import by_name, table
+from bench.window import Plan, Point, Threads
+from devtools import harness, jvm
+from devtools.harness import Offsets, Proc, Processes, say
 from ureplicator.common.errors import UReplicatorError
 
 SCHEMA = 2  # results entries written by this method (steady window); older entries are not rendered
@@ -114,9 +54,9 @@ POLL_S = 0.5
 THREADS_EVERY_S = 1.0
 SETTLE_S = 3.0  # after the destination reached the source's end offsets: late duplicates would show by then
 PROGRESS_S = 5.0
-PRELOAD_PROCESSES = 2
+PRELOAD_PROCESSES = 2  # a divisor of PARTITIONS: each preload process owns whole partitions
 # Hand-written method notes and findings (prose only: every table is rendered from results JSON).
-NOTES = REPO / "bench" / "throughput-notes.md"
+NOTES = common.REPO / "bench" / "throughput-notes.md"
 
 
 def label(variant: str, scale: int) -> str:
@@ -174,7 +114,7 @@ class Run:
     compiler_cpu_s: float = 0.0
     cpu_s_per_m: float = 0.0
     cpu_s_per_m_without_compiler: float = 0.0
-    drained_s: float = 0.0  # first destination record -> every partition at the source's end offset
+    drained_s: float = 0.0  # kept in the results format; the "stop" end never drains
     count_diff: dict[str, int] = field(default_factory=dict)  # partition -> destination - source (exact: empty)
     peak_rss_bytes: int = 0  # sum of the mirroring processes' VmHWM (controller excluded)
     load_before: tuple[float, float, float] = (0.0, 0.0, 0.0)
@@ -194,28 +134,26 @@ class Bench:
     stamp: str
     plan: Plan
     drain_timeout_s: float
-    repo: Path = REPO  # checkout the controller and worker run from (--worker-repo)
+    repo: Path = common.REPO  # checkout the controller and worker run from (--worker-repo)
     python: str = sys.executable  # the interpreter they run with
     runs: list[Run] = field(default_factory=list)
     counter: int = 0
     destination: Offsets | None = None
 
-    def next_run(self) -> int:
+    def start(self, variant: str, scale: int, ds: Dataset, rnd: int) -> tuple[Run, Path]:
+        """A new run and its log folder."""
         self.counter += 1
-        return self.counter
-
-    def run_dir(self, run_no: int, variant: str, scale: int, dataset: Dataset) -> Path:
-        path = self.workdir / f"run{run_no:02d}-{variant}{scale}-{dataset.label}"
-        path.mkdir(parents=True, exist_ok=True)
-        return path
+        folder = self.workdir / f"run{self.counter:02d}-{variant}{scale}-{ds.label}"
+        folder.mkdir(parents=True, exist_ok=True)
+        return Run(variant, scale, ds.label, rnd, self.counter, ds.records), folder
 
 
-# ----------------------------------------------------------------------------- procfs
+# ----------------------------------------------------------------------------- sampling
 
 
-def threads_of(pids: list[int]) -> dict[tuple[int, int], tuple[str, float]]:
-    """CPU seconds per thread of ``pids``: (pid, tid) -> (group name, user + system seconds)."""
-    out: dict[tuple[int, int], tuple[str, float]] = {}
+def threads_of(pids: list[int]) -> Threads:
+    """CPU seconds per thread of ``pids``, by thread group (:func:`bench.window.thread_group`)."""
+    out: Threads = {}
     for pid in pids:
         try:
             threads = psutil.Process(pid).threads()
@@ -226,23 +164,18 @@ def threads_of(pids: list[int]) -> dict[tuple[int, int], tuple[str, float]]:
                 name = Path(f"/proc/{pid}/task/{thread.id}/comm").read_text().rstrip("\n")
             except OSError:
                 continue
-            out[(pid, thread.id)] = (thread_group(name, thread.id == pid), thread.user_time + thread.system_time)
+            out[(pid, thread.id)] = (window.thread_group(name, thread.id == pid), thread.user_time + thread.system_time)
     return out
 
 
 def cpu_of(pids: list[int]) -> float | None:
     """User + system seconds of ``pids`` (every thread, exited ones included); None if one is gone."""
-    total = 0.0
-    for pid in pids:
-        sample = proc_sample(pid)
-        if sample is None:
-            return None
-        total += sample.cpu_s
-    return total
+    samples = [common.proc_sample(pid) for pid in pids]
+    return None if None in samples else sum(p.cpu_s for p in samples if p is not None)
 
 
 def cpu_pressure_us() -> int | None:
-    """Total microseconds some task waited for a CPU (PSI), or None without PSI."""
+    """Total microseconds some task waited for a CPU (PSI, which psutil does not read), or None without PSI."""
     try:
         for line in Path("/proc/pressure/cpu").read_text().splitlines():
             if line.startswith("some "):
@@ -255,47 +188,35 @@ def cpu_pressure_us() -> int | None:
 def machine_busy_ticks() -> tuple[float, float]:
     """(busy, total) CPU seconds of all cores since boot (idle and iowait are not busy)."""
     times = psutil.cpu_times()
-    total = sum(times)
-    return total - times.idle - getattr(times, "iowait", 0.0), total
+    return sum(times) - times.idle - getattr(times, "iowait", 0.0), sum(times)
+
+
+class Edge(NamedTuple):
+    point: Point
+    threads: Threads
+    pressure_us: int | None
+    busy: tuple[float, float]
 
 
 # ----------------------------------------------------------------------------- measuring
 
 
-@dataclass
-class Edge:
-    point: Point
-    threads: dict[tuple[int, int], tuple[str, float]]
-    pressure_us: int | None
-    busy: tuple[float, float]
-
-
 def observe(bench: Bench, run: Run, name: str, topic: str, ds: Dataset, pids: list[int], started: float,
             alive: Callable[[], str | None], rss_pids: list[int], stop: Callable[[], None],
             transactional: bool = False) -> None:
-    """Measure the window, then end the run and check the destination exactly; fill ``run``.
+    """Measure the window, then stop the variant (``stop``, graceful) and check the destination exactly; fill ``run``.
 
-    ``pids`` are the processes whose CPU counts, ``rss_pids`` those whose peak RSS does;
-    ``started`` is when the variant was handed its work (for the first-record time only).
-    When the window closes the variant is stopped with ``stop`` (SIGTERM, graceful) and
-    every destination record is verified by identity (:func:`verify`).
-
-    ``transactional``: the destination holds transaction markers, which take offsets but are
-    no records. The end check then reads ``read_committed`` and checks order by position
-    (:func:`verify`), and every rate is scaled by records per offset it counted,
-    so markers never count as copied records (MirrorMaker 2 commits a transaction per poll,
-    so it writes more of them than we do).
+    ``pids`` count for CPU, ``rss_pids`` for peak RSS; ``started`` is when the variant got its work.
+    ``transactional``: markers take offsets but are no records, so the end check reads ``read_committed``
+    and every rate is scaled by the records per offset it counted.
     """
     assert bench.destination is not None
-    plan = bench.plan
-    targets = ds.targets()
-    ledger = ThreadLedger()
+    plan, targets, ledger = bench.plan, ds.targets(), window.ThreadLedger()
     first_at: float | None = None
     opened: Edge | None = None
     closed: Edge | None = None
     series: list[tuple[float, int]] = []
-    last_threads = 0.0
-    last_print, last_n = started, 0
+    last_threads, last_print, last_n = 0.0, started, 0
 
     def edge(now: float, n: int) -> Edge:
         ledger.update(threads_of(pids))
@@ -304,7 +225,7 @@ def observe(bench: Bench, run: Run, name: str, topic: str, ds: Dataset, pids: li
             raise BenchError(f"{name}: a mirroring process vanished at {n:,} records")
         return Edge(Point(now, n, cpu), ledger.snapshot(), cpu_pressure_us(), machine_busy_ticks())
 
-    while True:
+    while closed is None:
         ends = bench.destination.end(topic, PARTITIONS)
         now = time.monotonic()
         n = sum(ends) if ends else 0
@@ -320,7 +241,7 @@ def observe(bench: Bench, run: Run, name: str, topic: str, ds: Dataset, pids: li
                 raise BacklogTooShort(f"{name}: the {ds.records:,}-record backlog was drained during the warm-up",
                                       n / max(now - first_at, 1e-3))
             opened = edge(now, n)
-        if opened is not None and closed is None:
+        if opened is not None:
             if complete:  # the window would include idle time: its rate would be too low
                 raise BacklogTooShort(f"{name}: the {ds.records:,}-record backlog was drained "
                                       f"{now - opened.point.t:.1f}s into the {plan.steady_s:.0f}s window",
@@ -328,8 +249,8 @@ def observe(bench: Bench, run: Run, name: str, topic: str, ds: Dataset, pids: li
             series.append((round(now - opened.point.t, 3), n))
             if now >= plan.closes_at(opened.point.t):
                 closed = edge(now, n)
-                run.load_window = load_average()
-                run.peak_rss_bytes = _peak_rss(rss_pids)
+                run.load_window = common.load_average()
+                run.peak_rss_bytes = sum(p.hwm_bytes for p in map(common.proc_sample, rss_pids) if p)
                 rate = (closed.point.records - opened.point.records) / (closed.point.t - opened.point.t)
                 say(f"  {name}: window closed: {rate / 1000:.1f}k rec/s; stopping it")
                 break
@@ -344,7 +265,7 @@ def observe(bench: Bench, run: Run, name: str, topic: str, ds: Dataset, pids: li
             say(f"  {name}: {n:>11,}/{ds.records:,} ({100 * n / ds.records:5.1f}%) {rate / 1000:7.1f}k rec/s [{phase}]")
             last_print, last_n = now, n
         time.sleep(POLL_S)
-    assert opened is not None and closed is not None
+    assert opened is not None
     # Stop gracefully, wait until nothing more arrives, then check every record by identity.
     stopping = time.monotonic()
     stop()
@@ -353,61 +274,46 @@ def observe(bench: Bench, run: Run, name: str, topic: str, ds: Dataset, pids: li
     checked = time.monotonic()
     bad, records = verify(bench.services["destination"], topic, final,
                           "read_committed" if transactional else "read_uncommitted")
-    if transactional:
-        run.extra["records_per_offset"] = round(records / sum(final), 6) if sum(final) else 1.0
+    factor = 1.0
+    if transactional:  # offsets -> records: markers are not copied records
+        factor = run.extra["records_per_offset"] = round(records / sum(final), 6) if sum(final) else 1.0
     run.count_diff = {str(p): -n for p, n in bad.items()}
     run.extra["end"] = {"mode": "stop", "records_checked": records, "ends": final,
                         "check_s": round(time.monotonic() - checked, 1)}
     say(f"  {name}: stopped in {run.extra['stop_s']}s; {records:,} destination records checked by identity "
         f"in {run.extra['end']['check_s']}s: " + ("exact" if not bad else f"MISMATCHES {bad}"))
-    groups = thread_cpu_between(opened.threads, closed.threads)
-    result: Measured = measure(opened.point, closed.point, compiler_cpu(groups))
-    if transactional:  # offsets -> records: markers are not copied records
-        factor = run.extra.get("records_per_offset", 1.0)
-        result = measure(Point(opened.point.t, round(opened.point.records * factor), opened.point.cpu_s),
-                         Point(closed.point.t, round(closed.point.records * factor), closed.point.cpu_s),
-                         compiler_cpu(groups))
-    run.window_s = round(result.seconds, 3)
-    run.window_records = result.records
+    groups = window.thread_cpu_between(opened.threads, closed.threads)
+    result = window.measure(*(Point(e.point.t, round(e.point.records * factor) if transactional else e.point.records,
+                                    e.point.cpu_s) for e in (opened, closed)), window.compiler_cpu(groups))
+    run.window_s, run.window_records = round(result.seconds, 3), result.records
     run.records_per_s = round(result.records_per_s, 1)
     run.mb_per_s = round(result.records_per_s * ds.record_bytes / 1e6, 2)
-    run.cpu_s = round(result.cpu_s, 3)
-    run.compiler_cpu_s = round(result.compiler_cpu_s, 3)
+    run.cpu_s, run.compiler_cpu_s = round(result.cpu_s, 3), round(result.compiler_cpu_s, 3)
     run.cpu_s_per_m = round(result.cpu_s_per_m, 3)
     run.cpu_s_per_m_without_compiler = round(result.cpu_s_per_m_without_compiler, 3)
     run.extra["thread_cpu_window_s"] = {k: round(v, 2) for k, v in sorted(groups.items(), key=lambda kv: -kv[1])
                                         if v >= 0.05}
-    run.extra["rate_thirds"] = [round(r) for r in rate_spread(series, 3)]
+    run.extra["rate_thirds"] = [round(r) for r in window.rate_spread(series, 3)]
     if opened.pressure_us is not None and closed.pressure_us is not None:
         run.extra["cpu_pressure_some_pct"] = round((closed.pressure_us - opened.pressure_us) / 1e4 / result.seconds, 1)
-    busy = closed.busy[0] - opened.busy[0]
-    total = closed.busy[1] - opened.busy[1]
+    busy, total = (closed.busy[i] - opened.busy[i] for i in (0, 1))
     run.extra["machine_busy_pct"] = round(100 * busy / total, 1) if total else None
     run.ok = not run.count_diff
     if run.count_diff:
         run.error = f"count check failed: destination - source per partition {run.count_diff}"
 
 
-def _exited(procs: list[Proc]) -> Callable[[], str | None]:
-    """The first of ``procs`` that exited, with its status and last log lines (None while all run)."""
+def _exited(procs: list[Proc], log: Path | None = None) -> Callable[[], str | None]:
+    """The first of ``procs`` that exited, with its status and last log lines (None while all run); with
+    MirrorMaker 2's ``log`` also a refused connector config (MM2 keeps running then; its log says so)."""
+    checked = {"offset": 0}
 
     def check() -> str | None:
         for proc in procs:
             if not proc.alive():
                 return f"{proc.name} exited with status {proc.popen.returncode}; last log lines:\n{proc.tail(15)}"
-        return None
-
-    return check
-
-
-def _mm2_alive(proc: Proc, log: Path) -> Callable[[], str | None]:
-    """MM2 keeps running when its connector config is refused; its log says so."""
-    exited = _exited([proc])
-    checked = {"offset": 0}
-
-    def check() -> str | None:
-        if problem := exited():
-            return problem
+        if log is None:
+            return None
         try:
             with open(log, "rb") as handle:
                 handle.seek(checked["offset"])
@@ -438,8 +344,7 @@ def _settled_ends(bench: Bench, topic: str, quiet_s: float = SETTLE_S, timeout_s
     """The destination's end offsets once they stopped moving for ``quiet_s``."""
     assert bench.destination is not None
     deadline = time.monotonic() + timeout_s
-    last = bench.destination.end(topic, PARTITIONS)
-    since = time.monotonic()
+    last, since = bench.destination.end(topic, PARTITIONS), time.monotonic()
     while time.monotonic() < deadline:
         time.sleep(0.5)
         now = bench.destination.end(topic, PARTITIONS)
@@ -452,12 +357,10 @@ def _settled_ends(bench: Bench, topic: str, quiet_s: float = SETTLE_S, timeout_s
 
 def verify(bootstrap: str, topic: str, ends: list[int], isolation: str = "read_uncommitted",
            timeout_s: float = 900) -> tuple[dict[int, int], int]:
-    """Read every destination record below ``ends``; per partition, how many are not the source's record
-    at their position (the n-th record read must be the source's n-th, by key), and how many records
-    were read. Empty: every partition holds exactly a prefix of its source partition, in order, with no
-    loss and no duplicate; ``read_committed`` (a transactional destination) also with no aborted copy
-    visible, and transaction markers, which take offsets, are skipped."""
-    consumer = Consumer({**CONSUMER_SETTINGS, "bootstrap.servers": bootstrap, "group.id": "bench-verify",
+    """Read every destination record below ``ends``: per partition, how many are not the source's record at
+    their position (by key), and how many records were read. Empty: each partition is an exact, in-order
+    prefix of its source; ``read_committed`` skips aborted copies and the markers (which take offsets)."""
+    consumer = Consumer({**common.CONSUMER_SETTINGS, "bootstrap.servers": bootstrap, "group.id": "bench-verify",
                          "enable.auto.commit": False, "isolation.level": isolation, "log_level": 2})
     wanted = [p for p in range(PARTITIONS) if ends[p] > 0]
     consumer.assign([TopicPartition(topic, p, 0) for p in wanted])
@@ -479,26 +382,16 @@ def verify(bootstrap: str, topic: str, ends: list[int], isolation: str = "read_u
                 if msg.key() != preload_key(source_index(position[p], p)):
                     bad[p] = bad.get(p, 0) + 1
                 position[p] += 1
-                if o >= ends[p] - 1:
-                    done[p] = True
+                done[p] = done[p] or o >= ends[p] - 1
             # A partition whose last offsets are markers has no record at ends - 1: its position says done.
-            for p in wanted:
-                if not done[p]:
-                    try:
-                        done[p] = consumer.position([TopicPartition(topic, p)])[0].offset >= ends[p]
-                    except KafkaException:
-                        pass
+            for p in (p for p in wanted if not done[p]):
+                try:
+                    done[p] = consumer.position([TopicPartition(topic, p)])[0].offset >= ends[p]
+                except KafkaException:
+                    pass
     finally:
         consumer.close()
     return bad, sum(position)
-
-
-def _peak_rss(pids: list[int]) -> int:
-    total = 0
-    for pid in pids:
-        sample = proc_sample(pid)
-        total += sample.hwm_bytes if sample else 0
-    return total
 
 
 # ----------------------------------------------------------------------------- variants
@@ -508,34 +401,29 @@ def run_ureplicator(bench: Bench, ds: Dataset, rnd: int, scale: int = 1, profile
                     exactly_once: bool = False) -> Run:
     """A controller and ``scale`` workers of a fresh pipeline, registered and idle; then ``POST /topics``."""
     variant = "ureplicator-eos" if exactly_once else "ureplicator"
-    run_no = bench.next_run()
-    run = Run(variant, scale, ds.label, rnd, run_no, ds.records)
-    folder = bench.run_dir(run_no, variant, scale, ds)
+    run, folder = bench.start(variant, scale, ds, rnd)
     # Exactly-once is pipeline-wide: the controller records the mode, the workers must agree.
     mode = {"exactly_once": True, "transaction_interval_ms": TRANSACTION_INTERVAL_MS} if exactly_once else {}
-    destination = f"{ds.topic}.urep{run_no}"
+    destination = f"{ds.topic}.urep{run.run_no}"
     processes = CheckoutProcesses(folder, bench.repo, bench.python)
     # Every key not named here at its default.
-    pipeline = Pipeline(bench.services, processes, f"bench{bench.stamp}r{run_no}", overrides={"worker": mode})
+    pipeline = Pipeline(bench.services, processes, f"bench{bench.stamp}r{run.run_no}", overrides={"worker": mode})
     spy: subprocess.Popen[bytes] | None = None
     try:
         controller = pipeline.start_controller("controller")
-        wait_for(lambda: pipeline.leader() is not None, 60, "the controller to lead", 0.2)
+        harness.wait_for(lambda: pipeline.leader() is not None, 60, "the controller to lead", 0.2)
         workers = [pipeline.start_worker(f"bench-worker-{i}", timeout_s=90) for i in range(scale)]
-        procs = [controller, *workers]
-        run.load_before = load_average()
+        run.load_before = common.load_average()
         started = time.monotonic()
         pipeline.add_topic(ds.topic, PARTITIONS, destination)
         if profile_to is not None:
             spy = _start_py_spy(workers[0].pid, profile_to)
-        controller_rss = proc_sample(controller.pid)
-        observe(bench, run, f"{variant} x{scale} {ds.label}", destination, ds, [p.pid for p in procs], started,
-                _exited(procs), [w.pid for w in workers], pipeline.stop_all, transactional=exactly_once)
-        run.extra.update({
-            "controller_peak_rss_bytes": controller_rss.hwm_bytes if controller_rss else 0,
-            "destination_topic": destination,
-            "pipeline": pipeline.name,
-        })
+        controller_rss = common.proc_sample(controller.pid)
+        observe(bench, run, f"{variant} x{scale} {ds.label}", destination, ds, [p.pid for p in (controller, *workers)],
+                started, _exited([controller, *workers]), [w.pid for w in workers], pipeline.stop_all,
+                transactional=exactly_once)
+        run.extra.update({"controller_peak_rss_bytes": controller_rss.hwm_bytes if controller_rss else 0,
+                          "destination_topic": destination, "pipeline": pipeline.name})
     finally:
         if spy is not None:
             _stop_py_spy(spy)
@@ -548,53 +436,46 @@ def run_ureplicator(bench: Bench, ds: Dataset, rnd: int, scale: int = 1, profile
 def run_mirrormaker2(bench: Bench, ds: Dataset, rnd: int, scale: int = 1, exactly_once: bool = False) -> Run:
     """MirrorMaker 2, dedicated mode, ``tasks.max`` = ``scale``, identity naming."""
     variant = "mirrormaker2-eos" if exactly_once else "mirrormaker2"
-    run_no = bench.next_run()
-    run = Run(variant, scale, ds.label, rnd, run_no, ds.records)
-    folder = bench.run_dir(run_no, variant, scale, ds)
-    alias = f"src{run_no}"
-    destination = ds.topic  # IdentityReplicationPolicy
-    _cleanup(bench, [destination])
+    run, folder = bench.start(variant, scale, ds, rnd)
+    alias = f"src{run.run_no}"
+    _cleanup(bench, [ds.topic])  # IdentityReplicationPolicy: the destination topic has the source's name
     cmd = mm2.command(folder, alias, bench.services["source"], bench.services["destination"], ds.topic,
                       tasks_max=scale, exactly_once=exactly_once)
-    processes = Processes(folder)
-    try:
-        run.load_before = load_average()
-        started = time.monotonic()
-        proc = processes.spawn("stdout", cmd, folder)
-        observe(bench, run, f"{variant} x{scale} {ds.label}", destination, ds, [proc.pid], started,
-                _mm2_alive(proc, folder / "mm2.log"), [proc.pid], lambda: processes.stop_all(),
-                transactional=exactly_once)
-        run.extra.update({"destination_topic": destination, "source_alias": alias})
-    finally:
-        processes.stop_all(20)
-        internal = [t for t in list_topics(bench.services["destination"]) if alias in t.split(".")]
-        _cleanup(bench, [destination, *internal])
-    return run
+    return _one_process(bench, run, folder, f"{variant} x{scale} {ds.label}", ("stdout", cmd, folder), ds, 20,
+                        {"destination_topic": ds.topic, "source_alias": alias}, folder / "mm2.log", exactly_once)
 
 
 def run_raw(bench: Bench, ds: Dataset, rnd: int, scale: int = 1) -> Run:
     """The plain consume/produce loop (``bench/rawcopy.py``); one process."""
     if scale != 1:
         raise BenchError("the raw client pair runs as one process only")
-    run_no = bench.next_run()
-    run = Run("raw", 1, ds.label, rnd, run_no, ds.records)
-    folder = bench.run_dir(run_no, "raw", 1, ds)
-    destination = f"{ds.topic}.raw{run_no}"
-    create_topic(bench.services["destination"], destination, PARTITIONS)  # auto-create is off
+    run, folder = bench.start("raw", 1, ds, rnd)
+    destination = f"{ds.topic}.raw{run.run_no}"
+    harness.create_topic(bench.services["destination"], destination, PARTITIONS)  # auto-create is off
     cmd = [sys.executable, "-m", "bench.rawcopy", "--source", bench.services["source"],
            "--destination", bench.services["destination"], "--topic", ds.topic, "--to", destination,
            "--partitions", str(PARTITIONS), "--records", str(ds.records)]
+    return _one_process(bench, run, folder, f"raw {ds.label}", ("rawcopy", cmd, common.REPO), ds, 10,
+                        {"destination_topic": destination})
+
+
+def _one_process(bench: Bench, run: Run, folder: Path, name: str, spawn: tuple[str, list[str], Path], ds: Dataset,
+                 stop_s: float, extra: dict[str, str], log: Path | None = None, transactional: bool = False) -> Run:
+    """A variant that is one process (MirrorMaker 2, the raw pair): spawn it, observe it, clean up after it;
+    ``extra`` names its destination topic (and MirrorMaker 2's source alias, whose internal topics go too)."""
     processes = Processes(folder)
     try:
-        run.load_before = load_average()
+        run.load_before = common.load_average()
         started = time.monotonic()
-        proc = processes.spawn("rawcopy", cmd)
-        observe(bench, run, f"raw {ds.label}", destination, ds, [proc.pid], started, _exited([proc]), [proc.pid],
-                lambda: processes.stop_all())
-        run.extra["destination_topic"] = destination
+        proc = processes.spawn(*spawn)
+        observe(bench, run, name, extra["destination_topic"], ds, [proc.pid], started, _exited([proc], log),
+                [proc.pid], processes.stop_all, transactional=transactional)
+        run.extra.update(extra)
     finally:
-        processes.stop_all(10)
-        _cleanup(bench, [destination])
+        processes.stop_all(stop_s)
+        alias = extra.get("source_alias", "")
+        internal = harness.list_topics(bench.services["destination"]) if alias else []
+        _cleanup(bench, [extra["destination_topic"], *(t for t in internal if alias in t.split("."))])
     return run
 
 
@@ -610,8 +491,8 @@ RUNNERS: dict[str, Callable[..., Run]] = {
 def _cleanup(bench: Bench, topics: list[str]) -> None:
     """Delete this run's destination topics (frees the disk, keeps runs independent)."""
     try:
-        existing = set(list_topics(bench.services["destination"]))
-        delete_topics(bench.services["destination"], [t for t in topics if t in existing], timeout_s=120)
+        existing = set(harness.list_topics(bench.services["destination"]))
+        harness.delete_topics(bench.services["destination"], [t for t in topics if t in existing], timeout_s=120)
     except Exception as exc:  # cleanup must not hide the run's own error
         say(f"  could not delete {', '.join(topics)} on the destination: {exc}")
 
@@ -646,8 +527,8 @@ def _stop_py_spy(spy: subprocess.Popen[bytes]) -> None:
 def summarize_profile(path: Path, top: int = 22) -> dict[str, Any]:
     """Self and inclusive shares per function of the mirror loop's thread, from py-spy's collapsed stacks.
 
-    Only stacks through ``MirrorWorker.run`` count (kazoo's and the metrics threads
-    are idle waits); line numbers and raw libc addresses are folded away.
+    Only stacks through ``MirrorWorker.run`` count (kazoo's and the metrics threads are idle waits);
+    line numbers and raw libc addresses are folded away.
     """
     self_counts: Counter[str] = Counter()
     inclusive: Counter[str] = Counter()
@@ -657,20 +538,17 @@ def summarize_profile(path: Path, top: int = 22) -> dict[str, Any]:
         if not stack_text or not count_text.isdigit():
             continue
         frames = [_frame_name(f) for f in stack_text.split(";")]
-        try:
-            start = next(i for i, f in enumerate(frames) if f.startswith("MirrorWorker.run "))
-        except StopIteration:
+        start = next((i for i, f in enumerate(frames) if f.startswith("MirrorWorker.run ")), None)
+        if start is None:
             continue
-        frames = frames[start:]
-        count = int(count_text)
+        frames, count = frames[start:], int(count_text)
         total += count
         self_counts[frames[-1]] += count
         for name in set(frames):
             inclusive[name] += count
-    rows = []
+    rows: list[tuple[str, float, float]] = []
     for name, n in inclusive.most_common():
-        share = 100 * n / total
-        own = 100 * self_counts[name] / total
+        share, own = 100 * n / total, 100 * self_counts[name] / total
         if share < 1.0 or (own < 0.5 and share >= 99.9):
             continue
         if own < 0.5 and rows and rows[-1][1] - share < 0.5:
@@ -682,11 +560,32 @@ def summarize_profile(path: Path, top: int = 22) -> dict[str, Any]:
 
 def _frame_name(frame: str) -> str:
     """"produce (worker/mirror.py:240)" -> "produce (worker/mirror.py)"; "0x7f.. (libc.so.6)" -> "(libc.so.6)"."""
-    frame = frame.replace(str(REPO) + "/", "").replace(str(Path(sys.prefix)) + "/", "")
+    frame = frame.replace(str(common.REPO) + "/", "").replace(str(Path(sys.prefix)) + "/", "")
     frame = re.sub(r":\d+\)$", ")", frame)
     frame = re.sub(r"\(([^()]*?)-[0-9a-f]{8}(\.so[.\d]*)\)$", r"(\1\2)", frame)  # librdkafka-<hash>.so.1
     frame = re.sub(r"\(confluent_kafka/cimpl\.[^()]*\.so\)$", "(confluent_kafka cimpl)", frame)
     return re.sub(r"^0x[0-9a-f]+ ", "", frame)
+
+
+def _profile(bench: Bench, ds: Dataset, day: str) -> dict[str, Any] | None:
+    """``--profile``: py-spy the worker in one extra, untimed run; its summary (the raw stacks are kept aside)."""
+    out = bench.workdir / f"profile-{ds.label}.txt"
+    say(f"profiling run: ureplicator {ds.label} (not counted in the results)")
+    try:
+        prun = run_ureplicator(bench, ds, 0, 1, profile_to=out)
+        if not out.exists():
+            return None
+        profile = {"dataset": ds.label, "records_per_s_while_profiled": round(prun.records_per_s),
+                   **summarize_profile(out)}
+        # The raw stacks are per-sample data: over common.RAW_LIMIT_BYTES they go to the git-ignored raw/.
+        folder = common.RESULTS_DIR / "raw" if out.stat().st_size > common.RAW_LIMIT_BYTES else common.RESULTS_DIR
+        folder.mkdir(exist_ok=True)
+        keep = folder / f"throughput-profile-{day}-{ds.label}.txt"
+        shutil.copyfile(out, keep)
+        return {**profile, "raw_file": str(keep.relative_to(common.REPO))}
+    except Exception as exc:  # optional extra: never lose the measured runs over it
+        say(f"  profiling run failed: {exc!r}")
+        return None
 
 
 # ----------------------------------------------------------------------------- preload
@@ -709,12 +608,8 @@ def _values(size: int, count: int, seed: int) -> list[bytes]:
 
 
 def warm_group_coordinator(bootstrap: str, topic: str, timeout_s: float = 90) -> None:
-    """Commit once for a throwaway group, retrying until the source's group coordinator answers.
-
-    On a fresh cluster the first group operation creates ``__consumer_offsets`` and gets
-    NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS for a while; the worker's first
-    ``committed()`` call would then fail and (as of this writing) end the worker process.
-    """
+    """Commit once for a throwaway group until the source's group coordinator answers: on a fresh cluster the
+    first group calls get NOT_COORDINATOR for a while, and a worker's first ``committed()`` would fail."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-warmup", "enable.auto.commit": False})
     deadline = time.monotonic() + timeout_s
     try:
@@ -733,14 +628,14 @@ def warm_group_coordinator(bootstrap: str, topic: str, timeout_s: float = 90) ->
 
 def _preload_part(bootstrap: str, ds: Dataset, part: int, parts: int, start: int) -> None:
     """Produce records ``i >= start`` with ``i % parts == part`` (partition ``i % PARTITIONS``) of the preload."""
-    producer = Producer({**PRODUCER_SETTINGS, "bootstrap.servers": bootstrap, "linger.ms": 50})
+    producer = Producer({**common.PRODUCER_SETTINGS, "bootstrap.servers": bootstrap, "linger.ms": 50})
     pool = _values(ds.value_bytes, 4096, seed=ds.value_bytes)
     produce = producer.produce
     step = max(ds.records // 5, 1)
     for i in range(start + (part - start) % parts, ds.records, parts):
         while True:
             try:
-                produce(ds.topic, pool[i & 4095], b"%08d" % (i % 100_000_000), i % PARTITIONS)
+                produce(ds.topic, pool[i & 4095], preload_key(i), i % PARTITIONS)
                 break
             except BufferError:
                 producer.poll(0.05)
@@ -761,8 +656,8 @@ def preload(services: dict[str, str], ds: Dataset, start: int = 0) -> None:
             say(f"source topic {ds.topic} already holds {ds.records:,} records; reusing it")
             return
         if have is not None:
-            delete_topics(services["source"], [ds.topic])
-        create_topic(services["source"], ds.topic, PARTITIONS, {"retention.ms": "-1", "retention.bytes": "-1"})
+            harness.delete_topics(services["source"], [ds.topic])
+        harness.create_topic(services["source"], ds.topic, PARTITIONS, {"retention.ms": "-1", "retention.bytes": "-1"})
     elif have is None or sum(have) != start:
         raise BenchError(f"cannot top up {ds.topic}: it holds {sum(have or [])} records, expected {start:,}")
     count = ds.records - start
@@ -772,17 +667,15 @@ def preload(services: dict[str, str], ds: Dataset, start: int = 0) -> None:
     # PARTITIONS is a multiple of PRELOAD_PROCESSES, so each process owns whole partitions.
     ctx = mp.get_context("fork")
     procs = [ctx.Process(target=_preload_part, args=(services["source"], ds, k, PRELOAD_PROCESSES, start),
-                         daemon=True)
-             for k in range(PRELOAD_PROCESSES)]
+                         daemon=True) for k in range(PRELOAD_PROCESSES)]
     for proc in procs:
         proc.start()
     try:
         for proc in procs:
             proc.join()
     finally:
-        for proc in procs:
-            if proc.is_alive():
-                proc.terminate()
+        for proc in (p for p in procs if p.is_alive()):
+            proc.terminate()
     if any(proc.exitcode != 0 for proc in procs):
         raise BenchError(f"preload of {ds.topic} failed (exit codes {[p.exitcode for p in procs]})")
     got = Offsets(services["source"]).end(ds.topic, PARTITIONS)
@@ -808,6 +701,8 @@ def check_disk(path: Path, ds: Dataset, new_records: int) -> None:
 
 # ----------------------------------------------------------------------------- summary
 
+RATES = ("records_per_s", "cpu_s_per_m", "cpu_s_per_m_without_compiler")
+
 
 def _median(values: list[float]) -> float:
     return statistics.median(values) if values else 0.0
@@ -819,82 +714,65 @@ def _ratio_of(a: float | None, b: float | None) -> float | None:
 
 def _block(runs: list[Run]) -> dict[str, Any]:
     ok = [r for r in runs if r.ok]
+
+    def med(value: Callable[[Run], float], digits: int | None = None) -> float:
+        return round(_median([value(r) for r in ok]), digits)
+
     return {
         "runs": len(ok),
         "failed": len(runs) - len(ok),
         "errors": [r.error for r in runs if not r.ok],
-        "records_per_s": round(_median([r.records_per_s for r in ok])),
-        "mb_per_s": round(_median([r.mb_per_s for r in ok]), 2),
-        "cpu_s_per_m": round(_median([r.cpu_s_per_m for r in ok]), 3),
-        "cpu_s_per_m_without_compiler": round(_median([r.cpu_s_per_m_without_compiler for r in ok]), 3),
-        "compiler_share_pct": round(_median([100 * r.compiler_cpu_s / r.cpu_s if r.cpu_s else 0.0 for r in ok]), 1),
-        "cores_busy": round(_median([r.cpu_s / r.window_s if r.window_s else 0.0 for r in ok]), 2),
-        "first_record_s": round(_median([r.first_record_s for r in ok]), 2),
-        "drained_s": round(_median([r.drained_s for r in ok]), 1),
-        "records_checked": round(_median([r.extra.get("end", {}).get("records_checked", 0) for r in ok])),
-        "peak_rss_mb": round(_median([r.peak_rss_bytes / 2**20 for r in ok]), 1),
+        "records_per_s": med(lambda r: r.records_per_s),
+        "mb_per_s": med(lambda r: r.mb_per_s, 2),
+        "cpu_s_per_m": med(lambda r: r.cpu_s_per_m, 3),
+        "cpu_s_per_m_without_compiler": med(lambda r: r.cpu_s_per_m_without_compiler, 3),
+        "compiler_share_pct": med(lambda r: 100 * r.compiler_cpu_s / r.cpu_s if r.cpu_s else 0.0, 1),
+        "cores_busy": med(lambda r: r.cpu_s / r.window_s if r.window_s else 0.0, 2),
+        "first_record_s": med(lambda r: r.first_record_s, 2),
+        "drained_s": med(lambda r: r.drained_s, 1),
+        "records_checked": med(lambda r: r.extra.get("end", {}).get("records_checked", 0)),
+        "peak_rss_mb": med(lambda r: r.peak_rss_bytes / 2**20, 1),
         "records_per_s_each": [round(r.records_per_s) for r in ok],
     }
+
+
+def _blocks(runs: list[Run], ds: Dataset, variants: tuple[str, ...], scale: int) -> dict[str, Any]:
+    blocks = {v: [r for r in runs if r.dataset == ds.label and r.variant == v and r.scale == scale] for v in variants}
+    return {v: _block(mine) for v, mine in blocks.items() if mine}
+
+
+def _ratios(a: dict[str, Any], b: dict[str, Any], name: str, keys: tuple[str, ...] = RATES) -> dict[str, Any]:
+    return {f"{name}{k}": _ratio_of(a.get(k), b.get(k)) for k in keys}
 
 
 def summarize(runs: list[Run], datasets: list[Dataset], scales: list[int]) -> dict[str, Any]:
     """Medians per dataset and variant (scale 1), ratios, and the scaling curve on the first dataset."""
     out: dict[str, Any] = {"datasets": {}, "scaling": {}}
     for ds in datasets:
-        per: dict[str, Any] = {}
-        for variant in ALL_VARIANTS:
-            mine = [r for r in runs if r.dataset == ds.label and r.variant == variant and r.scale == 1]
-            if mine:
-                per[variant] = _block(mine)
+        per = _blocks(runs, ds, ALL_VARIANTS, 1)
         u, m, w = per.get("ureplicator", {}), per.get("mirrormaker2", {}), per.get("raw", {})
         ue, me = per.get("ureplicator-eos", {}), per.get("mirrormaker2-eos", {})
-        ratios = {
-            "ureplicator/mm2 records_per_s": _ratio_of(u.get("records_per_s"), m.get("records_per_s")),
-            "ureplicator/mm2 cpu_s_per_m": _ratio_of(u.get("cpu_s_per_m"), m.get("cpu_s_per_m")),
-            "ureplicator/mm2 cpu_s_per_m_without_compiler": _ratio_of(
-                u.get("cpu_s_per_m_without_compiler"), m.get("cpu_s_per_m_without_compiler")),
-            "ureplicator/raw records_per_s": _ratio_of(u.get("records_per_s"), w.get("records_per_s")),
-            "ureplicator/raw cpu_s_per_m": _ratio_of(u.get("cpu_s_per_m"), w.get("cpu_s_per_m")),
-        }
+        ratios = {**_ratios(u, m, "ureplicator/mm2 "), **_ratios(u, w, "ureplicator/raw ", RATES[:2])}
         if ue or me:
-            ratios.update({
-                "ureplicator-eos/ureplicator records_per_s": _ratio_of(ue.get("records_per_s"),
-                                                                       u.get("records_per_s")),
-                "ureplicator-eos/mm2-eos records_per_s": _ratio_of(ue.get("records_per_s"), me.get("records_per_s")),
-                "ureplicator-eos/mm2-eos cpu_s_per_m": _ratio_of(ue.get("cpu_s_per_m"), me.get("cpu_s_per_m")),
-                "ureplicator-eos/mm2-eos cpu_s_per_m_without_compiler": _ratio_of(
-                    ue.get("cpu_s_per_m_without_compiler"), me.get("cpu_s_per_m_without_compiler")),
-            })
+            ratios.update({**_ratios(ue, u, "ureplicator-eos/ureplicator ", RATES[:1]),
+                           **_ratios(ue, me, "ureplicator-eos/mm2-eos ")})
         out["datasets"][ds.label] = {"records": ds.records, "value_bytes": ds.value_bytes, "key_bytes": KEY_BYTES,
                                      "variants": per, "ratios": ratios}
     if len(scales) > 1 and datasets:
-        ds = datasets[0]
-        curve: dict[str, Any] = {"dataset": ds.label, "points": {}}
+        points = {}
         for scale in scales:
-            point: dict[str, Any] = {}
-            for variant in SCALED:
-                mine = [r for r in runs if r.dataset == ds.label and r.variant == variant and r.scale == scale]
-                if mine:
-                    point[variant] = _block(mine)
-            u, m = point.get("ureplicator", {}), point.get("mirrormaker2", {})
-            point["ratios"] = {
-                "records_per_s": _ratio_of(u.get("records_per_s"), m.get("records_per_s")),
-                "cpu_s_per_m": _ratio_of(u.get("cpu_s_per_m"), m.get("cpu_s_per_m")),
-                "cpu_s_per_m_without_compiler": _ratio_of(u.get("cpu_s_per_m_without_compiler"),
-                                                          m.get("cpu_s_per_m_without_compiler")),
-            }
-            curve["points"][str(scale)] = point
-        out["scaling"] = curve
+            point = _blocks(runs, datasets[0], SCALED, scale)
+            points[str(scale)] = {**point, "ratios": _ratios(point.get("ureplicator", {}),
+                                                             point.get("mirrormaker2", {}), "")}
+        out["scaling"] = {"dataset": datasets[0].label, "points": points}
     out["headline"] = headline(out["datasets"])
     return out
 
 
 def headline(datasets: dict[str, Any]) -> dict[str, Any] | None:
     """The least favourable fair reading for ureplicator: lowest rate ratio, highest CPU ratio (MM2 without JIT)."""
-    rates = {k: b["ratios"]["ureplicator/mm2 records_per_s"] for k, b in datasets.items()
-             if b["ratios"]["ureplicator/mm2 records_per_s"]}
-    cpus = {k: b["ratios"]["ureplicator/mm2 cpu_s_per_m_without_compiler"] for k, b in datasets.items()
-            if b["ratios"]["ureplicator/mm2 cpu_s_per_m_without_compiler"]}
+    rates = {k: r for k, b in datasets.items() if (r := b["ratios"]["ureplicator/mm2 records_per_s"])}
+    cpus = {k: r for k, b in datasets.items() if (r := b["ratios"]["ureplicator/mm2 cpu_s_per_m_without_compiler"])}
     if not rates:
         return None
     worst_rate = min(rates, key=lambda k: rates[k])
@@ -906,29 +784,6 @@ def headline(datasets: dict[str, Any]) -> dict[str, Any] | None:
     }
 
 
-def print_summary(summary: dict[str, Any]) -> None:
-    for name, block in summary["datasets"].items():
-        say(f"results {name} ({block['records']:,}-record backlog, medians over the window):")
-        for variant, v in block["variants"].items():
-            say(f"  {variant:<13} {v['records_per_s']:>9,} rec/s {v['mb_per_s']:7.2f} MB/s  "
-                f"CPU {v['cpu_s_per_m']:6.2f} s/M ({v['cpu_s_per_m_without_compiler']:6.2f} without JIT compiler "
-                f"threads, {v['compiler_share_pct']:.0f}%)  peak RSS {v['peak_rss_mb']:6.1f} MB  "
-                f"({v['runs']} ok, {v['failed']} failed)")
-        for key, value in block["ratios"].items():
-            say(f"  {key}: {value if value is not None else 'n/a'}")
-    curve = summary.get("scaling") or {}
-    for scale, point in curve.get("points", {}).items():
-        for variant in SCALED:
-            v = point.get(variant)
-            if v:
-                say(f"  scale {scale} {variant:<13} {v['records_per_s']:>9,} rec/s  CPU {v['cpu_s_per_m']:6.2f} s/M "
-                    f"({v['cpu_s_per_m_without_compiler']:6.2f} without JIT)")
-    if summary.get("headline"):
-        h = summary["headline"]
-        say(f"headline: ureplicator {h['rate_ratio']:.2f}x MM2 steady state at {h['rate_dataset']}; CPU per record "
-            f"{h['cpu_ratio_without_compiler'] or 0:.2f}x MM2's without JIT compiler threads at {h['cpu_dataset']}")
-
-
 # ----------------------------------------------------------------------------- docs section
 
 
@@ -937,34 +792,86 @@ def _ratio(value: float | None) -> str:
 
 
 def _dataset_name(block: dict[str, Any]) -> str:
-    return "100 B" if block["value_bytes"] == 100 else ("1 KB" if block["value_bytes"] == 1024
-                                                          else f"{block['value_bytes']} B")
+    return {100: "100 B", 1024: "1 KB"}.get(block["value_bytes"], f"{block['value_bytes']} B")
+
+
+def _headline(summary: dict[str, Any]) -> list[str]:
+    h = summary.get("headline")
+    if not h:
+        return []
+    names = {k: _dataset_name(b) for k, b in summary["datasets"].items()}
+    others = "; ".join(f"{_ratio(v)} at {names[k]}" for k, v in h["rate_ratios"].items() if k != h["rate_dataset"])
+    cpu_others = "; ".join(f"{_ratio(v)} at {names[k]}" for k, v in h["cpu_ratios_without_compiler"].items()
+                           if k != h["cpu_dataset"])
+    text = (f"**Headline (the least favourable fair reading): one ureplicator worker runs at "
+            f"{_ratio(h['rate_ratio'])} MirrorMaker 2's steady-state rate (one task) at {names[h['rate_dataset']]}**"
+            + (f" ({others})" if others else ""))
+    if h.get("cpu_dataset"):
+        text += (f", and uses {_ratio(h['cpu_ratio_without_compiler'])} its CPU per record at "
+                 f"{names[h['cpu_dataset']]} counting MirrorMaker 2 without its JIT compiler threads"
+                 + (f" ({cpu_others})" if cpu_others else ""))
+    return [text + ".", ""]
+
+
+def _load_note(loads: list[float], before: float, cores: int) -> list[str]:
+    peak = max(loads, default=0)
+    if before > 0.5 * cores:  # busy before the first run: that load is not ours, so other jobs shared the cores
+        return [f"**The machine was oversubscribed during these runs** (1-minute load average {before:.1f} before "
+                f"the benchmark and up to {peak:.0f} during it, on {cores} cores: other jobs shared it). Every "
+                "variant met the same kind of contention, so the ratios compare like with like, but the absolute "
+                "rates are below what these variants reach on a quiet machine, and a JVM whose JIT competes for "
+                "cores is hit harder than a Python process; see *machine busy* per run.", ""]
+    if peak > 1.5 * cores:  # quiet before: the load during it is mostly the benchmark's own runnable threads
+        return [f"The machine was quiet before the benchmark (1-minute load average {before:.2f}); the load during "
+                f"the runs (up to {peak:.0f} on {cores} cores) counts the benchmark's own runnable threads: both "
+                "brokers, ZooKeeper, the variant's processes and the exact-check reader all share the "
+                f"{cores} cores, so the absolute rates are bounded by them; see *machine busy* per run.", ""]
+    return []
+
+
+def _variant_row(runs: list[dict[str, Any]], key: str, variant: str, v: dict[str, Any]) -> list[Any]:
+    if not v["runs"]:
+        return [label(variant, 1), f"failed: {_short(v['errors'])}", *[""] * 10]
+    return [label(variant, 1), f"{v['records_per_s']:,}", f"{v['mb_per_s']:.1f}", f"{v['cpu_s_per_m']:.2f}",
+            f"{v['cpu_s_per_m_without_compiler']:.2f}", f"{v['compiler_share_pct']:.0f} %", f"{v['cores_busy']:.2f}",
+            f"{v['peak_rss_mb']:.0f} MB", f"{v['first_record_s']:.1f} s", f"{v.get('records_checked', 0):,}",
+            _each(runs, key, variant, 1)]
+
+
+def _scaling(curve: dict[str, Any], summary: dict[str, Any], s: dict[str, Any], cores: int,
+             runs: list[dict[str, Any]]) -> list[str]:
+    ds_block = summary["datasets"].get(curve["dataset"], {})
+    rows = []
+    for scale, point in curve["points"].items():
+        u, mm, rr = point.get("ureplicator"), point.get("mirrormaker2"), point["ratios"]
+        rows.append([scale, f"{u['records_per_s']:,}" if u else "n/a", f"{u['cpu_s_per_m']:.2f}" if u else "n/a",
+                     f"{mm['records_per_s']:,}" if mm else "n/a",
+                     f"{mm['cpu_s_per_m']:.2f} ({mm['cpu_s_per_m_without_compiler']:.2f})" if mm else "n/a",
+                     _ratio(rr["records_per_s"]), _ratio(rr["cpu_s_per_m_without_compiler"]),
+                     f"{_each(runs, curve['dataset'], 'ureplicator', int(scale))} / "
+                     f"{_each(runs, curve['dataset'], 'mirrormaker2', int(scale))}"])
+    return [
+        f"### Scaling: N ureplicator worker processes vs MirrorMaker 2 with `tasks.max` N "
+        f"({_dataset_name(ds_block) if ds_block else curve['dataset']}, one {s['partitions']}-partition topic)",
+        "",
+        f"The machine has **{cores} cores**, shared with both brokers and ZooKeeper: beyond "
+        f"{cores} processes (or tasks) more parallelism can only add contention, so this curve shows "
+        "the overhead of scaling out on a saturated host, not the scaling of a real deployment. "
+        "N = 1 is the run above.",
+        "",
+        *table(["N", "ureplicator records/s", "CPU-s per M", "MM2 records/s",
+                "CPU-s per M (without JIT compiler threads)", "records/s ratio", "CPU ratio (MM2 without JIT)",
+                "each run: records/s ureplicator / MM2"], rows, "rrrrrrr"),
+        "",
+    ]
 
 
 def render_section(entry: dict[str, Any]) -> str:
     """Markdown for the throughput-bench section of docs/benchmarks.md, from one results entry."""
-    m = entry["machine"]
-    s = entry["settings"]
-    summary = entry["summary"]
-    runs = entry["runs"]
+    m, s, summary, runs = entry["machine"], entry["settings"], entry["summary"], entry["runs"]
     loads = [x for r in runs for x in (r["load_before"][0], r["load_window"][0]) if x]
-    lines = ["## Throughput: ureplicator vs MirrorMaker 2 vs the raw client pair, steady state", ""]
-    h = summary.get("headline")
-    if h:
-        names = {k: _dataset_name(b) for k, b in summary["datasets"].items()}
-        others = "; ".join(f"{_ratio(v)} at {names[k]}" for k, v in h["rate_ratios"].items() if k != h["rate_dataset"])
-        cpu_others = "; ".join(f"{_ratio(v)} at {names[k]}" for k, v in h["cpu_ratios_without_compiler"].items()
-                               if k != h["cpu_dataset"])
-        lines += [
-            f"**Headline (the least favourable fair reading): one ureplicator worker runs at "
-            f"{_ratio(h['rate_ratio'])} MirrorMaker 2's steady-state rate (one task) at {names[h['rate_dataset']]}**"
-            + (f" ({others})" if others else "")
-            + (f", and uses {_ratio(h['cpu_ratio_without_compiler'])} its CPU per record at "
-               f"{names[h['cpu_dataset']]} counting MirrorMaker 2 without its JIT compiler threads"
-               + (f" ({cpu_others})" if cpu_others else "") if h.get("cpu_dataset") else "")
-            + ".",
-            "",
-        ]
+    lines = ["## Throughput: ureplicator vs MirrorMaker 2 vs the raw client pair, steady state", "",
+             *_headline(summary)]
     lines += [
         f"Measured {entry['date']} with `{entry['command']}`; worker and controller from `{s['worker_repo']}` "
         f"({s.get('worker_ran_from', 'the checkout in place')}) at commit `{entry['code']['commit']}`"
@@ -973,62 +880,28 @@ def render_section(entry: dict[str, Any]) -> str:
         f"warm-up {s['warmup_s']:.0f} s after the first destination record, then a {s['steady_s']:.0f} s window; "
         f"total {entry['duration_s'] / 60:.1f} min.",
         "",
-        "| machine | |",
-        "|---|---|",
-        f"| CPU | {m['cpu_model']}, **{m['cores']} cores** (shared by the brokers, ZooKeeper, the mirror and "
-        "other jobs) |",
-        f"| RAM | {m['ram_bytes'] / 2**30:.1f} GiB |",
-        f"| kernel | {m['kernel']} |",
-        f"| Python / confluent-kafka / librdkafka | {m['python']} / {m['confluent_kafka']} / {m['librdkafka']} |",
-        f"| Java | {m['java']} |",
-        f"| Kafka brokers / MirrorMaker 2 | {m['kafka_brokers']} / connect-mirror {m['mirrormaker2']} |",
-        f"| load average (1 min) at run starts and window ends | {min(loads, default=0):.2f} – "
-        f"{max(loads, default=0):.2f} (before the benchmark: {entry['load_at_start'][0]:.2f}) |",
+        *table(["machine", ""], [
+            ["CPU", f"{m['cpu_model']}, **{m['cores']} cores** (shared by the brokers, ZooKeeper, the mirror and "
+                    "other jobs)"],
+            ["RAM", f"{m['ram_bytes'] / 2**30:.1f} GiB"], ["kernel", m["kernel"]],
+            ["Python / confluent-kafka / librdkafka", f"{m['python']} / {m['confluent_kafka']} / {m['librdkafka']}"],
+            ["Java", m["java"]],
+            ["Kafka brokers / MirrorMaker 2", f"{m['kafka_brokers']} / connect-mirror {m['mirrormaker2']}"],
+            ["load average (1 min) at run starts and window ends", f"{min(loads, default=0):.2f} – "
+             f"{max(loads, default=0):.2f} (before the benchmark: {entry['load_at_start'][0]:.2f})"]]),
         "",
+        *_load_note(loads, entry["load_at_start"][0], m["cores"] or 1),
     ]
-    cores = m["cores"] or 1
-    peak, before = max(loads, default=0), entry["load_at_start"][0]
-    if before > 0.5 * cores:
-        # Busy before the first run: that load is not ours, so other jobs shared the cores.
-        lines += [
-            f"**The machine was oversubscribed during these runs** (1-minute load average {before:.1f} before "
-            f"the benchmark and up to {peak:.0f} during it, on {cores} cores: other jobs shared it). Every "
-            "variant met the same kind of contention, so the ratios compare like with like, but the absolute "
-            "rates are below what these variants reach on a quiet machine, and a JVM whose JIT competes for "
-            "cores is hit harder than a Python process; see *machine busy* per run.",
-            "",
-        ]
-    elif peak > 1.5 * cores:
-        # Quiet before the first run: the load during it is mostly the benchmark's own runnable threads.
-        lines += [
-            f"The machine was quiet before the benchmark (1-minute load average {before:.2f}); the load during "
-            f"the runs (up to {peak:.0f} on {cores} cores) counts the benchmark's own runnable threads: both "
-            "brokers, ZooKeeper, the variant's processes and the exact-check reader all share the "
-            f"{cores} cores, so the absolute rates are bounded by them; see *machine busy* per run.",
-            "",
-        ]
     for key, block in summary["datasets"].items():
+        r = block["ratios"]
         lines += [
             f"### {_dataset_name(block)} values: backlog of {block['records']:,} records × "
             f"({block['key_bytes']} + {block['value_bytes']}) B, {s['partitions']} partitions",
             "",
-            "| variant | records/s | MB/s | CPU-s per M records | … without JIT compiler threads | "
-            "compiler threads' share | cores busy | peak RSS | first record after | records checked exactly | "
-            "each run: records/s (window thirds; machine busy) |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
-        ]
-        for variant, v in block["variants"].items():
-            if not v["runs"]:
-                lines.append(f"| {label(variant, 1)} | failed: {_short(v['errors'])} |" + " |" * 10)
-                continue
-            lines.append(
-                f"| {label(variant, 1)} | {v['records_per_s']:,} | {v['mb_per_s']:.1f} | {v['cpu_s_per_m']:.2f} | "
-                f"{v['cpu_s_per_m_without_compiler']:.2f} | {v['compiler_share_pct']:.0f} % | {v['cores_busy']:.2f} | "
-                f"{v['peak_rss_mb']:.0f} MB | {v['first_record_s']:.1f} s | {v.get('records_checked', 0):,} | "
-                f"{_each(runs, key, variant, 1)} |"
-            )
-        r = block["ratios"]
-        lines += [
+            *table(["variant", "records/s", "MB/s", "CPU-s per M records", "… without JIT compiler threads",
+                    "compiler threads' share", "cores busy", "peak RSS", "first record after",
+                    "records checked exactly", "each run: records/s (window thirds; machine busy)"],
+                   [_variant_row(runs, key, variant, v) for variant, v in block["variants"].items()], "lrrrrrrrrr"),
             "",
             f"ureplicator / MirrorMaker 2: **{_ratio(r['ureplicator/mm2 records_per_s'])}** the records/s, "
             f"{_ratio(r['ureplicator/mm2 cpu_s_per_m'])} the CPU per record with MM2's JIT compiler threads, "
@@ -1039,33 +912,7 @@ def render_section(entry: dict[str, Any]) -> str:
         ]
     curve = summary.get("scaling") or {}
     if curve.get("points"):
-        ds_block = summary["datasets"].get(curve["dataset"], {})
-        lines += [
-            f"### Scaling: N ureplicator worker processes vs MirrorMaker 2 with `tasks.max` N "
-            f"({_dataset_name(ds_block) if ds_block else curve['dataset']}, one {s['partitions']}-partition topic)",
-            "",
-            f"The machine has **{m['cores']} cores**, shared with both brokers and ZooKeeper: beyond "
-            f"{m['cores']} processes (or tasks) more parallelism can only add contention, so this curve shows "
-            "the overhead of scaling out on a saturated host, not the scaling of a real deployment. "
-            "N = 1 is the run above.",
-            "",
-            "| N | ureplicator records/s | CPU-s per M | MM2 records/s | CPU-s per M (without JIT compiler threads) | "
-            "records/s ratio | CPU ratio (MM2 without JIT) | each run: records/s ureplicator / MM2 |",
-            "|---:|---:|---:|---:|---:|---:|---:|---|",
-        ]
-        for scale, point in curve["points"].items():
-            u, mm, rr = point.get("ureplicator"), point.get("mirrormaker2"), point["ratios"]
-            u_rate = f"{u['records_per_s']:,}" if u else "n/a"
-            u_cpu = f"{u['cpu_s_per_m']:.2f}" if u else "n/a"
-            m_rate = f"{mm['records_per_s']:,}" if mm else "n/a"
-            m_cpu = f"{mm['cpu_s_per_m']:.2f} ({mm['cpu_s_per_m_without_compiler']:.2f})" if mm else "n/a"
-            lines.append(
-                f"| {scale} | {u_rate} | {u_cpu} | {m_rate} | {m_cpu} | "
-                f"{_ratio(rr['records_per_s'])} | {_ratio(rr['cpu_s_per_m_without_compiler'])} | "
-                f"{_each(runs, curve['dataset'], 'ureplicator', int(scale))} / "
-                f"{_each(runs, curve['dataset'], 'mirrormaker2', int(scale))} |"
-            )
-        lines.append("")
+        lines += _scaling(curve, summary, s, m["cores"], runs)
     lines += [
         "How it is measured (`bench/throughput.py`, `bench/window.py`):",
         "",
@@ -1090,20 +937,14 @@ def render_section(entry: dict[str, Any]) -> str:
         "their share); Python processes have none, so their two numbers are equal. *Cores busy* = CPU seconds "
         "/ window seconds; *machine busy* = all cores' non-idle share in the window (`/proc/stat`), brokers "
         "included. The brokers' CPU is not counted for any variant.",
-        (f"- **End and exact check.** When the window closes the variant is stopped gracefully (SIGTERM; "
-         "ureplicator's workers before the controller), the benchmark waits until the destination's end offsets "
-         f"have not moved for {SETTLE_S:.0f} s, then reads every destination record back and checks it by "
-         "identity: in each partition, the record at offset *o* must carry the key of the source's record at "
-         "offset *o* (the preload's keys are unique). So each partition holds exactly a prefix of its source "
-         "partition, nothing lost, duplicated or reordered; any mismatch fails the run. The check is the same "
-         "for every variant; the backlog after the stop point is not mirrored (that would only add minutes of "
-         "draining to the slower variants)."
-         if s.get("end", "drain") == "stop" else
-         "- **End and exact count.** After the window every run drains the rest of the backlog; when every "
-         f"destination partition's end offset has reached the source's, the benchmark waits {SETTLE_S:.0f} s and "
-         "requires per-partition equality of end offsets (destination = source for each of the "
-         f"{s['partitions']} partitions: nothing lost, nothing duplicated by count); a run that fails the check is "
-         "reported as failed."),
+        f"- **End and exact check.** When the window closes the variant is stopped gracefully (SIGTERM; "
+        "ureplicator's workers before the controller), the benchmark waits until the destination's end offsets "
+        f"have not moved for {SETTLE_S:.0f} s, then reads every destination record back and checks it by "
+        "identity: in each partition, the record at offset *o* must carry the key of the source's record at "
+        "offset *o* (the preload's keys are unique). So each partition holds exactly a prefix of its source "
+        "partition, nothing lost, duplicated or reordered; any mismatch fails the run. The check is the same "
+        "for every variant; the backlog after the stop point is not mirrored (that would only add minutes of "
+        "draining to the slower variants).",
         "- **ureplicator**: a fresh pipeline (new consumer group), every config key at its default, workers from "
         "the worker checkout named above.",
         "- **MirrorMaker 2**: `org.apache.kafka.connect.mirror.MirrorMaker` (dedicated mode), "
@@ -1138,20 +979,15 @@ def render_eos_section(entry: dict[str, Any]) -> str:
     s = entry["settings"]
     summary = entry["summary"]
     lines = ["## Throughput in exactly-once mode: ureplicator vs MirrorMaker 2 (KIP-618)", ""]
-    worst_own = worst_peer = None
-    for block in summary["datasets"].values():
-        own = block["ratios"].get("ureplicator-eos/ureplicator records_per_s")
-        peer = block["ratios"].get("ureplicator-eos/mm2-eos records_per_s")
-        if own and (worst_own is None or own < worst_own[0]):
-            worst_own = (own, _dataset_name(block))
-        if peer and (worst_peer is None or peer < worst_peer[0]):
-            worst_peer = (peer, _dataset_name(block))
-    if worst_own or worst_peer:
-        parts = []
-        if worst_own:
-            parts.append(f"exactly-once runs at {_ratio(worst_own[0])} our own at-least-once rate at {worst_own[1]}")
-        if worst_peer:
-            parts.append(f"{_ratio(worst_peer[0])} MirrorMaker 2's exactly-once rate at {worst_peer[1]}")
+    parts = []
+    for key, text in (("ureplicator", "exactly-once runs at {} our own at-least-once rate at {}"),
+                      ("mm2-eos", "{} MirrorMaker 2's exactly-once rate at {}")):
+        found = [(r, _dataset_name(b)) for b in summary["datasets"].values()
+                 if (r := b["ratios"].get(f"ureplicator-eos/{key} records_per_s"))]
+        if found:  # the least favourable: the lowest ratio, the first dataset on a tie
+            worst = min(found, key=lambda f: f[0])
+            parts.append(text.format(_ratio(worst[0]), worst[1]))
+    if parts:
         lines += [f"**Headline (the least favourable reading over the datasets): {'; '.join(parts)}.**", ""]
     lines += [
         f"Measured {entry['date'][:10]} on {m.get('cpu_model', '?')} ({m.get('cores', '?')} cores, "
@@ -1165,23 +1001,19 @@ def render_eos_section(entry: dict[str, Any]) -> str:
         "every partition is an in-order prefix of its source with no duplicate, and scales its rate by the records "
         "per offset it counted.",
         "",
-        "| dataset | variant | records/s | MB/s | CPU-s per M records | … without JIT compiler threads | "
-        "peak RSS | records checked | runs ok / failed |",
-        "|---|---|---|---|---|---|---|---|---|",
+        *table(["dataset", "variant", "records/s", "MB/s", "CPU-s per M records", "… without JIT compiler threads",
+                "peak RSS", "records checked", "runs ok / failed"],
+               [[_dataset_name(block), label(variant, 1), f"{v['records_per_s']:,}", f"{v['mb_per_s']:.2f}",
+                 f"{v['cpu_s_per_m']:.2f}", f"{v['cpu_s_per_m_without_compiler']:.2f}", f"{v['peak_rss_mb']:.0f} MB",
+                 f"{v['records_checked']:,}", f"{v['runs']} / {v['failed']}"]
+                for block in summary["datasets"].values() for variant, v in block["variants"].items()]),
+        "",
+        *table(["dataset", "exactly-once / our at-least-once (rate)", "ours / MirrorMaker 2, both exactly-once (rate)",
+                "(CPU per record)", "(CPU without JIT)"],
+               [[_dataset_name(block), *(_ratio(block["ratios"].get(f"ureplicator-eos/{k}")) for k in (
+                   "ureplicator records_per_s", "mm2-eos records_per_s", "mm2-eos cpu_s_per_m",
+                   "mm2-eos cpu_s_per_m_without_compiler"))] for block in summary["datasets"].values()]),
     ]
-    for block in summary["datasets"].values():
-        for variant, v in block["variants"].items():
-            lines.append(f"| {_dataset_name(block)} | {label(variant, 1)} | {v['records_per_s']:,} | "
-                         f"{v['mb_per_s']:.2f} | {v['cpu_s_per_m']:.2f} | {v['cpu_s_per_m_without_compiler']:.2f} | "
-                         f"{v['peak_rss_mb']:.0f} MB | {v['records_checked']:,} | {v['runs']} / {v['failed']} |")
-    lines += ["", "| dataset | exactly-once / our at-least-once (rate) | ours / MirrorMaker 2, both exactly-once "
-              "(rate) | (CPU per record) | (CPU without JIT) |", "|---|---|---|---|---|"]
-    for block in summary["datasets"].values():
-        r = block["ratios"]
-        lines.append(f"| {_dataset_name(block)} | {_ratio(r.get('ureplicator-eos/ureplicator records_per_s'))} | "
-                     f"{_ratio(r.get('ureplicator-eos/mm2-eos records_per_s'))} | "
-                     f"{_ratio(r.get('ureplicator-eos/mm2-eos cpu_s_per_m'))} | "
-                     f"{_ratio(r.get('ureplicator-eos/mm2-eos cpu_s_per_m_without_compiler'))} |")
     for note in entry.get("notes", []):
         lines += ["", f"- {note}"]
     return "\n".join(lines)
@@ -1193,18 +1025,14 @@ def _short(errors: list[str | None], limit: int = 140) -> str:
 
 
 def _each(runs: list[dict[str, Any]], dataset: str, variant: str, scale: int) -> str:
-    out = []
-    for r in runs:
-        if r["dataset"] != dataset or r["variant"] != variant or r["scale"] != scale:
-            continue
-        if not r["ok"]:
-            out.append("failed")
-            continue
+    """Each run's records/s, its window thirds and the machine's busy share."""
+    def one(r: dict[str, Any]) -> str:
         thirds = "/".join(f"{x / 1000:.0f}" for x in r["extra"].get("rate_thirds", []))
         busy = r["extra"].get("machine_busy_pct")
-        out.append(f"{r['records_per_s'] / 1000:.0f}k ({thirds}k; {busy:.0f} %)" if busy is not None
-                   else f"{r['records_per_s'] / 1000:.0f}k ({thirds}k)")
-    return ", ".join(out) or "n/a"
+        return f"{r['records_per_s'] / 1000:.0f}k ({thirds}k" + (f"; {busy:.0f} %)" if busy is not None else ")")
+
+    return ", ".join(one(r) if r["ok"] else "failed" for r in runs
+                     if (r["dataset"], r["variant"], r["scale"]) == (dataset, variant, scale)) or "n/a"
 
 
 def _analysis(entry: dict[str, Any]) -> list[str]:
@@ -1222,11 +1050,9 @@ def _analysis(entry: dict[str, Any]) -> list[str]:
         lines += [f"Where the worker's mirror thread spends its time: py-spy `--native` on one extra, untimed "
                   f"{profile['dataset']} run ({profile['samples']:,} samples of the thread running "
                   f"`MirrorWorker.run`; raw stacks in `{profile['raw_file']}`):", ""]
-        lines += ["| function | inclusive | self |", "|---|---:|---:|"]
-        for name, share, own in profile["rows"]:
-            shown = "libc.so.6 (unsymbolized: memcpy, locks, ...)" if name == "(libc.so.6)" else name
-            lines.append(f"| `{shown}` | {share:.1f} % | {own:.1f} % |")
-        lines.append("")
+        lines += [*table(["function", "inclusive", "self"], [
+            ["`libc.so.6 (unsymbolized: memcpy, locks, ...)`" if name == "(libc.so.6)" else f"`{name}`",
+             f"{share:.1f} %", f"{own:.1f} %"] for name, share, own in profile["rows"]], "lrr"), ""]
     for note in entry.get("notes") or []:
         lines += [note, ""]
     if NOTES.exists():
@@ -1235,35 +1061,23 @@ def _analysis(entry: dict[str, Any]) -> list[str]:
 
 
 def _fold(name: str) -> str:
-    if name == "main":
-        return "main"
-    if name.startswith("rdk:"):
-        return "rdk:*"
-    if "CompilerThre" in name:
-        return "JIT"
-    if name.startswith(("GC Thread", "G1 ")):
-        return "GC"
-    if name.startswith("task-thread"):
-        return "Connect task"
-    if name.startswith("kafka-"):
-        return "Kafka client I/O"
-    return "other"
+    groups = ((name == "main", "main"), (name.startswith("rdk:"), "rdk:*"), ("CompilerThre" in name, "JIT"),
+              (name.startswith(("GC Thread", "G1 ")), "GC"), (name.startswith("task-thread"), "Connect task"),
+              (name.startswith("kafka-"), "Kafka client I/O"))
+    return next((group for hit, group in groups if hit), "other")
 
 
 def _thread_split(runs: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
     out: dict[str, dict[str, float]] = {}
-    keys = sorted({(r["dataset"], r["variant"]) for r in runs if r["ok"] and r["scale"] == 1})
-    for dataset, variant in keys:
+    for dataset, variant in sorted({(r["dataset"], r["variant"]) for r in runs if r["ok"] and r["scale"] == 1}):
         groups: dict[str, list[float]] = {}
         for r in runs:
-            if not (r["ok"] and r["scale"] == 1 and r["dataset"] == dataset and r["variant"] == variant):
-                continue
-            per_m = r["window_records"] / 1e6 or 1.0
-            folded: Counter[str] = Counter()
-            for name, cpu in r["extra"].get("thread_cpu_window_s", {}).items():
-                folded[_fold(name)] += cpu
-            for name, cpu in folded.items():
-                groups.setdefault(name, []).append(cpu / per_m)
+            if r["ok"] and r["scale"] == 1 and r["dataset"] == dataset and r["variant"] == variant:
+                folded: Counter[str] = Counter()
+                for name, cpu in r["extra"].get("thread_cpu_window_s", {}).items():
+                    folded[_fold(name)] += cpu
+                for name, cpu in folded.items():
+                    groups.setdefault(name, []).append(cpu / (r["window_records"] / 1e6 or 1.0))
         out[f"{label(variant, 1)} {dataset}"] = {k: round(_median(v), 2) for k, v in sorted(groups.items())}
     return out
 
@@ -1276,7 +1090,7 @@ def _ints(text: str) -> list[int]:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m bench.throughput", description=__doc__.splitlines()[0])
+    parser = cli_parser("python -m bench.throughput", __doc__, "1g", render=True)
     parser.add_argument("--quick", action="store_true",
                         help="smoke run: 4M x 100 B + 1.5M x 1 KB, warm-up 2 s, window 4 s, scaling 1,2")
     parser.add_argument("--records-100b", type=int, default=None, help="100 B backlog (default 60,000,000)")
@@ -1302,12 +1116,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="start no run that could end after this local time; the runs done are written")
     parser.add_argument("--drain-timeout", type=float, default=None,
                         help="seconds per run before it counts as failed (default: backlog / 10k rec/s, >= 600)")
-    parser.add_argument("--broker-heap", default="1g", help="heap of each local broker (default 1g)")
-    parser.add_argument("--worker-repo", type=Path, default=REPO,
+    parser.add_argument("--worker-repo", type=Path, default=common.REPO,
                         help="run controller and worker from this checkout (its .venv/bin/python if present)")
-    parser.add_argument("--no-write", action="store_true", help="print only; no JSON, no docs section")
-    parser.add_argument("--render", type=Path, default=None, metavar="RESULTS_JSON",
-                        help="only re-write the docs section from the last full run in RESULTS_JSON")
     args = parser.parse_args(argv)
     args.records_100b = args.records_100b or (4_000_000 if args.quick else 60_000_000)
     args.records_1kb = args.records_1kb or (1_500_000 if args.quick else 20_000_000)
@@ -1333,8 +1143,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.stop_by = today.timestamp()
     if set(args.datasets) - {"100B", "1KB"}:
         parser.error("--datasets takes 100B and/or 1KB")
-    if PARTITIONS % PRELOAD_PROCESSES:
-        parser.error("internal: PARTITIONS must be a multiple of PRELOAD_PROCESSES")
     try:
         Plan(args.warmup, args.steady)
     except ValueError as exc:
@@ -1362,10 +1170,6 @@ def worker_python(repo: Path) -> str:
     """The interpreter for controller and worker: the checkout's own venv when it has one."""
     own = repo / ".venv" / "bin" / "python"
     return str(own) if own.exists() else sys.executable
-
-
-def _interrupt(signum: int, _frame: object) -> None:
-    raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
 
 
 def render_file(path: Path) -> int:
@@ -1396,30 +1200,55 @@ def plan_runs(datasets: list[Dataset], variants: list[str], scales: list[int],
     return order
 
 
+def _attempt(bench: Bench, ds: Dataset, variant: str, scale: int, rnd: int, notes: list[str]) -> Run:
+    """One run; a run that drained its backlog early is repeated once on a topped-up backlog."""
+    for attempt in (1, 2):
+        try:
+            return RUNNERS[variant](bench, ds, rnd, scale)
+        except BacklogTooShort as exc:
+            run = Run(variant, scale, ds.label, rnd, bench.counter, ds.records, error=str(exc))
+            if attempt == 2:
+                return run
+            bigger = top_up_size(ds.records, exc.rate, bench.plan)
+            say(f"  {exc}; topping the backlog up to {bigger:,} records and running it again")
+            notes.append(f"{label(variant, scale)} {ds.label} drained the {ds.records:,}-record "
+                         f"backlog before its window closed (at ~{exc.rate / 1000:.0f}k records/s); "
+                         f"the backlog was topped up to {bigger:,} records and the run repeated.")
+            try:
+                check_disk(bench.workdir, ds, bigger)
+                old, ds.records = ds.records, bigger
+                preload(bench.services, ds, start=old)
+            except (BenchError, KafkaException) as grow_error:
+                run.error = f"{exc}; top-up failed: {grow_error}"
+                return run
+        except (BenchError, UReplicatorError, TimeoutError, ValueError) as exc:
+            return Run(variant, scale, ds.label, rnd, bench.counter, ds.records, error=str(exc))
+    raise AssertionError("unreachable")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     # SIGTERM (and SIGINT, also when the shell started us in the background with it
     # ignored) unwinds like Ctrl-C, so every process and the stack are stopped.
-    signal.signal(signal.SIGTERM, _interrupt)
-    signal.signal(signal.SIGINT, _interrupt)
+    install_signal_handlers()
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     if args.render is not None:
         return render_file(args.render)
     wall = time.monotonic()
     now = datetime.now(timezone.utc)
-    stamp = now.strftime("%H%M%S")
     everything = {"100B": Dataset("100B", 100, args.records_100b), "1KB": Dataset("1KB", 1024, args.records_1kb)}
     datasets = [everything[d] for d in args.datasets]
     drain_timeout = args.drain_timeout or max(600.0, max(d.records for d in datasets) / 10_000)
-    workdir = RESULTS_DIR / "tmp" / f"throughput-{now.strftime('%Y%m%d-%H%M%S')}"
+    workdir = common.RESULTS_DIR / "tmp" / f"throughput-{now.strftime('%Y%m%d-%H%M%S')}"
     workdir.mkdir(parents=True, exist_ok=True)
     repo = args.worker_repo.resolve()
-    code_before = code_version(repo)
-    run_from = snapshot(repo, workdir) if repo != REPO else repo
+    code_before = common.code_version(repo)
+    run_from = snapshot(repo, workdir) if repo != common.REPO else repo
     order = plan_runs(datasets, args.variants, args.scale, args.rounds)
     say("backlogs: " + ", ".join(f"{d.records:,} x {d.value_bytes} B" for d in datasets)
         + f"; {len(order)} runs; warm-up {args.warmup:.0f}s, window {args.steady:.0f}s; "
         f"worker from {repo} (running {run_from} with {worker_python(repo)}); logs in {workdir}")
-    load_at_start = load_average()
+    load_at_start = common.load_average()
     say(f"load average now: {load_at_start}")
     try:
         jvm.classpath("mirrormaker")
@@ -1427,64 +1256,34 @@ def main(argv: list[str] | None = None) -> int:
     except jvm.JvmError as exc:
         say(str(exc))
         return 2
-    machine = machine_info()
+    machine = common.machine_info()
     notes: list[str] = []
     profile: dict[str, Any] | None = None
     rounds_done = 0
     interrupted = False
-    with own_stack("throughput", args.broker_heap) as (services, _):
-        bench = Bench(services, workdir, stamp, Plan(args.warmup, args.steady), drain_timeout, repo=run_from,
-                      python=worker_python(repo))
-        bench.destination = Offsets(services["destination"])
+    with harness.own_stack("throughput", args.broker_heap) as (services, _):
+        bench = Bench(services, workdir, now.strftime("%H%M%S"), Plan(args.warmup, args.steady), drain_timeout,
+                      repo=run_from, python=worker_python(repo), destination=Offsets(services["destination"]))
         for ds in datasets:
             preload(services, ds)
         warm_group_coordinator(services["source"], datasets[0].topic)
         try:
             for rnd, ds, variant, scale in order:
                 if args.stop_by is not None and time.time() + args.warmup + args.steady + 120 > args.stop_by:
-                    left = len(order) - len(bench.runs)
-                    notes.append(f"Stopped before the {left} remaining run(s): they would have ended after "
-                                 f"--stop-by {time.strftime('%H:%M', time.localtime(args.stop_by))}.")
+                    notes.append(f"Stopped before the {len(order) - len(bench.runs)} remaining run(s): they would "
+                                 f"have ended after --stop-by {time.strftime('%H:%M', time.localtime(args.stop_by))}.")
                     say(notes[-1])
                     break
                 say(f"round {rnd}/{args.rounds}: {label(variant, scale)} {ds.label} ({ds.records:,} records) "
-                    f"[{(time.monotonic() - wall) / 60:.1f} min in, load {load_average()[0]}]")
-                run = None
-                for attempt in (1, 2):
-                    try:
-                        run = RUNNERS[variant](bench, ds, rnd, scale)
-                        break
-                    except BacklogTooShort as exc:
-                        run = Run(variant, scale, ds.label, rnd, bench.counter, ds.records, error=str(exc))
-                        if attempt == 2:
-                            break
-                        bigger = top_up_size(ds.records, exc.rate, bench.plan)
-                        say(f"  {exc}; topping the backlog up to {bigger:,} records and running it again")
-                        notes.append(f"{label(variant, scale)} {ds.label} drained the {ds.records:,}-record "
-                                     f"backlog before its window closed (at ~{exc.rate / 1000:.0f}k records/s); "
-                                     f"the backlog was topped up to {bigger:,} records and the run repeated.")
-                        try:
-                            check_disk(workdir, ds, bigger)
-                            old = ds.records
-                            ds.records = bigger
-                            preload(services, ds, start=old)
-                        except (BenchError, KafkaException) as grow_error:
-                            run.error = f"{exc}; top-up failed: {grow_error}"
-                            break
-                    except (BenchError, UReplicatorError, TimeoutError, ValueError) as exc:
-                        run = Run(variant, scale, ds.label, rnd, bench.counter, ds.records, error=str(exc))
-                        break
-                assert run is not None
+                    f"[{(time.monotonic() - wall) / 60:.1f} min in, load {common.load_average()[0]}]")
+                run = _attempt(bench, ds, variant, scale, rnd, notes)
                 bench.runs.append(run)
-                if run.ok:
-                    say(f"  {label(variant, scale)} {ds.label}: {run.records_per_s:,.0f} rec/s "
-                        f"({run.mb_per_s:.1f} MB/s) over {run.window_s:.1f}s, thirds {run.extra['rate_thirds']}; "
-                        f"CPU {run.cpu_s_per_m:.2f} s/M ({run.cpu_s_per_m_without_compiler:.2f} without JIT); "
-                        f"first record after {run.first_record_s:.1f}s; "
-                        f"{run.extra.get('end', {}).get('records_checked', 0):,} records checked exactly; "
-                        f"machine busy {run.extra.get('machine_busy_pct')}%")
-                else:
-                    say(f"  FAILED: {run.error}")
+                say(f"  {label(variant, scale)} {ds.label}: {run.records_per_s:,.0f} rec/s "
+                    f"({run.mb_per_s:.1f} MB/s) over {run.window_s:.1f}s, thirds {run.extra['rate_thirds']}; "
+                    f"CPU {run.cpu_s_per_m:.2f} s/M ({run.cpu_s_per_m_without_compiler:.2f} without JIT); "
+                    f"first record after {run.first_record_s:.1f}s; "
+                    f"{run.extra.get('end', {}).get('records_checked', 0):,} records checked exactly; "
+                    f"machine busy {run.extra.get('machine_busy_pct')}%" if run.ok else f"  FAILED: {run.error}")
                 rounds_done = rnd
         except KeyboardInterrupt:
             # Keep what was measured: the completed runs are summarized and written below.
@@ -1492,29 +1291,13 @@ def main(argv: list[str] | None = None) -> int:
             say(notes[-1] + " Writing the completed runs.")
             interrupted = True
         if args.profile and "ureplicator" in args.variants and not interrupted:
-            ds = datasets[0]
-            out = workdir / f"profile-{ds.label}.txt"
-            say(f"profiling run: ureplicator {ds.label} (not counted in the results)")
-            try:
-                prun = run_ureplicator(bench, ds, 0, 1, profile_to=out)
-                if out.exists():
-                    profile = {"dataset": ds.label, "records_per_s_while_profiled": round(prun.records_per_s),
-                               **summarize_profile(out)}
-                    # The raw stacks are per-sample data: over RAW_LIMIT_BYTES they go to the git-ignored raw/.
-                    folder = RESULTS_DIR / "raw" if out.stat().st_size > RAW_LIMIT_BYTES else RESULTS_DIR
-                    folder.mkdir(exist_ok=True)
-                    keep = folder / f"throughput-profile-{now.strftime('%Y-%m-%d')}-{ds.label}.txt"
-                    shutil.copyfile(out, keep)
-                    profile["raw_file"] = str(keep.relative_to(REPO))
-            except Exception as exc:  # optional extra: never lose the measured runs over it
-                say(f"  profiling run failed: {exc!r}")
-    code = code_version(run_from)
-    if code["sources_sha256"] != code_before["sources_sha256"]:
+            profile = _profile(bench, datasets[0], now.strftime("%Y-%m-%d"))
+    code = common.code_version(run_from)
+    changed = code["sources_sha256"] != code_before["sources_sha256"]
+    if changed:
         notes.append("The worker/common sources changed while this benchmark ran (commit "
                      f"{code_before['commit']} -> {code['commit']}); runs may mix both versions.")
         say(notes[-1])
-    summary = summarize(bench.runs, datasets, args.scale)
-    print_summary(summary)
     entry = {
         "schema": SCHEMA,
         "date": now.isoformat(timespec="seconds"),
@@ -1523,22 +1306,17 @@ def main(argv: list[str] | None = None) -> int:
         "exactly_once": args.exactly_once,
         "duration_s": round(time.monotonic() - wall, 1),
         "load_at_start": load_at_start,
-        "load_at_end": load_average(),
+        "load_at_end": common.load_average(),
         "machine": machine,
         "code": code_before,  # what the runs started with; code_at_end when it changed meanwhile
-        **({"code_at_end": code} if code["sources_sha256"] != code_before["sources_sha256"] else {}),
+        **({"code_at_end": code} if changed else {}),
         "rounds_done": rounds_done,
         "settings": {
-            "variants": args.variants,
-            "scales": args.scale,
-            "partitions": PARTITIONS,
-            "warmup_s": args.warmup,
-            "steady_s": args.steady,
-            "settle_s": SETTLE_S,
-            "end": "stop",
+            "variants": args.variants, "scales": args.scale, "partitions": PARTITIONS,
+            "warmup_s": args.warmup, "steady_s": args.steady, "settle_s": SETTLE_S, "end": "stop",
             "broker_heap": args.broker_heap,
-            "producer": {k: v for k, v in PRODUCER_SETTINGS.items() if not k.startswith("queue.")},
-            "consumer": CONSUMER_SETTINGS,
+            "producer": {k: v for k, v in common.PRODUCER_SETTINGS.items() if not k.startswith("queue.")},
+            "consumer": common.CONSUMER_SETTINGS,
             "mm2_producer": mm2.producer_overrides(),
             "mirrormaker2_jvm": [*mm2.HEAP, "G1 (kafka-run-class.sh flags)"],
             "drain_timeout_s": drain_timeout,
@@ -1546,26 +1324,27 @@ def main(argv: list[str] | None = None) -> int:
             "worker_ran_from": "a copy taken at the start" if run_from != repo else "the checkout in place",
             "worker_python": worker_python(repo),
         },
-        "summary": summary,
+        "summary": summarize(bench.runs, datasets, args.scale),
         "runs": [r.to_json() for r in bench.runs],
         "profile": profile,
         "notes": notes,
     }
-    kind = "throughput-eos" if args.exactly_once else "throughput"
-    results = RESULTS_DIR / f"{kind}-{now.strftime('%Y-%m-%d')}.json"
-    entry["results_file"] = str(results.relative_to(REPO))
+    section = by_name("eos-bench" if args.exactly_once else "throughput-bench")
+    results = common.RESULTS_DIR / f"{section.prefix}-{now.strftime('%Y-%m-%d')}.json"
+    entry["results_file"] = str(results.relative_to(common.REPO))
     (workdir / "result.json").write_text(json.dumps(entry, indent=2) + "\n")
-    (workdir / "section.md").write_text((render_eos_section if args.exactly_once else render_section)(entry) + "\n")
+    text = section.render_entry(entry, results)
+    (workdir / "section.md").write_text(text + "\n")
+    print(text)  # the summary on the terminal is the section the run renders
     if args.no_write:
-        say(f"--no-write: result and docs section left in {workdir.relative_to(REPO)}")
+        say(f"--no-write: result and docs section left in {workdir.relative_to(common.REPO)}")
     else:
-        # The section is rendered from the results file, as by python -m bench.render: from its last
-        # full run, so a smoke run (--quick) is recorded but never published over a full run's numbers.
-        append_json(results, entry)
-        section = by_name("eos-bench" if args.exactly_once else "throughput-bench")
-        replace_section(DOC, section.start, section.end, section.render(results))
-        say(f"results appended to {results.relative_to(REPO)}; section rendered in {DOC.relative_to(REPO)}"
-            + (f" (quick: this run is in {workdir.relative_to(REPO)}/section.md)" if args.quick else ""))
+        # Rendered from the results file, as by python -m bench.render: from its last full run,
+        # so a smoke run (--quick) is recorded but never published over a full run's numbers.
+        common.append_json(results, entry)
+        bench_render.render_file(section, results)
+        if args.quick:
+            say(f"quick: this run is in {workdir.relative_to(common.REPO)}/section.md, not in the doc")
     say(f"done in {(time.monotonic() - wall) / 60:.1f} min")
     if interrupted:
         return 130

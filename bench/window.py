@@ -1,34 +1,20 @@
 """The steady-state measuring window of the throughput benchmark: when it opens and closes, and its CPU arithmetic.
 
-Pure logic, no I/O: ``bench/throughput.py`` feeds it samples it read from the
-destination cluster and from procfs. One rule for every variant:
-
-* the window opens ``warmup_s`` after the first record was seen on the destination
-  (so JVM/Connect start-up, group joins and JIT warm-up are before it) and closes
-  ``steady_s`` later;
-* throughput = destination records that arrived between the two samples taken at
-  the opening and the closing, divided by the time between those samples;
-* CPU = user + system seconds of the variant's processes between the same two
-  samples (process totals from ``/proc/<pid>/stat``, which keep the time of threads
-  that exited), and the part of it spent by JVM JIT compiler threads
-  (``C1 CompilerThre``/``C2 CompilerThre``, from ``/proc/<pid>/task/<tid>/stat``).
-  HotSpot starts and stops compiler threads on demand, so per-thread CPU is kept
-  from the last sample in which each thread was seen (``ThreadLedger``);
-* a run whose destination was complete before the window closed measured a
-  shorter window and is not valid.
+Pure logic: the window opens ``warmup_s`` after the first destination record and closes ``steady_s`` later;
+rates and CPU come from the two edge samples only.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-# Linux truncates thread names to 15 characters: "C2 CompilerThread0" -> "C2 CompilerThre".
-COMPILER_THREAD = re.compile(r"^C[\d#] CompilerThre")  # raw or digit-folded (thread_group)
+Threads = dict[tuple[int, int], tuple[str, float]]  # (pid, tid) -> (group name, CPU seconds)
 
 
 def is_compiler_thread(name: str) -> bool:
-    return bool(COMPILER_THREAD.match(name))
+    """Linux truncates thread names to 15 characters: "C2 CompilerThread0" is "C2 CompilerThre"."""
+    return bool(re.match(r"C[\d#] CompilerThre", name))  # raw or digit-folded (thread_group)
 
 
 def thread_group(name: str, main: bool) -> str:
@@ -36,31 +22,18 @@ def thread_group(name: str, main: bool) -> str:
     return "main" if main else re.sub(r"\d+", "#", name)
 
 
-@dataclass
-class ThreadLedger:
-    """CPU seconds per thread as last seen, so threads that exit mid-window keep their share.
+class ThreadLedger(dict[tuple[int, int], tuple[str, float]]):
+    """CPU seconds per thread as last seen, so threads that exit mid-window (HotSpot's compilers) keep their share."""
 
-    Keys are ``(pid, tid)``; values ``(group name, cpu seconds)``.
-    """
-
-    seen: dict[tuple[int, int], tuple[str, float]] = field(default_factory=dict)
-
-    def update(self, threads: dict[tuple[int, int], tuple[str, float]]) -> None:
-        for key, (name, cpu) in threads.items():
-            self.seen[key] = (name, cpu)
-
-    def snapshot(self) -> dict[tuple[int, int], tuple[str, float]]:
-        return dict(self.seen)
+    def snapshot(self) -> Threads:
+        return dict(self)
 
 
-def thread_cpu_between(start: dict[tuple[int, int], tuple[str, float]],
-                       end: dict[tuple[int, int], tuple[str, float]]) -> dict[str, float]:
+def thread_cpu_between(start: Threads, end: Threads) -> dict[str, float]:
     """CPU seconds per thread group between two ledger snapshots (threads born in between count from 0)."""
     out: dict[str, float] = {}
     for key, (name, cpu) in end.items():
-        before = start.get(key, (name, 0.0))[1]
-        delta = max(cpu - before, 0.0)
-        out[name] = out.get(name, 0.0) + delta
+        out[name] = out.get(name, 0.0) + max(cpu - start.get(key, (name, 0.0))[1], 0.0)
     return out
 
 
@@ -115,8 +88,7 @@ class Measured:
 
 def measure(opened: Point, closed: Point, compiler_s: float) -> Measured:
     """Rate and CPU per million records between the two edge samples."""
-    seconds = closed.t - opened.t
-    records = closed.records - opened.records
+    seconds, records = closed.t - opened.t, closed.records - opened.records
     if seconds <= 0:
         raise ValueError(f"the window closed {seconds:.3f}s after it opened")
     if records <= 0:
@@ -129,26 +101,15 @@ def measure(opened: Point, closed: Point, compiler_s: float) -> Measured:
 
 def rate_spread(series: list[tuple[float, int]], parts: int = 3) -> list[float]:
     """Records/s in ``parts`` equal slices of the window (from (time, records) samples): is it steady?"""
-    if len(series) < 2 or parts < 1:
+    if len(series) < 2 or parts < 1 or series[-1][0] <= series[0][0]:
         return []
     t0, t1 = series[0][0], series[-1][0]
-    if t1 <= t0:
-        return []
+
+    def at(t: float) -> tuple[float, int]:  # the last sample at or before t (the first sample if none is)
+        return next((s for s in reversed(series) if s[0] <= t), series[0])
+
     out = []
     for i in range(parts):
-        lo, hi = t0 + (t1 - t0) * i / parts, t0 + (t1 - t0) * (i + 1) / parts
-        a = _at(series, lo)
-        b = _at(series, hi)
+        a, b = at(t0 + (t1 - t0) * i / parts), at(t0 + (t1 - t0) * (i + 1) / parts)
         out.append((b[1] - a[1]) / (b[0] - a[0]) if b[0] > a[0] else 0.0)
     return out
-
-
-def _at(series: list[tuple[float, int]], t: float) -> tuple[float, int]:
-    """The last sample at or before ``t`` (the first sample if none is)."""
-    best = series[0]
-    for sample in series:
-        if sample[0] <= t:
-            best = sample
-        else:
-            break
-    return best
