@@ -22,6 +22,9 @@ Both rely on kazoo internals (``ConnectionHandler._invoke``, ``KazooClient._conn
 
 from __future__ import annotations
 
+import logging
+import threading
+import time
 from typing import Any
 
 from kazoo.client import KazooClient
@@ -32,6 +35,7 @@ from kazoo.retry import KazooRetry
 RECONNECT_FIRST_DELAY_S = 0.1
 RECONNECT_MAX_DELAY_S = 0.25  # with kazoo's ±40 % jitter: a restarted server is tried within 0.35 s
 HANDSHAKE_FIRST_S = 1.0
+REPEAT_LOG_S = 10.0  # one of each identical reconnection warning per this long: 4 attempts a second add up
 
 
 def handshake_waits(bound_s: float, first_s: float = HANDSHAKE_FIRST_S) -> list[float]:
@@ -68,6 +72,34 @@ class _Connection(ConnectionHandler):
         return result
 
 
+class _Repeats(logging.Filter):
+    """Let each distinct kazoo warning through once per :data:`REPEAT_LOG_S` (quick retries repeat them)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._last: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        now = time.monotonic()
+        with self._lock:
+            if now - self._last.get(message, -REPEAT_LOG_S) < REPEAT_LOG_S:
+                return False
+            if len(self._last) > 100:
+                self._last.clear()
+            self._last[message] = now
+        return True
+
+
+def _connection_log() -> logging.Logger:
+    """The connection loop's logger: under kazoo's own (same level and handlers), its repeats held back."""
+    log = logging.getLogger("kazoo.client.connection")
+    if not any(isinstance(f, _Repeats) for f in log.filters):
+        log.addFilter(_Repeats())
+    return log
+
+
 class Client(KazooClient):
     """A KazooClient whose reconnection keeps a session through a short ZooKeeper restart (see the module)."""
 
@@ -76,5 +108,5 @@ class Client(KazooClient):
                                                          max_delay=RECONNECT_MAX_DELAY_S))
         super().__init__(**kwargs)
         old = self._connection
-        self._connection = _Connection(self, self._conn_retry.copy(), logger=self.logger,
+        self._connection = _Connection(self, self._conn_retry.copy(), logger=_connection_log(),
                                        sasl_options=old.sasl_options)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
+from collections import Counter
 
 import pytest
 from kazoo.client import KazooClient
@@ -110,3 +111,20 @@ def test_reconnection_attempts_stay_a_quarter_second_apart(listener):
     finally:
         client.stop()
         client.close()
+
+
+@pytest.mark.parametrize("listener", [True], indirect=True)
+def test_the_retries_repeat_a_warning_once_per_ten_seconds(listener, caplog):
+    # Given a client retrying against a server that closes every connection
+    client = started(zkclient.Client(hosts=f"127.0.0.1:{listener.port}", timeout=10.0))
+    try:
+        # When it has tried several times
+        assert listener.wait_for(5, 6.0), listener.accepted
+    finally:
+        client.stop()
+        client.close()
+    # Then each distinct "connection dropped" warning was logged at most once, not once per attempt
+    # (an earlier test's within the last 10 s may already have been the once)
+    dropped = Counter(r.getMessage() for r in caplog.records
+                      if r.name.startswith("kazoo.client") and "Connection dropped" in r.getMessage())
+    assert all(n == 1 for n in dropped.values()), dropped
