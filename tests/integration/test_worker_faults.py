@@ -222,8 +222,16 @@ def test_a_zookeeper_restart_shorter_than_the_session_leaves_every_partition_flo
     with ContinuousProducer(services["source"], topic, 4, rate_per_s=1000) as load:
         wait_for(lambda: mirrored_records(services, topic) > 2000, 60, "both workers mirror")
         watch = ArrivalWatch(services["destination"], topic, 4)
+        # The source's own arrivals: on a loaded machine ZooKeeper's start can stall the load
+        # producer too, and a pause the source had is not the replicator's
+        source = ArrivalWatch(services["source"], topic, 4)
         try:
-            wait_for(lambda: all(watch.arrivals[p] for p in range(4)), 30, "the watch sees every partition")
+            # Both watches read from the start: measure only once they caught up with what was
+            # there (a catch-up of thousands of records holds the reading thread for a while)
+            for w, side in ((watch, "destination"), (source, "source")):
+                ends = kafka_io.end_offsets(services[side], topic, 4)
+                wait_for(lambda w=w, ends=ends: all(len(w.arrivals[p]) >= ends[p] for p in range(4)), 30,
+                         f"the {side} watch caught up")
             sessions = worker_sessions(services["zookeeper"], paths, ("w1", "w2"))
             # When ZooKeeper restarts, away for about 6 s: with kazoo's own backoff (0.1 s doubling,
             # ±40 %) the next attempt often came 10-15 s after it left, past the lease (about 40 %
@@ -241,10 +249,14 @@ def test_a_zookeeper_restart_shorter_than_the_session_leaves_every_partition_flo
             measured_to = time.time()
         finally:
             watch.stop()
+            source.stop()
         # Then no partition paused: each one's longest gap between arrivals stayed under a second
+        # (or, if the source itself stalled, no longer than the source's gap and 0.3 s)
         gaps = {p: round(watch.longest_gap(p, down_at - 1, measured_to), 3) for p in range(4)}
-        print(f"zookeeper away {up_at - down_at:.1f} s; longest arrival gap per partition: {gaps}")
-        assert all(gap < 1.0 for gap in gaps.values()), gaps
+        source_gaps = {p: round(source.longest_gap(p, down_at - 1, measured_to), 3) for p in range(4)}
+        print(f"zookeeper away {up_at - down_at:.1f} s; longest arrival gap per partition: {gaps}; "
+              f"at the source: {source_gaps}")
+        assert all(gaps[p] < max(1.0, source_gaps[p] + 0.3) for p in range(4)), (gaps, source_gaps)
         # And both workers kept their ZooKeeper sessions (a lost one re-registers under a new id)
         assert worker_sessions(services["zookeeper"], paths, ("w1", "w2")) == sessions
     # And nothing was lost or reordered
