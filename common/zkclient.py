@@ -43,10 +43,9 @@ def handshake_waits(bound_s: float, first_s: float = HANDSHAKE_FIRST_S) -> list[
 
     ``bound_s`` is kazoo's own wait (the session timeout divided by the number of servers).
     """
-    bound = bound_s
-    waits = [min(first_s, bound)]
-    while waits[-1] < bound:
-        waits.append(min(waits[-1] * 2, bound))
+    waits = [min(first_s, bound_s)]
+    while waits[-1] < bound_s:
+        waits.append(min(waits[-1] * 2, bound_s))
     return waits
 
 
