@@ -59,7 +59,7 @@ class _Connection(ConnectionHandler):
     def _invoke(self, timeout: float, request: Any, xid: int | None = None) -> Any:
         if not isinstance(request, Connect):
             return super()._invoke(timeout, request, xid)
-        waits = handshake_waits(timeout)
+        waits = handshake_waits(timeout, HANDSHAKE_FIRST_S)
         wait = waits[min(self.handshake_timeouts, len(waits) - 1)]
         try:
             result = super()._invoke(wait, request, xid)
