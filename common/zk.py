@@ -16,7 +16,7 @@ from kazoo.exceptions import NoAuthError, NodeExistsError, NoNodeError, RolledBa
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.security import ACL, Permissions, make_acl, make_digest_acl
 
-from ureplicator.common import logs, zktls
+from ureplicator.common import logs, zkclient, zktls
 from ureplicator.common.config import Config, parse_route, route_view
 from ureplicator.common.errors import ClusterUnavailable, ConfigError, UReplicatorError
 from ureplicator.common.zkschema import Assignment, Paths, RouteRecord, SchemaError, TopicRecord, WorkerStatus
@@ -36,13 +36,16 @@ class Fenced(TransactionFailed):
 def connect(config: Config, timeout_s: float = 15.0, read_only: bool = False) -> KazooClient:
     """Start a session, or raise ClusterUnavailable naming the ensemble.
 
+    The client reconnects quickly enough to keep its session through a short ZooKeeper restart
+    (:mod:`common.zkclient`).
+
     ``read_only`` clients (the verifier) write nothing, not even the pipeline's parent nodes,
     so a mistyped pipeline name cannot create an empty pipeline.
     """
     auth = config.zookeeper.auth
-    client = KazooClient(hosts=config.zookeeper.connect, timeout=config.zookeeper.session_timeout_s,
-                         read_only=read_only, auth_data=[("digest", auth)] if auth else None,
-                         default_acl=pipeline_acl(auth) if auth else None, **zktls.options(config))
+    client = zkclient.Client(hosts=config.zookeeper.connect, timeout=config.zookeeper.session_timeout_s,
+                              read_only=read_only, auth_data=[("digest", auth)] if auth else None,
+                              default_acl=pipeline_acl(auth) if auth else None, **zktls.options(config))
     try:
         client.start(timeout=timeout_s)
     except KazooTimeoutError:

@@ -67,6 +67,10 @@ from ureplicator.worker.ratelimit import RateLimiter
 from ureplicator.worker.status import StatusReporter
 
 VERSION = "0.1.0"
+# How often the lease is renewed (one ZooKeeper ``exists``): the lease starts when the last answered
+# renewal was asked, so at a disconnection it is up to this much older than it could be, and a
+# ZooKeeper restart has that much less time before it pauses the copy.
+LEASE_RENEW_S = 0.5
 
 
 def lease_s(session_timeout_s: float) -> float:
@@ -460,7 +464,7 @@ class MirrorWorker:
     def _lease_valid(self) -> bool:
         """Renew the ZooKeeper lease asynchronously; valid while younger than :func:`lease_s`."""
         now = self._clock()
-        if now - self._lease_asked >= 1.0:
+        if now - self._lease_asked >= LEASE_RENEW_S:
             self._lease_asked = now
             asked = now
 
