@@ -21,7 +21,18 @@ from bench import render as bench_render
 from bench.common import machine_info
 from bench.harness import BenchError, Pipeline
 from bench.recording import parser, run_and_record
-from devtools.harness import Proc, Processes, bench_dir, committed, create_topic, end_offsets, own_stack, say, wait_for
+from devtools.harness import (
+    Proc,
+    Processes,
+    bench_dir,
+    caught_up,
+    committed,
+    create_topic,
+    end_offsets,
+    own_stack,
+    say,
+    wait_for,
+)
 
 MM2_SETTINGS = {
     "emit.checkpoints.enabled": "true",
@@ -113,12 +124,7 @@ def wait_mirrored(services: dict[str, str], topic: str, mirror: str, partitions:
                   alive: Callable[[], None] = lambda: None) -> None:
     """Until the destination's ``mirror`` ends where the source's ``topic`` ends (``alive`` raises when it cannot)."""
     source_end = end_offsets(services["source"], topic, partitions) or {}
-
-    def done() -> bool:
-        alive()
-        return (end_offsets(services["destination"], mirror, partitions) or {}) == source_end
-
-    wait_for(done, 300, what, 1.0)
+    wait_for(lambda: alive() or caught_up(services, topic, partitions, mirror, source_end, exact=True), 300, what, 1.0)
 
 
 def run_ureplicator(services: dict[str, str], workdir: Path, topic: str, args: argparse.Namespace) -> dict[str, Any]:

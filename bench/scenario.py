@@ -39,7 +39,7 @@ from bench.harness import (
     read_log,
 )
 from devtools import jvm, stack
-from devtools.harness import Processes, bench_dir, create_topic, end_offsets, own_stack, say, stalled_ends, wait_for
+from devtools.harness import Processes, bench_dir, caught_up, create_topic, own_stack, say, stalled_ends, wait_for
 
 PARTITIONS = 16
 PAUSED_S = 2.0  # a partition with no arrival for longer than this counts as paused
@@ -246,12 +246,7 @@ class Runner:
 
     def destination_complete(self) -> bool:
         """Every mirrored topic's destination end offsets at or past its source's."""
-        for topic, partitions in self.topics.items():
-            src = end_offsets(self.services["source"], topic, partitions)
-            dst = end_offsets(self.services["destination"], topic, partitions)
-            if src is None or dst is None or any(dst[p] < src[p] for p in src):
-                return False
-        return True
+        return all(caught_up(self.services, topic, partitions) for topic, partitions in self.topics.items())
 
     def account(self, out: dict[str, Any], topic: str, result: LoadResult,
                 ) -> tuple[dict[int, LogRead], dict[int, LogRead], Comparison]:

@@ -239,6 +239,17 @@ def end_offsets(bootstrap: Cluster, topic: str, partitions: int) -> dict[int, in
     return None if ends is None else dict(enumerate(ends))
 
 
+def caught_up(services: Mapping[str, Cluster], topic: str, partitions: int, mirror: str | None = None,
+              source_ends: Mapping[int, int] | None = None, exact: bool = False) -> bool:
+    """The destination's end offsets of ``mirror`` (default ``topic``) at (``exact``: equal to) or past the
+    source's on every partition (``source_ends``: the source's, read earlier); False while a side cannot say."""
+    source = source_ends if source_ends is not None else end_offsets(services["source"], topic, partitions)
+    destination = end_offsets(services["destination"], mirror or topic, partitions)
+    if source is None or destination is None:
+        return False
+    return all((destination[p] == n) if exact else (destination[p] >= n) for p, n in source.items())
+
+
 def stalled_ends(services: Mapping[str, Cluster], topic: str, stalled: list[int]) -> str:
     """Both sides' end offsets of the partitions a run found stalled, for its diagnosis.
 
