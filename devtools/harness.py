@@ -98,6 +98,14 @@ class Proc:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
 
 
+def spawn(name: str, cmd: list[str], log: Path, cwd: Path = REPO, env: Mapping[str, str] | None = None) -> Proc:
+    """Start ``cmd`` with its output appended to ``log`` (stdin closed; ``env`` added to ours)."""
+    with open(log, "ab") as out:
+        popen = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=str(cwd),
+                                 env=None if env is None else {**os.environ, **env})
+    return Proc(name, popen, log)
+
+
 class Processes:
     """Every child process of one benchmark run; ``stop_all`` ends whatever is still running."""
 
@@ -106,10 +114,7 @@ class Processes:
         self.procs: list[Proc] = []
 
     def spawn(self, name: str, cmd: list[str], cwd: Path = REPO) -> Proc:
-        log = self.workdir / f"{name}.log"
-        with open(log, "ab") as out:
-            popen = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=str(cwd))
-        proc = Proc(name, popen, log)
+        proc = spawn(name, cmd, self.workdir / f"{name}.log", cwd)
         self.procs.append(proc)
         return proc
 
