@@ -595,27 +595,25 @@ def _label(phase: dict[str, Any]) -> str:
 def _history(entries: list[dict[str, Any]]) -> list[str]:
     out = []
     for h in entries:
-        parts = []
-        urep = h.get("phases", {}).get("ureplicator", {})
-        events = urep.get("events", [])
+        phases = h.get("phases", {})
+        events = phases.get("ureplicator", {}).get("events", [])
         planned = [e for e in events if e["name"] in ("add worker", "blacklist worker", "SIGTERM worker",
                                                         "whitelist worker", "restart worker")]
-        if planned:
-            parts.append(f"ureplicator planned moves: up to {max(e.get('generations_written') or 0 for e in planned)} "
-                         f"generations in one event, {sum(e.get('duplicates', 0) for e in planned):,} duplicates")
-        for e in events:
-            if e["name"] == "kill -9 worker":
-                parts.append(f"dead worker's partitions back after {e['moved_flowing_after_s']:.1f} s")
-        for e in h.get("phases", {}).get("ureplicator-coordinator", {}).get("events", []):
-            parts.append(f"slow coordinator: unmoved partitions' longest gap {e['unmoved_max_gap_s']:.2f} s")
-        for e in h.get("phases", {}).get("mirrormaker2", {}).get("events", []):
+        parts = [f"ureplicator planned moves: up to {max(e.get('generations_written') or 0 for e in planned)} "
+                 f"generations in one event, {sum(e.get('duplicates', 0) for e in planned):,} duplicates"
+                 ] if planned else []
+        parts += [f"dead worker's partitions back after {e['moved_flowing_after_s']:.1f} s" for e in events
+                  if e["name"] == "kill -9 worker"]
+        parts += [f"slow coordinator: unmoved partitions' longest gap {e['unmoved_max_gap_s']:.2f} s"
+                  for e in phases.get("ureplicator-coordinator", {}).get("events", [])]
+        for e in phases.get("mirrormaker2", {}).get("events", []):
             if e["name"] == "add topic":
                 parts.append(f"MM2 new topic: existing partitions' longest gap "
                              f"{max(e['unmoved_max_gap_s'], e['moved_max_gap_s']):.1f} s ({e['all_paused']} paused > "
                              f"{PAUSED_S:.0f} s)")
             elif e["name"].startswith("kill -9 worker"):
                 role = e.get("notes", {}).get("victim_role")
-                delay = h["phases"]["mirrormaker2"].get("scheduled_rebalance_max_delay_ms", 300000) / 1000
+                delay = phases["mirrormaker2"].get("scheduled_rebalance_max_delay_ms", 300000) / 1000
                 if role is None:  # runs before the role was recorded
                     role = ("node (role not recorded; back before the delay, so the group leader)"
                             if e["moved_flowing_after_s"] < delay else "node (role not recorded)")
@@ -623,8 +621,7 @@ def _history(entries: list[dict[str, Any]]) -> list[str]:
                     role = f"{role} node"
                 parts.append(f"MM2 {role} killed: {e['moved']} partitions back after "
                              f"{e['moved_flowing_after_s']:.0f} s")
-        lost = sum(c["lost"] for p in h.get("phases", {}).values() for c in p.get("comparison", {}).values())
-        parts.append(f"lost {lost}")
+        parts.append(f"lost {sum(c['lost'] for p in phases.values() for c in p.get('comparison', {}).values())}")
         out.append(f"{h['date'][:16].replace('T', ' ')} UTC ({h['mode']}): " + "; ".join(parts) + ".")
     return out
 
