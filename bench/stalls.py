@@ -541,42 +541,35 @@ def render(entry: dict[str, Any], history: list[dict[str, Any]] | None = None) -
         "settled after | generations | duplicates |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    coordinator = phases.get("ureplicator-coordinator")
-    for phase in (urep, coordinator, mm):
-        if not phase:
-            continue
+    shown = [p for p in (urep, phases.get("ureplicator-coordinator"), mm) if p]
+    for phase in shown:
         label = _label(phase)
         if "baseline" in phase:
             lines.append(f"| {label} | *baseline ({phase['baseline']['window_s']:.0f} s, no event)* | – | "
                          f"{phase['baseline']['max_gap_s']:.2f} s | – | – | – | – | – |")
         for e in phase.get("events", []):
-            extra = ""
+            notes, extra = e.get("notes", {}), ""
             if e.get("new_topic_first_record_s") is not None:
                 extra = (f" (new topic: first record {e['new_topic_first_record_s']:.1f} s, backlog mirrored "
                          f"{_fmt_s(e.get('new_topic_backlog_mirrored_s'))})")
             if e.get("new_leader_after_s") is not None:
                 extra = f" (standby led after {e['new_leader_after_s']:.1f} s)"
             if e["name"] == SLOW_COORDINATOR:
-                notes = e.get("notes", {})
                 extra = (f" (source coordinator hung {notes.get('hang_s', 0):.1f} s, w3 killed -9; the acquisition "
                          f"began {notes.get('acquiring_after_s', 0):.1f} s in)")
-            moved = f"{e['moved']}/{e['partitions']}"
-            name = f"*{e['name']} (recovery)*" if e.get("notes", {}).get("recovery") else e["name"]
+            name = f"*{e['name']} (recovery)*" if notes.get("recovery") else e["name"]
             generations = e.get("generations_written")
             lines.append(
-                f"| {label} | {name}{extra} | {moved} | {e['unmoved_max_gap_s']:.2f} s | "
+                f"| {label} | {name}{extra} | {e['moved']}/{e['partitions']} | {e['unmoved_max_gap_s']:.2f} s | "
                 f"{_fmt_s(e['moved_max_gap_s'] if e['moved'] else None)} | "
                 f"{_fmt_s(e['moved_flowing_after_s'] if e['moved'] else None)} | "
                 f"{_fmt_s(e.get('settled_after_s'))} | {'–' if generations is None else generations} | "
                 f"{e.get('duplicates', 0):,} |")
     lines.append("")
-    for phase in (urep, coordinator, mm):
-        if not phase or "comparison" not in phase:
-            continue
-        label = _label(phase)
+    for phase in [p for p in shown if "comparison" in p]:
         totals = {k: sum(c[k] for c in phase["comparison"].values()) for k in ("records", "lost", "duplicated")}
-        lines.append(f"{label}, whole run: {totals['records']:,} source records, **lost {totals['lost']:,}**, "
-                     f"duplicated {totals['duplicated']:,}.")
+        lines.append(f"{_label(phase)}, whole run: {totals['records']:,} source records, **lost "
+                     f"{totals['lost']:,}**, duplicated {totals['duplicated']:,}.")
     if mm is None:
         lines += ["", f"MirrorMaker 2 was not measured in this run ({entry.get('mm2_skipped', 'skipped')})."]
     lines += ["", "**Analysis.**", ""] + [f"- {line}" for line in analysis(entry)]
