@@ -2,30 +2,6 @@
 
     .venv/bin/python -m bench.drill            # 2,000 records/s, 15 s outages (~6-8 min with the verifier)
     .venv/bin/python -m bench.drill --quick    # 1,000 records/s, 5 s outages (~3 min, most of it Spark)
-
-Own local stack (``.cache/bench-drill/stack``, always stopped again), two
-controllers, two workers, one 16-partition topic. A producer process writes
-continuously (idempotent, acks=all, ``message.timeout.ms`` 10 min so it rides
-out the source broker's restart) and keeps the key of every record the source
-*acknowledged*. In order, each after the mirror flows again:
-
-1. kill -9 worker w1, restart it;
-2. kill -9 the leading controller, wait for the standby to lead, restart it;
-3. kill -9 the destination broker (``stack.kill_service``), restart it (same data dir);
-4. kill -9 the source broker, restart it.
-
-Then the load stops, the drill waits until the committed offsets reach the end
-of every partition, stops the pipeline and runs the verifier
-(``python -m ureplicator.verifier --config <pipeline yaml> --output <dir> --master local[2]``).
-It prints the verifier's verdict and its own exact totals: records the source
-acknowledged, records in the source log, mirrored (distinct source offsets on
-the destination, from the ``urep`` header), lost (must be 0), duplicated,
-reordered — plus, per outage, how long the destination received nothing.
-
-Exit status: 0 nothing lost and the verifier says OK/WARN; 1 records lost or
-the verifier says FAIL; 2 the drill or the verifier could not run.
-Results: ``bench/results/drill-<date>.json`` (appended) and the drill section
-of ``docs/benchmarks.md``.
 """
 
 from __future__ import annotations
@@ -39,15 +15,11 @@ from bench.harness import load_line
 from bench.recording import parser, run_and_record
 from bench.scenario import (
     PARTITIONS,
-    Fault,
     Profile,
     Runner,
-    acked_check,
-    compare_logs,
-    count_step_duplicates,
     defaults,
-    drop_timestamps,
     new_entry,
+    print_steps,
     run_verifier,
     stage,
     stop_leader,
@@ -60,75 +32,51 @@ from devtools.harness import say
 TAG = 7
 
 
-def script(runner: Runner) -> list[Fault]:
-    """The drill's fault script: each component in turn, killed -9 and restarted."""
+def run_drill(runner: Runner, stamp: str, args: Any) -> dict[str, Any]:
+    topic = f"drill-{stamp}"
+    out: dict[str, Any] = {"topic": topic}
     pipeline, topics = runner.pipeline, runner.topics
-    return [
+    runner.down_s, runner.settle_s = args.down, args.settle
+    runner.start(topic)
+    say(f"drill: mirroring {topic} x {PARTITIONS} at {args.rate:,} records/s with 2 controllers and 2 workers; "
+        f"{args.warm:.0f}s of steady load first (logs in {runner.workdir})")
+    time.sleep(args.warm)
+    for fault in [  # each component in turn, killed -9 and restarted
         stop_worker(runner, "w1", "kill -9 worker", recovered=lambda: "w1" in {
             w for t in topics for w in pipeline.owners(t).values()} and pipeline.settled(topics)),
         stop_leader(runner, "kill -9 leader controller",
                     recovered=lambda: pipeline.leader() is not None and pipeline.settled(topics)),
         stop_service(runner, "destination", "kill -9 destination broker", kill=True),
         stop_service(runner, "source", "kill -9 source broker", kill=True),
-    ]
-
-
-def run_drill(runner: Runner, stamp: str, args: Any) -> dict[str, Any]:
-    topic = f"drill-{stamp}"
-    out: dict[str, Any] = {"topic": topic}
-    runner.down_s, runner.settle_s = args.down, args.settle
-    runner.start(topic)
-    say(f"drill: mirroring {topic} x {PARTITIONS} at {args.rate:,} records/s with 2 controllers and 2 workers; "
-        f"{args.warm:.0f}s of steady load first (logs in {runner.workdir})")
-    time.sleep(args.warm)
-    for fault in script(runner):
+    ]:
         runner.step(fault)
     say(f"drill: {args.tail:.0f}s more load, then stop producing")
     time.sleep(args.tail)
     caught = time.monotonic()
     (result,), error = runner.finish(240)
-    out["load"] = {"sent": result.sent, "acked": result.acked, "failed": result.failed,
-                   "producer_replacements": result.producer_replacements,
-                   "reader_replacements": runner.arrivals.replacements,
-                   "first_error": result.first_error}
     say(f"drill: producer stopped: {result.sent:,} sent, {result.acked:,} acknowledged by the source, "
         f"{result.failed:,} failed")
     if error is None:
         out["catch_up_s"] = round(time.monotonic() - caught, 1)
     else:
         out["catch_up_error"] = error
-    out["steps"] = runner.steps
-    out["bad_headers"] = runner.arrivals.bad_headers
-    say("drill: the pipeline stopped (workers committed); comparing source and destination")
-    source, destination, cmp = compare_logs(runner.services, topic)
-    out["comparison"] = cmp.to_json()
-    out["acknowledged"] = acked_check(result, TAG, topic, source, destination)
-    count_step_duplicates(runner.steps, runner.arrivals)
-    say(f"  source log {cmp.records:,} records; destination {cmp.destination_records:,}; mirrored "
-        f"{cmp.mirrored:,}; lost {cmp.lost}; duplicated {cmp.duplicated}; reordered {cmp.reordered}; "
-        f"acknowledged but missing from the destination: {out['acknowledged']['missing_on_destination']}")
+    runner.account(out, topic, result)
     out["verifier"] = (run_verifier(runner.pipeline.config_path, runner.workdir / "verification",
                                     args.verify_timeout) if args.verify else {"skipped": "--no-verify"})
     return out
 
 
-# ----------------------------------------------------------------------------- report
-
-
 def render(entry: dict[str, Any]) -> str:
-    m = entry["machine"]
-    d = entry["drill"]
-    c = d["comparison"]
-    load = d["load"]
-    v = d.get("verifier", {})
+    m, d = entry["machine"], entry["drill"]
+    c, load, v, ack = d["comparison"], d["load"], d.get("verifier", {}), d["acknowledged"]
+    quick = entry["mode"] == "quick"
     lines = [
         "## Failure drill",
         "",
-        f"`make drill` (`python -m bench.drill{' --quick' if entry['mode'] == 'quick' else ''}`)"
-        f"{' — **quick mode**' if entry['mode'] == 'quick' else ''} on {m['cpu_model']}, {m['cores']} cores, "
-        f"{m['ram_bytes'] / 2**30:.0f} GiB RAM, Python {m['python']}, {m['java']}, Kafka {m['kafka_brokers']}, "
-        f"{entry['date'][:10]}; {entry['elapsed_s'] / 60:.1f} min. Load average at start "
-        f"{fmt_load(entry['load_at_start'])}, at end {fmt_load(entry['load_at_end'])}.",
+        f"`make drill` (`python -m bench.drill{' --quick' if quick else ''}`){' — **quick mode**' if quick else ''} "
+        f"on {m['cpu_model']}, {m['cores']} cores, {m['ram_bytes'] / 2**30:.0f} GiB RAM, Python {m['python']}, "
+        f"{m['java']}, Kafka {m['kafka_brokers']}, {entry['date'][:10]}; {entry['elapsed_s'] / 60:.1f} min. Load "
+        f"average at start {fmt_load(entry['load_at_start'])}, at end {fmt_load(entry['load_at_end'])}.",
         "",
         f"{entry['setup']['rate']:,} records/s on 16 partitions, two controllers, two workers (defaults: ZooKeeper "
         f"session 10 s, commit interval 5 s); each component killed -9, left down {entry['setup']['down_s']:.0f} s, "
@@ -138,13 +86,9 @@ def render(entry: dict[str, Any]) -> str:
         "| step | down | restart took | every partition flowing after it was back | longest gap | "
         "partitions paused > 2 s | duplicates |",
         "|---|---:|---:|---:|---:|---:|---:|",
-    ]
-    for s in d.get("steps", []):
-        lines.append(f"| {s['name']} | {s['down_s']:.1f} s | {s['restart_took_s']:.1f} s | "
-                     f"{s['flowing_after_ready_s']:.1f} s | {s['max_gap_s']:.1f} s | "
-                     f"{s['partitions_paused']} | {s.get('duplicates', 0):,} |")
-    ack = d["acknowledged"]
-    lines += [
+        *[f"| {s['name']} | {s['down_s']:.1f} s | {s['restart_took_s']:.1f} s | {s['flowing_after_ready_s']:.1f} s "
+          f"| {s['max_gap_s']:.1f} s | {s['partitions_paused']} | {s.get('duplicates', 0):,} |"
+          for s in d.get("steps", [])],
         "",
         f"Totals: **{load['acked']:,} records acknowledged by the source** ({load['sent']:,} produced, "
         f"{load['failed']:,} failed), {c['records']:,} in the source log, **{c['mirrored']:,} mirrored**, "
@@ -164,38 +108,30 @@ def render(entry: dict[str, Any]) -> str:
             reason = v["stderr_tail"].strip().splitlines()[-1] if v["stderr_tail"].strip() else ""
             lines.append(f"It could not run: `{reason[:300]}`.")
     lines += ["", f"**Verdict: {entry['verdict']}.**", "", "**Analysis.**", ""]
-    lines += [f"- {line}" for line in analysis(entry)]
-    return "\n".join(lines)
+    return "\n".join(lines + [f"- {line}" for line in analysis(d)])
 
 
-def analysis(entry: dict[str, Any]) -> list[str]:
-    d = entry["drill"]
-    out = []
+def analysis(d: dict[str, Any]) -> list[str]:
     steps = {s["name"]: s for s in d.get("steps", [])}
-    c = d["comparison"]
-    ack = d["acknowledged"]
-    out.append(f"Nothing the source acknowledged was lost: all {ack['acked']:,} acknowledged records are on the "
-               "destination, checked by key and by source offset." if c["lost"] == 0
-               and ack["missing_on_destination"] == 0 else
-               f"{c['lost']} records were LOST ({ack['missing_on_destination']} acknowledged ones) — a bug.")
-    worker = steps.get("kill -9 worker")
-    if worker:
+    c, ack = d["comparison"], d["acknowledged"]
+    out = [f"Nothing the source acknowledged was lost: all {ack['acked']:,} acknowledged records are on the "
+           "destination, checked by key and by source offset." if c["lost"] == 0
+           and ack["missing_on_destination"] == 0 else
+           f"{c['lost']} records were LOST ({ack['missing_on_destination']} acknowledged ones) — a bug."]
+    if worker := steps.get("kill -9 worker"):
         out.append(f"Worker crash: the survivor took the dead worker's partitions after the 10 s session timeout; "
                    f"{worker.get('duplicates', 0):,} duplicates (records mirrored after the last commit, bounded by "
                    "the 5 s commit interval). The restarted worker got its share back through planned hand-offs.")
-    leader = steps.get("kill -9 leader controller")
-    if leader:
+    if leader := steps.get("kill -9 leader controller"):
         out.append(f"Leader crash: longest gap {leader['max_gap_s']:.1f} s — mirroring does not depend on a leader; "
                    "only reassignment waits for the standby (session timeout).")
-    dst = steps.get("kill -9 destination broker")
-    if dst:
+    if dst := steps.get("kill -9 destination broker"):
         out.append(f"Destination crash: the workers' producers kept the records (`message.timeout.ms=0`: never "
                    "dropped; at this rate the 64 MB in-flight budget was not reached) and delivered them once the "
                    f"broker was back: every partition flowed {dst['flowing_after_ready_s']:.1f} s after the broker "
                    f"answered again (its own restart took {dst['restart_took_s']:.1f} s under this load), with "
                    f"{dst.get('duplicates', 0):,} duplicates (idempotent producer).")
-    src = steps.get("kill -9 source broker")
-    if src:
+    if src := steps.get("kill -9 source broker"):
         out.append(f"Source crash: the load producer buffered (idempotent, 10-minute delivery timeout) and the "
                    f"workers resumed from their positions {src['flowing_after_ready_s']:.1f} s after the broker was "
                    "back; committed offsets survived in the source's `__consumer_offsets`.")
@@ -203,14 +139,10 @@ def analysis(entry: dict[str, Any]) -> list[str]:
         out.append("Most of the seconds between \"broker back\" and \"flowing\" are probably librdkafka's reconnect "
                    "back-off, which grows to `reconnect.backoff.max.ms` = 10 s by default while a broker is down; "
                    "the pipeline does not lower it.")
-    out.append(f"Records reordered: {c['reordered']} (per-partition order of first arrivals).")
-    return out
+    return out + [f"Records reordered: {c['reordered']} (per-partition order of first arrivals)."]
 
 
-# ----------------------------------------------------------------------------- main
-
-
-def parse_args(argv: list[str] | None) -> Any:
+def main(argv: list[str] | None = None) -> int:
     cli = parser("python -m bench.drill", __doc__, "512m")
     cli.add_argument("--quick", action="store_true", help="smoke run: 1,000 records/s, 5 s outages")
     cli.add_argument("--rate", type=int, default=None, help="records/s (default 2000; quick 1000)")
@@ -223,35 +155,6 @@ def parse_args(argv: list[str] | None) -> Any:
     args = cli.parse_args(argv)
     defaults(args, args.quick, rate=(2000, 1000), down=(15.0, 5.0), warm=(15.0, 5.0), settle=(5.0, 2.0),
              tail=(15.0, 5.0))
-    return args
-
-
-def print_summary(entry: dict[str, Any], wall: float) -> int:
-    """Time and judge the run, drop the steps' raw timestamps, print the summary; returns the exit status."""
-    entry["elapsed_s"] = round(time.monotonic() - wall, 1)
-    entry["load_at_end"] = load_average()
-    status, text = verdict(entry["drill"])
-    entry["verdict"] = text
-    drop_timestamps(entry["drill"].get("steps", []))
-    d = entry["drill"]
-    c = d["comparison"]
-    v = d.get("verifier", {})
-    for s in d.get("steps", []):
-        print(f"{s['name']:<28} down {s['down_s']:5.1f}s  restart {s['restart_took_s']:5.1f}s  flowing "
-              f"{s['flowing_after_ready_s']:5.1f}s after it was back  longest gap {s['max_gap_s']:5.1f}s  "
-              f"paused {s['partitions_paused']:>2}  "
-              f"dups {s.get('duplicates', 0):>6,}")
-    print(f"verifier: {v.get('verdict_line') or v.get('skipped') or v.get('error') or 'no verdict'} "
-          f"(exit {v.get('exit_status')})")
-    print(f"produced (acknowledged by the source): {d['load']['acked']:,}   source log: {c['records']:,}   "
-          f"mirrored: {c['mirrored']:,}   lost: {c['lost']}   duplicated: {c['duplicated']:,}   "
-          f"reordered: {c['reordered']}")
-    print(f"drill verdict: {text}")
-    return status
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
     entry, stamp = new_entry("drill", {
         "rate": args.rate, "partitions": PARTITIONS, "down_s": args.down, "warm_s": args.warm,
         "tail_s": args.tail, "controllers": 2, "workers": 2,
@@ -267,8 +170,18 @@ def main(argv: list[str] | None = None) -> int:
             entry["drill"] = run_drill(runner, stamp, args)
         return entry
 
-    return run_and_record(go, section="drill",
-                          summary=lambda e: print_summary(e, wall), no_write=args.no_write, failed_status=2)
+    def summary(entry: dict[str, Any]) -> int:
+        entry["elapsed_s"] = round(time.monotonic() - wall, 1)
+        entry["load_at_end"] = load_average()
+        status, entry["verdict"] = verdict(entry["drill"])
+        d, v = entry["drill"], entry["drill"].get("verifier", {})
+        print_steps(d.get("steps", []))
+        print(f"verifier: {v.get('verdict_line') or v.get('skipped') or v.get('error') or 'no verdict'} "
+              f"(exit {v.get('exit_status')})")
+        print(f"drill verdict: {entry['verdict']}")
+        return status
+
+    return run_and_record(go, section="drill", summary=summary, no_write=args.no_write, failed_status=2)
 
 
 if __name__ == "__main__":

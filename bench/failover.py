@@ -1,19 +1,6 @@
 """Consumer-group failover: ureplicator's exact translation against MirrorMaker 2's checkpoints, record by record.
 
-The same scenario for both, on one local stack: a source topic of P
-partitions with N records each (value ``<partition>:<offset>``, so a
-destination record names its source offset without any header); it is
-mirrored completely; consumer groups commit on the source at chosen offsets
-(an early one behind many offset syncs, a middle one, one at the end); the
-replicator syncs their offsets to the destination (ureplicator:
-``POST /groups/<g>/sync``; MirrorMaker 2: ``emit.checkpoints.enabled`` and
-``sync.group.offsets.enabled`` at 1 s intervals, ``offset.lag.max`` at its
-default 100); then a consumer of the same group on the destination reads to
-the end. Per group it counts records re-read (consumed on the source before
-the commit) and records lost (after the commit, never delivered).
-
-Results: ``bench/results/failover-<date>.json`` and the section between the
-``failover-bench`` markers of docs/benchmarks.md.
+    .venv/bin/python -m bench.failover [--partitions 4] [--records 3000] [--mm2-wait 90] [--render]
 """
 
 from __future__ import annotations
@@ -22,6 +9,7 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -29,10 +17,22 @@ from typing import Any
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from bench import mm2
+from bench import render as bench_render
 from bench.common import machine_info
 from bench.harness import BenchError, Pipeline
 from bench.recording import parser, run_and_record
-from devtools.harness import Proc, Processes, bench_dir, committed, create_topic, end_offsets, own_stack, say, wait_for
+from devtools.harness import (
+    Proc,
+    Processes,
+    bench_dir,
+    caught_up,
+    committed,
+    create_topic,
+    end_offsets,
+    own_stack,
+    say,
+    wait_for,
+)
 
 MM2_SETTINGS = {
     "emit.checkpoints.enabled": "true",
@@ -48,11 +48,9 @@ MM2_SETTINGS = {
 
 def commit_points(n: int, partitions: int) -> dict[str, dict[int, int]]:
     """Where each group stops on the source: early, middle (odd offsets), and at the end."""
-    return {
-        "early": {p: 13 + 97 * p for p in range(partitions)},
-        "middle": {p: n // 2 + 37 * p + 1 for p in range(partitions)},
-        "end": {p: n for p in range(partitions)},
-    }
+    return {"early": {p: 13 + 97 * p for p in range(partitions)},
+            "middle": {p: n // 2 + 37 * p + 1 for p in range(partitions)},
+            "end": {p: n for p in range(partitions)}}
 
 
 def produce(bootstrap: str, topic: str, partitions: int, n: int, start: int = 0) -> None:
@@ -70,11 +68,6 @@ def produce(bootstrap: str, topic: str, partitions: int, n: int, start: int = 0)
         raise BenchError("the source did not acknowledge every record")
 
 
-def ahead_points(n: int, extra: int, partitions: int) -> dict[int, int]:
-    """Halfway into the records that arrive while the replicator is stopped."""
-    return {p: n + extra // 2 + p for p in range(partitions)}
-
-
 def commit(bootstrap: str, group: str, topic: str, offsets: dict[int, int]) -> None:
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
     try:
@@ -83,18 +76,10 @@ def commit(bootstrap: str, group: str, topic: str, offsets: dict[int, int]) -> N
         consumer.close()
 
 
-def ends(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
-    """End offsets, or {} while the topic is missing or has no leader yet."""
-    return end_offsets(bootstrap, topic, partitions) or {}
-
-
 def resume(bootstrap: str, group: str, topic: str, partitions: int, timeout_s: float = 120) -> dict[int, list[int]]:
-    """What a consumer of ``group`` on the destination receives (source offsets per partition), to the end.
-
-    ``auto.offset.reset=earliest``, the usual setting for a DR consumer: a
-    partition without a synced offset is read from its start.
-    """
-    target = ends(bootstrap, topic, partitions)
+    """Source offsets per partition a consumer of ``group`` on the destination receives to the end
+    (``auto.offset.reset=earliest``, as a DR consumer would: a partition without a synced offset is read whole)."""
+    target = end_offsets(bootstrap, topic, partitions) or {}
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
                          "auto.offset.reset": "earliest"})
     consumer.subscribe([topic])
@@ -111,8 +96,7 @@ def resume(bootstrap: str, group: str, topic: str, partitions: int, timeout_s: f
                 # Nothing fetched yet on a partition (already at its end): its position is the committed offset
                 fetched = {tp.partition: tp.offset for tp in consumer.position(assignment)}
                 stored = {tp.partition: tp.offset for tp in consumer.committed(assignment, timeout=10)}
-                positions = {p: fetched[p] if fetched[p] >= 0 else stored[p] for p in fetched}
-                if all(positions[p] >= target[p] for p in range(partitions)):
+                if all((fetched[p] if fetched[p] >= 0 else stored[p]) >= target[p] for p in range(partitions)):
                     return got
         raise BenchError(f"the destination consumer of {group} did not reach the end")
     finally:
@@ -120,10 +104,9 @@ def resume(bootstrap: str, group: str, topic: str, partitions: int, timeout_s: f
 
 
 def score(got: dict[int, list[int]], commits: dict[int, int], n: int) -> dict[str, int]:
-    reread = sum(sum(1 for o in offsets if o < commits[p]) for p, offsets in got.items())
-    lost = sum(len(set(range(commits[p], n)) - set(offsets)) for p, offsets in got.items())
-    twice = sum(len(offsets) - len(set(offsets)) for offsets in got.values())
-    return {"reread": reread, "lost": lost, "delivered_twice": twice,
+    return {"reread": sum(sum(1 for o in offsets if o < commits[p]) for p, offsets in got.items()),
+            "lost": sum(len(set(range(commits[p], n)) - set(offsets)) for p, offsets in got.items()),
+            "delivered_twice": sum(len(offsets) - len(set(offsets)) for offsets in got.values()),
             "expected": sum(n - c for c in commits.values()), "delivered": sum(len(v) for v in got.values())}
 
 
@@ -132,9 +115,16 @@ def ahead_scenario(services: dict[str, str], topic: str, records: int, partition
     """The replicator is stopped: a quarter more records arrive and ``group`` commits halfway into them."""
     extra = records // 4
     produce(services["source"], topic, partitions, extra, start=records)
-    commits = ahead_points(records, extra, partitions)
+    commits = {p: records + extra // 2 + p for p in range(partitions)}
     commit(services["source"], group, topic, commits)
     return commits, records + extra
+
+
+def wait_mirrored(services: dict[str, str], topic: str, mirror: str, partitions: int, what: str,
+                  alive: Callable[[], None] = lambda: None) -> None:
+    """Until the destination's ``mirror`` ends where the source's ``topic`` ends (``alive`` raises when it cannot)."""
+    source_end = end_offsets(services["source"], topic, partitions) or {}
+    wait_for(lambda: alive() or caught_up(services, topic, partitions, mirror, source_end, exact=True), 300, what, 1.0)
 
 
 def run_ureplicator(services: dict[str, str], workdir: Path, topic: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -144,10 +134,6 @@ def run_ureplicator(services: dict[str, str], workdir: Path, topic: str, args: a
                         overrides={"controller": {"topic_naming": "prefix", "reconcile_interval_s": 1},
                                    "worker": {"commit_interval_s": 1}})
     mirror = f"src.{topic}"
-
-    def mirrored(what: str) -> None:
-        source_end = ends(services["source"], topic, args.partitions)
-        wait_for(lambda: ends(services["destination"], mirror, args.partitions) == source_end, 300, what)
 
     def sync(group: str, commits: dict[int, int], records: int) -> dict[str, Any]:
         """``POST /groups/<g>/sync`` (timed), then what the group's consumer receives on the destination."""
@@ -163,22 +149,21 @@ def run_ureplicator(services: dict[str, str], workdir: Path, topic: str, args: a
         pipeline.start_controller("controller")
         pipeline.start_worker("w1")
         pipeline.add_topic(topic, args.partitions)
-        mirrored("mirroring")
+        wait_mirrored(services, topic, mirror, args.partitions, "mirroring")
         groups = {}
         for name, commits in commit_points(args.records, args.partitions).items():
             group = f"{pipeline.name}-{name}"
             commit(services["source"], group, topic, commits)
             groups[name] = sync(group, commits, args.records)
             say(f"ureplicator {name}: {groups[name]}")
-        # Ahead of mirroring: the worker stops, records arrive, the group reads half of them
-        pipeline.workers["w1"].terminate()
+        pipeline.workers["w1"].terminate()  # ahead of mirroring: records arrive, the group reads half of them
         group = f"{pipeline.name}-ahead"
         commits, total = ahead_scenario(services, topic, args.records, args.partitions, group)
         status, early = pipeline.api("GET", f"/groups/{group}/translation", timeout_s=60)
         if status != 200 or pipeline.api("POST", f"/groups/{group}/sync", timeout_s=60)[0] != 200:
             raise BenchError(f"translation of {group} answered {status}: {early}")
         pipeline.start_worker("w2")
-        mirrored("catch-up")
+        wait_mirrored(services, topic, mirror, args.partitions, "catch-up")
         groups["ahead"] = {**sync(group, commits, total), "ahead_by_before_catch_up": early["summary"]["ahead_by"]}
         say(f"ureplicator ahead: {groups['ahead']}")
         return {"groups": groups}
@@ -196,20 +181,16 @@ def run_mm2(services: dict[str, str], workdir: Path, topic: str, args: argparse.
     cmd = mm2.launch(workdir, props)
     processes = Processes(workdir)
     mirror = f"{alias}.{topic}"
-    # The groups commit before MirrorMaker 2 starts, as they would have on a long-running source.
     points = commit_points(args.records, args.partitions)
-    for name, commits in points.items():
+    for name, commits in points.items():  # before MirrorMaker 2 starts, as on a long-running source
         commit(services["source"], f"{alias}-{name}", topic, commits)
 
     def mirrored(proc: Proc, what: str) -> None:
-        source_end = ends(services["source"], topic, args.partitions)
-
-        def done() -> bool:
+        def alive() -> None:
             if not proc.alive():
                 raise BenchError(f"MirrorMaker 2 exited:\n{proc.tail()}")
-            return ends(services["destination"], mirror, args.partitions) == source_end
 
-        wait_for(done, 300, what, 1.0)
+        wait_mirrored(services, topic, mirror, args.partitions, what, alive)
 
     def synced(group: str, commits: dict[int, int], records: int, started: float) -> dict[str, Any]:
         """Wait until MM2 synced ``group`` (or gave up), then what its consumer receives on the destination."""
@@ -239,8 +220,7 @@ def run_mm2(services: dict[str, str], workdir: Path, topic: str, args: argparse.
         for name, commits in points.items():
             out[name] = synced(f"{alias}-{name}", commits, args.records, started)
             say(f"mirrormaker2 {name}: {out[name]}")
-        # Ahead of mirroring: MirrorMaker 2 stops, records arrive, the group reads half of them
-        proc.terminate()
+        proc.terminate()  # ahead of mirroring: records arrive, the group reads half of them
         commits, total = ahead_scenario(services, topic, args.records, args.partitions, f"{alias}-ahead")
         proc = processes.spawn("mm2-restarted", cmd)
         started = time.monotonic()
@@ -272,15 +252,15 @@ def render(entry: dict[str, Any]) -> str:
     for name in entry["ureplicator"]["groups"]:
         for label, key in (("ureplicator", "ureplicator"), ("MirrorMaker 2", "mirrormaker2")):
             g = entry[key]["groups"][name]
-            commits = ", ".join(str(c) for c in g["commits"].values())
             if key == "ureplicator":
                 synced = f"exact ({g['synced_after_s']:.1f} s sync call)"
             elif g.get("synced", True):
                 synced = ", ".join(str(o) for o in g["destination_offsets"].values())
             else:
                 synced = f"none after {entry['mm2_wait_s']:.0f} s"
-            lines.append(f"| {name} ({commits}) | {label} | {g['reread']:,} | {g['lost']:,} | "
-                         f"{g['delivered_twice']:,} | {g['delivered']:,} / {g['expected']:,} | {synced} |")
+            lines.append(f"| {name} ({', '.join(str(c) for c in g['commits'].values())}) | {label} | "
+                         f"{g['reread']:,} | {g['lost']:,} | {g['delivered_twice']:,} | "
+                         f"{g['delivered']:,} / {g['expected']:,} | {synced} |")
     lines += [
         "",
         "The destination here is a one-to-one copy, so the exact destination offset equals the source commit. "
@@ -316,10 +296,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "machine": machine_info(), "ureplicator": ours, "mirrormaker2": theirs}
 
 
-def print_summary(entry: dict[str, Any]) -> None:
-    print(json.dumps({k: entry[k] for k in ("ureplicator", "mirrormaker2")}, indent=2))
-
-
 def main(argv: list[str] | None = None) -> int:
     cli = parser("python -m bench.failover", __doc__, "384m")
     cli.add_argument("--partitions", type=int, default=4)
@@ -328,12 +304,10 @@ def main(argv: list[str] | None = None) -> int:
     cli.add_argument("--render", action="store_true", help="only rewrite the docs section from the newest result")
     args = cli.parse_args(argv)
     if args.render:
-        from bench import render as renderer
-
-        renderer.main(["failover-bench"])
-        return 0
-    return run_and_record(lambda: run(args), section="failover-bench",
-                          summary=print_summary, no_write=args.no_write,
+        return bench_render.main(["failover-bench"])
+    return run_and_record(lambda: run(args), section="failover-bench", no_write=args.no_write,
+                          summary=lambda e: print(json.dumps({k: e[k] for k in ("ureplicator", "mirrormaker2")},
+                                                             indent=2)),
                           written="results in {path}; {doc} section updated")
 
 

@@ -1,21 +1,7 @@
-"""Shared machinery of the latency, stalls and drill benchmarks: stack, processes, load, arrivals, comparison.
+"""Bench processes, load and measurement: pipelines, the load producer, the arrivals probe, exact log comparison.
 
-* :func:`install_signal_handlers` turns SIGTERM into ``KeyboardInterrupt`` so
-  every ``finally`` runs on Ctrl-C *and* on ``kill`` (the stack and the child
-  processes come from ``devtools.harness``, which tests/support shares).
-* :class:`Pipeline` runs real controller and worker processes of one pipeline
-  (generated YAML, every key not named here at its default) and talks to the
-  REST API of whichever controller still answers.
-* :class:`Load` produces at fixed rates in its own process (no GIL shared
-  with the measuring consumer): keys are ``(tag u16, sequence u64)``,
-  timestamps are ``now``, the producer is idempotent and never gives up early,
-  and it reports what the source *acknowledged*.
-* :class:`Arrivals` is the destination consumer that records, per partition,
-  each record's identity, arrival time and end-to-end latency
-  (arrival − CreateTime).
-* :func:`read_log` and :func:`compare` give exact lost / duplicated /
-  reordered counts per partition, by source offset (the ``urep`` header) or
-  by key (for MirrorMaker 2, which has no provenance header).
+Stack and child processes come from ``devtools.harness`` (shared with tests/support);
+docs/benchmarks.md ("Methods") describes what each piece measures.
 """
 
 from __future__ import annotations
@@ -76,9 +62,7 @@ class Pipeline:
 
     def __init__(self, services: dict[str, str], processes: Processes, name: str,
                  overrides: dict[str, dict[str, Any]] | None = None) -> None:
-        self.services = services
-        self.processes = processes
-        self.name = name
+        self.services, self.processes, self.name = services, processes, name
         self.overrides = overrides or {}
         self.controllers: dict[str, Proc] = {}
         self.ports: dict[str, int] = {}
@@ -99,54 +83,48 @@ class Pipeline:
             doc["worker"]["id"] = worker_id
         return doc
 
-    def write_config(self, label: str, rest_port: int, worker_id: str | None = None) -> Path:
-        path = self.processes.workdir / f"{label}.yaml"
-        path.write_text(yaml.safe_dump(self.config_doc(rest_port, worker_id), sort_keys=False))
-        return path
-
     @property
     def config_path(self) -> Path:
         """The first controller's YAML (what the verifier is given)."""
-        label = next(iter(self.ports))
-        return self.processes.workdir / f"{label}.yaml"
+        return self.processes.workdir / f"{next(iter(self.ports))}.yaml"
 
     def url(self, label: str) -> str:
         return f"http://127.0.0.1:{self.ports[label]}"
 
-    def start_controller(self, label: str, timeout_s: float = 60) -> Proc:
-        port = self.ports.get(label) or free_port()
-        self.ports[label] = port
-        config = self.write_config(label, port)
-        proc = self.processes.spawn(label, [sys.executable, "-m", "ureplicator", "controller", "--config", str(config)])
-        self.controllers[label] = proc
+    def _start(self, role: str, label: str, port: int, ready: Any, timeout_s: float,
+               worker_id: str | None = None) -> Proc:
+        """Spawn ``ureplicator <role>`` with its generated YAML; wait until ``ready()`` (it must not exit first)."""
+        config = self.processes.workdir / f"{label}.yaml"
+        config.write_text(yaml.safe_dump(self.config_doc(port, worker_id), sort_keys=False))
+        proc = self.processes.spawn(label, [sys.executable, "-m", "ureplicator", role, "--config", str(config)])
+        (self.workers if worker_id else self.controllers)[label] = proc
 
-        def healthy() -> bool:
+        def check() -> bool:
             if not proc.alive():
-                raise BenchError(f"controller {label} exited:\n{proc.tail()}")
-            with contextlib.suppress(UReplicatorError, OSError):
-                status, _ = request(f"{self.url(label)}/health", timeout_s=2)
-                return status == 200
-            return False
+                raise BenchError(f"{role} {label} exited:\n{proc.tail()}")
+            return ready()
 
-        wait_for(healthy, timeout_s, f"controller {label} healthy", 0.3)
+        wait_for(check, timeout_s, f"{role} {label} {'healthy' if role == 'controller' else 'registered'}", 0.3)
         return proc
 
-    def start_worker(self, worker_id: str, timeout_s: float = 60) -> Proc:
-        port = next(iter(self.ports.values()))
-        config = self.write_config(worker_id, port, worker_id)
-        proc = self.processes.spawn(worker_id, [sys.executable, "-m", "ureplicator", "worker", "--config", str(config)])
-        self.workers[worker_id] = proc
+    def start_controller(self, label: str, timeout_s: float = 60) -> Proc:
+        self.ports[label] = port = self.ports.get(label) or free_port()
 
+        def healthy() -> bool:
+            with contextlib.suppress(UReplicatorError, OSError):
+                return request(f"{self.url(label)}/health", timeout_s=2)[0] == 200
+            return False
+
+        return self._start("controller", label, port, healthy, timeout_s)
+
+    def start_worker(self, worker_id: str, timeout_s: float = 60) -> Proc:
         def registered() -> bool:
-            if not proc.alive():
-                raise BenchError(f"worker {worker_id} exited:\n{proc.tail()}")
             status, body = self.api("GET", "/instances")
             rows = body.get("instances", []) if status == 200 and isinstance(body, dict) else []
             return any(r.get("worker") == worker_id and r.get("live") and r.get("generation") is not None
                        for r in rows)
 
-        wait_for(registered, timeout_s, f"worker {worker_id} registered", 0.3)
-        return proc
+        return self._start("worker", worker_id, next(iter(self.ports.values())), registered, timeout_s, worker_id)
 
     def api(self, method: str, path: str, body: Any = None, timeout_s: float = 10) -> tuple[int, Any]:
         """Ask the first live controller that answers; (0, reason) when none does."""
@@ -163,12 +141,11 @@ class Pipeline:
     def leader(self) -> str | None:
         """Label of the controller that says it leads."""
         for label, proc in self.controllers.items():
-            if not proc.alive():
-                continue
-            with contextlib.suppress(UReplicatorError, OSError):
-                status, body = request(f"{self.url(label)}/health", timeout_s=2)
-                if status == 200 and isinstance(body, dict) and body.get("is_leader"):
-                    return label
+            if proc.alive():
+                with contextlib.suppress(UReplicatorError, OSError):
+                    status, body = request(f"{self.url(label)}/health", timeout_s=2)
+                    if status == 200 and isinstance(body, dict) and body.get("is_leader"):
+                        return label
         return None
 
     def add_topic(self, topic: str, partitions: int, destination: str | None = None) -> None:
@@ -245,8 +222,7 @@ class LoadResult:
     elapsed_s: float = 0.0
     behind: int = 0  # records due by the schedule that were never handed to the producer
     first_error: str | None = None
-    producer_replacements: int = 0  # the load's own producer went silent after a broker restart (see _load_main)
-    per_flow: dict[str, dict[str, int]] = field(default_factory=dict)
+    producer_replacements: int = 0  # the load's own producer went silent after a broker restart
     acked_keys: dict[TP, array] | None = None  # per (topic, partition), sequence numbers the source acked
 
 
@@ -261,57 +237,37 @@ def _load_main(bootstrap: str, flows: list[Flow], tag: int, duration_s: float | 
 
     result = LoadResult(acked_keys={} if track_acked else None)
     acked_keys = result.acked_keys
-    local = {"acked": 0, "failed": 0}
-    errors: list[str] = []
-    flow_stats = {f.topic: {"sent": 0, "acked": 0, "failed": 0} for f in flows}
 
     def on_delivery(err: Any, msg: Any) -> None:
-        stats = flow_stats[msg.topic()]
         if err is not None:
-            local["failed"] += 1
-            stats["failed"] += 1
-            if not errors:
-                errors.append(str(err))
-            return
-        local["acked"] += 1
-        stats["acked"] += 1
-        if acked_keys is not None:
-            tp = (msg.topic(), msg.partition())
-            seqs = acked_keys.get(tp)
-            if seqs is None:
-                seqs = acked_keys[tp] = array("q")
-            seqs.append(KEY.unpack(msg.key())[1])
+            result.failed += 1
+            result.first_error = result.first_error or str(err)
+        else:
+            result.acked += 1
+            if acked_keys is not None:
+                acked_keys.setdefault((msg.topic(), msg.partition()), array("q")).append(KEY.unpack(msg.key())[1])
 
     config = {
-        "bootstrap.servers": bootstrap,
-        "enable.idempotence": True,
-        "acks": "all",
-        "linger.ms": 2,
-        "compression.type": "none",
-        "queue.buffering.max.messages": 1_000_000,
-        "queue.buffering.max.kbytes": 1_048_576,
+        "bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all", "linger.ms": 2,
+        "compression.type": "none", "queue.buffering.max.messages": 1_000_000, "queue.buffering.max.kbytes": 1_048_576,
         "message.timeout.ms": 600_000,  # ride out a restarting source broker
         "reconnect.backoff.max.ms": 500,  # back soon after a restart: measure the mirror, not our backoff
         "topic.metadata.refresh.interval.ms": 5000,  # not leaderless for minutes after a restart (common.kafka)
-        "on_delivery": on_delivery,
-        **extra,
+        "on_delivery": on_delivery, **extra,
     }
     producer = Producer(config)
     payloads = [os.urandom(value_bytes) for _ in range(64)]
     sent = [0] * len(flows)
     start = time.monotonic()
     last_publish = 0.0
-    # librdkafka's idempotent producer can go silent after the source broker restarts: records
-    # queued, no delivery report, no error (the worker has the same watchdog for its producer).
-    # A soak then saw the source stop growing and blamed the replicator (the diagnosis's source
-    # end offsets showed it, 2026-11-26). So the load replaces a producer that reported nothing
-    # for LOAD_STALL_S while holding records; the purged records fail (never acknowledged, so
-    # no check expects them) and the schedule goes on with a new producer.
+    # librdkafka's idempotent producer can go silent after the source broker restarts (records queued, no
+    # report, no error); a soak then blamed the replicator. A producer silent for LOAD_STALL_S while holding
+    # records is replaced: the purged records fail (never acknowledged, so no check expects them).
     reports_seen, reports_moved_at = 0, start
     try:
         while not stop.is_set():
             now = time.monotonic()
-            reports = local["acked"] + local["failed"]
+            reports = result.acked + result.failed
             if reports != reports_seen or not len(producer):
                 reports_seen, reports_moved_at = reports, now
             elif now - reports_moved_at >= LOAD_STALL_S:
@@ -319,15 +275,12 @@ def _load_main(bootstrap: str, flows: list[Flow], tag: int, duration_s: float | 
                 producer.poll(0)  # the purged records' reports: failed
                 producer = Producer(config)
                 result.producer_replacements += 1
-                reports_seen, reports_moved_at = local["acked"] + local["failed"], now
-            elapsed = now - start
-            if duration_s is not None and elapsed >= duration_s:
-                elapsed = duration_s
+                reports_seen, reports_moved_at = result.acked + result.failed, now
+            elapsed = now - start if duration_s is None else min(now - start, duration_s)
             progressed = False
             for i, flow in enumerate(flows):
-                due = flow.preload + int(elapsed * flow.rate)
                 # Bounded per turn, so one flow's preload does not starve the others' schedule.
-                limit = min(due, sent[i] + 5000)
+                limit = min(flow.preload + int(elapsed * flow.rate), sent[i] + 5000)
                 while sent[i] < limit:
                     seq = sent[i]
                     try:
@@ -341,7 +294,7 @@ def _load_main(bootstrap: str, flows: list[Flow], tag: int, duration_s: float | 
             producer.poll(0)
             if now - last_publish >= 0.2:
                 last_publish = now
-                counters[0], counters[1], counters[2] = sum(sent), local["acked"], local["failed"]
+                counters[0], counters[1], counters[2] = sum(sent), result.acked, result.failed
             if duration_s is not None and elapsed >= duration_s and all(
                     s >= f.preload + int(duration_s * f.rate) for s, f in zip(sent, flows, strict=True)):
                 break
@@ -353,13 +306,7 @@ def _load_main(bootstrap: str, flows: list[Flow], tag: int, duration_s: float | 
         result.behind = max(0, due_total - sum(sent))
         producer.flush(float(config["message.timeout.ms"]) / 1000 + 10)
     finally:
-        for i, flow in enumerate(flows):
-            flow_stats[flow.topic]["sent"] = sent[i]
         result.sent = sum(sent)
-        result.acked = local["acked"]
-        result.failed = local["failed"]
-        result.first_error = errors[0] if errors else None
-        result.per_flow = flow_stats
         counters[0], counters[1], counters[2] = result.sent, result.acked, result.failed
         out.put(result)
 
@@ -372,19 +319,14 @@ class Load:
         ctx = mp.get_context("spawn")
         self.flows = flows
         self.counters = ctx.Array("q", 3, lock=False)  # sent, acked, failed (published every 0.2 s)
-        self._stop = ctx.Event()
-        self._out = ctx.Queue()
-        self._proc = ctx.Process(
-            target=_load_main, name="bench-load", daemon=True,
-            args=(bootstrap, flows, tag, duration_s, value_bytes, track_acked, extra or {},
-                  self.counters, self._stop, self._out),
-        )
+        self._stop, self._out = ctx.Event(), ctx.Queue()
+        self._proc = ctx.Process(target=_load_main, name="bench-load", daemon=True,
+                                 args=(bootstrap, flows, tag, duration_s, value_bytes, track_acked, extra or {},
+                                       self.counters, self._stop, self._out))
         self.result: LoadResult | None = None
-        self.started_at = 0.0
 
     def start(self) -> Load:
         self._proc.start()
-        self.started_at = time.time()
         return self
 
     @property
@@ -400,14 +342,13 @@ class Load:
 
     def wait(self, timeout_s: float) -> LoadResult:
         """Collect the result once the producer finished (its duration ran out or it was stopped)."""
-        if self.result is not None:
-            return self.result
-        try:
-            self.result = self._out.get(timeout=timeout_s)
-        except Exception as exc:  # queue.Empty, EOFError when the child died
-            self.kill()
-            raise BenchError(f"the load producer did not report within {timeout_s:.0f}s ({exc!r})") from None
-        self._proc.join(30)
+        if self.result is None:
+            try:
+                self.result = self._out.get(timeout=timeout_s)
+            except Exception as exc:  # queue.Empty, EOFError when the child died
+                self.kill()
+                raise BenchError(f"the load producer did not report within {timeout_s:.0f}s ({exc!r})") from None
+            self._proc.join(30)
         return self.result
 
     def stop(self, timeout_s: float = 660) -> LoadResult:
@@ -426,11 +367,10 @@ class Load:
 class PartitionLog:
     """What the destination consumer saw on one partition, in arrival order."""
 
-    __slots__ = ("idents", "tags", "arrivals", "latency_ms")
+    __slots__ = ("idents", "arrivals", "latency_ms")
 
     def __init__(self) -> None:
         self.idents = array("q")  # source offset (urep) or tag<<40|sequence (key)
-        self.tags = array("H")
         self.arrivals = array("d")  # epoch seconds when consume() returned the record
         self.latency_ms = array("d")  # arrival - CreateTime
 
@@ -439,11 +379,8 @@ READER_STALL_S = 10.0  # the destination reader fetched nothing this long: check
 
 
 class Arrivals:
-    """Destination consumer recording per partition the identity, arrival time and latency of every record.
-
-    ``ident="urep"`` identifies a record by the source offset in its provenance
-    header (ureplicator); ``ident="key"`` by the load key (MirrorMaker 2).
-    """
+    """Destination consumer recording per partition each record's identity, arrival time and latency;
+    ``ident="urep"``: the source offset in its provenance header, ``"key"``: the load key (MirrorMaker 2)."""
 
     def __init__(self, bootstrap: str, ident: str = "urep", fetch_wait_ms: int = 5,
                  isolation: str = "read_uncommitted") -> None:
@@ -451,18 +388,11 @@ class Arrivals:
             raise ValueError(ident)
         self.ident = ident
         self._config = {
-            "bootstrap.servers": bootstrap,
-            # read_committed for an exactly-once pipeline: aborted copies are not arrivals.
-            "isolation.level": isolation,
-            "group.id": f"bench-arrivals-{os.getpid()}-{time.time_ns()}",
-            "enable.auto.commit": False,
-            "enable.partition.eof": False,
-            "fetch.wait.max.ms": fetch_wait_ms,
-            "fetch.min.bytes": 1,
-            "fetch.error.backoff.ms": 50,
-            "reconnect.backoff.max.ms": 500,
-            # The measuring consumer must not be the one left leaderless for minutes after a
-            # destination restart (librdkafka waits for the next metadata refresh; see common.kafka).
+            "bootstrap.servers": bootstrap, "isolation.level": isolation,  # read_committed: aborted copies don't count
+            "group.id": f"bench-arrivals-{os.getpid()}-{time.time_ns()}", "enable.auto.commit": False,
+            "enable.partition.eof": False, "fetch.wait.max.ms": fetch_wait_ms, "fetch.min.bytes": 1,
+            "fetch.error.backoff.ms": 50, "reconnect.backoff.max.ms": 500,
+            # The measuring consumer must not be left leaderless for minutes after a destination restart.
             "topic.metadata.refresh.interval.ms": 5000,
         }
         self.consumer = Consumer(self._config)
@@ -470,13 +400,11 @@ class Arrivals:
         self.replacements = 0  # the reader's own consumer replaced after it stopped fetching (_watch)
         self._next: dict[TP, int] = {}  # per partition, the offset after the last record read
         self._read_at: dict[TP, float] = {}  # per partition, when (monotonic) it was last read or checked
-        self.received = 0
         self.bad_headers = 0  # urep missing, unreadable, or naming another partition
         self._pending: list[TopicPartition] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="arrivals", daemon=True)
-        self.error: str | None = None
 
     def add(self, topic: str, partitions: int) -> None:
         """Record ``topic`` from its first record on (safe to call while running)."""
@@ -497,76 +425,58 @@ class Arrivals:
         with contextlib.suppress(Exception):
             self.consumer.close()
 
-    def count(self, topic: str | None = None) -> int:
-        return sum(len(log.arrivals) for (t, _), log in self.logs.items() if topic is None or t == topic)
-
     def last_arrival(self, tp: TP) -> float:
         log = self.logs.get(tp)
         return log.arrivals[-1] if log is not None and log.arrivals else 0.0
 
     def _run(self) -> None:
-        urep_mode = self.ident == "urep"
-        header = provenance.HEADER
-        unpack_urep = UREP.unpack_from
-        unpack_key = KEY.unpack
-        next_offsets, read_at = self._next, self._read_at
+        urep_mode, header = self.ident == "urep", provenance.HEADER
+        next_offsets, read_at, logs = self._next, self._read_at, self.logs
         checked = time.monotonic()
-        try:
-            while not self._stop.is_set():
-                if self._pending:
-                    with self._lock:
-                        pending, self._pending = self._pending, []
-                    self.consumer.incremental_assign(pending)
-                messages = self.consumer.consume(2000, 0.05)
-                mono = time.monotonic()
-                if mono - checked >= READER_STALL_S:
-                    checked = mono
-                    self._watch(mono)
-                if not messages:
+        while not self._stop.is_set():
+            if self._pending:
+                with self._lock:
+                    pending, self._pending = self._pending, []
+                self.consumer.incremental_assign(pending)
+            messages = self.consumer.consume(2000, 0.05)
+            mono = time.monotonic()
+            if mono - checked >= READER_STALL_S:
+                checked = mono
+                self._watch(mono)
+            now = time.time()
+            now_ms = now * 1000.0
+            for msg in messages:
+                if msg.error() is not None:
                     continue
-                now = time.time()
-                now_ms = now * 1000.0
-                logs = self.logs
-                for msg in messages:
-                    if msg.error() is not None:
-                        continue
-                    partition = msg.partition()
-                    tp = (msg.topic(), partition)
-                    next_offsets[tp] = msg.offset() + 1
-                    read_at[tp] = mono
-                    log = logs[tp]
-                    tag, seq = unpack_key(msg.key())
-                    if urep_mode:
-                        ident = -1
-                        for name, value in reversed(msg.headers() or ()):
-                            if name == header:
-                                version, offset, source_partition = unpack_urep(value)
-                                if version == provenance.VERSION and source_partition == partition:
-                                    ident = offset
-                                break
-                        if ident < 0:
-                            self.bad_headers += 1
-                    else:
-                        ident = (tag << TAG_SHIFT) | seq
-                    log.idents.append(ident)
-                    log.tags.append(tag)
-                    log.arrivals.append(now)
-                    log.latency_ms.append(now_ms - msg.timestamp()[1])
-                self.received += len(messages)
-        except Exception as exc:  # surfaced by the caller via .error
-            self.error = f"{type(exc).__name__}: {exc}"
-            raise
+                partition = msg.partition()
+                tp = (msg.topic(), partition)
+                next_offsets[tp] = msg.offset() + 1
+                read_at[tp] = mono
+                log = logs[tp]
+                tag, seq = KEY.unpack(msg.key())
+                if urep_mode:
+                    ident = -1
+                    for name, value in reversed(msg.headers() or ()):
+                        if name == header:
+                            version, offset, source_partition = UREP.unpack_from(value)
+                            if version == provenance.VERSION and source_partition == partition:
+                                ident = offset
+                            break
+                    if ident < 0:
+                        self.bad_headers += 1
+                else:
+                    ident = (tag << TAG_SHIFT) | seq
+                log.idents.append(ident)
+                log.arrivals.append(now)
+                log.latency_ms.append(now_ms - msg.timestamp()[1])
 
     def _watch(self, now: float) -> None:
         """Replace the reader's consumer when the destination holds records it does not fetch.
 
-        librdkafka's ``assign()`` consumer can stop fetching after its broker restarts (#5153;
-        the worker has the same watch for its source consumer). A soak of 2026-11-26 failed on
-        it: after a destination restart every partition's destination end was past the source's
-        end, and the reader had stopped three minutes earlier. Nothing read for
-        :data:`READER_STALL_S` on a partition whose end is past what was read (beyond a
-        trailing transaction marker): a new consumer starts at the offsets after the last
-        records read, so the measurement goes on (its gaps include the reader's stall).
+        librdkafka's ``assign()`` consumer can stop fetching after its broker restarts (#5153), which failed a
+        soak on 2026-11-26. A partition whose end is past what was read (beyond a trailing transaction marker)
+        with nothing read for :data:`READER_STALL_S` gets a new consumer at the offsets after the last records
+        read, so the measurement goes on (its gaps include the reader's stall).
         """
         with self._lock:
             assigned = list(self.logs)
@@ -593,13 +503,9 @@ class Arrivals:
 
 
 def longest_gap(arrivals: array, t0: float, t1: float, before_s: float = 1.0) -> tuple[float, float]:
-    """Longest time without an arrival in ``[t0 - before_s, t1]`` and when that gap ended.
-
-    The last arrival before the window opens the first gap; ``t1`` closes the
-    last one, so a partition that never flows again shows a gap up to ``t1``.
-    """
-    lo = bisect_left(arrivals, t0 - before_s)
-    hi = bisect_right(arrivals, t1)
+    """Longest time without an arrival in ``[t0 - before_s, t1]`` and when that gap ended; the last arrival
+    before the window opens the first gap, ``t1`` closes the last one."""
+    lo, hi = bisect_left(arrivals, t0 - before_s), bisect_right(arrivals, t1)
     points = list(arrivals[max(0, lo - 1):hi])
     if not points or points[0] > t0 - before_s:
         points.insert(0, t0 - before_s)
@@ -625,12 +531,8 @@ class LogRead:
 
 def read_log(bootstrap: str, topic: str, partitions: int, timeout_s: float = 300,
              isolation: str = "read_uncommitted") -> dict[int, LogRead]:
-    """Every record of every partition (offsets, key identities, provenance offsets).
-
-    ``isolation="read_committed"`` reads what an exactly-once pipeline committed: aborted
-    copies are skipped, and a partition whose last offsets are transaction markers ends
-    when the consumer's position passes its end offset.
-    """
+    """Every record of every partition (offsets, key identities, provenance offsets); ``read_committed`` skips
+    aborted copies, and a partition ending in transaction markers ends when the position passes its end."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-reader-{time.time_ns()}",
                          "enable.auto.commit": False, "enable.partition.eof": True,
                          "isolation.level": isolation, "fetch.max.bytes": 64 * 1024 * 1024})
@@ -641,34 +543,27 @@ def read_log(bootstrap: str, topic: str, partitions: int, timeout_s: float = 300
             low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30, cached=False)
             if high > low:
                 ends[p] = high
-        if not ends:
-            return result
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in ends])
         remaining = set(ends)
-        header = provenance.HEADER
         deadline = time.monotonic() + timeout_s
         while remaining:
             if time.monotonic() > deadline:
                 raise BenchError(f"reading {topic} timed out; partitions {sorted(remaining)} unfinished")
             for msg in consumer.consume(5000, 0.5):
+                p, offset = msg.partition(), msg.offset()
                 if msg.error() is not None:
                     # At the end (markers after the last record included): the partition is read.
-                    if msg.error().code() == KafkaError._PARTITION_EOF and msg.offset() >= ends[msg.partition()]:
-                        remaining.discard(msg.partition())
+                    if msg.error().code() == KafkaError._PARTITION_EOF and offset >= ends[p]:
+                        remaining.discard(p)
                     continue
-                p, offset = msg.partition(), msg.offset()
                 if offset >= ends[p]:
                     continue
                 log = result[p]
                 log.offsets.append(offset)
                 tag, seq = KEY.unpack(msg.key())
                 log.keys.append((tag << TAG_SHIFT) | seq)
-                source = -1
-                for name, value in reversed(msg.headers() or ()):
-                    if name == header:
-                        source = UREP.unpack_from(value)[1]
-                        break
-                log.urep.append(source)
+                log.urep.append(next((UREP.unpack_from(v)[1] for n, v in reversed(msg.headers() or ())
+                                      if n == provenance.HEADER), -1))
                 if offset >= ends[p] - 1:
                     remaining.discard(p)
         return result
@@ -696,21 +591,14 @@ def compare(source: dict[int, LogRead], destination: dict[int, LogRead], by: str
     total = Comparison()
     for p, src in source.items():
         dst = destination.get(p, LogRead())
-        want = src.offsets if by == "urep" else src.keys
-        seen = dst.urep if by == "urep" else dst.keys
-        want_set = set(want)
-        seen_set = set(seen)
-        lost = len(want_set - seen_set)
-        duplicated = len(seen) - len(seen_set)
+        want, seen = (src.offsets, dst.urep) if by == "urep" else (src.keys, dst.keys)
+        want_set, seen_set = set(want), set(seen)
         first = list(dict.fromkeys(seen))
-        reordered = sum(1 for a, b in zip(first, first[1:], strict=False) if b < a) if by == "urep" else 0
-        mirrored = len(want_set & seen_set)
-        total.per_partition[p] = {"records": len(want), "mirrored": mirrored, "lost": lost,
-                                  "duplicated": duplicated, "reordered": reordered}
-        total.records += len(want)
+        row = {"records": len(want), "mirrored": len(want_set & seen_set), "lost": len(want_set - seen_set),
+               "duplicated": len(seen) - len(seen_set),
+               "reordered": sum(1 for a, b in zip(first, first[1:], strict=False) if b < a) if by == "urep" else 0}
+        total.per_partition[p] = row
         total.destination_records += len(seen)
-        total.mirrored += mirrored
-        total.lost += lost
-        total.duplicated += duplicated
-        total.reordered += reordered
+        for key, value in row.items():
+            setattr(total, key, getattr(total, key) + value)
     return total

@@ -1,25 +1,8 @@
 """The leader's cost on real ZooKeeper: many routes, workers and partitions, workers refreshing their status.
 
-A real leader (``controller.routeset.RouteSet``, in a process of its own so its CPU and
-memory are its own) reconciles routes whose workers are simulated here: they speak the
-documented ZooKeeper protocol (``workers/<id>`` and ``status/<id>`` created in one
-transaction, the status rewritten with the applied generation when ``assignments/<id>``
-changes, and again every ``--refresh-s`` with new rates, as real workers do). No Kafka: the
-leader's topic sync is off, so what is measured is its ZooKeeper work.
-
-Measured: the first settle; a join (a new worker on one route, until every worker of that
-route applied what the leader wrote); the leader's CPU share and resident memory at steady
-state; ZooKeeper reads by the leader per round and per status refresh. ``--before`` runs the
-same with the leader re-reading every node each round (the code before the route view),
-for comparison.
-
     .venv/bin/python -m bench.leader_cost --quick            # 2 routes, 10 workers, 1,000 partitions (~1 min)
     .venv/bin/python -m bench.leader_cost                    # 20 routes, 200 workers, 50,000 partitions
     .venv/bin/python -m bench.leader_cost --render bench/results/leader-cost-<date>.json
-
-ZooKeeper comes from a running ``ureplicator stack`` (``--stack D``, default the stack's
-default directory) or ``--zookeeper host:port``; the run's nodes live under
-``/ureplicator-bench/<pipeline>`` and are deleted afterwards.
 """
 
 from __future__ import annotations
@@ -27,7 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
+import signal
 import sys
 import threading
 import time
@@ -40,10 +23,9 @@ from kazoo.client import KazooClient
 from bench import common
 from bench.harness import BenchError
 from bench.recording import parser, rendered, run_and_record
-from devtools.harness import wait_for
+from devtools.harness import Processes, wait_for
 from ureplicator.common.zkschema import Assignment, PartitionStatus, Paths, TopicRecord, WorkerInfo, WorkerStatus
 
-DOC = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
 ZK_ROOT = "/ureplicator-bench"
 READS = ("GetData", "GetChildren", "GetChildren2", "Exists")
 TOPIC_WIDTH = 50  # partitions per topic
@@ -85,8 +67,6 @@ def leader_child(config_file: Path, stats_file: Path, before: bool) -> int:
     routes = RouteSet(cfg, client, "bench-leader", admins=None, cache=not before)
     routes.start()
     stop = threading.Event()
-    import signal
-
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     while not stop.wait(0.5):
         snapshot = list(rounds)
@@ -203,15 +183,15 @@ def _config(pipeline: str, zookeeper: str, routes: int) -> dict[str, Any]:
 
 
 class Leader:
+    """The leader in a child process (its CPU and memory its own), and the counters it writes twice a second."""
+
     def __init__(self, workdir: Path, doc: dict[str, Any], before: bool) -> None:
-        self.config = workdir / "leader-config.json"
-        self.config.write_text(json.dumps(doc))
+        config = workdir / "leader-config.json"
+        config.write_text(json.dumps(doc))
         self.stats_file = workdir / "leader-stats.json"
-        self.log = workdir / "leader.log"
-        args = [sys.executable, "-m", "bench.leader_cost", "--leader-child", str(self.config),
-                "--stats", str(self.stats_file)] + (["--before"] if before else [])
-        self.popen = subprocess.Popen(args, stdout=self.log.open("ab"), stderr=subprocess.STDOUT,
-                                      stdin=subprocess.DEVNULL)
+        self.proc = Processes(workdir).spawn("leader", [sys.executable, "-m", "bench.leader_cost", "--leader-child",
+                                                        str(config), "--stats", str(self.stats_file),
+                                                        *(["--before"] if before else [])])
 
     def stats(self) -> dict[str, Any]:
         try:
@@ -220,13 +200,10 @@ class Leader:
             return {"reads": 0, "rounds": [], "round_count": 0, "is_leader": False}
 
     def sample(self) -> common.ProcSample:
-        sample = common.proc_sample(self.popen.pid)
+        sample = common.proc_sample(self.proc.pid)
         if sample is None:
-            raise BenchError(f"the leader exited:\n{self.log.read_text()[-3000:]}")
+            raise BenchError(f"the leader exited:\n{self.proc.tail(60)}")
         return sample
-
-    def stop(self) -> None:
-        common.stop_process(self.popen)
 
 
 def measure(args: argparse.Namespace, before: bool, routes: int, workers: int, partitions: int) -> dict[str, Any]:
@@ -337,7 +314,7 @@ def measure(args: argparse.Namespace, before: bool, routes: int, workers: int, p
         }
     finally:
         if leader is not None:
-            leader.stop()
+            leader.proc.terminate()
         for session in sessions:
             session.stop()
             session.close()

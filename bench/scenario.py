@@ -1,23 +1,6 @@
-"""One runner for the fault benchmarks: a load profile, a fault script and the measures, as data.
+"""One runner for the fault benchmarks (stalls, drill, soak): a load profile, a fault script and the measures, as data.
 
-The stalls, drill and soak benchmarks (``bench/stalls.py``, ``drill.py``, ``soak.py``) say
-*what* happens; this module does it, the same way for each:
-
-* :func:`stage` starts the benchmark's own stack (``devtools.harness.own_stack``, always
-  stopped again) and makes its run folder;
-* :class:`Runner` holds the pipeline's controllers and workers (:class:`bench.harness.Pipeline`),
-  the mirrored topics, the load producers (:class:`bench.harness.Load`) and the destination
-  consumer (:class:`bench.harness.Arrivals`), and stops all of them whatever happens;
-  :meth:`Runner.start` brings a :class:`Profile` up until every partition flows;
-* a fault script is a list of :class:`Fault` steps: :meth:`Runner.step` breaks, stays down,
-  repairs, and waits until every partition flows again
-  (:meth:`Runner.diagnose_never_recovered` when it does not); the fault library
-  (:func:`stop_worker`, :func:`stop_leader`, :func:`freeze`, :func:`stop_service`) builds them;
-* the measures at the end: :meth:`Runner.finish` stops the load and waits until the
-  destination caught up, :func:`compare_logs` reads both logs exactly,
-  :func:`acked_check` accounts for every acknowledged record, :func:`duplicate_arrivals`
-  and :func:`duplicates_after` attribute re-arrivals to the step they followed, and
-  :func:`run_verifier` runs the PySpark verifier.
+docs/benchmarks.md ("Methods") describes the runner; each benchmark says only *what* happens.
 """
 
 from __future__ import annotations
@@ -55,14 +38,11 @@ from bench.harness import (
     longest_gap,
     read_log,
 )
-from devtools import stack
-from devtools.harness import Processes, bench_dir, create_topic, end_offsets, own_stack, say, stalled_ends, wait_for
+from devtools import jvm, stack
+from devtools.harness import Processes, bench_dir, caught_up, create_topic, own_stack, say, stalled_ends, wait_for
 
 PARTITIONS = 16
 PAUSED_S = 2.0  # a partition with no arrival for longer than this counts as paused
-
-
-# ----------------------------------------------------------------------------- scenarios as data
 
 
 @dataclass(frozen=True)
@@ -80,12 +60,8 @@ class Profile:
 
 @dataclass(frozen=True)
 class Fault:
-    """One step of a fault script: what breaks, what repairs it, how to tell the pipeline recovered.
-
-    ``fault`` returns what it hit (recorded as ``killed``); ``recovered`` is waited for after
-    the repair, before the wait for every partition to flow; ``down_s`` overrides the
-    runner's time between the two.
-    """
+    """One step of a fault script: ``fault`` breaks (returns what it hit), ``repair`` undoes it after ``down_s``
+    (default: the runner's), ``recovered`` is waited for before every partition must flow again."""
 
     name: str
     fault: Callable[[], Any]
@@ -118,27 +94,19 @@ def stage(name: str, heap: str, stamp: str) -> Iterator[tuple[dict[str, str], Pa
         yield services, root, workdir
 
 
-# ----------------------------------------------------------------------------- the runner
-
-
 class Runner:
-    """The processes, topics, load and destination consumer of one scenario; a context manager."""
+    """The processes, topics, load and destination consumer of one scenario; a context manager that stops them."""
 
     def __init__(self, services: dict[str, str], root: Path | None, workdir: Path, name: str, profile: Profile,
                  ident: str = "urep", stop_timeout_s: float = 30) -> None:
-        self.services = services
-        self.root = root
-        self.workdir = workdir
-        self.profile = profile
+        self.services, self.root, self.workdir, self.profile = services, root, workdir, profile
         self.processes = Processes(workdir)
         self.pipeline = Pipeline(services, self.processes, name, overrides=profile.overrides)
         self.arrivals = Arrivals(services["destination"], ident=ident, isolation=profile.isolation)
         self.topics: dict[str, int] = {}  # mirrored topics -> partitions
         self.loads: list[Load] = []
         self.steps: list[dict[str, Any]] = []
-        self.down_s = 0.0
-        self.settle_s = 2.0
-        self.stop_timeout_s = stop_timeout_s
+        self.down_s, self.settle_s, self.stop_timeout_s = 0.0, 2.0, stop_timeout_s
 
     def __enter__(self) -> Runner:
         return self
@@ -150,14 +118,11 @@ class Runner:
         self.pipeline.stop_all()
         self.processes.stop_all(self.stop_timeout_s)
 
-    # -- load and topics
-
     def load(self, topic: str, tag: int, preload: int = 0, track_acked: bool = False) -> Load:
         """Start a producer writing ``topic`` at the profile's rate (after ``preload`` records at once)."""
         flow = Flow(topic, PARTITIONS, self.profile.rate, preload=preload)
-        load = Load(self.services["source"], [flow], tag=tag, track_acked=track_acked).start()
-        self.loads.append(load)
-        return load
+        self.loads.append(Load(self.services["source"], [flow], tag=tag, track_acked=track_acked).start())
+        return self.loads[-1]
 
     def watch(self, topic: str) -> None:
         """Record ``topic``'s arrivals on the destination from now on."""
@@ -165,15 +130,11 @@ class Runner:
         self.topics[topic] = PARTITIONS
 
     def mirror(self, topic: str) -> None:
-        """``POST /topics`` and record its arrivals."""
         self.pipeline.add_topic(topic, PARTITIONS)
         self.watch(topic)
 
     def start(self, topic: str, balanced: bool = True) -> Load:
-        """Controllers, workers, the topic under load; returns once every partition flows.
-
-        ``balanced``: the initial assignment must also give every worker a share.
-        """
+        """Controllers, workers, the topic under load (``balanced``: every worker has a share); until all flows."""
         for label in self.profile.controllers:
             self.pipeline.start_controller(label)
         for worker in self.profile.workers:
@@ -188,8 +149,6 @@ class Runner:
                  90, "initial assignment")
         self.wait_flowing(time.time(), 60, "initial flow")
         return load
-
-    # -- flow
 
     def tps(self, topics: list[str] | None = None) -> list[TP]:
         return [(t, p) for t in (topics or list(self.topics)) for p in range(self.topics[t])]
@@ -208,7 +167,9 @@ class Runner:
             raise BenchError("no controller says it leads")
         return label
 
-    # -- fault steps
+    def gaps(self, t0: float, t1: float, before_s: float, tps: list[TP] | None = None) -> dict[TP, tuple[float, float]]:
+        """Per partition the longest gap in ``[t0 - before_s, t1]`` and when it ended."""
+        return {tp: longest_gap(self.arrivals.logs[tp].arrivals, t0, t1, before_s) for tp in tps or self.tps()}
 
     def step(self, fault: Fault) -> dict[str, Any]:
         """Break, stay down, repair, wait until every partition flows again; the step's record."""
@@ -230,18 +191,14 @@ class Runner:
             raise
         time.sleep(self.settle_s)
         t1 = time.time()
-        gaps = [longest_gap(self.arrivals.logs[tp].arrivals, t0, t1, 0.5) for tp in self.tps()]
+        gaps = list(self.gaps(t0, t1, 0.5).values())
         record.update({
-            "down_s": round(t_restart - t0, 2),
-            "restart_took_s": round(t_ready - t_restart, 2),
+            "down_s": round(t_restart - t0, 2), "restart_took_s": round(t_ready - t_restart, 2),
             "flowing_after_ready_s": round(flowing - t_ready, 2),
-            "flowing_after_restart_s": round(flowing - t_restart, 2),
-            "flowing_after_kill_s": round(flowing - t0, 2),
+            "flowing_after_restart_s": round(flowing - t_restart, 2), "flowing_after_kill_s": round(flowing - t0, 2),
             "max_gap_s": round(max(g for g, _ in gaps), 2),
             "partitions_paused": sum(1 for g, _ in gaps if g > PAUSED_S),
-            "t0": t0,
-            "t1": t1,
-            "load_after": load_average(),
+            "t0": t0, "t1": t1, "load_after": load_average(),
         })
         say(f"  down {record['down_s']:.1f}s; restart took {record['restart_took_s']:.1f}s; every partition "
             f"flowing {record['flowing_after_ready_s']:.1f}s after it was back; longest destination gap "
@@ -250,12 +207,11 @@ class Runner:
         return record
 
     def diagnose_never_recovered(self, name: str) -> None:
-        """A step that never recovered: the stalled partitions' ends, and every process's thread stacks."""
+        """A step that never recovered: both sides' ends of the stalled partitions (a source that grew tells a
+        replicator that stopped fetching from a load that stopped), thread stacks, hanging transactions."""
         recent = time.time() - 10
         stalled = [tp for tp in self.tps() if self.arrivals.last_arrival(tp) <= recent]
         seen = [len(self.arrivals.logs[tp].idents) for tp in stalled]
-        # Both sides' ends: a source that grew tells a replicator that stopped fetching from a
-        # load producer that stopped producing.
         ends = "; ".join(f"{t}: {stalled_ends(self.services, t, [p for st, p in stalled if st == t])}"
                          for t in self.topics if any(st == t for st, _ in stalled))
         say(f"  {name}: partitions without an arrival for 10 s: {[p for _, p in stalled]}; "
@@ -263,20 +219,13 @@ class Runner:
         for proc in [*self.pipeline.workers.values(), *self.pipeline.controllers.values()]:
             with contextlib.suppress(OSError):
                 os.kill(proc.pid, signal.SIGUSR1)  # faulthandler: thread stacks into the process's log
-        # A last stable offset held back by a transaction nobody finishes (exactly-once mode):
-        # Kafka's own tool names it, with its producer id and start offset.
-        for args in (["list"], ["find-hanging", "--broker-id", "1"]):
+        for args in (["list"], ["find-hanging", "--broker-id", "1"]):  # a last stable offset held back (exactly-once)
             say(f"  kafka-transactions {' '.join(args)}:\n{transactions_tool(self.services['destination'], args)}")
         time.sleep(1)
 
-    # -- measures
-
     def finish(self, timeout_s: float, strict: bool = False) -> tuple[list[LoadResult], str | None]:
-        """Stop the load; wait until the committed offsets and the destination reach every source end.
-
-        Returns the loads' results and why the catch-up failed (None when it did not);
-        ``strict`` raises instead. Then the consumer and the pipeline stop (workers commit).
-        """
+        """Stop the load; wait until the committed offsets and the destination reach every source end; stop the
+        consumer and the pipeline (workers commit). The loads' results and why the catch-up failed (or raise)."""
         results = [load.stop() for load in self.loads]
         error = None
         try:
@@ -297,16 +246,30 @@ class Runner:
 
     def destination_complete(self) -> bool:
         """Every mirrored topic's destination end offsets at or past its source's."""
-        for topic, partitions in self.topics.items():
-            src = end_offsets(self.services["source"], topic, partitions)
-            dst = end_offsets(self.services["destination"], topic, partitions)
-            if src is None or dst is None or any(dst[p] < src[p] for p in src):
-                return False
-        return True
+        return all(caught_up(self.services, topic, partitions) for topic, partitions in self.topics.items())
+
+    def account(self, out: dict[str, Any], topic: str, result: LoadResult,
+                ) -> tuple[dict[int, LogRead], dict[int, LogRead], Comparison]:
+        """The drill's and the soak's end: load figures, steps, the exact comparison, every acknowledged record
+        found, each step's duplicates (re-arrivals from its fault until the next step's)."""
+        out["load"] = {"sent": result.sent, "acked": result.acked, "failed": result.failed,
+                       "producer_replacements": result.producer_replacements,
+                       "reader_replacements": self.arrivals.replacements, "first_error": result.first_error}
+        out["steps"] = self.steps
+        out["bad_headers"] = self.arrivals.bad_headers
+        source, destination, cmp = compare_logs(self.services, topic, isolation=self.profile.isolation)
+        out["comparison"] = cmp.to_json()
+        out["acknowledged"] = acked_check(result, self.profile.tag, topic, source, destination)
+        per_step = duplicates_after([s["t0"] for s in self.steps], duplicate_arrivals(self.arrivals), float("inf"))
+        for step, mine in zip(self.steps, per_step, strict=True):
+            step["duplicates"] = len(mine)
+        say(f"  source log {cmp.records:,} records; destination {cmp.destination_records:,}; mirrored "
+            f"{cmp.mirrored:,}; lost {cmp.lost}; duplicated {cmp.duplicated}; reordered {cmp.reordered}; "
+            f"acknowledged but missing from the destination: {out['acknowledged']['missing_on_destination']}")
+        return source, destination, cmp
 
 
 # ----------------------------------------------------------------------------- the fault library
-# Each builds one Fault on a running scenario; ``name`` is what the results call the step.
 
 
 def stop_worker(runner: Runner, worker: str, name: str, kill: bool = True, down_s: float | None = None,
@@ -315,10 +278,7 @@ def stop_worker(runner: Runner, worker: str, name: str, kill: bool = True, down_
     pipeline = runner.pipeline
 
     def fault() -> str:
-        if kill:
-            pipeline.workers[worker].kill()
-        else:
-            pipeline.workers[worker].terminate(60)
+        pipeline.workers[worker].kill() if kill else pipeline.workers[worker].terminate(60)
         return worker
 
     return Fault(name, fault, lambda: pipeline.start_worker(worker, timeout_s=90), recovered, down_s)
@@ -333,10 +293,7 @@ def stop_leader(runner: Runner, name: str, label: str | None = None, kill: bool 
 
     def fault() -> str:
         hit.append(label or runner.leader())
-        if kill:
-            pipeline.controllers[hit[-1]].kill()
-        else:
-            pipeline.controllers[hit[-1]].terminate(60)
+        pipeline.controllers[hit[-1]].kill() if kill else pipeline.controllers[hit[-1]].terminate(60)
         return hit[-1]
 
     def repair() -> None:
@@ -361,6 +318,9 @@ def stop_service(runner: Runner, service: str, name: str, kill: bool = False, do
                  lambda: stack.start_service(root, service, timeout_s=120), down_s=down_s)
 
 
+# ----------------------------------------------------------------------------- the measures
+
+
 def compare_logs(services: dict[str, str], topic: str, by: str = "urep", isolation: str = "read_uncommitted",
                  ) -> tuple[dict[int, LogRead], dict[int, LogRead], Comparison]:
     """Both logs of ``topic`` read to their ends, and their exact comparison."""
@@ -377,13 +337,11 @@ def acked_check(result: LoadResult, tag: int, topic: str, source: dict[int, LogR
     for (t, p), seqs in (result.acked_keys or {}).items():
         if t != topic:
             continue
-        in_source = set(source[p].keys)
-        on_destination = set(destination[p].keys)
+        in_source, on_destination = set(source[p].keys), set(destination[p].keys)
         for seq in seqs:
             acked += 1
             ident = (tag << TAG_SHIFT) | seq
-            if ident not in in_source:
-                missing_source += 1
+            missing_source += ident not in in_source
             if ident not in on_destination:
                 missing_destination += 1
                 if len(samples) < 10:
@@ -400,8 +358,7 @@ def duplicate_arrivals(arrivals: Arrivals) -> list[tuple[float, TP]]:
         for ident, arrival in zip(log.idents, log.arrivals, strict=True):
             if ident in seen:
                 found.append((arrival, tp))
-            else:
-                seen.add(ident)
+            seen.add(ident)
     return found
 
 
@@ -411,23 +368,11 @@ def duplicates_after(starts: list[float], found: list[tuple[float, TP]], end: fl
             for i, start in enumerate(starts)]
 
 
-def count_step_duplicates(steps: list[dict[str, Any]], arrivals: Arrivals) -> None:
-    """Each step's ``duplicates``: re-arrivals from its fault until the next step's."""
-    per_step = duplicates_after([s["t0"] for s in steps], duplicate_arrivals(arrivals), float("inf"))
-    for step, mine in zip(steps, per_step, strict=True):
-        step["duplicates"] = len(mine)
-
-
-# ----------------------------------------------------------------------------- external tools
-
-
 def transactions_tool(bootstrap: str, args: list[str], timeout_s: float = 60) -> str:
     """The output of Kafka's ``kafka-transactions.sh`` (TransactionsCommand, from the pinned jars)."""
-    from devtools import jvm
-
-    cmd = [jvm.java_executable(), "-cp", jvm.classpath("kafka"), "org.apache.kafka.tools.TransactionsCommand",
-           "--bootstrap-server", bootstrap, *args]
     try:
+        cmd = [jvm.java_executable(), "-cp", jvm.classpath("kafka"), "org.apache.kafka.tools.TransactionsCommand",
+               "--bootstrap-server", bootstrap, *args]
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
     except (OSError, subprocess.TimeoutExpired, jvm.JvmError) as exc:
         return f"(could not run: {exc})"
@@ -464,9 +409,7 @@ def run_verifier(config: Path, output: Path, timeout_s: float) -> dict[str, Any]
     if report is not None and report.exists() and report.suffix == ".json":
         try:
             doc = json.loads(report.read_text())
-            record["status"] = doc.get("status")
-            record["totals"] = doc.get("totals")
-            record["report"] = str(report)
+            record.update(status=doc.get("status"), totals=doc.get("totals"), report=str(report))
         except ValueError as exc:
             record["report_error"] = str(exc)
     if proc.returncode == 2 or not stdout:
@@ -480,9 +423,9 @@ def verdict(out: dict[str, Any]) -> tuple[int, str]:
     """The drill's and the soak's verdict: nothing lost and the verifier says OK/WARN."""
     lost = out["comparison"]["lost"] + out["acknowledged"]["missing_on_destination"]
     verifier = out.get("verifier", {})
+    status = verifier.get("exit_status")
     if lost:
         return 1, f"FAIL: {lost} records lost"
-    status = verifier.get("exit_status")
     if verifier.get("skipped"):
         return 0, "OK (verifier skipped)"
     if status == 1:
@@ -492,8 +435,11 @@ def verdict(out: dict[str, Any]) -> tuple[int, str]:
     return 0, "OK"
 
 
-def drop_timestamps(steps: list[dict[str, Any]]) -> None:
-    """The steps' raw epoch timestamps are for attribution only; they are not recorded."""
-    for step in steps:
-        step.pop("t0", None)
-        step.pop("t1", None)
+def print_steps(steps: list[dict[str, Any]]) -> None:
+    """One line per step, after dropping the raw epoch timestamps (for attribution only; not recorded)."""
+    for s in steps:
+        s.pop("t0", None)
+        s.pop("t1", None)
+        print(f"{s['name']:<36} down {s['down_s']:5.1f}s  restart {s['restart_took_s']:5.1f}s  flowing "
+              f"{s['flowing_after_ready_s']:5.1f}s after it was back  longest gap {s['max_gap_s']:5.1f}s  "
+              f"paused {s['partitions_paused']:>2}  dups {s.get('duplicates', 0):>6,}")

@@ -3,32 +3,10 @@
     make soak MINUTES=30                 # the issue's target run
     make soak MINUTES=5 SEED=1234        # replay a schedule: the seed is printed at the start
     .venv/bin/python -m bench.soak --minutes 5 --no-verify --no-write
-
-Own local stack (``.cache/bench-soak/stack``, always stopped again), two
-controllers, three workers, one 16-partition topic under an idempotent
-producer that keeps the key of every record the source acknowledged. Until
-the time is up, faults are drawn from the seeded random generator, each
-followed by recovery (every partition flowing again) and a random quiet spell:
-
-* kill -9 / SIGTERM of a worker, restarted;
-* a worker frozen (SIGSTOP) past its ZooKeeper session, resumed;
-* a worker *and* the destination broker frozen past the session, the worker
-  resumed first (it must purge, not write), then the broker;
-* kill -9 / SIGTERM of the leading controller, restarted;
-* the leader frozen past its session, resumed (it must write nothing);
-* restarts of the source broker, the destination broker and ZooKeeper.
-
-Then the load stops, the committed offsets catch up, the pipeline stops and
-source and destination are compared per partition (lost must be 0, order
-kept, duplicates counted per fault) and the PySpark verifier runs. Exit 0 when
-nothing was lost or reordered and the verifier says OK/WARN. Results:
-``bench/results/soak-<date>.json`` (appended) and the soak section of
-``docs/benchmarks.md``.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import random
 import re
@@ -46,12 +24,9 @@ from bench.scenario import (
     Fault,
     Profile,
     Runner,
-    acked_check,
-    compare_logs,
-    count_step_duplicates,
-    drop_timestamps,
     freeze,
     new_entry,
+    print_steps,
     run_verifier,
     stage,
     stop_leader,
@@ -65,9 +40,8 @@ from devtools.harness import say
 TRANSACTION_INTERVAL_MS = 1000
 SESSION_S = 10.0  # the bench pipeline's zookeeper.session_timeout_s (the default)
 COMMIT_INTERVAL_S = 5.0  # the bench pipeline's worker.commit_interval_s (the default)
-# "Duplicates bounded by the commit interval", made checkable: one fault repeats at most the
-# records of the partitions it hit since their last commit (one commit interval of the load)
-# plus what was in flight when it struck, allowed as much again.
+# "Duplicates bounded by the commit interval", made checkable: one fault repeats at most the records of the
+# partitions it hit since their last commit plus what was in flight when it struck, allowed as much again.
 DUPLICATES_BOUND_S = 2 * COMMIT_INTERVAL_S
 WORKERS = ("w1", "w2", "w3")
 TAG = 7  # the load keys' run tag, as in the drill
@@ -80,20 +54,15 @@ def menu(runner: Runner, rng: random.Random) -> dict[str, Callable[[], Fault]]:
     frozen = SESSION_S + 4  # past the ZooKeeper session
 
     def freeze_worker_and_destination(w: str) -> Fault:
-        pid = pipeline.workers[w].pid
-        broker = int(stack.status(root)["destination"]["pid"])
-
-        def freeze() -> str:
-            os.kill(broker, signal.SIGSTOP)
-            os.kill(pid, signal.SIGSTOP)
-            return w
+        pid, broker = pipeline.workers[w].pid, int(stack.status(root)["destination"]["pid"])
 
         def thaw() -> None:
             os.kill(pid, signal.SIGCONT)  # the zombie first: it must purge, not write
             time.sleep(3)
             os.kill(broker, signal.SIGCONT)
 
-        return Fault(f"worker {w} and destination frozen", freeze, thaw, down_s=frozen)
+        return Fault(f"worker {w} and destination frozen",
+                     lambda: os.kill(broker, signal.SIGSTOP) or os.kill(pid, signal.SIGSTOP) or w, thaw, down_s=frozen)
 
     on_worker: dict[str, Callable[[str], Fault]] = {
         "kill -9 worker": lambda w: stop_worker(runner, w, f"kill -9 worker {w}", down_s=3),
@@ -118,7 +87,7 @@ def menu(runner: Runner, rng: random.Random) -> dict[str, Callable[[], Fault]]:
     return out
 
 
-def run_soak(runner: Runner, stamp: str, args: argparse.Namespace, rng: random.Random) -> dict[str, Any]:
+def run_soak(runner: Runner, stamp: str, args: Any, rng: random.Random) -> dict[str, Any]:
     topic = f"soak-{stamp}"
     out: dict[str, Any] = {"topic": topic}
     runner.start(topic, balanced=False)
@@ -131,29 +100,18 @@ def run_soak(runner: Runner, stamp: str, args: argparse.Namespace, rng: random.R
                           lambda: runner.pipeline.settled(runner.topics), fault.down_s))
         time.sleep(rng.uniform(2, 10))
     (result,), _ = runner.finish(300, strict=True)
-    out["load"] = {"sent": result.sent, "acked": result.acked, "failed": result.failed,
-                   "producer_replacements": result.producer_replacements,
-                   "reader_replacements": runner.arrivals.replacements}
-    out["steps"] = runner.steps
-    source, destination, cmp = compare_logs(runner.services, topic, isolation=runner.profile.isolation)
-    out["comparison"] = cmp.to_json()
+    source, destination, _ = runner.account(out, topic, result)
     out["corrupted"] = corrupted(source, destination)
     out["exactly_once"] = args.exactly_once
     out["duplicates_bound_per_fault"] = 0 if args.exactly_once else int(args.rate * DUPLICATES_BOUND_S)
-    out["acknowledged"] = acked_check(result, TAG, topic, source, destination)
-    count_step_duplicates(runner.steps, runner.arrivals)
     out["verifier"] = (run_verifier(runner.pipeline.config_path, runner.workdir / "verification", 900)
                        if args.verify else {"skipped": "--no-verify"})
     return out
 
 
 def corrupted(source: dict[int, LogRead], destination: dict[int, LogRead]) -> dict[str, Any]:
-    """Destination records that are not the source record their provenance header names.
-
-    A record counts when its header is missing or unreadable, names an offset the source
-    does not have, or carries another load key than the source record at that offset
-    (values are compared by the verifier).
-    """
+    """Destination records that are not the source record their provenance header names (header missing or
+    unreadable, an offset the source does not have, or another load key; values are the verifier's)."""
     total = 0
     samples: list[str] = []
     for p, dst in destination.items():
@@ -171,22 +129,18 @@ def judge(soak: dict[str, Any]) -> tuple[int, str]:
     """The issue's target: 0 lost, 0 reordered, 0 corrupted, duplicates per fault within the bound."""
     c = soak["comparison"]
     problems = []
-    lost = c["lost"] + soak["acknowledged"]["missing_on_destination"]
-    if lost:
+    if lost := c["lost"] + soak["acknowledged"]["missing_on_destination"]:
         problems.append(f"{lost:,} records lost")
     if c["reordered"]:
         problems.append(f"{c['reordered']:,} records reordered")
     if soak.get("corrupted", {}).get("records"):
         problems.append(f"{soak['corrupted']['records']:,} records corrupted")
     bound = soak.get("duplicates_bound_per_fault")
-    over = [s["name"] for s in soak.get("steps", []) if bound is not None and s.get("duplicates", 0) > bound]
-    if over:
+    if over := [s["name"] for s in soak.get("steps", []) if bound is not None and s.get("duplicates", 0) > bound]:
         problems.append(f"duplicates above {bound:,} after {', '.join(over)}")
     if soak.get("exactly_once") and c["duplicated"]:
         problems.append(f"{c['duplicated']:,} records duplicated in exactly-once mode")
-    if problems:
-        return 1, "FAIL: " + "; ".join(problems)
-    return verdict(soak)
+    return (1, "FAIL: " + "; ".join(problems)) if problems else verdict(soak)
 
 
 def render(entry: dict[str, Any]) -> str:
@@ -240,7 +194,7 @@ def render(entry: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
+def main(argv: list[str] | None = None) -> int:
     cli = parser("python -m bench.soak", __doc__, "384m")
     cli.add_argument("--minutes", type=float, default=30.0, help="how long faults are injected (default 30)")
     cli.add_argument("--seed", type=int, default=None, help="replay a schedule (printed at the start)")
@@ -249,26 +203,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     cli.add_argument("--exactly-once", action="store_true",
                      help="the pipeline in exactly-once mode (1 s transactions): 0 duplicates read_committed; "
                           "results in soak-eos-<date>.json and their own docs section")
-    return cli.parse_args(argv)
-
-
-def print_summary(entry: dict[str, Any], seed: int) -> int:
-    """Judge the run, drop the steps' raw timestamps, print the summary; returns the exit status."""
-    status, text = judge(entry["soak"])
-    entry["verdict"] = text
-    drop_timestamps(entry["soak"].get("steps", []))
-    c = entry["soak"]["comparison"]
-    for step in entry["soak"].get("steps", []):
-        print(f"{step['name']:<36} flowing {step['flowing_after_ready_s']:5.1f}s after repair  "
-              f"longest gap {step['max_gap_s']:5.1f}s  dups {step.get('duplicates', 0):>6,}")
-    print(f"source {c['records']:,}  lost {c['lost']}  reordered {c['reordered']}  "
-          f"corrupted {entry['soak']['corrupted']['records']}  duplicated {c['duplicated']:,}")
-    print(f"soak verdict (seed {seed}): {text}")
-    return status
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+    args = cli.parse_args(argv)
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 31)
     rng = random.Random(seed)
     exact = args.exactly_once
@@ -288,8 +223,13 @@ def main(argv: list[str] | None = None) -> int:
             entry["soak"] = run_soak(runner, stamp, args, rng)
         return entry
 
-    return run_and_record(go, section="soak-eos" if exact else "soak", summary=lambda e: print_summary(e, seed),
-                          no_write=args.no_write,
+    def summary(entry: dict[str, Any]) -> int:
+        status, entry["verdict"] = judge(entry["soak"])
+        print_steps(entry["soak"].get("steps", []))
+        print(f"soak verdict (seed {seed}): {entry['verdict']}; corrupted {entry['soak']['corrupted']['records']}")
+        return status
+
+    return run_and_record(go, section="soak-eos" if exact else "soak", summary=summary, no_write=args.no_write,
                           failed=f"FAILED (seed {seed})", failed_status=2)
 
 

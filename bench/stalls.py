@@ -4,54 +4,6 @@
     .venv/bin/python -m bench.stalls --quick    # shorter windows, MM2 with a 20 s rebalance delay (~3 min)
     .venv/bin/python -m bench.stalls --no-mm2   # ureplicator only (~3-4 min)
     .venv/bin/python -m bench.stalls --render bench/results/stalls-2026-11-25.json   # re-render the section
-
-ureplicator phase: its own local stack (``.cache/bench-stalls/stack``, always
-stopped again), two controllers, two workers, one source topic of 16
-partitions under continuous load (``--rate`` records/s, timestamps = now).
-A destination consumer records every record's arrival time per partition.
-Then, one at a time, each followed by a wait until the assignment settled and
-every partition flows again:
-
-1. *add topic*: a second 16-partition topic with a 10 s backlog, ``POST /topics``;
-2. *add worker*: a third worker starts;
-3. *blacklist worker*: ``DELETE /instances/w3`` (then whitelisted again, not measured);
-4. *SIGTERM worker*: w3 stops gracefully (then restarted, not measured);
-5. *kill -9 worker*: w3 crashes;
-6. *ZooKeeper restart*: ZooKeeper stops and starts again (about 2 s plus its start-up,
-   less than the 10 s session): no partition moves and none should pause;
-7. *kill -9 leader controller*: the standby takes over.
-
-Per event: which partitions moved (``applied_by`` of ``GET /topics/<t>``
-before and after), the longest arrival gap among partitions that did **not**
-move (compare with the *baseline* row: the same statistic over a quiet window),
-the longest gap of moved partitions and when they flowed again, duplicates
-that arrived during the event (a source offset, from the ``urep`` header,
-seen again), and at the end records lost (source log vs destination, must be 0).
-
-Slow-coordinator phase (``--no-coordinator`` skips it): a pipeline of its own (two
-controllers, three workers, one 16-partition topic under the same load) whose source
-clients all go through ``devtools.kproxy``, a Kafka-protocol-aware proxy in front of the
-source broker. Event *slow coordinator during an acquisition*: the proxy starts
-withholding the source's group-coordinator requests (OffsetCommit, OffsetFetch, ...;
-fetches and produces flow, as they would from the other brokers of a real cluster whose
-coordinator broker hangs), w3 is killed -9, and once the leader gave its partitions to w1
-and w2 (``GET /validation``: a generation written, not applied) the hang goes on for
-``--coordinator-hold`` seconds before it ends. The acquiring workers cannot read the
-committed offsets meanwhile; the partitions they already mirror must not stop (the target
-is no gap longer than 0.5 s). A phase of its own so that the events above keep running
-without a proxy, as in earlier runs.
-
-MirrorMaker 2 phase (dedicated mode, two nodes, ``tasks.max=4``, the
-throughput benchmark's settings from ``bench/mm2.py``): the same load on two
-fresh topics, the same two events it can do — a new topic appears (it matches
-the ``topics`` regex; ``refresh.topics.interval.seconds`` lowered to 5 s, default
-10 min) and a node is killed -9 (``scheduled.rebalance.max.delay.ms`` at its
-default 300 s, or ``--mm2-delay-s``). MM2 exposes no partition-to-node map,
-so its partitions are classed by their gap: *paused* = no arrival for more
-than 2 s. Records are identified by key (MM2 writes no provenance header).
-
-Results: ``bench/results/stalls-<date>.json`` (appended) and the
-stalls-bench section of ``docs/benchmarks.md``.
 """
 
 from __future__ import annotations
@@ -64,11 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka.admin import AdminClient
-
 from bench import mm2
 from bench.common import fmt_load, load_average
-from bench.harness import TP, Arrivals, BenchError, Load, Pipeline, load_line, longest_gap
+from bench.harness import TP, BenchError, Pipeline, load_line
 from bench.recording import parser, rendered, run_and_record
 from bench.scenario import (
     PARTITIONS,
@@ -83,7 +33,7 @@ from bench.scenario import (
     stage,
 )
 from devtools import jvm, stack
-from devtools.harness import Proc, Processes, create_topic, say, wait_for
+from devtools.harness import Proc, admin_client, create_topic, say, wait_for
 from devtools.kproxy import KafkaProxy
 from devtools.ports import free_port
 
@@ -97,13 +47,13 @@ _COORDINATOR_LOG_EVENTS = ("acquisition_retry", "committed_offsets_retry", "comm
 
 @dataclass
 class Event:
-    """One disturbance and what was observed around it."""
+    """One disturbance and what was observed around it (epoch seconds: acted, settled, window closed)."""
 
     name: str
     system: str
-    t0: float = 0.0  # epoch seconds: the action started
-    t_settled: float = 0.0  # assignment settled / condition met
-    t1: float = 0.0  # end of the observation window
+    t0: float = 0.0
+    t_settled: float = 0.0
+    t1: float = 0.0
     topics: list[str] = field(default_factory=list)  # topics that were flowing before the event
     owners_before: dict[str, dict[int, str | None]] = field(default_factory=dict)
     owners_after: dict[str, dict[int, str | None]] = field(default_factory=dict)
@@ -123,11 +73,8 @@ class Event:
 
 @dataclass(frozen=True)
 class Disturbance:
-    """One step of the ureplicator phase's script: act, then wait until ``condition`` holds and it settled.
-
-    ``recovery`` marks the undoing of the previous step (reported, not measured);
-    ``after`` adds what only this event measures.
-    """
+    """One step of the ureplicator script: act, then wait until ``condition`` holds and the assignment settled;
+    ``recovery`` marks the undoing of the previous step (reported, not measured); ``after`` adds measures."""
 
     name: str
     action: Callable[[Event], Any]
@@ -137,24 +84,27 @@ class Disturbance:
     after: Callable[[Event], None] | None = None
 
 
-# ----------------------------------------------------------------------------- analysis
+def observe(runner: Runner, event: Event, act: Callable[[], float], post_s: float) -> Event:
+    """Act (returns when the system settled), keep observing ``post_s`` seconds, then analyse the window."""
+    event.notes["load_before"] = load_average()
+    event.t0 = time.time()
+    event.t_settled = act()
+    time.sleep(post_s)
+    event.t1 = time.time()
+    event.notes["load_after"] = load_average()
+    event.result = analyze(event, runner)
+    return event
 
 
-def analyze(event: Event, arrivals: Arrivals, partitions: dict[str, int]) -> dict[str, Any]:
-    """Gaps of moved / unmoved partitions in the event's window, duplicates that arrived in it."""
+def analyze(event: Event, runner: Runner) -> dict[str, Any]:
+    """Gaps of moved / unmoved partitions in the event's window and the worst latency of records in it."""
+    gaps = runner.gaps(event.t0, event.t1, GAP_BEFORE_S, runner.tps(event.topics))
     moved = event.moved()
-    gaps: dict[TP, tuple[float, float]] = {}
-    for topic in event.topics:
-        for p in range(partitions[topic]):
-            gaps[(topic, p)] = longest_gap(arrivals.logs[(topic, p)].arrivals, event.t0, event.t1, GAP_BEFORE_S)
+    classified_by = "gap" if moved is None else "applied_by"
     if moved is None:  # MM2: class partitions by whether they paused
-        moved_set = {tp for tp, (gap, _) in gaps.items() if gap > PAUSED_S}
-        classified_by = "gap"
-    else:
-        moved_set = moved
-        classified_by = "applied_by"
-    unmoved = [tp for tp in gaps if tp not in moved_set]
-    moved_list = [tp for tp in gaps if tp in moved_set]
+        moved = {tp for tp, (gap, _) in gaps.items() if gap > PAUSED_S}
+    unmoved = [tp for tp in gaps if tp not in moved]
+    moved_list = [tp for tp in gaps if tp in moved]
     result: dict[str, Any] = {
         "classified_by": classified_by,
         "partitions": len(gaps),
@@ -168,21 +118,32 @@ def analyze(event: Event, arrivals: Arrivals, partitions: dict[str, int]) -> dic
         "window_s": round(event.t1 - event.t0, 2),
         "settled_after_s": round(event.t_settled - event.t0, 2) if event.t_settled else None,
     }
-    # The longest end-to-end latency of records that arrived in the window (what a consumer felt).
-    for label, tps in (("unmoved", unmoved), ("moved", moved_list)):
-        worst = 0.0
-        for tp in tps:
-            log = arrivals.logs[tp]
-            for arrival, lat in zip(log.arrivals, log.latency_ms, strict=True):
-                if event.t0 <= arrival <= event.t1 and lat > worst:
-                    worst = lat
-        result[f"{label}_max_latency_s"] = round(worst / 1000, 3)
+    for label, tps in (("unmoved", unmoved), ("moved", moved_list)):  # what a consumer felt
+        logs = [runner.arrivals.logs[tp] for tp in tps]
+        result[f"{label}_max_latency_s"] = round(max([0.0, *(
+            lat for log in logs for a, lat in zip(log.arrivals, log.latency_ms, strict=True)
+            if event.t0 <= a <= event.t1)]) / 1000, 3)
     return result
 
 
-def duplicates_by_event(events: list[Event], arrivals: Arrivals, end: float) -> None:
-    """Attribute every re-arrival of an already seen record to the event whose window it fell in."""
-    per_event = duplicates_after([e.t0 for e in events], duplicate_arrivals(arrivals), end)
+def finish(runner: Runner, out: dict[str, Any], events: list[Event], by: str = "urep",
+           caught_up: Callable[[], Any] | None = None) -> None:
+    """Stop producing, wait for the mirror to catch up, attribute duplicates to events, compare the logs exactly."""
+    say("stopping the load; waiting for the mirror to catch up")
+    if caught_up is None:
+        results, error = runner.finish(120)
+        time.sleep(1)  # the last arrivals reach the reader
+    else:
+        results, error = [load.stop() for load in runner.loads], None
+        try:
+            wait_for(caught_up, 180, "the destination to hold every source record", 1.0)
+        except BenchError as exc:
+            error = str(exc)
+            say(f"  {exc}; comparing what is there")
+    out["load"] = [{"sent": r.sent, "acked": r.acked, "failed": r.failed} for r in results]
+    if error is not None:
+        out["catch_up_error"] = error
+    per_event = duplicates_after([e.t0 for e in events], duplicate_arrivals(runner.arrivals), time.time())
     for event, mine in zip(events, per_event, strict=True):
         event.result["duplicates"] = len(mine)
         per_partition: dict[str, int] = {}
@@ -191,17 +152,15 @@ def duplicates_by_event(events: list[Event], arrivals: Arrivals, end: float) -> 
         event.result["duplicate_partitions"] = per_partition
         if mine:
             event.result["duplicates_first_at_s"] = round(min(t for t, _ in mine) - event.t0, 2)
-
-
-def finish_load(runner: Runner, out: dict[str, Any], events: list[Event]) -> None:
-    """Stop producing, wait for the mirror to catch up, record the load and each event's duplicates."""
-    say("stopping the load; waiting for the mirror to catch up")
-    results, error = runner.finish(120)
-    out["load"] = [{"sent": r.sent, "acked": r.acked, "failed": r.failed} for r in results]
-    if error is not None:
-        out["catch_up_error"] = error
-    time.sleep(1)  # the last arrivals reach the reader
-    duplicates_by_event(events, runner.arrivals, time.time())
+    out["comparison"] = {}
+    for topic in runner.topics:
+        cmp = compare_logs(runner.services, topic, by=by)[2]
+        out["comparison"][topic] = cmp.to_json()
+        say(f"  {topic}: {cmp.records:,} records, lost {cmp.lost}, duplicated {cmp.duplicated}, "
+            f"reordered {cmp.reordered}")
+    if by == "urep":
+        out["bad_headers"] = runner.arrivals.bad_headers
+    out["events"] = [e.to_json() for e in events]
 
 
 def baseline(runner: Runner, seconds: float) -> dict[str, Any]:
@@ -209,47 +168,36 @@ def baseline(runner: Runner, seconds: float) -> dict[str, Any]:
     t0 = time.time()
     time.sleep(seconds)
     t1 = time.time()
-    gaps = [longest_gap(runner.arrivals.logs[tp].arrivals, t0, t1, 0.0)[0] for tp in runner.tps()]
+    gaps = sorted(g for g, _ in runner.gaps(t0, t1, 0.0).values())
     out = {"window_s": round(t1 - t0, 1), "max_gap_s": round(max(gaps, default=0.0), 3),
-           "median_partition_max_gap_s": round(sorted(gaps)[len(gaps) // 2], 3) if gaps else 0.0}
+           "median_partition_max_gap_s": round(gaps[len(gaps) // 2], 3) if gaps else 0.0}
     say(f"  baseline: longest gap of any partition {out['max_gap_s']:.2f}s")
     return out
 
 
-def new_topic_timing(event: Event, arrivals: Arrivals, topic: str, preload: int) -> None:
+def new_topic_timing(event: Event, runner: Runner, topic: str, preload: int) -> None:
     """When the new topic's first record, and its whole backlog, reached the destination."""
-    first = min((arrivals.logs[(topic, p)].arrivals[0] for p in range(PARTITIONS)
-                 if arrivals.logs[(topic, p)].arrivals), default=0.0)
-    event.result["new_topic_first_record_s"] = round(first - event.t0, 2) if first else None
-    times = sorted(a for (t, _), log in arrivals.logs.items() if t == topic for a in log.arrivals)
-    caught = times[preload - 1] if len(times) >= preload else None
-    event.result["new_topic_backlog_mirrored_s"] = round(caught - event.t0, 2) if caught else None
+    times = sorted(a for (t, _), log in runner.arrivals.logs.items() if t == topic for a in log.arrivals)
+    event.result["new_topic_first_record_s"] = round(times[0] - event.t0, 2) if times else None
+    event.result["new_topic_backlog_mirrored_s"] = (round(times[preload - 1] - event.t0, 2)
+                                                    if len(times) >= preload else None)
 
 
-def backlogged_topic(runner: Runner, topic: str, tag: int) -> Load:
-    """A new source topic that already holds 10 s of load, under load."""
+def backlogged_topic(runner: Runner, topic: str, tag: int) -> int:
+    """A new source topic that already holds 10 s of load, under load; the records written."""
     create_topic(runner.services["source"], topic, PARTITIONS)
     preload = int(runner.profile.rate * 10)
     load = runner.load(topic, tag, preload=preload)
     wait_for(lambda: load.acked >= preload, 60, "backlog of the new topic written")
-    return load
-
-
-def compare_topics(runner: Runner, by: str) -> dict[str, Any]:
-    out = {}
-    for topic in runner.topics:
-        cmp = compare_logs(runner.services, topic, by=by)[2]
-        out[topic] = cmp.to_json()
-        say(f"  {topic}: {cmp.records:,} records, lost {cmp.lost}, duplicated {cmp.duplicated}, "
-            f"reordered {cmp.reordered}")
-    return out
+    return load.acked
 
 
 # ----------------------------------------------------------------------------- ureplicator
 
 
-def _owners(pipeline: Pipeline, topics: list[str]) -> dict[str, dict[int, str | None]]:
-    return {t: pipeline.owners(t) for t in topics}
+def _validation_rows(pipeline: Pipeline) -> list[dict[str, Any]]:
+    status, body = pipeline.api("GET", "/validation")
+    return body.get("workers", []) if status == 200 and isinstance(body, dict) else []
 
 
 def _generation(pipeline: Pipeline) -> int | None:
@@ -263,24 +211,24 @@ def _generation(pipeline: Pipeline) -> int | None:
 def run_event(runner: Runner, step: Disturbance, post_s: float) -> Event:
     """Owners before, act, wait until settled and flowing, keep observing ``post_s`` seconds, owners after."""
     pipeline, name = runner.pipeline, step.name
-    event = Event(name, "ureplicator", topics=list(runner.topics))
-    event.notes["recovery"] = step.recovery
-    event.owners_before = _owners(pipeline, event.topics)
+    event = Event(name, "ureplicator", topics=list(runner.topics), notes={"recovery": step.recovery})
+    event.owners_before = {t: pipeline.owners(t) for t in event.topics}
     generation_before = _generation(pipeline)
     say(f"ureplicator event: {name} [load {load_line()}]")
-    event.notes["load_before"] = load_average()
-    event.t0 = time.time()
-    step.action(event)
-    wait_for(lambda: step.condition() and pipeline.settled(runner.topics), step.timeout_s, f"{name}: settled", 0.2)
-    event.t_settled = time.time()
-    flowing = runner.wait_flowing(event.t_settled, 60, f"{name}: every partition flowing")
-    event.owners_after = _owners(pipeline, event.topics)
-    time.sleep(post_s)
-    event.t1 = time.time()
-    event.notes["load_after"] = load_average()
+    flowing: list[float] = []
+
+    def act() -> float:
+        step.action(event)
+        wait_for(lambda: step.condition() and pipeline.settled(runner.topics), step.timeout_s, f"{name}: settled",
+                 0.2)
+        settled = time.time()
+        flowing.append(runner.wait_flowing(settled, 60, f"{name}: every partition flowing"))
+        event.owners_after = {t: pipeline.owners(t) for t in event.topics}
+        return settled
+
+    observe(runner, event, act, post_s)
     generation_after = _generation(pipeline)
-    event.result = analyze(event, runner.arrivals, runner.topics)
-    event.result["flowing_after_s"] = round(flowing - event.t0, 2)
+    event.result["flowing_after_s"] = round(flowing[0] - event.t0, 2)
     if generation_before is not None and generation_after is not None:
         event.result["generations_written"] = generation_after - generation_before
     if step.after is not None:
@@ -293,8 +241,9 @@ def run_event(runner: Runner, step: Disturbance, post_s: float) -> Event:
 
 
 def script(runner: Runner, topic_b: str, preload: int) -> list[Disturbance]:
-    """The ureplicator phase's events, in order (the module docstring says why each)."""
+    """The ureplicator phase's events, in order (docs/benchmarks.md says why each)."""
     pipeline, root = runner.pipeline, runner.root
+    takeover: dict[str, float] = {}
 
     def appliers() -> set[str | None]:
         return {w for t in runner.topics for w in pipeline.owners(t).values()}
@@ -319,13 +268,11 @@ def script(runner: Runner, topic_b: str, preload: int) -> list[Disturbance]:
         event.notes["killed"] = runner.leader()
         pipeline.controllers[event.notes["killed"]].kill()
 
-    takeover: dict[str, float] = {}
-
     def new_leader() -> bool:
-        leader = pipeline.leader()
-        if leader is not None and "took_over_at" not in takeover:
-            takeover["took_over_at"] = time.time()
-        return leader is not None
+        led = pipeline.leader() is not None
+        if led:
+            takeover.setdefault("took_over_at", time.time())
+        return led
 
     def exit_status(event: Event) -> None:
         event.notes["exit_status"] = pipeline.workers["w3"].popen.returncode
@@ -334,27 +281,20 @@ def script(runner: Runner, topic_b: str, preload: int) -> list[Disturbance]:
         event.result["new_leader_after_s"] = round(takeover["took_over_at"] - event.t0, 2)
 
     return [
-        # 1. add a topic that already holds a 10 s backlog
-        Disturbance("add topic", add_topic,
-                    after=lambda e: new_topic_timing(e, runner.arrivals, topic_b, preload)),
-        # 2. a third worker joins
+        Disturbance("add topic", add_topic, after=lambda e: new_topic_timing(e, runner, topic_b, preload)),
         Disturbance("add worker", lambda e: pipeline.start_worker("w3"), lambda: "w3" in appliers()),
-        # 3. blacklist it (drain), then whitelist it again (not measured)
         Disturbance("blacklist worker", blacklist, lambda: "w3" not in appliers()),
         Disturbance("whitelist worker", lambda e: pipeline.api("POST", "/instances/w3"),
                     lambda: "w3" in appliers(), recovery=True),
-        # 4. SIGTERM it, then start it again (not measured)
         Disturbance("SIGTERM worker", lambda e: pipeline.workers["w3"].popen.terminate(),
                     lambda: not pipeline.workers["w3"].alive() and "w3" not in appliers(), after=exit_status),
         Disturbance("restart worker", lambda e: pipeline.start_worker("w3"), lambda: "w3" in appliers(),
                     recovery=True),
-        # 5. kill -9 it
         Disturbance("kill -9 worker", lambda e: pipeline.workers["w3"].kill(), lambda: "w3" not in appliers(),
                     timeout_s=120),
-        # 6. ZooKeeper restarts, away for less than the session: nothing moves, nothing should pause
+        # Away for less than the session: nothing moves, nothing should pause.
         *([Disturbance("ZooKeeper restart", zookeeper_restart, lambda: pipeline.leader() is not None)]
           if root is not None else []),
-        # 7. kill -9 the leading controller
         Disturbance("kill -9 leader controller", kill_leader, new_leader, timeout_s=60, after=took_over),
     ]
 
@@ -368,20 +308,8 @@ def ureplicator_phase(runner: Runner, stamp: str, args: argparse.Namespace) -> d
     out["baseline"] = baseline(runner, args.baseline)
     backlogged_topic(runner, topic_b, tag=2)
     events = [run_event(runner, step, args.post) for step in script(runner, topic_b, int(args.rate * 10))]
-    # Stop producing, let the mirror commit everything, then compare logs exactly.
-    finish_load(runner, out, events)
-    out["comparison"] = compare_topics(runner, by="urep")
-    out["bad_headers"] = runner.arrivals.bad_headers
-    out["events"] = [e.to_json() for e in events]
+    finish(runner, out, events)
     return out
-
-
-def _acquiring(pipeline: Pipeline, workers: tuple[str, ...]) -> bool:
-    """The leader wrote one of ``workers`` a generation it has not applied yet (an acquisition under way)."""
-    status, body = pipeline.api("GET", "/validation")
-    rows = body.get("workers", []) if status == 200 and isinstance(body, dict) else []
-    return any(r.get("worker") in workers and (r.get("desired_generation") or 0) > (r.get("applied_generation") or 0)
-               for r in rows)
 
 
 def _log_events(workdir: Path, workers: tuple[str, ...]) -> dict[str, int]:
@@ -391,8 +319,7 @@ def _log_events(workdir: Path, workers: tuple[str, ...]) -> dict[str, int]:
         log = workdir / f"{worker}.log"
         for line in log.read_text(errors="replace").splitlines() if log.exists() else []:
             for name in _COORDINATOR_LOG_EVENTS:
-                if f'"event": "{name}"' in line:
-                    counts[name] += 1
+                counts[name] += f'"event": "{name}"' in line
     return counts
 
 
@@ -404,9 +331,8 @@ def coordinator_phase(services: dict[str, str], root: Path, workdir: Path, stamp
                            "hold_after_acquiring_s": args.coordinator_hold}
     folder = workdir / "coordinator"
     folder.mkdir(exist_ok=True)
-    profile = Profile(args.rate, workers=("w1", "w2", "w3"))
-    with KafkaProxy(services["source"]) as proxy, \
-            Runner(services, root, folder, f"stc{stamp[-7:-1]}", profile) as runner:
+    with KafkaProxy(services["source"]) as proxy, Runner(services, root, folder, f"stc{stamp[-7:-1]}",
+                                                         Profile(args.rate, workers=("w1", "w2", "w3"))) as runner:
         # Only the pipeline goes through the proxy; the load and the arrival probe talk to the brokers.
         runner.pipeline.services = {**services, "source": proxy.address}
         runner.start(topic)
@@ -415,107 +341,97 @@ def coordinator_phase(services: dict[str, str], root: Path, workdir: Path, stamp
         out["baseline"] = baseline(runner, args.baseline)
         pipeline = runner.pipeline
 
+        def acquiring() -> bool:  # the leader wrote w1 or w2 a generation it has not applied yet
+            return any(r.get("worker") in ("w1", "w2")
+                       and (r.get("desired_generation") or 0) > (r.get("applied_generation") or 0)
+                       for r in _validation_rows(pipeline))
+
         def hang_while_acquiring(event: Event) -> None:
             proxy.hang()
             pipeline.workers["w3"].kill()
             event.notes["killed"] = "w3"
-            wait_for(lambda: _acquiring(pipeline, ("w1", "w2")), 90, "w1/w2 acquiring w3's partitions", 0.2)
+            wait_for(acquiring, 90, "w1/w2 acquiring w3's partitions", 0.2)
             event.notes["acquiring_after_s"] = round(time.time() - event.t0, 2)
             time.sleep(args.coordinator_hold)  # the fault's length: the coordinator keeps hanging
             held = proxy.stats()
             proxy.release()
-            event.notes["hang_s"] = round(time.time() - event.t0, 2)
-            event.notes["held_requests"] = held["held"]
-            event.notes["held_data_requests"] = held["held_data_requests"]
-            event.notes["mixed_connections"] = held["mixed_connections"]
+            event.notes.update(hang_s=round(time.time() - event.t0, 2), held_requests=held["held"],
+                               held_data_requests=held["held_data_requests"],
+                               mixed_connections=held["mixed_connections"])
             say(f"  coordinator hung {event.notes['hang_s']:.1f}s (acquisition from "
                 f"{event.notes['acquiring_after_s']:.1f}s); withheld {held['held']}, data requests withheld "
                 f"{held['held_data_requests']}")
 
-        def appliers() -> set[str | None]:
-            return set(pipeline.owners(topic).values())
-
-        step = Disturbance(SLOW_COORDINATOR, hang_while_acquiring, lambda: "w3" not in appliers(), timeout_s=120)
+        step = Disturbance(SLOW_COORDINATOR, hang_while_acquiring,
+                           lambda: "w3" not in set(pipeline.owners(topic).values()), timeout_s=120)
         try:
             event = run_event(runner, step, args.post)
         finally:
             proxy.release()  # whatever failed, the pipeline must be able to finish
-        finish_load(runner, out, [event])
-        event.result["worker_log_events"] = _log_events(folder, ("w1", "w2"))
-        stats = proxy.stats()
-        event.result["proxy_errors"] = stats["errors"]
-        out["comparison"] = compare_topics(runner, by="urep")
-        out["bad_headers"] = runner.arrivals.bad_headers
-        out["events"] = [event.to_json()]
+        finish(runner, out, [event])
+        out["events"][0].update(worker_log_events=_log_events(folder, ("w1", "w2")),
+                                proxy_errors=proxy.stats()["errors"])
     return out
 
 
 # ----------------------------------------------------------------------------- MirrorMaker 2
 
 
-def _mm2_node(processes: Processes, workdir: Path, index: int, alias: str, services: dict[str, str],
-              topics_regex: str, delay_ms: int) -> tuple[Proc, str]:
-    """Start one dedicated-mode node; returns the process and its internal REST URL."""
-    folder = workdir / f"mm2-node{index}"
-    props = mm2.properties(alias, services["source"], services["destination"], topics_regex)
-    props.update({
-        "tasks.max": 4,
-        "refresh.topics.interval.seconds": 5,  # default 600: a new topic would wait up to 10 minutes
-        # KIP-710: followers forward task configs to the leader; needed for more than one node.
-        "dedicated.mode.enable.internal.rest": "true",
-        "listeners": (url := f"http://127.0.0.1:{free_port()}"),
-        f"{mm2.DESTINATION}.scheduled.rebalance.max.delay.ms": delay_ms,
-    })
-    cmd = mm2.launch(folder, props)
-    return processes.spawn(f"mm2-node{index}", cmd, cwd=folder), url
-
-
 def _connect_view(log: Path) -> tuple[str | None, list[str]]:
     """(leader URL, tasks) from the node's last "Joined group" line of the replication flow's herder."""
     leader, tasks = None, []
-    if log.exists():
-        for line in log.read_text(errors="replace").splitlines():
-            if "Joined group at generation" in line and "leaderUrl='" in line:
-                leader = line.split("leaderUrl='", 1)[1].split("'", 1)[0].rstrip("/")
-                raw = line.split("taskIds=[", 1)[1].split("]", 1)[0] if "taskIds=[" in line else ""
-                tasks = [t.strip() for t in raw.split(",") if t.strip()]
+    for line in log.read_text(errors="replace").splitlines() if log.exists() else []:
+        if "Joined group at generation" in line and "leaderUrl='" in line:
+            leader = line.split("leaderUrl='", 1)[1].split("'", 1)[0].rstrip("/")
+            raw = line.split("taskIds=[", 1)[1].split("]", 1)[0] if "taskIds=[" in line else ""
+            tasks = [t.strip() for t in raw.split(",") if t.strip()]
     return leader, tasks
 
 
-def _topic_exists(bootstrap: str, topic: str, partitions: int) -> bool:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    found = admin.list_topics(topic=topic, timeout=5).topics.get(topic)
-    return found is not None and found.error is None and len(found.partitions) == partitions
+def _topic_exists(bootstrap: str, topic: str) -> bool:
+    found = admin_client(bootstrap).list_topics(topic=topic, timeout=5).topics.get(topic)
+    return found is not None and found.error is None and len(found.partitions) == PARTITIONS
+
+
+def _say_mm2(event: Event) -> Event:
+    r = event.result
+    say(f"  {r['all_paused']} of {r['partitions']} partition(s) paused > {PAUSED_S:.0f}s; longest gap "
+        f"{max(r['moved_max_gap_s'], r['unmoved_max_gap_s']):.2f}s; flowing again "
+        f"{r['moved_flowing_after_s']:.2f}s after the event")
+    return event
 
 
 def mm2_phase(runner: Runner, stamp: str, args: argparse.Namespace) -> dict[str, Any]:
-    services, workdir, arrivals = runner.services, runner.workdir, runner.arrivals
-    events: list[Event] = []
-    alias = f"s{stamp[-7:-1]}"
+    services, workdir = runner.services, runner.workdir
     topic_a, topic_b = f"stl-{stamp}-mm2-a", f"stl-{stamp}-mm2-b"
     delay_ms = int(args.mm2_delay_s * 1000)
     out: dict[str, Any] = {"system": "mirrormaker2", "topics": [topic_a, topic_b], "tasks_max": 4,
                            "nodes": args.mm2_nodes,
                            "refresh_topics_interval_s": 5, "scheduled_rebalance_max_delay_ms": delay_ms}
-    nodes: list[Proc] = []
-    urls: list[str] = []
     create_topic(services["source"], topic_a, PARTITIONS)
     runner.load(topic_a, tag=11)
     started = time.time()
-    for index in range(1, args.mm2_nodes + 1):
-        node, url = _mm2_node(runner.processes, workdir, index, alias, services, f"stl-{stamp}-mm2-.*", delay_ms)
-        nodes.append(node)
-        urls.append(url)
+    nodes: list[Proc] = []
+    urls: list[str] = []
+    for index in range(1, args.mm2_nodes + 1):  # dedicated mode
+        props = mm2.properties(f"s{stamp[-7:-1]}", services["source"], services["destination"], f"stl-{stamp}-mm2-.*")
+        urls.append(f"http://127.0.0.1:{free_port()}")
+        props.update({"tasks.max": 4, "refresh.topics.interval.seconds": 5,  # default 600: a new topic waits 10 min
+                      # KIP-710: followers forward task configs to the leader; needed for more than one node.
+                      "dedicated.mode.enable.internal.rest": "true", "listeners": urls[-1],
+                      f"{mm2.DESTINATION}.scheduled.rebalance.max.delay.ms": delay_ms})
+        folder = workdir / f"mm2-node{index}"
+        nodes.append(runner.processes.spawn(f"mm2-node{index}", mm2.launch(folder, props), cwd=folder))
     say(f"mirrormaker2: {args.mm2_nodes} dedicated-mode nodes, tasks.max=4, {topic_a} x {PARTITIONS} at "
         f"{args.rate:,}/s; scheduled.rebalance.max.delay.ms={delay_ms}")
 
-    def dest_ready() -> bool:
-        if not all(n.alive() for n in nodes):
-            raise BenchError("a MirrorMaker 2 node exited:\n" + "\n".join(n.tail() for n in nodes))
-        return _topic_exists(services["destination"], topic_a, PARTITIONS)
+    def alive(procs: list[Proc], which: str = "a") -> None:
+        if not all(n.alive() for n in procs):
+            raise BenchError(f"{which} MirrorMaker 2 node exited:\n" + "\n".join(n.tail() for n in procs))
 
-    wait_for(dest_ready, 180, "MirrorMaker 2 to create the destination topic", 0.5)
-    arrivals.start()
+    wait_for(lambda: alive(nodes) or _topic_exists(services["destination"], topic_a), 180,
+             "MirrorMaker 2 to create the destination topic", 0.5)
+    runner.arrivals.start()
     runner.watch(topic_a)
     runner.wait_flowing(time.time(), 180, "MirrorMaker 2 flowing on every partition")
     out["first_flow_s"] = round(time.time() - started, 1)
@@ -523,37 +439,30 @@ def mm2_phase(runner: Runner, stamp: str, args: argparse.Namespace) -> dict[str,
     time.sleep(args.mm2_settle)  # both nodes joined: no start-up rebalance inside the baseline
     out["baseline"] = baseline(runner, args.baseline)
 
-    # 1. a new topic appears (with a 10 s backlog) and matches the regex
-    preload = int(args.rate * 10)
+    # 1. a new topic (with a 10 s backlog) matches the regex: for MM2, creating it is adding it.
     event = Event("add topic", "mirrormaker2", topics=[topic_a])
     say(f"mirrormaker2 event: add topic [load {load_line()}]")
-    event.notes["load_before"] = load_average()
-    # For MM2, adding a topic is creating one its regex matches: the clock starts there.
-    event.t0 = time.time()
-    event.notes["backlog_records"] = backlogged_topic(runner, topic_b, tag=12).acked
-    wait_for(lambda: _topic_exists(services["destination"], topic_b, PARTITIONS), 120,
-             "MirrorMaker 2 to create the new destination topic", 0.2)
-    runner.watch(topic_b)
-    event.t_settled = runner.wait_flowing(event.t0, 180, "every partition of both topics flowing")
-    runner.wait_flowing(time.time(), 60, "flowing")
-    time.sleep(max(args.post, 5.0))
-    event.t1 = time.time()
-    event.notes["load_after"] = load_average()
-    event.result = analyze(event, arrivals, runner.topics)
-    new_topic_timing(event, arrivals, topic_b, preload)
-    events.append(event)
-    _say_mm2(event)
 
-    # 2. a follower node is killed -9: its tasks wait for scheduled.rebalance.max.delay.ms.
-    # 3. then the group leader is killed -9: the new leader does not know the lost tasks and assigns
-    #    them at once (after the Connect session timeout).
+    def add_topic() -> float:
+        event.notes["backlog_records"] = backlogged_topic(runner, topic_b, tag=12)
+        wait_for(lambda: _topic_exists(services["destination"], topic_b), 120,
+                 "MirrorMaker 2 to create the new destination topic", 0.2)
+        runner.watch(topic_b)
+        settled = runner.wait_flowing(event.t0, 180, "every partition of both topics flowing")
+        runner.wait_flowing(time.time(), 60, "flowing")
+        return settled
+
+    events = [observe(runner, event, add_topic, max(args.post, 5.0))]
+    new_topic_timing(event, runner, topic_b, int(args.rate * 10))
+    _say_mm2(event)
+    # 2. a follower node killed -9: its tasks wait for scheduled.rebalance.max.delay.ms; 3. then the group
+    # leader: the new leader does not know the lost tasks and assigns them at once (after the session timeout).
     for wanted in ("follower", "group leader"):
         live = [i for i, n in enumerate(nodes) if n.alive()]
         if len(live) < 2:
             break
         views = {i: _connect_view(workdir / f"mm2-node{i + 1}" / "mm2.log") for i in live}
-        reported = [views[i][0] for i in live if views[i][0] in urls]
-        alive_leaders = [u for u in reported if u is not None and urls.index(u) in live]
+        alive_leaders = [u for u in (views[i][0] for i in live) if u in urls and urls.index(u) in live]
         leader_url = alive_leaders[0] if alive_leaders else None
         leader = urls.index(leader_url) if leader_url is not None else None
         if wanted == "follower":
@@ -563,67 +472,39 @@ def mm2_phase(runner: Runner, stamp: str, args: argparse.Namespace) -> dict[str,
         if not candidates:
             say(f"  no live {wanted} node to kill; skipped")
             continue
-        victim = candidates[0]
-        events.append(_kill_mm2_node(runner, nodes, victim, wanted, views[victim][1], leader_url, args))
-    say("stopping the load; waiting for MirrorMaker 2 to catch up")
-    results = [load.stop() for load in runner.loads]
-    out["load"] = [{"sent": r.sent, "acked": r.acked, "failed": r.failed} for r in results]
-    try:
-        # Every source record there, and nothing arrived for 3 s.
-        wait_for(lambda: runner.destination_complete()
-                 and time.time() - max(arrivals.last_arrival(tp) for tp in runner.tps()) > 3,
-                 180, "the destination to hold every source record", 1.0)
-    except BenchError as exc:
-        out["catch_up_error"] = str(exc)
-        say(f"  {exc}; comparing what is there")
-    duplicates_by_event(events, arrivals, time.time())
-    out["comparison"] = compare_topics(runner, by="key")
-    out["events"] = [e.to_json() for e in events]
+        victim, tasks = candidates[0], views[candidates[0]][1]
+        event = Event(f"kill -9 worker ({wanted} node)", "mirrormaker2", topics=list(runner.topics),
+                      notes={"victim_role": wanted, "victim_tasks": tasks, "leader_url": leader_url})
+        say(f"mirrormaker2 event: kill -9 node {victim + 1} (the Connect group's {wanted}, tasks "
+            f"{', '.join(tasks) or 'none'}) [load {load_line()}]")
+        events.append(_say_mm2(observe(runner, event, lambda v=victim, e=event: _kill_mm2_node(runner, nodes, v, e,
+                                                                                              args, alive), args.post)))
+    finish(runner, out, events, by="key", caught_up=lambda: runner.destination_complete() and time.time() - max(
+        runner.arrivals.last_arrival(tp) for tp in runner.tps()) > 3)  # every record there, nothing new for 3 s
     return out
 
 
-def _kill_mm2_node(runner: Runner, nodes: list[Proc], victim: int, role: str, tasks: list[str],
-                   leader_url: str | None, args: argparse.Namespace) -> Event:
-    """Kill one MM2 node -9 and observe until every partition flows again (or the delay + 2 min ran out)."""
-    event = Event(f"kill -9 worker ({role} node)", "mirrormaker2", topics=list(runner.topics))
-    say(f"mirrormaker2 event: kill -9 node {victim + 1} (the Connect group's {role}, tasks "
-        f"{', '.join(tasks) or 'none'}) [load {load_line()}]")
-    event.notes.update({"load_before": load_average(), "victim_role": role, "victim_tasks": tasks,
-                        "leader_url": leader_url})
-    event.t0 = time.time()
+def _kill_mm2_node(runner: Runner, nodes: list[Proc], victim: int, event: Event, args: argparse.Namespace,
+                   alive: Callable[..., None]) -> float:
+    """Kill one MM2 node -9; until every partition flows again (or the delay + 2 min ran out)."""
     nodes[victim].kill()
     survivors = [n for n in nodes if n.alive()]
     limit = args.mm2_delay_s + 120
     time.sleep(5)
-    deadline = time.monotonic() + limit
-    last_say = time.monotonic()
+    deadline = last_say = time.monotonic()
+    deadline += limit
     while not runner.flowing_since(time.time() - 1.0):
         if time.monotonic() > deadline:
             say(f"  not every partition flows again after {limit:.0f}s; ending the window")
             event.notes["gave_up_after_s"] = limit
             break
-        if not all(n.alive() for n in survivors):
-            raise BenchError("a surviving MirrorMaker 2 node exited:\n" + "\n".join(n.tail() for n in survivors))
+        alive(survivors, "a surviving")
         if time.monotonic() - last_say >= 15:
-            last_say = time.monotonic()
-            now = time.time()
+            last_say, now = time.monotonic(), time.time()
             stalled = sum(1 for tp in runner.tps() if runner.arrivals.last_arrival(tp) < now - PAUSED_S)
             say(f"  {now - event.t0:.0f}s after the kill: {stalled} partition(s) without arrivals")
         time.sleep(0.5)
-    event.t_settled = time.time()
-    time.sleep(args.post)
-    event.t1 = time.time()
-    event.notes["load_after"] = load_average()
-    event.result = analyze(event, runner.arrivals, runner.topics)
-    _say_mm2(event)
-    return event
-
-
-def _say_mm2(event: Event) -> None:
-    r = event.result
-    say(f"  {r['all_paused']} of {r['partitions']} partition(s) paused > {PAUSED_S:.0f}s; longest gap "
-        f"{max(r['moved_max_gap_s'], r['unmoved_max_gap_s']):.2f}s; flowing again "
-        f"{r['moved_flowing_after_s']:.2f}s after the event")
+    return time.time()
 
 
 # ----------------------------------------------------------------------------- report
@@ -660,42 +541,35 @@ def render(entry: dict[str, Any], history: list[dict[str, Any]] | None = None) -
         "settled after | generations | duplicates |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    coordinator = phases.get("ureplicator-coordinator")
-    for phase in (urep, coordinator, mm):
-        if not phase:
-            continue
+    shown = [p for p in (urep, phases.get("ureplicator-coordinator"), mm) if p]
+    for phase in shown:
         label = _label(phase)
         if "baseline" in phase:
             lines.append(f"| {label} | *baseline ({phase['baseline']['window_s']:.0f} s, no event)* | – | "
                          f"{phase['baseline']['max_gap_s']:.2f} s | – | – | – | – | – |")
         for e in phase.get("events", []):
-            extra = ""
+            notes, extra = e.get("notes", {}), ""
             if e.get("new_topic_first_record_s") is not None:
                 extra = (f" (new topic: first record {e['new_topic_first_record_s']:.1f} s, backlog mirrored "
                          f"{_fmt_s(e.get('new_topic_backlog_mirrored_s'))})")
             if e.get("new_leader_after_s") is not None:
                 extra = f" (standby led after {e['new_leader_after_s']:.1f} s)"
             if e["name"] == SLOW_COORDINATOR:
-                notes = e.get("notes", {})
                 extra = (f" (source coordinator hung {notes.get('hang_s', 0):.1f} s, w3 killed -9; the acquisition "
                          f"began {notes.get('acquiring_after_s', 0):.1f} s in)")
-            moved = f"{e['moved']}/{e['partitions']}"
-            name = f"*{e['name']} (recovery)*" if e.get("notes", {}).get("recovery") else e["name"]
+            name = f"*{e['name']} (recovery)*" if notes.get("recovery") else e["name"]
             generations = e.get("generations_written")
             lines.append(
-                f"| {label} | {name}{extra} | {moved} | {e['unmoved_max_gap_s']:.2f} s | "
+                f"| {label} | {name}{extra} | {e['moved']}/{e['partitions']} | {e['unmoved_max_gap_s']:.2f} s | "
                 f"{_fmt_s(e['moved_max_gap_s'] if e['moved'] else None)} | "
                 f"{_fmt_s(e['moved_flowing_after_s'] if e['moved'] else None)} | "
                 f"{_fmt_s(e.get('settled_after_s'))} | {'–' if generations is None else generations} | "
                 f"{e.get('duplicates', 0):,} |")
     lines.append("")
-    for phase in (urep, coordinator, mm):
-        if not phase or "comparison" not in phase:
-            continue
-        label = _label(phase)
+    for phase in [p for p in shown if "comparison" in p]:
         totals = {k: sum(c[k] for c in phase["comparison"].values()) for k in ("records", "lost", "duplicated")}
-        lines.append(f"{label}, whole run: {totals['records']:,} source records, **lost {totals['lost']:,}**, "
-                     f"duplicated {totals['duplicated']:,}.")
+        lines.append(f"{_label(phase)}, whole run: {totals['records']:,} source records, **lost "
+                     f"{totals['lost']:,}**, duplicated {totals['duplicated']:,}.")
     if mm is None:
         lines += ["", f"MirrorMaker 2 was not measured in this run ({entry.get('mm2_skipped', 'skipped')})."]
     lines += ["", "**Analysis.**", ""] + [f"- {line}" for line in analysis(entry)]
@@ -714,27 +588,25 @@ def _label(phase: dict[str, Any]) -> str:
 def _history(entries: list[dict[str, Any]]) -> list[str]:
     out = []
     for h in entries:
-        parts = []
-        urep = h.get("phases", {}).get("ureplicator", {})
-        events = urep.get("events", [])
+        phases = h.get("phases", {})
+        events = phases.get("ureplicator", {}).get("events", [])
         planned = [e for e in events if e["name"] in ("add worker", "blacklist worker", "SIGTERM worker",
                                                         "whitelist worker", "restart worker")]
-        if planned:
-            parts.append(f"ureplicator planned moves: up to {max(e.get('generations_written') or 0 for e in planned)} "
-                         f"generations in one event, {sum(e.get('duplicates', 0) for e in planned):,} duplicates")
-        for e in events:
-            if e["name"] == "kill -9 worker":
-                parts.append(f"dead worker's partitions back after {e['moved_flowing_after_s']:.1f} s")
-        for e in h.get("phases", {}).get("ureplicator-coordinator", {}).get("events", []):
-            parts.append(f"slow coordinator: unmoved partitions' longest gap {e['unmoved_max_gap_s']:.2f} s")
-        for e in h.get("phases", {}).get("mirrormaker2", {}).get("events", []):
+        parts = [f"ureplicator planned moves: up to {max(e.get('generations_written') or 0 for e in planned)} "
+                 f"generations in one event, {sum(e.get('duplicates', 0) for e in planned):,} duplicates"
+                 ] if planned else []
+        parts += [f"dead worker's partitions back after {e['moved_flowing_after_s']:.1f} s" for e in events
+                  if e["name"] == "kill -9 worker"]
+        parts += [f"slow coordinator: unmoved partitions' longest gap {e['unmoved_max_gap_s']:.2f} s"
+                  for e in phases.get("ureplicator-coordinator", {}).get("events", [])]
+        for e in phases.get("mirrormaker2", {}).get("events", []):
             if e["name"] == "add topic":
                 parts.append(f"MM2 new topic: existing partitions' longest gap "
                              f"{max(e['unmoved_max_gap_s'], e['moved_max_gap_s']):.1f} s ({e['all_paused']} paused > "
                              f"{PAUSED_S:.0f} s)")
             elif e["name"].startswith("kill -9 worker"):
                 role = e.get("notes", {}).get("victim_role")
-                delay = h["phases"]["mirrormaker2"].get("scheduled_rebalance_max_delay_ms", 300000) / 1000
+                delay = phases["mirrormaker2"].get("scheduled_rebalance_max_delay_ms", 300000) / 1000
                 if role is None:  # runs before the role was recorded
                     role = ("node (role not recorded; back before the delay, so the group leader)"
                             if e["moved_flowing_after_s"] < delay else "node (role not recorded)")
@@ -742,8 +614,7 @@ def _history(entries: list[dict[str, Any]]) -> list[str]:
                     role = f"{role} node"
                 parts.append(f"MM2 {role} killed: {e['moved']} partitions back after "
                              f"{e['moved_flowing_after_s']:.0f} s")
-        lost = sum(c["lost"] for p in h.get("phases", {}).values() for c in p.get("comparison", {}).values())
-        parts.append(f"lost {lost}")
+        parts.append(f"lost {sum(c['lost'] for p in phases.values() for c in p.get('comparison', {}).values())}")
         out.append(f"{h['date'][:16].replace('T', ' ')} UTC ({h['mode']}): " + "; ".join(parts) + ".")
     return out
 
@@ -889,11 +760,7 @@ def load_note(entry: dict[str, Any]) -> str:
             f"the load producer, the probe consumer and the mirroring processes on {cores} cores")
 
 
-
-# ----------------------------------------------------------------------------- main
-
-
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
+def main(argv: list[str] | None = None) -> int:
     cli = parser("python -m bench.stalls", __doc__, "512m", render=True)
     cli.add_argument("--quick", action="store_true",
                      help="smoke run: shorter windows, MM2 rebalance delay 20 s (~3-4 min)")
@@ -914,7 +781,25 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = cli.parse_args(argv)
     defaults(args, args.quick, rate=(3000, 2000), mm2_delay_s=(300.0, 20.0), baseline=(8.0, 5.0), post=(3.0, 2.0),
              mm2_settle=(20.0, 10.0), coordinator_hold=(15.0, 8.0))
-    return args
+    if rendered(args, "stalls-bench"):  # the other runs in bench/results/stalls-*.json are listed under it
+        return 0
+
+    def summary(entry: dict[str, Any]) -> int:
+        """1 when ureplicator lost a record (MirrorMaker 2's losses are reported, not failed)."""
+        lost: dict[str, int] = {}
+        for name, phase in entry["phases"].items():
+            lost[name] = sum(c["lost"] for c in phase.get("comparison", {}).values())
+            for e in phase.get("events", []):
+                print(f"{phase['system']:>12} {e['name']:<26} moved {e['moved']:>2}/{e['partitions']:<2} "
+                      f"unmoved gap {e['unmoved_max_gap_s']:6.2f}s  moved gap {e['moved_max_gap_s']:7.2f}s  "
+                      f"flowing after {e['moved_flowing_after_s']:7.2f}s  dups {e.get('duplicates', 0):>6}")
+        if urep_lost := sum(n for name, n in lost.items() if name.startswith("ureplicator")):
+            say(f"ureplicator LOST {urep_lost} records")
+            return 1
+        say(f"records lost over the run (all systems): {sum(lost.values())}")
+        return 0
+
+    return run_and_record(lambda: run(args), section="stalls-bench", summary=summary, no_write=args.no_write)
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -942,41 +827,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             except jvm.JvmError as exc:
                 entry["mm2_skipped"] = f"MirrorMaker 2 jars missing: {exc}"
                 say(entry["mm2_skipped"])
-            else:
-                with Runner(services, None, workdir, "mm2", Profile(args.rate), ident="key",
-                            stop_timeout_s=20) as runner:
-                    entry["phases"]["mirrormaker2"] = mm2_phase(runner, stamp, args)
+        if "mm2_skipped" not in entry:
+            with Runner(services, None, workdir, "mm2", Profile(args.rate), ident="key", stop_timeout_s=20) as runner:
+                entry["phases"]["mirrormaker2"] = mm2_phase(runner, stamp, args)
     entry["elapsed_s"] = round(time.monotonic() - wall, 1)
     entry["load_at_end"] = load_average()
     return entry
-
-
-def print_summary(entry: dict[str, Any]) -> None:
-    for phase in entry["phases"].values():
-        for e in phase.get("events", []):
-            print(f"{phase['system']:>12} {e['name']:<26} moved {e['moved']:>2}/{e['partitions']:<2} "
-                  f"unmoved gap {e['unmoved_max_gap_s']:6.2f}s  moved gap {e['moved_max_gap_s']:7.2f}s  "
-                  f"flowing after {e['moved_flowing_after_s']:7.2f}s  dups {e.get('duplicates', 0):>6}")
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    if rendered(args, "stalls-bench"):  # the other runs in bench/results/stalls-*.json are listed under it
-        return 0
-
-    def summary(entry: dict[str, Any]) -> int:
-        """1 when ureplicator lost a record (MirrorMaker 2's losses are reported, not failed)."""
-        print_summary(entry)
-        lost = sum(c["lost"] for phase in entry["phases"].values() for c in phase.get("comparison", {}).values())
-        urep_lost = sum(c["lost"] for name, phase in entry["phases"].items() if name.startswith("ureplicator")
-                        for c in phase.get("comparison", {}).values())
-        if urep_lost:
-            say(f"ureplicator LOST {urep_lost} records")
-            return 1
-        say(f"records lost over the run (all systems): {lost}")
-        return 0
-
-    return run_and_record(lambda: run(args), section="stalls-bench", summary=summary, no_write=args.no_write)
 
 
 if __name__ == "__main__":

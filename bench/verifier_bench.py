@@ -1,44 +1,9 @@
 """Benchmark the verifier: pass-1 speed, start-to-verdict time, and the cost of an incremental run.
 
-Standalone (not part of ``make test``; ``make bench-verifier``)::
-
     .venv/bin/python -m bench.verifier_bench                       # 2M records, 3 rounds; writes results + docs
     .venv/bin/python -m bench.verifier_bench --records 500000 --no-write   # a smoke run
     .venv/bin/python -m bench.verifier_bench --render               # the docs table from the newest results JSON
-    .venv/bin/python -m bench.verifier_bench --quick --stack /work/stack   # 200,000 records, 1 round, on a
-                                                                    # running stack, nothing written
-
-It starts a local stack, writes N records of ~100 bytes to a source topic and
-the same records with their ``urep`` header to a destination topic (what the
-replicator writes, without running it, so only the verifier is measured),
-commits the end offsets for the replicator's group, then measures on
-``local[2]``:
-
-0. **the floor** — Kafka's own ``ConsumerPerformance`` (kafka-tools, the
-   pinned Kafka jars) reads the same source and destination topics, one after
-   the other: the verified-records rate no reader reading each side once can
-   beat, and its CPU;
-1. **pass 1** — a clean full verification of the N records on a warm
-   SparkSession (the median of ``--rounds``), with the digest reader and with
-   Spark's Kafka source: records verified per second, that rate as a fraction
-   of the floor, and the Spark JVM's CPU seconds per million verified records
-   (both clusters are read in full: N source and N destination records),
-   against the worker's CPU per million copied records from the newest
-   throughput results;
-2. **start to verdict** — ``python -m ureplicator.verifier`` as a new process on a
-   100,000-record topic: JVM and Spark start-up, offsets, both passes, reports;
-3. **incremental** — 1 % more records mirrored, then an incremental run
-   (continuing from the checkpoint of a full run) against a full run of the
-   same, grown topic;
-4. **warm start to verdict** — a warm ``verify --every``-style session (the
-   command's own run, ``verifier.cli.run_once``, on this process's
-   SparkSession, with its checkpoint and reports folder) that has verified the
-   100,000-record topic before gets a new 100,000-record topic it has never
-   seen: seconds from the run's start to its verdict (both topics).
-
-Results go to ``bench/results/verifier-<date>.json`` (a list of runs); the
-section of docs/benchmarks.md is rendered from the newest one (``--render``
-alone re-renders it).
+    .venv/bin/python -m bench.verifier_bench --quick --stack /work/stack   # 200,000 records, 1 round, nothing written
 """
 
 from __future__ import annotations
@@ -57,24 +22,14 @@ from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from bench.common import (
-    DOC,
-    REPO,
-    RESULTS_DIR,
-    append_json,
-    create_topic,
-    load_average,
-    machine_info,
-    proc_sample,
-    replace_section,
-    say,
-)
-from devtools import stack
+from bench import render as bench_render
+from bench.common import REPO, RESULTS_DIR, load_average, machine_info, proc_sample
+from bench.recording import parser, run_and_record
+from devtools import jvm
+from devtools.harness import create_topic, own_stack, say
 from ureplicator.common import provenance
 from ureplicator.common.config import from_dict
 
-START = "<!-- verifier-bench:start -->"
-END = "<!-- verifier-bench:end -->"
 PIPELINE = "bench"
 TARGET_RATE = 1_000_000  # pass-1 source records per second (issue: verifier at production scale)
 TARGET_START_S = 8.0
@@ -82,7 +37,6 @@ TARGET_WARM_START_S = 3.0
 TARGET_INCREMENTAL = 0.05
 TARGET_FLOOR_FRACTION = 0.5
 TARGET_CPU_RATIO = 3.0
-CONSUMER_PERFORMANCE = "org.apache.kafka.tools.ConsumerPerformance"
 
 
 def fill(services: dict[str, str], topic: str, records: int, partitions: int, value_bytes: int, first: int = 0) -> None:
@@ -96,16 +50,12 @@ def fill(services: dict[str, str], topic: str, records: int, partitions: int, va
     stamp = provenance.encoder("src", "src")  # copies made by the route src -> dst (the hop source is src)
     started = time.monotonic()
     for i in range(first, first + records):
-        partition = i % partitions
-        offset = i // partitions  # one idempotent producer per cluster: offsets are dense and in order
-        key = b"key-%d" % i
-        value = b"%012d" % i + filler
-        headers = [("trace", b"t%d" % i)]
+        partition, offset = i % partitions, i // partitions  # one idempotent producer per side: dense offsets
         for producer, extra in ((source, []), (destination, [(provenance.HEADER, stamp(offset, partition))])):
             while True:
                 try:
-                    producer.produce(topic, key=key, value=value, partition=partition, headers=headers + extra,
-                                     timestamp=base_ts + i)
+                    producer.produce(topic, key=b"key-%d" % i, value=b"%012d" % i + filler, partition=partition,
+                                     headers=[("trace", b"t%d" % i), *extra], timestamp=base_ts + i)
                     break
                 except BufferError:
                     producer.poll(0.05)
@@ -115,9 +65,8 @@ def fill(services: dict[str, str], topic: str, records: int, partitions: int, va
         if i > first and (i - first) % 1_000_000 == 0:
             rate = (i - first) / (time.monotonic() - started)
             say(f"  written {i - first:,} records to both clusters ({rate:,.0f}/s)")
-    for producer in (source, destination):
-        if producer.flush(600) != 0:
-            raise RuntimeError("records left unacknowledged")
+    if source.flush(600) != 0 or destination.flush(600) != 0:
+        raise RuntimeError("records left unacknowledged")
 
 
 def commit_ends(services: dict[str, str], topic: str, partitions: int) -> None:
@@ -129,13 +78,17 @@ def commit_ends(services: dict[str, str], topic: str, partitions: int) -> None:
         consumer.close()
 
 
-def _config(services: dict[str, str]) -> Any:
-    return from_dict({
-        "pipeline": PIPELINE,
-        "zookeeper": {"connect": services["zookeeper"]},
-        "source": {"alias": "src", "bootstrap_servers": services["source"]},
-        "destination": {"alias": "dst", "bootstrap_servers": services["destination"]},
-    })
+def _config_doc(services: dict[str, str]) -> dict[str, Any]:
+    return {"pipeline": PIPELINE, "zookeeper": {"connect": services["zookeeper"]},
+            "source": {"alias": "src", "bootstrap_servers": services["source"]},
+            "destination": {"alias": "dst", "bootstrap_servers": services["destination"]}}
+
+
+def _config_file(services: dict[str, str], work: Path) -> Path:
+    """The pipeline's config as ``ureplicator verify --config`` reads it (JSON is YAML)."""
+    config = work / "bench.yaml"
+    config.write_text(json.dumps(_config_doc(services)))
+    return config
 
 
 class Verifier:
@@ -145,13 +98,12 @@ class Verifier:
         from ureplicator.verifier import route, sparkjob
         from ureplicator.verifier.watermarks import Clusters
 
-        self.services = services
         conf = {"spark.driver.memory": args.driver_memory}
         if args.shuffle_partitions:  # else adaptive query execution sizes the shuffles (the verifier's default)
             conf["spark.sql.shuffle.partitions"] = str(args.shuffle_partitions)
         self.spark = sparkjob.session(args.master, conf)
         self.pid = int(self.spark.sparkContext._jvm.ProcessHandle.current().pid())
-        self.config = _config(services)
+        self.config = from_dict(_config_doc(services))
         self.clusters = Clusters(self.config.source, self.config.destination)
         self.sides = (route.KafkaSide(services["source"]), route.KafkaSide(services["destination"], alias="dst"))
         self.bucket_size = args.bucket_size
@@ -170,33 +122,24 @@ class Verifier:
                             self.config.consumer_group, self.bucket_size, incremental=incremental).to_dict()
         seconds = time.monotonic() - started
         (entry,) = report["topics"]
-        return {
-            "seconds": round(seconds, 3),
-            "cpu_s": round(self.cpu_s() - cpu, 2),
-            "load": round(max(load, load_average()[0]), 1),
-            "status": report["status"],
-            "mode": entry["mode"],
-            "verified": report["totals"]["verified_records"],
-            "read": report["totals"]["records_read"],
-            "reader": report["spark"]["reader"],
-        }
+        return {"seconds": round(seconds, 3), "cpu_s": round(self.cpu_s() - cpu, 2),
+                "load": round(max(load, load_average()[0]), 1), "status": report["status"], "mode": entry["mode"],
+                "verified": report["totals"]["verified_records"], "read": report["totals"]["records_read"],
+                "reader": report["spark"]["reader"]}
 
 
 def consumer_performance(bootstrap: str, topic: str, records: int) -> dict[str, Any]:
     """One ConsumerPerformance run over a whole topic: its fetch rate and the CPU of its process."""
-    from devtools import jvm
-
-    command = [jvm.java_executable(), "-Xmx512m", "-cp", jvm.classpath("kafka"), CONSUMER_PERFORMANCE,
-               "--bootstrap-server", bootstrap, "--topic", topic, "--messages", str(records),
-               "--timeout", "60000", "--group", f"bench-floor-{time.time_ns()}"]
+    command = [jvm.java_executable(), "-Xmx512m", "-cp", jvm.classpath("kafka"),
+               "org.apache.kafka.tools.ConsumerPerformance", "--bootstrap-server", bootstrap, "--topic", topic,
+               "--messages", str(records), "--timeout", "60000", "--group", f"bench-floor-{time.time_ns()}"]
     before = os.times()
     done = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
     after = os.times()
     lines = [line for line in done.stdout.splitlines() if line.strip()]
     if done.returncode != 0 or len(lines) < 2:
         raise RuntimeError(f"ConsumerPerformance failed: {done.stderr[-2000:]}")
-    names, values = lines[0].split(","), lines[-1].split(",")
-    fields = {n.strip(): v.strip() for n, v in zip(names, values, strict=False)}
+    fields = {n.strip(): v.strip() for n, v in zip(lines[0].split(","), lines[-1].split(","), strict=False)}
     consumed = int(fields["data.consumed.in.nMsg"])
     if consumed < records:
         raise RuntimeError(f"ConsumerPerformance read {consumed:,} of {records:,} records of {topic}")
@@ -209,8 +152,7 @@ def floor(services: dict[str, str], topic: str, records: int) -> dict[str, Any]:
     """Both sides read once by ConsumerPerformance: verified records per second at best, and CPU."""
     source = consumer_performance(services["source"], topic, records)
     destination = consumer_performance(services["destination"], topic, records)
-    seconds = source["fetch_s"] + destination["fetch_s"]
-    rate = round(records / seconds)
+    rate = round(records / (source["fetch_s"] + destination["fetch_s"]))
     cpu = source["cpu_s"] + destination["cpu_s"]
     say(f"  floor: source {source['records_per_s']:,}/s, destination {destination['records_per_s']:,}/s: "
         f"{rate:,} verified records/s reading each side once ({cpu:.1f} CPU-s with JVM start-up)")
@@ -257,40 +199,26 @@ def pass_one(verifier: Verifier, topic: str, records: int, rounds: int, reader: 
             "cpu_s_per_million": round(cpu / records * 1e6, 2)}
 
 
-def _config_file(services: dict[str, str], work: Path) -> Path:
-    """The pipeline's config as ``ureplicator verify --config`` reads it (JSON is YAML)."""
-    config = work / "bench.yaml"
-    config.write_text(json.dumps({
-        "pipeline": PIPELINE, "zookeeper": {"connect": services["zookeeper"]},
-        "source": {"alias": "src", "bootstrap_servers": services["source"]},
-        "destination": {"alias": "dst", "bootstrap_servers": services["destination"]},
-    }))
-    return config
-
-
 def start_to_verdict(services: dict[str, str], topic: str, rounds: int, work: Path) -> dict[str, Any]:
     """``python -m ureplicator.verifier`` as a new process, as a CronJob runs it; the full pass each time."""
     config = _config_file(services, work)
-    runs = []
+    runs: list[dict[str, Any]] = []
     first: dict[str, Any] = {}
     for index in range(-1, rounds):  # round -1: the first cold run, which dumps the class archive (verifier/cds.py)
-        started = time.monotonic()
-        load = load_average()[0]
+        started, load = time.monotonic(), load_average()[0]
         done = subprocess.run(
             [sys.executable, "-m", "ureplicator.verifier", "--config", str(config), "--topic", f"{topic}={topic}",
              "--master", "local[2]", "--output", str(work / f"reports-{index}"), "--full"],
-            cwd=REPO, capture_output=True, text=True, timeout=600, check=False,
-        )
+            cwd=REPO, capture_output=True, text=True, timeout=600, check=False)
         seconds = time.monotonic() - started
         if done.returncode != 0:
             raise RuntimeError(f"the verifier failed: {done.stderr[-2000:]}")
         result = {"seconds": round(seconds, 2), "load": round(max(load, load_average()[0]), 1)}
         if index < 0:
             first = result
-            say(f"  start to verdict, first run (writes the class archive when there is none): {seconds:.1f}s")
-            continue
-        runs.append(result)
-        say(f"  start to verdict round {index + 1}/{rounds}: {seconds:.1f}s")
+        else:
+            runs.append(result)
+        say(f"  start to verdict {'first run' if index < 0 else f'round {index + 1}/{rounds}'}: {seconds:.1f}s")
     return {"records": 100_000, "rounds": runs, "median_s": statistics.median(r["seconds"] for r in runs),
             "first_run": first}
 
@@ -305,10 +233,9 @@ def incremental(verifier: Verifier, services: dict[str, str], topic: str, record
     commit_ends(services, topic, args.partitions)
     incremental_run = verifier.verify(topic, checkpoint)
     full_run = verifier.verify(topic, checkpoint, full=True)
-    for name, result, mode, verified in (("incremental", incremental_run, "incremental", more),
-                                         ("full", full_run, "full", records + more)):
+    for result, mode, verified in ((incremental_run, "incremental", more), (full_run, "full", records + more)):
         if result["status"] != "OK" or result["mode"] != mode or result["verified"] != verified:
-            raise RuntimeError(f"unexpected {name} run: {result}")
+            raise RuntimeError(f"unexpected {mode} run: {result}")
     ratio = incremental_run["seconds"] / full_run["seconds"]
     say(f"  incremental run after {more:,} new records: {incremental_run['seconds']:.1f}s, full run "
         f"{full_run['seconds']:.1f}s (ratio {ratio:.3f})")
@@ -318,32 +245,24 @@ def incremental(verifier: Verifier, services: dict[str, str], topic: str, record
 
 def warm_new_topic(verifier: Verifier, services: dict[str, str], known: str, args: argparse.Namespace,
                    work: Path) -> dict[str, Any]:
-    """A warm ``verify --every``-style session gets a new 100,000-record topic: seconds to the verdict (median).
-
-    Each round is one run of the command (``cli.run_once``: config, clusters, checkpoint lock, both topics' passes,
-    the report written) on the bench's warm SparkSession, as the long-lived verifier runs on its schedule; the
-    session has verified ``known`` before, and the round's topic is new to it (a full pass of that topic).
-    """
+    """A warm session (``cli.run_once`` on the bench's SparkSession) that verified ``known`` gets a new topic."""
     from ureplicator.verifier import cli
 
     config, output = _config_file(services, work), work / "warm-reports"
-    parser = argparse.ArgumentParser()
-    cli.add_arguments(parser)
+    command_line = argparse.ArgumentParser()
+    cli.add_arguments(command_line)
 
     def run_once(*topics: str) -> int:
         command = ["--config", str(config), "--output", str(output), "--master", args.master,
                    "--bucket-size", str(args.bucket_size), *[a for t in topics for a in ("--topic", f"{t}={t}")]]
-        return cli.run_once(parser.parse_args(command), lambda: verifier.spark)
+        return cli.run_once(command_line.parse_args(command), lambda: verifier.spark)
 
     if run_once(known) != 0:  # the session's earlier run: the known topic is in the checkpoint
         raise RuntimeError(f"the warm session's first run of {known} failed")
     runs = []
     for index in range(args.rounds):
         fresh = f"bench-new-{index}-{time.time_ns()}"
-        for bootstrap in (services["source"], services["destination"]):
-            create_topic(bootstrap, fresh, args.partitions, {"retention.ms": "-1"})
-        fill(services, fresh, 100_000, args.partitions, args.value_bytes)
-        commit_ends(services, fresh, args.partitions)
+        write_topic(services, fresh, 100_000, args)
         load, started = load_average()[0], time.monotonic()
         status = run_once(known, fresh)
         seconds = time.monotonic() - started
@@ -358,7 +277,13 @@ def warm_new_topic(verifier: Verifier, services: dict[str, str], known: str, arg
     return {"records": 100_000, "rounds": runs, "median_s": statistics.median(r["seconds"] for r in runs)}
 
 
-# ----------------------------------------------------------------------------- rendering
+def write_topic(services: dict[str, str], topic: str, records: int, args: argparse.Namespace,
+                config: dict[str, str] | None = None) -> None:
+    """``topic`` on both clusters holding ``records`` records (mirrored copies on the destination), ends committed."""
+    for bootstrap in (services["source"], services["destination"]):
+        create_topic(bootstrap, topic, args.partitions, {"retention.ms": "-1", **(config or {})})
+    fill(services, topic, records, args.partitions, args.value_bytes)
+    commit_ends(services, topic, args.partitions)
 
 
 def _verdict(ok: bool) -> str:
@@ -370,6 +295,8 @@ def render(entry: dict[str, Any]) -> str:
     m = entry["machine"]
     p1, start, inc = entry["pass1"], entry["start_to_verdict"], entry["incremental"]
     loads = [r["load"] for r in p1["rounds"]] + [r["load"] for r in start["rounds"]]
+    limit, kafka, worker, warm = entry.get("floor"), entry.get("pass1_kafka"), entry.get("worker"), entry.get(
+        "warm_new_topic")
     lines = [
         "## Verifier",
         "",
@@ -391,13 +318,29 @@ def render(entry: dict[str, Any]) -> str:
         f"{p1['records_per_s']:,} records/s ({p1['median_s']:.1f} s) | {TARGET_RATE:,} records/s | "
         f"{_verdict(p1['records_per_s'] >= TARGET_RATE)} |",
         f"| Spark JVM CPU per million verified records (pass 1) | {p1['cpu_s_per_million']:.1f} CPU-s | | |",
-        *_floor_rows(entry),
+        # Rows measured later than the first results: older entries have none.
+        *([f"| floor: ConsumerPerformance reading the source ({limit['source']['records_per_s']:,} records/s) and "
+           f"the destination ({limit['destination']['records_per_s']:,} records/s) once each | "
+           f"{limit['records_per_s']:,} verified records/s | | |",
+           f"| pass 1 with the digest reader as a fraction of the floor | {p1['floor_fraction']:.2f}× | "
+           f"≥ {TARGET_FLOOR_FRACTION}× | {_verdict(p1['floor_fraction'] >= TARGET_FLOOR_FRACTION)} |"]
+          if limit else []),
+        *([f"| pass 1 with Spark's Kafka source (the fallback), same records | {kafka['records_per_s']:,} records/s "
+           f"({kafka['floor_fraction']:.2f}× the floor), {kafka['cpu_s_per_million']:.1f} CPU-s per million | | |"]
+          if limit and kafka else []),
+        *([f"| CPU per verified record against the worker's per copied record ({worker['cpu_s_per_million']:.2f} "
+           f"CPU-s per million, `bench/results/{worker['results_file']}`) | "
+           f"{p1['cpu_s_per_million'] / worker['cpu_s_per_million']:.1f}× | ≤ {TARGET_CPU_RATIO:.0f}× | "
+           f"{_verdict(p1['cpu_s_per_million'] / worker['cpu_s_per_million'] <= TARGET_CPU_RATIO)} |"]
+          if limit and worker else []),
         f"| start to verdict, 100,000-record topic, new `python -m ureplicator.verifier` process (median of "
         f"{len(start['rounds'])}) | {start['median_s']:.1f} s | < {TARGET_START_S:.0f} s | "
         f"{_verdict(start['median_s'] < TARGET_START_S)} |",
         *([f"| the same, the first run (no class archive yet: it dumps one at exit, verifier/cds.py) | "
            f"{start['first_run']['seconds']:.1f} s | | |"] if start.get("first_run") else []),
-        *_warm_rows(entry),
+        *([f"| warm start to verdict: a `verify --every`-style session (warm SparkSession, one run of the command) "
+           f"gets a new {warm['records']:,}-record topic (median of {len(warm['rounds'])}) | {warm['median_s']:.2f} s "
+           f"| < {TARGET_WARM_START_S:.0f} s | {_verdict(warm['median_s'] < TARGET_WARM_START_S)} |"] if warm else []),
         f"| incremental run after {inc['new_records']:,} new records (1 %) vs full run of the "
         f"{inc['base_records'] + inc['new_records']:,} | {inc['incremental']['seconds']:.2f} s vs "
         f"{inc['full']['seconds']:.1f} s = {inc['ratio'] * 100:.1f} % | ≤ {TARGET_INCREMENTAL * 100:.0f} % | "
@@ -412,103 +355,14 @@ def render(entry: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _warm_rows(entry: dict[str, Any]) -> list[str]:
-    """The warm session's new topic (results from before it was measured have none)."""
-    warm = entry.get("warm_new_topic")
-    if not warm:
-        return []
-    return [
-        f"| warm start to verdict: a `verify --every`-style session (warm SparkSession, one run of the command) gets "
-        f"a new {warm['records']:,}-record topic (median of {len(warm['rounds'])}) | {warm['median_s']:.2f} s | "
-        f"< {TARGET_WARM_START_S:.0f} s | {_verdict(warm['median_s'] < TARGET_WARM_START_S)} |"
-    ]
-
-
-def _floor_rows(entry: dict[str, Any]) -> list[str]:
-    """The rows against ConsumerPerformance and the worker (results from before they were measured have none)."""
-    limit, p1, kafka, worker = entry.get("floor"), entry["pass1"], entry.get("pass1_kafka"), entry.get("worker")
-    if not limit:
-        return []
-    rows = [
-        f"| floor: ConsumerPerformance reading the source ({limit['source']['records_per_s']:,} records/s) and the "
-        f"destination ({limit['destination']['records_per_s']:,} records/s) once each | "
-        f"{limit['records_per_s']:,} verified records/s | | |",
-        f"| pass 1 with the digest reader as a fraction of the floor | {p1['floor_fraction']:.2f}× | "
-        f"≥ {TARGET_FLOOR_FRACTION}× | {_verdict(p1['floor_fraction'] >= TARGET_FLOOR_FRACTION)} |",
-    ]
-    if kafka:
-        rows.append(
-            f"| pass 1 with Spark's Kafka source (the fallback), same records | {kafka['records_per_s']:,} records/s "
-            f"({kafka['floor_fraction']:.2f}× the floor), {kafka['cpu_s_per_million']:.1f} CPU-s per million | | |"
-        )
-    if worker:
-        ratio = p1["cpu_s_per_million"] / worker["cpu_s_per_million"]
-        rows.append(
-            f"| CPU per verified record against the worker's per copied record ({worker['cpu_s_per_million']:.2f} "
-            f"CPU-s per million, `bench/results/{worker['results_file']}`) | {ratio:.1f}× | "
-            f"≤ {TARGET_CPU_RATIO:.0f}× | {_verdict(ratio <= TARGET_CPU_RATIO)} |"
-        )
-    return rows
-
-
-def newest_results() -> tuple[Path, dict[str, Any]]:
-    files = sorted(RESULTS_DIR.glob("verifier-*.json"))
-    if not files:
-        raise SystemExit("no bench/results/verifier-*.json yet: run python -m bench.verifier_bench first")
-    runs = json.loads(files[-1].read_text())
-    return files[-1], runs[-1]
-
-
-def write_docs() -> None:
-    path, entry = newest_results()
-    entry = {**entry, "results_file": path.name}
-    replace_section(DOC, START, END, render(entry))
-    say(f"rendered the verifier section of {DOC} from {path}")
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--records", type=int, default=2_000_000, help="records for pass 1 (default 2,000,000)")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--partitions", type=int, default=8)
-    parser.add_argument("--value-bytes", type=int, default=88)
-    parser.add_argument("--bucket-size", type=int, default=10_000)
-    parser.add_argument("--master", default="local[2]")
-    parser.add_argument("--driver-memory", default="1g")
-    parser.add_argument("--shuffle-partitions", type=int, default=0,
-                        help="fixed shuffle partitions (default 0: adaptive query execution decides)")
-    parser.add_argument("--no-write", action="store_true", help="neither results JSON nor docs")
-    parser.add_argument("--quick", action="store_true",
-                        help="a smoke run: 200,000 records, 1 round, nothing written")
-    parser.add_argument("--stack", type=Path, default=None, metavar="DIR",
-                        help="use the stack already running in DIR (its stack.json) instead of starting one")
-    parser.add_argument("--render", action="store_true", help="only re-render the docs from the newest results")
-    parser.add_argument("--note", action="append", default=[], metavar="TEXT",
-                        help="a sentence printed under the docs table (e.g. how loaded the machine was)")
-    args = parser.parse_args(argv)
-    if args.render:
-        write_docs()
-        return 0
-    if args.quick:
-        args.records, args.rounds, args.no_write = 200_000, 1, True
-
+def run(args: argparse.Namespace) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="verifier-bench-"))
-    if args.stack is not None:
-        services = json.loads((args.stack / "stack.json").read_text())
-        say(f"using the running stack in {args.stack}")
-    else:
-        say(f"starting a local stack in {work}")
-        services = stack.up(work / "stack")
-    try:
+    with own_stack("verifier", heap="256m", running=args.stack) as (services, _):
         stamp = int(time.time())
         small, big = f"bench-100k-{stamp}", f"bench-{args.records}-{stamp}"
         for topic, records in ((small, 100_000), (big, args.records)):
             say(f"writing {records:,} records to both clusters ({topic})")
-            for bootstrap in (services["source"], services["destination"]):
-                create_topic(bootstrap, topic, args.partitions,
-                             {"retention.ms": "-1", "segment.bytes": str(256 * 1024 * 1024)})
-            fill(services, topic, records, args.partitions, args.value_bytes)
-            commit_ends(services, topic, args.partitions)
+            write_topic(services, topic, records, args, {"segment.bytes": str(256 * 1024 * 1024)})
         say("the floor (ConsumerPerformance)")
         limit = floor(services, big, args.records)
         say("start to verdict (new processes)")
@@ -524,36 +378,43 @@ def main(argv: list[str] | None = None) -> int:
         say("warm start to verdict (a new topic)")
         warm = warm_new_topic(verifier, services, small, args, work)
         entry = {
-            "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
-            "quick": args.quick,
-            "machine": machine_info(),
-            "spark": verifier.spark.version,
-            "master": args.master,
-            "driver_memory": args.driver_memory,
-            "partitions": args.partitions,
-            "value_bytes": args.value_bytes,
-            "bucket_size": args.bucket_size,
+            "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"), "quick": args.quick, "machine": machine_info(),
+            "spark": verifier.spark.version, "master": args.master, "driver_memory": args.driver_memory,
+            "partitions": args.partitions, "value_bytes": args.value_bytes, "bucket_size": args.bucket_size,
             "floor": limit,
             "pass1": {**p1, "floor_fraction": round(p1["records_per_s"] / limit["records_per_s"], 3)},
-            "pass1_kafka": {**p1_kafka,
-                            "floor_fraction": round(p1_kafka["records_per_s"] / limit["records_per_s"], 3)},
-            "worker": worker_cpu_per_million(),
-            "start_to_verdict": start,
-            "incremental": inc,
-            "warm_new_topic": warm,
-            "notes": args.note,
+            "pass1_kafka": {**p1_kafka, "floor_fraction": round(p1_kafka["records_per_s"] / limit["records_per_s"], 3)},
+            "worker": worker_cpu_per_million(), "start_to_verdict": start, "incremental": inc,
+            "warm_new_topic": warm, "notes": args.note,
         }
         verifier.spark.stop()
-        print(json.dumps(entry, indent=2))
-        if not args.no_write:
-            path = RESULTS_DIR / f"verifier-{entry['date']}.json"
-            append_json(path, entry)
-            say(f"results appended to {path}")
-            write_docs()
-    finally:
-        if args.stack is None:
-            stack.down(work / "stack")
-    return 0
+    return entry
+
+
+def main(argv: list[str] | None = None) -> int:
+    cli = parser("python -m bench.verifier_bench", __doc__)
+    cli.add_argument("--records", type=int, default=2_000_000, help="records for pass 1 (default 2,000,000)")
+    cli.add_argument("--rounds", type=int, default=3)
+    cli.add_argument("--partitions", type=int, default=8)
+    cli.add_argument("--value-bytes", type=int, default=88)
+    cli.add_argument("--bucket-size", type=int, default=10_000)
+    cli.add_argument("--master", default="local[2]")
+    cli.add_argument("--driver-memory", default="1g")
+    cli.add_argument("--shuffle-partitions", type=int, default=0,
+                     help="fixed shuffle partitions (default 0: adaptive query execution decides)")
+    cli.add_argument("--quick", action="store_true", help="a smoke run: 200,000 records, 1 round, nothing written")
+    cli.add_argument("--stack", type=Path, default=None, metavar="DIR",
+                     help="use the stack already running in DIR (its stack.json) instead of starting one")
+    cli.add_argument("--render", action="store_true", help="only re-render the docs from the newest results")
+    cli.add_argument("--note", action="append", default=[], metavar="TEXT",
+                     help="a sentence printed under the docs table (e.g. how loaded the machine was)")
+    args = cli.parse_args(argv)
+    if args.render:
+        return bench_render.main(["verifier-bench"])
+    if args.quick:
+        args.records, args.rounds, args.no_write = 200_000, 1, True
+    return run_and_record(lambda: run(args), section="verifier-bench", no_write=args.no_write,
+                          summary=lambda entry: print(json.dumps(entry, indent=2)))
 
 
 if __name__ == "__main__":

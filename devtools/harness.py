@@ -98,6 +98,14 @@ class Proc:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
 
 
+def spawn(name: str, cmd: list[str], log: Path, cwd: Path = REPO, env: Mapping[str, str] | None = None) -> Proc:
+    """Start ``cmd`` with its output appended to ``log`` (stdin closed; ``env`` added to ours)."""
+    with open(log, "ab") as out:
+        popen = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=str(cwd),
+                                 env=None if env is None else {**os.environ, **env})
+    return Proc(name, popen, log)
+
+
 class Processes:
     """Every child process of one benchmark run; ``stop_all`` ends whatever is still running."""
 
@@ -106,10 +114,7 @@ class Processes:
         self.procs: list[Proc] = []
 
     def spawn(self, name: str, cmd: list[str], cwd: Path = REPO) -> Proc:
-        log = self.workdir / f"{name}.log"
-        with open(log, "ab") as out:
-            popen = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=str(cwd))
-        proc = Proc(name, popen, log)
+        proc = spawn(name, cmd, self.workdir / f"{name}.log", cwd)
         self.procs.append(proc)
         return proc
 
@@ -237,6 +242,17 @@ def end_offsets(bootstrap: Cluster, topic: str, partitions: int) -> dict[int, in
     """High watermark per partition; None while the topic is not (yet) there or the cluster is away."""
     ends = Offsets(bootstrap).end(topic, partitions)
     return None if ends is None else dict(enumerate(ends))
+
+
+def caught_up(services: Mapping[str, Cluster], topic: str, partitions: int, mirror: str | None = None,
+              source_ends: Mapping[int, int] | None = None, exact: bool = False) -> bool:
+    """The destination's end offsets of ``mirror`` (default ``topic``) at (``exact``: equal to) or past the
+    source's on every partition (``source_ends``: the source's, read earlier); False while a side cannot say."""
+    source = source_ends if source_ends is not None else end_offsets(services["source"], topic, partitions)
+    destination = end_offsets(services["destination"], mirror or topic, partitions)
+    if source is None or destination is None:
+        return False
+    return all((destination[p] == n) if exact else (destination[p] >= n) for p, n in source.items())
 
 
 def stalled_ends(services: Mapping[str, Cluster], topic: str, stalled: list[int]) -> str:

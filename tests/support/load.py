@@ -5,8 +5,9 @@ from __future__ import annotations
 import threading
 import time
 
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import Producer
 
+from devtools import harness
 from tests.support import kafka_io
 
 
@@ -61,17 +62,8 @@ class ContinuousProducer:
 def wait_mirrored(services: dict, topic: str, partitions: int, timeout_s: float = 120) -> dict[int, int]:
     """Wait until the destination has at least as many records as the source in every partition."""
     source = kafka_io.end_offsets(services["source"], topic, partitions)
-
-    def caught_up() -> bool:
-        try:
-            dest = kafka_io.end_offsets(services["destination"], topic, partitions)
-        except KafkaException as exc:
-            if exc.args[0].retriable() or exc.args[0].code() in kafka_io.TRANSIENT:
-                return False  # a broker just restarted: leadership is still moving
-            raise
-        return all(dest.get(p, 0) >= n for p, n in source.items())
-
-    kafka_io.wait_for(caught_up, timeout_s, f"{topic} mirrored")
+    kafka_io.wait_for(lambda: harness.caught_up(services, topic, partitions, source_ends=source), timeout_s,
+                      f"{topic} mirrored")
     return source
 
 

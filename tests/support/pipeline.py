@@ -5,7 +5,6 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import subprocess
 import sys
 import time
 import urllib.error
@@ -17,6 +16,7 @@ from typing import Any
 import yaml
 
 from devtools.harness import Proc as Process
+from devtools.harness import spawn
 from devtools.ports import free_port
 from ureplicator.controller.client import request
 
@@ -66,15 +66,8 @@ class Pipeline:
         return path
 
     def _spawn(self, label: str, args: list[str], env: dict[str, str] | None = None) -> Process:
-        log = self.workdir / f"{self.name}-{label}.log"
-        popen = subprocess.Popen(
-            [sys.executable, "-m", "ureplicator", *args],
-            stdout=log.open("ab"),
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env={**os.environ, **(env or {})},
-        )
-        proc = Process(label, popen, log)
+        proc = spawn(label, [sys.executable, "-m", "ureplicator", *args], self.workdir / f"{self.name}-{label}.log",
+                     env=env or {})
         self.processes.append(proc)
         return proc
 
@@ -114,10 +107,7 @@ class Pipeline:
 
     def stop_all(self) -> None:
         for proc in self.processes:
-            try:
-                proc.terminate(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            proc.terminate(30)  # SIGKILL after 30 s
 
     def logs(self) -> str:
         return "\n".join(f"--- {p.name} ---\n{p.tail(60)}" for p in self.processes)
