@@ -18,11 +18,7 @@ from typing import Any, NamedTuple
 import psutil
 
 from devtools import jvm
-from devtools.harness import (
-    REPO,
-    create_topic,  # noqa: F401 - verifier_bench.py imports it from here
-    say,
-)
+from devtools.harness import REPO, say
 from ureplicator.common import kafka
 
 RESULTS_DIR: Path = REPO / "bench" / "results"
@@ -78,18 +74,6 @@ def load_average() -> tuple[float, float, float]:
 def fmt_load(values: Any) -> str:
     """Load averages as ``1.2/3.4/5.6``."""
     return "/".join(f"{v:.1f}" for v in values)
-
-
-def stop_process(popen: subprocess.Popen[bytes], timeout_s: float = 30) -> int | None:
-    """SIGTERM, then SIGKILL after ``timeout_s``; returns the exit status."""
-    if popen.poll() is None:
-        popen.terminate()
-        try:
-            return popen.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            say(f"pid {popen.pid} did not stop within {timeout_s:.0f}s; killing it")
-            popen.kill()
-    return popen.wait(10)
 
 
 # ----------------------------------------------------------------------------- machine
