@@ -132,6 +132,7 @@ class GroupSyncConfig:
     interval_s: Number = 60.0
     include: OptionalText = None
     exclude: OptionalText = None
+    timeout_s: Number = 10.0  # a translation or sync round's wait for each cluster call
 
 
 @dataclass(frozen=True)
@@ -772,6 +773,7 @@ def _check(config: Config) -> None:
     for key, value in (
         ("controller.reconcile_interval_s", config.controller.reconcile_interval_s),
         ("controller.request_timeout_s", config.controller.request_timeout_s),
+        ("controller.group_sync.timeout_s", config.controller.group_sync.timeout_s),
         ("worker.commit_interval_s", config.worker.commit_interval_s),
         ("worker.stop_timeout_s", config.worker.stop_timeout_s),
         ("worker.release_ack_timeout_s", config.worker.release_ack_timeout_s),

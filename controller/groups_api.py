@@ -138,7 +138,7 @@ class Running:
         with self._lock:
             if key not in self._others:
                 self._others[key] = GroupOffsets(view, _destinations(client, Paths(view.root)), source_admin,
-                                                 destination_admin)
+                                                 destination_admin, timeout_s=view.controller.group_sync.timeout_s)
             return self._others[key]
 
     def stop(self) -> None:
@@ -238,7 +238,8 @@ def start(config: Config, client: KazooClient, leadership: Leadership | Any, blu
     own; every other route's uses ``admins_for`` (cluster alias -> the controller's shared
     AdminClient). The periodic sync covers every route (:class:`_Schedule`).
     """
-    groups = GroupOffsets(config, _destinations(client, Paths(config.root)))
+    groups = GroupOffsets(config, _destinations(client, Paths(config.root)),
+                          timeout_s=config.controller.group_sync.timeout_s)
     running = Running(groups, config.route_id)
     if config.controller.group_sync.enabled:
         running.syncs = _Schedule(config, client, leadership, running, admins_for, leadership.metrics.registry)

@@ -237,7 +237,7 @@ def test_unknown_groups_unreachable_clusters_and_controllers_are_clear_errors(pi
     topic = f"{pipeline.name}-errs"
     kafka_io.create_topic(services["source"], topic, 1)
     kafka_io.produce(services["source"], topic, 10, 1)
-    pipeline.start_controller()
+    pipeline.start_controller(controller={"group_sync": {"timeout_s": 3}})  # the stopped cluster's wait below
     assert pipeline.api("POST", "/topics", {"topic": topic})[0] == 201
     status, body = pipeline.api("GET", f"/groups/{pipeline.name}-nobody/translation")
     assert status == 404
