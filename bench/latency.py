@@ -576,9 +576,9 @@ def start_contestant(variant: Variant, services: dict[str, str], workdir: Path, 
 def warm_stack(services: dict[str, str], stamp: str, args: argparse.Namespace) -> None:
     """Before the first variant: the top rate through both brokers, read back, so no variant meets a cold broker.
 
-    The per-variant warm-up alone left the first variant on brokers whose JIT had not settled:
-    in three runs its *source* leg, which no replicator touches, had a p99 of 25-43 ms against
-    14-22 ms for the later variants.
+    Added when three runs showed the first variant's *source* leg, which no replicator touches,
+    at a p99 of 25-43 ms against 14-22 ms for the later ones (docs/benchmarks.md: the warm-up did
+    not remove all of that difference).
     """
     if args.stack_warmup <= 0:
         return
