@@ -196,6 +196,8 @@ class AckLedger:
         # A record was refused for good (its partition stops). In exactly-once mode the open
         # transaction is then in an abortable state: librdkafka holds every other record of it
         # until it is aborted, so the loop aborts at once instead of waiting for the stall watch.
+        # Read only in exactly-once mode, and reset by the abort (CopyLoop.aborted); at-least-once
+        # mode sets it and never reads it (a stopped partition does not hold the others there).
         self.refused = False
         self._epoch = 0
         self.on_failure = on_failure or (lambda acks, offset, reason: None)
