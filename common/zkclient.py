@@ -5,7 +5,7 @@ worker (docs/operations.md, "ZooKeeper restart"):
 
 * **Backoff.** Reconnection attempts back off 0.1, 0.2, 0.4, ... s (±40 %) without a useful
   cap, so a server that is back 4.5 s after it went away is tried again only 5-7 s after: past
-  a 10 s session's lease (6.7 s), and the worker stops copying until it reconnects. Here the
+  a 10 s session's lease (then 6.7 s), and the worker stops copying until it reconnects. Here the
   delay stops growing at :data:`RECONNECT_MAX_DELAY_S`; a refused connection costs nothing.
 * **Handshake.** kazoo waits ``session timeout / number of hosts`` for the answer to its
   connect request: 10 s for one server. ZooKeeper 3.8 opens its client port before it has
@@ -16,7 +16,12 @@ worker (docs/operations.md, "ZooKeeper restart"):
   :data:`HANDSHAKE_FIRST_S` and each one after a time-out twice as long, up to kazoo's own
   bound, so a silent socket costs a second and a slow server still gets its full time.
 
-Both rely on kazoo internals (``ConnectionHandler._invoke``, ``KazooClient._connection``) that
+It also keeps the session timeout the server *granted* (:attr:`Client.granted_session_s`): a
+server clamps the asked one into its ``minSessionTimeout``..``maxSessionTimeout`` (by default 2
+and 20 ticks), kazoo keeps only the asked one, and a worker's lease must be shorter than the
+session the server actually expires it by.
+
+All three rely on kazoo internals (``ConnectionHandler._invoke``, ``KazooClient._connection``) that
 ``tests/unit/test_zkclient.py`` checks against the installed kazoo.
 """
 
@@ -68,6 +73,9 @@ class _Connection(ConnectionHandler):
             self.logger.warning("ZooKeeper handshake unanswered after %.1fs; reconnecting", wait)
             raise
         self.handshake_timeouts = 0
+        granted_ms = getattr(result[0], "time_out", 0) if isinstance(result, tuple) and result else 0
+        if granted_ms > 0:  # 0 or less: the session expired (kazoo raises on it next)
+            self.client.granted(granted_ms / 1000.0)
         return result
 
 
@@ -101,6 +109,16 @@ def _connection_log() -> logging.Logger:
 
 class Client(KazooClient):
     """A KazooClient whose reconnection keeps a session through a short ZooKeeper restart (see the module)."""
+
+    granted_session_s: float | None = None  # what the server granted at the last handshake; None before one
+
+    def granted(self, session_s: float) -> None:
+        """Keep the session timeout the server granted; a clamped one is logged (once per value)."""
+        if session_s != self.granted_session_s and abs(session_s - self._session_timeout / 1000.0) > 1e-3:
+            _connection_log().warning("ZooKeeper granted a %.1fs session where %.1fs was asked (the server's "
+                                      "minSessionTimeout/maxSessionTimeout); a worker's lease follows the "
+                                      "granted one", session_s, self._session_timeout / 1000.0)
+        self.granted_session_s = session_s
 
     def __init__(self, **kwargs: Any) -> None:
         kwargs.setdefault("connection_retry", KazooRetry(max_tries=-1, delay=RECONNECT_FIRST_DELAY_S, backoff=2,

@@ -19,7 +19,7 @@ tests drive this class with fakes.
   moves it on every turn (release, report, acquire), beside the copying: the
   partitions that do not move never wait for a coordinator.
 * Fenced — the lease (the last time ZooKeeper answered) is older than the session
-  timeout minus a margin (:func:`lease_s`), e.g. a paused process or a ZooKeeper
+  timeout the server granted minus a margin (:func:`lease_s`), e.g. a paused process or a ZooKeeper
   away for too long: no fetch, no commit, and librdkafka's queue is purged so
   nothing more is sent; the purged partitions are rewound to their acknowledged
   position once the fence lifts with the same session. A SUSPENDED connection
@@ -71,6 +71,8 @@ VERSION = "0.1.0"
 # renewal was asked, so at a disconnection it is up to this much older than it could be, and a
 # ZooKeeper restart has that much less time before it pauses the copy.
 LEASE_RENEW_S = 0.5
+LEASE_MARGIN_SHARE = 0.1  # of the session: see lease_s
+LEASE_MARGIN_MIN_S = 1.0
 
 
 def lease_s(session_timeout_s: float) -> float:
@@ -78,10 +80,16 @@ def lease_s(session_timeout_s: float) -> float:
 
     The leader can give this worker's partitions away only once its session expired on
     the server, at least a session timeout after the last request the server answered,
-    which was sent after the lease's start. The margin (a third of the session, at
-    least 2 s) covers what is already queued in librdkafka when the lease runs out.
+    which was sent after the lease's start; then the leader writes a new assignment and
+    the next owner reads its committed offsets before it writes anything. The margin (a
+    tenth of the session, at least 1 s) covers the copy loop's last turn and the
+    produce requests already on the wire when the lease ran out (the loop checks the
+    lease before every fetch and purges librdkafka's queue once it is stale). It used
+    to be a third of the session (6.7 s of a 10 s one), and a ZooKeeper restart that
+    kept the session but took 7-9 s paused every partition for 1-2 s.
     """
-    return max(session_timeout_s - max(2.0, session_timeout_s / 3), session_timeout_s / 3)
+    return max(session_timeout_s - max(LEASE_MARGIN_MIN_S, session_timeout_s * LEASE_MARGIN_SHARE),
+               session_timeout_s / 2)
 
 
 def _load_native(mode: str) -> tuple[Any, str]:
@@ -131,7 +139,7 @@ class MirrorWorker:
         # its session expired, so it cannot write partitions given to someone else meanwhile.
         self._lease_at = clock()
         self._lease_asked = 0.0
-        self._lease_s = lease_s(config.zookeeper.session_timeout_s)
+        self._lease_s = lease_s(config.zookeeper.session_timeout_s)  # the granted session's, once known
         self.last_turn = time.monotonic()  # when the loop last came round (/healthz)
         self.registered = threading.Event()  # /ready: registered and not fenced
         self.limiter = RateLimiter(config.worker.max_records_per_s, config.worker.max_bytes_per_s)
@@ -237,6 +245,11 @@ class MirrorWorker:
         else:
             self._connected = True
             self._fenced = self._session_lost  # CONNECTED: resume unless the session is new
+            # The session the server granted (it clamps the one asked for): the lease must end before it does
+            granted = getattr(self.zk, "granted_session_s", None)
+            if granted:
+                self._lease_s = lease_s(granted)
+            self._lease_asked = float("-inf")  # renew now: a lease that ran out meanwhile lifts one answer later
         self._wake.set()
 
     def _on_assignment(self, data: bytes | None, stat: object) -> bool:
@@ -290,9 +303,12 @@ class MirrorWorker:
         self.zk.DataWatch(self.paths.assignment(self.worker_id), self._on_assignment)
         self.zk.DataWatch(self.paths.rate_limit, self._on_rate_limit)
         self._lease_at = self._clock()
+        granted = getattr(self.zk, "granted_session_s", None)
+        if granted:
+            self._lease_s = lease_s(granted)
         self.status.session = self.zk.client_id[0] if self.zk.client_id else None
         self.registered.set()
-        self.log.info("worker_registered")
+        self.log.info("worker_registered", session_s=granted, lease_s=round(self._lease_s, 2))
 
     def _drop_own_stale_nodes(self) -> bool:
         """Delete our id's nodes that *this* session created before registering; True if one was.

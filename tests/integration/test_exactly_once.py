@@ -452,7 +452,7 @@ def test_zookeeper_away_past_the_lease_aborts_then_resumes_exactly_once(pipeline
     # Not on a shared stack: it restarts ZooKeeper.
     from devtools import stack
 
-    # Given an exactly-once worker under load, with a 15 s session (a lease of 10 s)
+    # Given an exactly-once worker under load, with a 15 s session (a lease of 13.5 s)
     topic = f"{pipeline.name}-zkaway"
     partitions = 2
     kafka_io.create_topic(services["source"], topic, partitions)

@@ -12,7 +12,8 @@ from tests.support import kafka_io
 from tests.support.kafka_io import wait_for
 from tests.support.load import ContinuousProducer, compare, wait_mirrored
 from ureplicator.common import config as config_module
-from ureplicator.worker.mirror import MirrorWorker
+from ureplicator.common import zk
+from ureplicator.worker.mirror import MirrorWorker, lease_s
 
 pytestmark = pytest.mark.integration
 
@@ -92,3 +93,25 @@ def test_a_status_node_our_new_session_created_early_does_not_block_the_registra
     finally:
         worker.stop()
         worker.zk.stop()
+
+
+def test_the_lease_follows_the_session_zookeeper_granted_not_the_one_asked(pipeline, services):
+    # Given a worker that asks for a 120 s session from a ZooKeeper whose maxSessionTimeout is 60 s
+    cfg = config_module.from_dict(pipeline.config_doc(worker={"id": "w1"},
+                                                      zookeeper={"connect": services["zookeeper"],
+                                                                 "session_timeout_s": 120}))
+    client = zk.connect(cfg)
+    try:
+        # Then the client keeps what the server granted
+        assert client.granted_session_s == 60.0
+    finally:
+        client.stop()
+        client.close()
+    # And the worker's lease ends before the granted session can expire, not the asked one
+    worker = MirrorWorker(cfg, "w1")
+    try:
+        worker.register()
+        assert worker.lease_window_s == lease_s(60.0) == 54.0
+    finally:
+        worker.stop()
+        worker._shutdown()

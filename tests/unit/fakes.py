@@ -351,6 +351,7 @@ class FakeZooKeeper:
     broken: bool = False  # True: every read raises ConnectionLoss (ZooKeeper unreachable)
     deferred: list[tuple[str, bytes, _Pending]] | None = None  # a list: set_async waits here until answer_deferred()
     session: int = 1  # the session id; expire() starts a new one
+    granted_session_s: float | None = None  # the session timeout the server granted (common.zkclient.Client)
 
     @property
     def client_id(self) -> tuple[int, bytes]:

@@ -59,7 +59,6 @@ class Rig:
     def regain_zookeeper(self) -> None:
         """ZooKeeper answers again, with the same session: the next turn renews the lease."""
         self.zk.answering = True
-        self.worker._lease_asked = 0.0
         self.zk.connection(KazooState.CONNECTED)
 
     def status(self) -> WorkerStatus:
@@ -287,6 +286,43 @@ def test_a_zookeeper_disconnection_shorter_than_the_lease_pauses_nothing(rig):
     rig.consumer.append(("t", 0), *values(5, 0, start=15))
     rig.turns(2)
     assert rig.producer.written[("t", 0)] == values(15, 0) and rig.producer.purges == 1
+
+
+def test_a_reconnection_renews_the_lease_on_the_next_turn(rig):
+    # Given a worker fenced by a stale lease, whose last renewal was asked a moment ago
+    rig.assign(1, ("t", 0))
+    rig.turns(1)
+    rig.lose_zookeeper()
+    rig.turns(1)
+    assert rig.producer.purges == 1
+    rig.zk.answering = True  # answers again, but the renewal cadence would wait 0.5 s
+    rig.consumer.append(("t", 0), *values(5, 0, start=10))
+    rig.turns(2)
+    assert rig.producer.written[("t", 0)] == values(10, 0)
+    # When the connection comes back with the same session
+    rig.zk.connection(KazooState.CONNECTED)
+    rig.turns(3)
+    # Then the very next turn renews the lease and the partition restarts (no wait for the cadence)
+    assert rig.producer.written[("t", 0)] == values(15, 0)
+
+
+def test_the_lease_follows_the_session_the_server_granted(rig):
+    from ureplicator.worker.mirror import lease_s
+
+    # Given a worker configured with a 600 s session, mirroring t:0
+    assert rig.worker.config.zookeeper.session_timeout_s == 600
+    rig.assign(1, ("t", 0))
+    rig.turns(1)
+    # When ZooKeeper granted only 4 s at the handshake (its maxSessionTimeout), and renewals stop
+    rig.zk.granted_session_s = 4.0
+    rig.zk.connection(KazooState.CONNECTED)
+    rig.zk.answering = False
+    # Then a lease 3.5 s old is stale (4 s minus 1 s of margin), though 600 s would allow 540 s
+    assert lease_s(4.0) == 3.0
+    rig.worker._lease_at -= 3.5
+    rig.consumer.append(("t", 0), *values(5, 0, start=10))
+    rig.turns(2)
+    assert rig.producer.purges == 1 and rig.producer.written[("t", 0)] == values(10, 0)
 
 
 def test_a_paused_process_with_a_stale_lease_fences_itself(rig):

@@ -50,8 +50,9 @@ def test_the_deprecated_key_must_not_be_negative():
         worker_config(shutdown_timeout_s=-1)
 
 
-@pytest.mark.parametrize(("session_s", "lease"), [(15.0, 10.0), (10.0, 10.0 - 10.0 / 3), (6.0, 4.0), (3.0, 1.0)])
-def test_the_lease_is_the_session_minus_a_third_and_at_least_two_seconds_of_margin(session_s, lease):
+@pytest.mark.parametrize(("session_s", "lease"),
+                         [(30.0, 27.0), (15.0, 13.5), (10.0, 9.0), (6.0, 5.0), (3.0, 2.0), (1.5, 0.75)])
+def test_the_lease_is_the_session_minus_a_tenth_and_at_least_a_second_of_margin(session_s, lease):
     from ureplicator.worker.mirror import lease_s
 
     assert lease_s(session_s) == pytest.approx(lease)
