@@ -97,7 +97,7 @@ class StatusReporter:
         try:
             self._zk.set_async(self._path, data).rawlink(partial(self._published, data))
         except KazooException as exc:
-            self._log.warning("status_write_failed", error=str(exc))
+            self._log.warning("status_write_failed", error=_describe(exc))
 
     def _current_session(self) -> int | None:
         client_id = self._zk.client_id
@@ -124,6 +124,14 @@ class StatusReporter:
             try:
                 self._zk.create_async(self._path, data, ephemeral=True)
             except KazooException as exc:
-                self._log.warning("status_write_failed", error=str(exc))
+                self._log.warning("status_write_failed", error=_describe(exc))
         else:
-            self._log.warning("status_write_failed", error=str(error))
+            self._log.warning("status_write_failed", error=_describe(error))
+
+
+def _describe(error: BaseException | None) -> str:
+    """The exception's class and message: kazoo's ConnectionLoss and SessionExpired have an empty one."""
+    if error is None:
+        return "unknown"
+    text = str(error)
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
