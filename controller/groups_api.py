@@ -27,6 +27,7 @@ from ureplicator.common.errors import ConfigError
 from ureplicator.common.zkschema import Paths
 from ureplicator.controller.api import ApiError, requires_admin, route_of_request
 from ureplicator.controller.leader import Leadership
+from ureplicator.controller.schemas import BodyError, GroupSyncRequest, parse
 from ureplicator.failover.groups import GroupNotFound, GroupOffsets
 from ureplicator.failover.sync import GroupSync, GroupSyncMetrics
 
@@ -61,10 +62,14 @@ def make_blueprint(groups_for: Callable[[Any], GroupOffsets]) -> Blueprint:
     def sync(group: str) -> Any:
         raw = request.get_data(cache=True)
         body = request.get_json(silent=True, force=True) if raw.strip() else {}
-        if not isinstance(body, dict) or not isinstance(body.get("force", False), bool):
-            raise ApiError(400, 'the body is optional; when sent it is {"force": true|false}')
         try:
-            outcome = route_groups().sync(checked(group), force=body.get("force", False))
+            if not isinstance(body, dict):
+                raise BodyError("not an object")
+            options = parse(GroupSyncRequest, body)
+        except BodyError:
+            raise ApiError(400, 'the body is optional; when sent it is {"force": true|false}') from None
+        try:
+            outcome = route_groups().sync(checked(group), force=options.force)
         except GroupNotFound as exc:
             raise ApiError(404, str(exc)) from None
         if outcome.plan.refused:

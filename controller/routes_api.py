@@ -21,11 +21,14 @@ from ureplicator.common.config import RouteConfig, check_topology, parse_route, 
 from ureplicator.common.errors import ConfigError
 from ureplicator.common.zkschema import Paths, RouteRecord
 from ureplicator.controller.api import ApiError, _ctl, _json_body, requires_admin
+from ureplicator.controller.schemas import RouteChange, RouteRequest
 
 blueprint = Blueprint("routes", __name__)
 
-_POST_KEYS = {"id", "source", "destination", "topic_naming", "topic_mapping", "forward", "workers", "shared"}
-_PATCH_KEYS = {"topic_naming", "topic_mapping", "forward", "workers", "shared"}
+# The keys come from the models the OpenAPI document is generated from; the values are checked by
+# common.config's route parser, the one that checks a config file (test_generated_schemas pins the two together).
+_POST_KEYS = frozenset(RouteRequest.model_fields)
+_PATCH_KEYS = frozenset(RouteChange.model_fields)
 
 
 def _routes() -> dict[str, tuple[RouteConfig, RouteRecord]]:

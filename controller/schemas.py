@@ -1,7 +1,7 @@
 """The admin REST API's bodies as pydantic models: requests are validated with them, the OpenAPI schemas generated.
 
-Requests (``TopicRequest``, ``TopicExpand``, ``TopicOptions``, ``BlacklistRequest``, ``RateLimitRequest``) are
-parsed by :func:`parse`, which raises :class:`BodyError` with the message the API has always
+Requests (``TopicRequest``, ``TopicExpand``, ``TopicOptions``, ``BlacklistRequest``, ``RateLimitRequest``,
+``GroupSyncRequest``) are parsed by :func:`parse`, which raises :class:`BodyError` with the message the API has always
 given (400). Responses are described by the other models; the ZooKeeper documents an endpoint
 returns as they are (``TopicRecord``, ``PartitionStatus``, ``RateLimit``) are the
 ``common.zkschema`` dataclasses themselves. ``controller.openapi`` turns all of them into
@@ -13,7 +13,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, RootModel, ValidationError, WithJsonSchema
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    RootModel,
+    StrictBool,
+    ValidationError,
+    WithJsonSchema,
+)
 from pydantic_core import PydanticCustomError
 
 from ureplicator.common.zkschema import PartitionStatus, RateLimit, TopicRecord, valid_topic_name
@@ -405,7 +414,7 @@ class GroupSync(_Response):
 class GroupSyncRequest(_Response):
     """``POST /groups/{group}/sync``: ``{"force": true}`` allows moving a destination group backwards."""
 
-    force: bool = False
+    force: StrictBool = False  # "true" or 1 is refused, not taken for true
 
 
 # --- routes (controller/routes_api.py, docs/routes.md) ---

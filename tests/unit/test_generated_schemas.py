@@ -81,3 +81,28 @@ def test_the_api_s_answers_match_the_generated_document(api):  # noqa: F811 - th
     for method, path, body in calls:
         status, answer = api.call(method, path, body)
         contract.check(method, path, status, answer)
+
+
+def test_the_route_bodies_in_the_document_are_the_config_file_s_routes():
+    """POST/PATCH /routes are checked by common.config's route parser; the models the document comes from must agree."""
+    from dataclasses import MISSING, fields
+
+    from ureplicator.common.config import RouteConfig, RouteWorkers
+    from ureplicator.controller.schemas import RouteChange, RouteRequest
+    from ureplicator.controller.schemas import RouteWorkers as RouteWorkersBody
+
+    def defaults(dataclass_type: type) -> dict[str, object]:
+        return {f.name: (f.default if f.default is not MISSING else
+                         f.default_factory() if f.default_factory is not MISSING else None)  # type: ignore[misc]
+                for f in fields(dataclass_type)}
+
+    def model_defaults(model: type) -> dict[str, object]:
+        return {name: (None if info.is_required() else info.get_default(call_default_factory=True))
+                for name, info in model.model_fields.items()}
+
+    route = defaults(RouteConfig)
+    route["workers"] = defaults(RouteWorkers)
+    body = model_defaults(RouteRequest)
+    body["workers"] = model_defaults(RouteWorkersBody)
+    assert body == route
+    assert set(RouteChange.model_fields) == set(route) - {"id", "source", "destination"}

@@ -171,6 +171,15 @@ class RouteGroups:
         return [{"group": f"{self.route.source.alias}->{self.route.destination.alias}", "state": "empty",
                  "mirrored_partitions": 0}]
 
+    def sync(self, group: str, force: bool) -> Any:
+        """A sync that commits nothing and says whether it was forced."""
+        class Outcome:
+            plan = type("Plan", (), {"refused": None})()
+
+            def as_dict(self) -> dict[str, Any]:
+                return {"group": group, "forced": force}
+        return Outcome()
+
 
 def _scoped_api(routes: list[dict[str, Any]], reports: Any) -> Api:
     from ureplicator.controller import groups_api
@@ -254,3 +263,17 @@ def test_the_verification_gauges_carry_the_route_whose_reports_they_read(tmp_pat
         assert registry.get_sample_value("ureplicator_verification_records",
                                          {"category": "verified", "route": route}) is not None
     assert registry.get_sample_value("ureplicator_verification_status", {"route": "b2c"}) is None
+
+
+@pytest.mark.parametrize("body", [{"force": 1}, {"force": "true"}, {"forse": True}, [True], "force"])
+def test_a_group_sync_body_that_is_not_an_optional_force_flag_is_refused(tmp_path, body):
+    api = _scoped_api([{"id": "a2b", "source": "a", "destination": "b"}], tmp_path)
+    status, answer = api.call("POST", "/routes/a2b/groups/g1/sync", body)
+    assert (status, answer["error"]["message"]) == (400, 'the body is optional; when sent it is {"force": true|false}')
+
+
+@pytest.mark.parametrize(("body", "forced"), [(None, False), ({}, False), ({"force": True}, True),
+                                              ({"force": False}, False)])
+def test_a_group_sync_takes_an_optional_force_flag(tmp_path, body, forced):
+    api = _scoped_api([{"id": "a2b", "source": "a", "destination": "b"}], tmp_path)
+    assert api.call("POST", "/routes/a2b/groups/g1/sync", body) == (200, {"group": "g1", "forced": forced})
