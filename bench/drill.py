@@ -38,7 +38,7 @@ def run_drill(runner: Runner, stamp: str, args: Any) -> Entry:
     topic = f"drill-{stamp}"
     out: Entry = {"topic": topic}
     pipeline, topics = runner.pipeline, runner.topics
-    runner.down_s, runner.settle_s = args.down, args.settle
+    runner.down_s, runner.settle_s = args.down, 2.0 if args.quick else 5.0  # observed after each recovery
     runner.start(topic)
     say(f"drill: mirroring {topic} x {PARTITIONS} at {args.rate:,} records/s with 2 controllers and 2 workers; "
         f"{args.warm:.0f}s of steady load first (logs in {runner.workdir})")
@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
                      help="seconds of steady load before the first and after the last step (15; quick 5)")
     cli.add_argument("--no-verify", dest="verify", action="store_false", help="skip the PySpark verifier")
     args = cli.parse_args(argv)
-    defaults(args, args.quick, rate=(2000, 1000), down=(15.0, 5.0), warm=(15.0, 5.0), settle=(5.0, 2.0))
+    defaults(args, args.quick, rate=(2000, 1000), down=(15.0, 5.0), warm=(15.0, 5.0))
     entry, stamp = new_entry("drill", {
         "rate": args.rate, "partitions": PARTITIONS, "down_s": args.down, "warm_s": args.warm,
         "tail_s": args.warm, "controllers": 2, "workers": 2,

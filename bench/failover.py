@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from collections.abc import Callable
@@ -291,10 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     args = cli.parse_args(argv)
     if args.render:
         return bench_render.main(["failover-bench"])
-    return run_and_record(lambda: run(args), section="failover-bench", no_write=args.no_write,
-                          summary=lambda e: print(json.dumps({k: e[k] for k in ("ureplicator", "mirrormaker2")},
-                                                             indent=2)),
-                          written="results in {path}; {doc} section updated")
+    return run_and_record(lambda: run(args), section="failover-bench", no_write=args.no_write)
 
 
 if __name__ == "__main__":

@@ -382,12 +382,7 @@ def main(argv: list[str] | None = None) -> int:
             "results": results,
         }
 
-    def summary(entry: dict[str, Any]) -> None:
-        for r in entry["results"]:
-            print(json.dumps(r))
-
-    return run_and_record(go, section="leader-cost", summary=summary,
-                          no_write=args.no_write)
+    return run_and_record(go, section="leader-cost", no_write=args.no_write)
 
 
 if __name__ == "__main__":

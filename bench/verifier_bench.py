@@ -402,8 +402,7 @@ def main(argv: list[str] | None = None) -> int:
         return bench_render.main(["verifier-bench"])
     if args.quick:
         args.records, args.rounds, args.no_write = 200_000, 1, True
-    return run_and_record(lambda: run(args), section="verifier-bench", no_write=args.no_write,
-                          summary=lambda entry: print(json.dumps(entry, indent=2)))
+    return run_and_record(lambda: run(args), section="verifier-bench", no_write=args.no_write)
 
 
 if __name__ == "__main__":
