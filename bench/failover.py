@@ -6,12 +6,10 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from collections.abc import Callable
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -21,8 +19,8 @@ from bench import render as bench_render
 from bench.common import machine_info
 from bench.harness import BenchError, Pipeline
 from bench.recording import parser, run_and_record
+from bench.render import table
 from devtools.harness import (
-    Proc,
     Processes,
     bench_dir,
     caught_up,
@@ -34,6 +32,8 @@ from devtools.harness import (
     wait_for,
 )
 
+Entry = dict[str, Any]
+Sync = Callable[[str, dict[int, int], int], Entry]  # (group, its source commits, records per partition) -> score
 MM2_SETTINGS = {
     "emit.checkpoints.enabled": "true",
     "emit.checkpoints.interval.seconds": "1",
@@ -103,31 +103,45 @@ def resume(bootstrap: str, group: str, topic: str, partitions: int, timeout_s: f
         consumer.close()
 
 
-def score(got: dict[int, list[int]], commits: dict[int, int], n: int) -> dict[str, int]:
+def score(got: dict[int, list[int]], commits: dict[int, int], n: int) -> Entry:
     return {"reread": sum(sum(1 for o in offsets if o < commits[p]) for p, offsets in got.items()),
             "lost": sum(len(set(range(commits[p], n)) - set(offsets)) for p, offsets in got.items()),
             "delivered_twice": sum(len(offsets) - len(set(offsets)) for offsets in got.values()),
             "expected": sum(n - c for c in commits.values()), "delivered": sum(len(v) for v in got.values())}
 
 
-def ahead_scenario(services: dict[str, str], topic: str, records: int, partitions: int,
-                   group: str) -> tuple[dict[int, int], int]:
-    """The replicator is stopped: a quarter more records arrive and ``group`` commits halfway into them."""
-    extra = records // 4
-    produce(services["source"], topic, partitions, extra, start=records)
-    commits = {p: records + extra // 2 + p for p in range(partitions)}
+def commit_groups(services: dict[str, str], topic: str, prefix: str, args: argparse.Namespace) -> None:
+    """The groups of :func:`commit_points` commit on the source before the replicator starts, as on a
+    long-running source."""
+    for name, commits in commit_points(args.records, args.partitions).items():
+        commit(services["source"], f"{prefix}-{name}", topic, commits)
+
+
+def measure(services: dict[str, str], topic: str, mirror: str, prefix: str, args: argparse.Namespace, sync: Sync,
+            stop: Callable[[], None], restart: Callable[[str], Entry], alive: Callable[[], None]) -> Entry:
+    """Each group of :func:`commit_points` synced and resumed on the destination; then *ahead*: the replicator
+    stops (``stop``), a quarter more records arrive, a group commits halfway into them, the replicator restarts
+    (``restart``, given the group) and catches up, and that group is synced."""
+    groups = {}
+    for name, commits in commit_points(args.records, args.partitions).items():
+        groups[name] = sync(f"{prefix}-{name}", commits, args.records)
+        say(f"{prefix} {name}: {groups[name]}")
+    stop()
+    extra, group = args.records // 4, f"{prefix}-ahead"
+    produce(services["source"], topic, args.partitions, extra, start=args.records)
+    commits = {p: args.records + extra // 2 + p for p in range(args.partitions)}
     commit(services["source"], group, topic, commits)
-    return commits, records + extra
+    before = restart(group)
+    source_end = end_offsets(services["source"], topic, args.partitions) or {}
+    wait_for(lambda: alive() or caught_up(services, topic, args.partitions, mirror, source_end, exact=True), 300,
+             "the catch-up", 1.0)
+    groups["ahead"] = {**sync(group, commits, args.records + extra), **before}
+    say(f"{prefix} ahead: {groups['ahead']}")
+    return groups
 
 
-def wait_mirrored(services: dict[str, str], topic: str, mirror: str, partitions: int, what: str,
-                  alive: Callable[[], None] = lambda: None) -> None:
-    """Until the destination's ``mirror`` ends where the source's ``topic`` ends (``alive`` raises when it cannot)."""
-    source_end = end_offsets(services["source"], topic, partitions) or {}
-    wait_for(lambda: alive() or caught_up(services, topic, partitions, mirror, source_end, exact=True), 300, what, 1.0)
-
-
-def run_ureplicator(services: dict[str, str], workdir: Path, topic: str, args: argparse.Namespace) -> dict[str, Any]:
+def run_ureplicator(services: dict[str, str], topic: str, args: argparse.Namespace) -> Entry:
+    workdir = bench_dir("failover") / "ureplicator"
     workdir.mkdir(parents=True, exist_ok=True)
     processes = Processes(workdir)
     pipeline = Pipeline(services, processes, f"fo{int(time.time()) % 100000}",
@@ -135,7 +149,7 @@ def run_ureplicator(services: dict[str, str], workdir: Path, topic: str, args: a
                                    "worker": {"commit_interval_s": 1}})
     mirror = f"src.{topic}"
 
-    def sync(group: str, commits: dict[int, int], records: int) -> dict[str, Any]:
+    def sync(group: str, commits: dict[int, int], records: int) -> Entry:
         """``POST /groups/<g>/sync`` (timed), then what the group's consumer receives on the destination."""
         started = time.monotonic()
         status, body = pipeline.api("POST", f"/groups/{group}/sync", timeout_s=60)
@@ -145,34 +159,31 @@ def run_ureplicator(services: dict[str, str], workdir: Path, topic: str, args: a
         got = resume(services["destination"], group, mirror, args.partitions)
         return {"commits": commits, "synced_after_s": round(synced_s, 3), **score(got, commits, records)}
 
-    try:
-        pipeline.start_controller("controller")
-        pipeline.start_worker("w1")
-        pipeline.add_topic(topic, args.partitions)
-        wait_mirrored(services, topic, mirror, args.partitions, "mirroring")
-        groups = {}
-        for name, commits in commit_points(args.records, args.partitions).items():
-            group = f"{pipeline.name}-{name}"
-            commit(services["source"], group, topic, commits)
-            groups[name] = sync(group, commits, args.records)
-            say(f"ureplicator {name}: {groups[name]}")
-        pipeline.workers["w1"].terminate()  # ahead of mirroring: records arrive, the group reads half of them
-        group = f"{pipeline.name}-ahead"
-        commits, total = ahead_scenario(services, topic, args.records, args.partitions, group)
+    def restart(group: str) -> Entry:
+        """Sync the group while the replicator is behind (to the destination end), then start a worker."""
         status, early = pipeline.api("GET", f"/groups/{group}/translation", timeout_s=60)
         if status != 200 or pipeline.api("POST", f"/groups/{group}/sync", timeout_s=60)[0] != 200:
             raise BenchError(f"translation of {group} answered {status}: {early}")
         pipeline.start_worker("w2")
-        wait_mirrored(services, topic, mirror, args.partitions, "catch-up")
-        groups["ahead"] = {**sync(group, commits, total), "ahead_by_before_catch_up": early["summary"]["ahead_by"]}
-        say(f"ureplicator ahead: {groups['ahead']}")
-        return {"groups": groups}
+        return {"ahead_by_before_catch_up": early["summary"]["ahead_by"]}
+
+    commit_groups(services, topic, pipeline.name, args)
+    try:
+        pipeline.start_controller("controller")
+        pipeline.start_worker("w1")
+        pipeline.add_topic(topic, args.partitions)
+        source_end = end_offsets(services["source"], topic, args.partitions) or {}
+        wait_for(lambda: caught_up(services, topic, args.partitions, mirror, source_end, exact=True), 300,
+                 "mirroring", 1.0)
+        return {"groups": measure(services, topic, mirror, pipeline.name, args, sync,
+                                  lambda: pipeline.workers["w1"].terminate(), restart, lambda: None)}
     finally:
         pipeline.stop_all()
         processes.stop_all()
 
 
-def run_mm2(services: dict[str, str], workdir: Path, topic: str, args: argparse.Namespace) -> dict[str, Any]:
+def run_mm2(services: dict[str, str], topic: str, args: argparse.Namespace) -> Entry:
+    workdir = bench_dir("failover") / "mm2"
     alias = f"src{int(time.time()) % 100000}"
     props = mm2.properties(alias, services["source"], services["destination"], topic)
     props.update(MM2_SETTINGS)
@@ -181,18 +192,17 @@ def run_mm2(services: dict[str, str], workdir: Path, topic: str, args: argparse.
     cmd = mm2.launch(workdir, props)
     processes = Processes(workdir)
     mirror = f"{alias}.{topic}"
-    points = commit_points(args.records, args.partitions)
-    for name, commits in points.items():  # before MirrorMaker 2 starts, as on a long-running source
-        commit(services["source"], f"{alias}-{name}", topic, commits)
+    started: list[float] = []
 
-    def mirrored(proc: Proc, what: str) -> None:
-        def alive() -> None:
-            if not proc.alive():
-                raise BenchError(f"MirrorMaker 2 exited:\n{proc.tail()}")
+    def start(label: str) -> None:
+        processes.spawn(label, cmd)
+        started.append(time.monotonic())
 
-        wait_mirrored(services, topic, mirror, args.partitions, what, alive)
+    def alive() -> None:
+        if not processes.procs[-1].alive():
+            raise BenchError(f"MirrorMaker 2 exited:\n{processes.procs[-1].tail()}")
 
-    def synced(group: str, commits: dict[int, int], records: int, started: float) -> dict[str, Any]:
+    def sync(group: str, commits: dict[int, int], records: int) -> Entry:
         """Wait until MM2 synced ``group`` (or gave up), then what its consumer receives on the destination."""
         seen: list[dict[int, int]] = []
 
@@ -207,48 +217,26 @@ def run_mm2(services: dict[str, str], workdir: Path, topic: str, args: argparse.
             ok = True
         except BenchError:
             ok = False  # measured as it is: the consumer then falls back to auto.offset.reset
-        synced_s = time.monotonic() - started
+        synced_s = time.monotonic() - started[-1]
         got = resume(services["destination"], group, mirror, args.partitions)
         return {"commits": commits, "synced": ok, "synced_after_s": round(synced_s, 3),
                 "destination_offsets": seen[-1] if seen else {}, **score(got, commits, records)}
 
+    commit_groups(services, topic, alias, args)
     try:
-        proc = processes.spawn("mm2", cmd)
-        started = time.monotonic()
-        mirrored(proc, "MirrorMaker 2 mirroring")
-        out: dict[str, Any] = {}
-        for name, commits in points.items():
-            out[name] = synced(f"{alias}-{name}", commits, args.records, started)
-            say(f"mirrormaker2 {name}: {out[name]}")
-        proc.terminate()  # ahead of mirroring: records arrive, the group reads half of them
-        commits, total = ahead_scenario(services, topic, args.records, args.partitions, f"{alias}-ahead")
-        proc = processes.spawn("mm2-restarted", cmd)
-        started = time.monotonic()
-        mirrored(proc, "MirrorMaker 2 catching up")
-        out["ahead"] = synced(f"{alias}-ahead", commits, total, started)
-        say(f"mirrormaker2 ahead: {out['ahead']}")
-        return {"groups": out, "settings": MM2_SETTINGS}
+        start("mm2")
+        source_end = end_offsets(services["source"], topic, args.partitions) or {}
+        wait_for(lambda: alive() or caught_up(services, topic, args.partitions, mirror, source_end, exact=True), 300,
+                 "MirrorMaker 2 mirroring", 1.0)
+        groups = measure(services, topic, mirror, alias, args, sync, lambda: processes.procs[-1].terminate(),
+                         lambda group: start("mm2-restarted") or {}, alive)
+        return {"groups": groups, "settings": MM2_SETTINGS}
     finally:
         processes.stop_all()
 
 
-def render(entry: dict[str, Any]) -> str:
-    lines = [
-        "## Consumer-group failover: exact translation vs MirrorMaker 2 checkpoints",
-        "",
-        f"`python -m bench.failover` ({entry['date'][:10]}, Kafka {entry['machine'].get('kafka_brokers', '?')}): "
-        f"{entry['partitions']} partitions x {entry['records']:,} records, mirrored completely; each group "
-        "commits on the source, the replicator syncs it, then a consumer of the same group on the destination "
-        "(`auto.offset.reset=earliest`) reads to the end. *ahead*: the replicator stops, a quarter more records "
-        "arrive, the group commits halfway into them, the replicator restarts and catches up (ureplicator syncs "
-        "the group while it is ahead, to the destination end, and again after the catch-up). "
-        "*Re-read*: records consumed on the source before the "
-        "commit and delivered again; *lost*: records after the commit never delivered. Raw numbers: "
-        f"`bench/results/{entry['file']}`.",
-        "",
-        "| group commits at | replicator | re-read | lost | delivered twice | delivered / expected | synced offsets |",
-        "|---|---|---|---|---|---|---|",
-    ]
+def render(entry: Entry) -> str:
+    rows = []
     for name in entry["ureplicator"]["groups"]:
         for label, key in (("ureplicator", "ureplicator"), ("MirrorMaker 2", "mirrormaker2")):
             g = entry[key]["groups"][name]
@@ -258,30 +246,27 @@ def render(entry: dict[str, Any]) -> str:
                 synced = ", ".join(str(o) for o in g["destination_offsets"].values())
             else:
                 synced = f"none after {entry['mm2_wait_s']:.0f} s"
-            lines.append(f"| {name} ({', '.join(str(c) for c in g['commits'].values())}) | {label} | "
-                         f"{g['reread']:,} | {g['lost']:,} | {g['delivered_twice']:,} | "
-                         f"{g['delivered']:,} / {g['expected']:,} | {synced} |")
-    lines += [
+            rows.append([f"{name} ({', '.join(str(c) for c in g['commits'].values())})", label, f"{g['reread']:,}",
+                         f"{g['lost']:,}", f"{g['delivered_twice']:,}", f"{g['delivered']:,} / {g['expected']:,}",
+                         synced])
+    return "\n".join([
+        "## Consumer-group failover: exact translation vs MirrorMaker 2 checkpoints",
         "",
-        "The destination here is a one-to-one copy, so the exact destination offset equals the source commit. "
-        "ureplicator reads the `urep` header of a few destination records per partition and lands on it. "
-        "MirrorMaker 2 translates from its offset syncs (one per `offset.lag.max` records, thinned out for older "
-        "offsets) to the last sync at or below the commit, so a group re-reads what lies between: up to "
-        "`offset.lag.max` records for a recent commit, and far more for an older one. It loses nothing in this "
-        "scenario (it never translates forward). The sync call times are one REST call (translation of 4 "
-        "partitions plus the commit) on a 2-core machine shared with the brokers (load average above 10). "
-        "Not compared here: duplicates after a worker crash and compacted partitions (ureplicator: "
-        "tests/integration/test_failover.py).",
+        f"`python -m bench.failover` ({entry['date'][:10]}, Kafka {entry['machine'].get('kafka_brokers', '?')}): "
+        f"{entry['partitions']} partitions x {entry['records']:,} records (Methods: the scenario and how to read "
+        f"it). *Re-read*: records consumed on the source before the commit and delivered again; *lost*: records "
+        f"after the commit never delivered. Raw numbers: `bench/results/{entry['file']}`.",
+        "",
+        *table(["group commits at", "replicator", "re-read", "lost", "delivered twice", "delivered / expected",
+                "synced offsets"], rows),
         "",
         "MirrorMaker 2 settings: " + ", ".join(f"`{k}={v}`" for k, v in entry["mirrormaker2"]["settings"].items())
         + "; `offset.lag.max` default (100).",
-    ]
-    return "\n".join(lines)
+    ])
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
+def run(args: argparse.Namespace) -> Entry:
     date = datetime.now(timezone.utc)
-    root = bench_dir("failover")
     with own_stack("failover", heap=args.broker_heap) as (services, _):
         base = f"orders{int(time.time()) % 100000}"
         topics = {"ureplicator": f"{base}u", "mirrormaker2": f"{base}m"}  # the same records, one per replicator
@@ -289,8 +274,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             create_topic(services["source"], topic, args.partitions, {"retention.ms": "-1"})
             say(f"producing {args.partitions} x {args.records:,} records to {topic}")
             produce(services["source"], topic, args.partitions, args.records)
-        ours = run_ureplicator(services, root / "ureplicator", topics["ureplicator"], args)
-        theirs = run_mm2(services, root / "mm2", topics["mirrormaker2"], args)
+        ours = run_ureplicator(services, topics["ureplicator"], args)
+        theirs = run_mm2(services, topics["mirrormaker2"], args)
     return {"date": date.isoformat(timespec="seconds"), "file": f"failover-{date.date()}.json",
             "partitions": args.partitions, "records": args.records, "mm2_wait_s": args.mm2_wait,
             "machine": machine_info(), "ureplicator": ours, "mirrormaker2": theirs}
@@ -305,10 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     args = cli.parse_args(argv)
     if args.render:
         return bench_render.main(["failover-bench"])
-    return run_and_record(lambda: run(args), section="failover-bench", no_write=args.no_write,
-                          summary=lambda e: print(json.dumps({k: e[k] for k in ("ureplicator", "mirrormaker2")},
-                                                             indent=2)),
-                          written="results in {path}; {doc} section updated")
+    return run_and_record(lambda: run(args), section="failover-bench", no_write=args.no_write)
 
 
 if __name__ == "__main__":

@@ -23,12 +23,19 @@ from kazoo.client import KazooClient
 from bench import common
 from bench.harness import BenchError
 from bench.recording import parser, rendered, run_and_record
+from bench.render import table
 from devtools.harness import Processes, wait_for
 from ureplicator.common.zkschema import Assignment, PartitionStatus, Paths, TopicRecord, WorkerInfo, WorkerStatus
 
 ZK_ROOT = "/ureplicator-bench"
 READS = ("GetData", "GetChildren", "GetChildren2", "Exists")
 TOPIC_WIDTH = 50  # partitions per topic
+SESSIONS = 4  # ZooKeeper sessions the simulated workers share
+SETTLE_TIMEOUT_S = 300.0
+WORKDIR = Path("/tmp/ureplicator-leader-cost")
+# (routes, workers, partitions, steady-state window s) of the route view, and of the code before it at the issue's
+# own measurement; quick: both at one small scale.
+SCALES = {"full": ((20, 200, 50_000, 60.0), (1, 100, 10_000, 60.0)), "quick": ((2, 10, 1000, 15.0),) * 2}
 
 
 # ----------------------------------------------------------------------------- the leader (child process)
@@ -206,7 +213,8 @@ class Leader:
         return sample
 
 
-def measure(args: argparse.Namespace, before: bool, routes: int, workers: int, partitions: int) -> dict[str, Any]:
+def measure(args: argparse.Namespace, before: bool, routes: int, workers: int, partitions: int,
+            window_s: float) -> dict[str, Any]:
     """One scenario: register topics, start the leader and workers, settle, join, steady state."""
     zookeeper = _zookeeper(args)
     pipeline = f"leader-cost-{os.getpid()}-{'before' if before else 'view'}-{int(time.time())}"
@@ -216,10 +224,10 @@ def measure(args: argparse.Namespace, before: bool, routes: int, workers: int, p
     cfg = config_module.from_dict(doc)
     admin = KazooClient(hosts=zookeeper, timeout=10)
     admin.start(15)
-    sessions = [KazooClient(hosts=zookeeper, timeout=10) for _ in range(args.sessions)]
+    sessions = [KazooClient(hosts=zookeeper, timeout=10) for _ in range(SESSIONS)]
     for session in sessions:
         session.start(15)
-    workdir = Path(args.workdir) / pipeline
+    workdir = WORKDIR / pipeline
     workdir.mkdir(parents=True, exist_ok=True)
     leader = None
     try:
@@ -250,7 +258,7 @@ def measure(args: argparse.Namespace, before: bool, routes: int, workers: int, p
         def all_settled() -> bool:
             return all(route_settled(admin, p, ws, per_route) for p, ws in by_route.values())
 
-        wait_for(all_settled, args.settle_timeout, "every route settled", 0.2)
+        wait_for(all_settled, SETTLE_TIMEOUT_S, "every route settled", 0.2)
         first_settle_s = time.monotonic() - started
         common.say(f"settled in {first_settle_s:.2f} s")
 
@@ -286,9 +294,9 @@ def measure(args: argparse.Namespace, before: bool, routes: int, workers: int, p
 
         thread = threading.Thread(target=refresher, daemon=True)
         thread.start()
-        time.sleep(min(args.refresh_s, args.window / 3))  # every worker refreshed once before measuring
+        time.sleep(min(args.refresh_s, window_s / 3))  # every worker refreshed once before measuring
         s0, stats0, t0, n0 = leader.sample(), leader.stats(), time.monotonic(), refreshes[0]
-        time.sleep(args.window)
+        time.sleep(window_s)
         s1, stats1, t1, n1 = leader.sample(), leader.stats(), time.monotonic(), refreshes[0]
         stop.set()
         thread.join(5)
@@ -324,53 +332,35 @@ def measure(args: argparse.Namespace, before: bool, routes: int, workers: int, p
 
 
 def render(entry: dict[str, Any]) -> str:
-    m = entry["machine"]
-    lines = [
+    m, quick = entry["machine"], entry["mode"] == "quick"
+    rows = [[("re-reads every node each round (before)" if r["variant"] == "before" else "route view (TreeCache)"),
+             r["routes"], r["workers"], f"{r['partitions']:,}", f"{r['first_settle_s']:.2f} s",
+             f"{r['join_settle_s']:.2f} s", f"{r['join_round_max_s'] * 1000:.0f} ms",
+             f"{r['leader_cpu_share'] * 100:.1f} %", f"{r['reads_per_refresh']:.2f}",
+             f"{r['reads_per_round_inside']:.1f}", r["rounds"], f"{r['leader_rss_bytes'] / 2**20:.0f} MiB"]
+            for r in entry["results"]]
+    return "\n".join([
         "## The leader's cost (many routes, status refreshes)",
         "",
-        f"`python -m bench.leader_cost{' --quick' if entry['mode'] == 'quick' else ''}`"
-        f"{' (**quick mode**: small, for a smoke test; the full run is 20 routes, 200 workers, 50,000 partitions)' if entry['mode'] == 'quick' else ''}"  # noqa: E501
-        f" on {m['cpu_model']}, {m['cores']} cores, {entry['date']}. A real leader on real ZooKeeper; workers "
-        f"simulated through the documented protocol, each rewriting its status every {entry['refresh_s']:.0f} s; "
-        f"steady-state window {entry['window_s']:.0f} s; load average before {entry['load_before'][0]:.2f}.",
+        f"`python -m bench.leader_cost{' --quick' if quick else ''}`"
+        + (" (**quick mode**: small, for a smoke test; the full run is 20 routes, 200 workers, 50,000 partitions)"
+           if quick else "")
+        + f" on {m['cpu_model']}, {m['cores']} cores, {entry['date']}. Each simulated worker rewrites its status every "
+        f"{entry['refresh_s']:.0f} s; steady-state window {entry['window_s']:.0f} s; load average before "
+        f"{entry['load_before'][0]:.2f}. The columns are explained under Methods.",
         "",
-        "| leader | routes | workers | partitions | first settle | join settled | slowest join round "
-        "| leader CPU (steady) | reads / status refresh | reads inside a round | rounds | RSS |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for r in entry["results"]:
-        lines.append(
-            f"| {'re-reads every node each round (before)' if r['variant'] == 'before' else 'route view (TreeCache)'} "
-            f"| {r['routes']} | {r['workers']} | {r['partitions']:,} | {r['first_settle_s']:.2f} s "
-            f"| {r['join_settle_s']:.2f} s | {r['join_round_max_s'] * 1000:.0f} ms "
-            f"| {r['leader_cpu_share'] * 100:.1f} % | {r['reads_per_refresh']:.2f} | {r['reads_per_round_inside']:.1f} "
-            f"| {r['rounds']} | {r['leader_rss_bytes'] / 2**20:.0f} MiB |"
-        )
-    lines += [
-        "",
-        "*join settled*: from a new worker's registration until every worker of its route applied what the "
-        "leader wrote (two hand-off rounds). *reads / status refresh*: ZooKeeper reads the leader sent during "
-        "the window over the status writes the workers made (the route view reads the one node that changed; "
-        "a refresh that keeps generation and partitions starts no round). *rounds*: reconcile rounds in the "
-        "window (periodic ones every `controller.reconcile_interval_s` = 5 s per route).",
-    ]
-    return "\n".join(lines)
+        *table(["leader", "routes", "workers", "partitions", "first settle", "join settled", "slowest join round",
+                "leader CPU (steady)", "reads / status refresh", "reads inside a round", "rounds", "RSS"], rows,
+               "lrrrrrrrrrrr"),
+    ])
 
 
 def main(argv: list[str] | None = None) -> int:
     cli = parser("python -m bench.leader_cost", __doc__, render=True)
     cli.add_argument("--quick", action="store_true", help="2 routes, 10 workers, 1,000 partitions, 15 s window")
-    cli.add_argument("--routes", type=int, default=None)
-    cli.add_argument("--workers", type=int, default=None)
-    cli.add_argument("--partitions", type=int, default=None)
-    cli.add_argument("--window", type=float, default=None, help="steady-state seconds measured (quick 15, 60)")
     cli.add_argument("--refresh-s", type=float, default=5.0, help="each worker's status refresh interval")
-    cli.add_argument("--sessions", type=int, default=4, help="ZooKeeper sessions the simulated workers share")
-    cli.add_argument("--no-before", action="store_true", help="skip the re-read-everything comparison")
-    cli.add_argument("--settle-timeout", type=float, default=300.0)
     cli.add_argument("--stack", type=Path, default=None)
     cli.add_argument("--zookeeper", default=None)
-    cli.add_argument("--workdir", default="/tmp/ureplicator-leader-cost")
     cli.add_argument("--leader-child", type=Path, help=argparse.SUPPRESS)
     cli.add_argument("--stats", type=Path, help=argparse.SUPPRESS)
     cli.add_argument("--before", action="store_true", help=argparse.SUPPRESS)
@@ -379,34 +369,20 @@ def main(argv: list[str] | None = None) -> int:
         return leader_child(args.leader_child, args.stats, args.before)
     if rendered(args, "leader-cost"):
         return 0
-    routes = args.routes or (2 if args.quick else 20)
-    workers = args.workers or (10 if args.quick else 200)
-    partitions = args.partitions or (1000 if args.quick else 50_000)
-    args.window = args.window or (15.0 if args.quick else 60.0)
+    mode = "quick" if args.quick else "full"
 
     def go() -> dict[str, Any]:
         load_before = common.load_average()
-        results = [measure(args, False, routes, workers, partitions)]
-        if not args.no_before:
-            # The before code at the issue's own measurement: one route, 100 workers, 10,000 partitions
-            # (quick: the same small scale as above).
-            results.append(measure(args, True, 1 if not args.quick else routes,
-                                   100 if not args.quick else workers, 10_000 if not args.quick else partitions))
+        results = [measure(args, before, *scale) for before, scale in zip((False, True), SCALES[mode], strict=True)]
         return {
-            "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
-            "mode": "quick" if args.quick else "full",
-            "refresh_s": args.refresh_s, "window_s": args.window,
+            "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"), "mode": mode,
+            "refresh_s": args.refresh_s, "window_s": SCALES[mode][0][3],
             "load_before": list(load_before),
             "machine": common.machine_info(),
             "results": results,
         }
 
-    def summary(entry: dict[str, Any]) -> None:
-        for r in entry["results"]:
-            print(json.dumps(r))
-
-    return run_and_record(go, section="leader-cost", summary=summary,
-                          no_write=args.no_write)
+    return run_and_record(go, section="leader-cost", no_write=args.no_write)
 
 
 if __name__ == "__main__":

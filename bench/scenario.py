@@ -43,6 +43,7 @@ from devtools.harness import Processes, bench_dir, caught_up, create_topic, own_
 
 PARTITIONS = 16
 PAUSED_S = 2.0  # a partition with no arrival for longer than this counts as paused
+Entry = dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -70,7 +71,7 @@ class Fault:
     down_s: float | None = None
 
 
-def new_entry(benchmark: str, setup: dict[str, Any], **extra: Any) -> tuple[dict[str, Any], str]:
+def new_entry(benchmark: str, setup: Entry, **extra: Any) -> tuple[Entry, str]:
     """A results entry's common head (date, machine, load at start) and the run's timestamp."""
     now = datetime.now(timezone.utc)
     entry = {"benchmark": benchmark, "date": now.isoformat(timespec="seconds"), **extra,
@@ -81,7 +82,7 @@ def new_entry(benchmark: str, setup: dict[str, Any], **extra: Any) -> tuple[dict
 def defaults(args: argparse.Namespace, quick: bool, **values: tuple[Any, Any]) -> None:
     """Fill every option left at None with its (full, quick) default."""
     for name, (full, smoke) in values.items():
-        if getattr(args, name) is None:
+        if getattr(args, name, None) is None:
             setattr(args, name, smoke if quick else full)
 
 
@@ -105,7 +106,7 @@ class Runner:
         self.arrivals = Arrivals(services["destination"], ident=ident, isolation=profile.isolation)
         self.topics: dict[str, int] = {}  # mirrored topics -> partitions
         self.loads: list[Load] = []
-        self.steps: list[dict[str, Any]] = []
+        self.steps: list[Entry] = []
         self.down_s, self.settle_s, self.stop_timeout_s = 0.0, 2.0, stop_timeout_s
 
     def __enter__(self) -> Runner:
@@ -171,11 +172,11 @@ class Runner:
         """Per partition the longest gap in ``[t0 - before_s, t1]`` and when it ended."""
         return {tp: longest_gap(self.arrivals.logs[tp].arrivals, t0, t1, before_s) for tp in tps or self.tps()}
 
-    def step(self, fault: Fault) -> dict[str, Any]:
+    def step(self, fault: Fault) -> Entry:
         """Break, stay down, repair, wait until every partition flows again; the step's record."""
         name = fault.name
         say(f"drill: {name} [load {load_line()}]")
-        record: dict[str, Any] = {"name": name, "load_before": load_average()}
+        record: Entry = {"name": name, "load_before": load_average()}
         t0 = time.time()
         record["killed"] = fault.fault()
         time.sleep(self.down_s if fault.down_s is None else fault.down_s)
@@ -223,19 +224,21 @@ class Runner:
             say(f"  kafka-transactions {' '.join(args)}:\n{transactions_tool(self.services['destination'], args)}")
         time.sleep(1)
 
-    def finish(self, timeout_s: float, strict: bool = False) -> tuple[list[LoadResult], str | None]:
-        """Stop the load; wait until the committed offsets and the destination reach every source end; stop the
-        consumer and the pipeline (workers commit). The loads' results and why the catch-up failed (or raise)."""
+    def finish(self, timeout_s: float, strict: bool = False,
+               done: Callable[[], bool] | None = None) -> tuple[list[LoadResult], str | None]:
+        """Stop the load; wait until ``done`` (default: the committed offsets and the destination reach every
+        source end); stop the consumer and the pipeline. The loads' results and why the catch-up failed (or
+        raise, ``strict``)."""
         results = [load.stop() for load in self.loads]
         error = None
         try:
-            wait_for(self._caught_up, timeout_s, "committed offsets at the end of every partition", 1.0)
+            wait_for(done or self._caught_up, timeout_s, "the destination to hold every source record", 1.0)
         except BenchError as exc:
             if strict:
                 raise
             error = str(exc)
             say(f"  {exc}; comparing what is there")
-        time.sleep(1)
+        time.sleep(1)  # the last arrivals reach the reader
         self.arrivals.stop()
         self.pipeline.stop_all()
         return results, error
@@ -248,7 +251,19 @@ class Runner:
         """Every mirrored topic's destination end offsets at or past its source's."""
         return all(caught_up(self.services, topic, partitions) for topic, partitions in self.topics.items())
 
-    def account(self, out: dict[str, Any], topic: str, result: LoadResult,
+    def duplicates(self, starts: list[float], end: float = float("inf")) -> list[list[tuple[float, TP]]]:
+        """(arrival, partition) of the records that arrived again, from each of ``starts`` until the next."""
+        found: list[tuple[float, TP]] = []
+        for tp, log in self.arrivals.logs.items():
+            seen: set[int] = set()
+            for ident, arrival in zip(log.idents, log.arrivals, strict=True):
+                if ident in seen:
+                    found.append((arrival, tp))
+                seen.add(ident)
+        bounds = [*starts[1:], end]
+        return [[(t, tp) for t, tp in found if start <= t < stop] for start, stop in zip(starts, bounds, strict=True)]
+
+    def account(self, out: Entry, topic: str, result: LoadResult,
                 ) -> tuple[dict[int, LogRead], dict[int, LogRead], Comparison]:
         """The drill's and the soak's end: load figures, steps, the exact comparison, every acknowledged record
         found, each step's duplicates (re-arrivals from its fault until the next step's)."""
@@ -260,8 +275,7 @@ class Runner:
         source, destination, cmp = compare_logs(self.services, topic, isolation=self.profile.isolation)
         out["comparison"] = cmp.to_json()
         out["acknowledged"] = acked_check(result, self.profile.tag, topic, source, destination)
-        per_step = duplicates_after([s["t0"] for s in self.steps], duplicate_arrivals(self.arrivals), float("inf"))
-        for step, mine in zip(self.steps, per_step, strict=True):
+        for step, mine in zip(self.steps, self.duplicates([s["t0"] for s in self.steps]), strict=True):
             step["duplicates"] = len(mine)
         say(f"  source log {cmp.records:,} records; destination {cmp.destination_records:,}; mirrored "
             f"{cmp.mirrored:,}; lost {cmp.lost}; duplicated {cmp.duplicated}; reordered {cmp.reordered}; "
@@ -330,7 +344,7 @@ def compare_logs(services: dict[str, str], topic: str, by: str = "urep", isolati
 
 
 def acked_check(result: LoadResult, tag: int, topic: str, source: dict[int, LogRead],
-                destination: dict[int, LogRead]) -> dict[str, Any]:
+                destination: dict[int, LogRead]) -> Entry:
     """Every record the source acknowledged must be in the source log and on the destination."""
     missing_source = missing_destination = acked = 0
     samples: list[str] = []
@@ -350,24 +364,6 @@ def acked_check(result: LoadResult, tag: int, topic: str, source: dict[int, LogR
             "missing_on_destination": missing_destination, "samples": samples, "key_format": KEY.format}
 
 
-def duplicate_arrivals(arrivals: Arrivals) -> list[tuple[float, TP]]:
-    """(arrival time, partition) of every record that arrived again after its first arrival."""
-    found: list[tuple[float, TP]] = []
-    for tp, log in arrivals.logs.items():
-        seen: set[int] = set()
-        for ident, arrival in zip(log.idents, log.arrivals, strict=True):
-            if ident in seen:
-                found.append((arrival, tp))
-            seen.add(ident)
-    return found
-
-
-def duplicates_after(starts: list[float], found: list[tuple[float, TP]], end: float) -> list[list[tuple[float, TP]]]:
-    """The duplicates that arrived from each start until the next one (the last until ``end``)."""
-    return [[(t, tp) for t, tp in found if start <= t < (starts[i + 1] if i + 1 < len(starts) else end)]
-            for i, start in enumerate(starts)]
-
-
 def transactions_tool(bootstrap: str, args: list[str], timeout_s: float = 60) -> str:
     """The output of Kafka's ``kafka-transactions.sh`` (TransactionsCommand, from the pinned jars)."""
     try:
@@ -380,7 +376,7 @@ def transactions_tool(bootstrap: str, args: list[str], timeout_s: float = 60) ->
     return "\n".join(lines).strip() or f"(no output, exit {done.returncode})"
 
 
-def run_verifier(config: Path, output: Path, timeout_s: float) -> dict[str, Any]:
+def run_verifier(config: Path, output: Path, timeout_s: float = 900) -> Entry:
     """``python -m ureplicator.verifier``; its verdict line, exit status and the JSON report's totals."""
     output.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "ureplicator.verifier", "--config", str(config), "--output", str(output),
@@ -395,7 +391,7 @@ def run_verifier(config: Path, output: Path, timeout_s: float) -> dict[str, Any]
     except subprocess.TimeoutExpired:
         return {"exit_status": None, "error": f"timed out after {timeout_s:.0f}s", "log": str(log)}
     stdout = proc.stdout.decode(errors="replace").strip()
-    record: dict[str, Any] = {
+    record: Entry = {
         "exit_status": proc.returncode,
         "verdict_line": stdout.splitlines()[-1].replace(f"{REPO}/", "") if stdout else "",
         "elapsed_s": round(time.monotonic() - started, 1),
@@ -403,9 +399,7 @@ def run_verifier(config: Path, output: Path, timeout_s: float) -> dict[str, Any]
         "command": " ".join(["python", *cmd[1:]]).replace(f"{REPO}/", ""),
     }
     match = re.search(r"report (\S+)", stdout)
-    report = Path(match.group(1)) if match else None
-    if report is not None and not report.is_absolute():
-        report = REPO / report
+    report = REPO / match.group(1) if match else None  # an absolute report path stays what it is
     if report is not None and report.exists() and report.suffix == ".json":
         try:
             doc = json.loads(report.read_text())
@@ -419,7 +413,13 @@ def run_verifier(config: Path, output: Path, timeout_s: float) -> dict[str, Any]
     return record
 
 
-def verdict(out: dict[str, Any]) -> tuple[int, str]:
+def verifier_or_skip(runner: Runner, verify: bool) -> Entry:
+    """The verifier's record on the pipeline's config, or why it was skipped (``--no-verify``)."""
+    return run_verifier(runner.pipeline.config_path, runner.workdir / "verification") if verify else {
+        "skipped": "--no-verify"}
+
+
+def verdict(out: Entry) -> tuple[int, str]:
     """The drill's and the soak's verdict: nothing lost and the verifier says OK/WARN."""
     lost = out["comparison"]["lost"] + out["acknowledged"]["missing_on_destination"]
     verifier = out.get("verifier", {})
@@ -435,7 +435,7 @@ def verdict(out: dict[str, Any]) -> tuple[int, str]:
     return 0, "OK"
 
 
-def print_steps(steps: list[dict[str, Any]]) -> None:
+def print_steps(steps: list[Entry]) -> None:
     """One line per step, after dropping the raw epoch timestamps (for attribution only; not recorded)."""
     for s in steps:
         s.pop("t0", None)

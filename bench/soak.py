@@ -19,20 +19,22 @@ from typing import Any
 
 from bench.harness import LogRead, load_line
 from bench.recording import parser, run_and_record
+from bench.render import table
 from bench.scenario import (
     PARTITIONS,
+    Entry,
     Fault,
     Profile,
     Runner,
     freeze,
     new_entry,
     print_steps,
-    run_verifier,
     stage,
     stop_leader,
     stop_service,
     stop_worker,
     verdict,
+    verifier_or_skip,
 )
 from devtools import stack
 from devtools.harness import say
@@ -87,9 +89,9 @@ def menu(runner: Runner, rng: random.Random) -> dict[str, Callable[[], Fault]]:
     return out
 
 
-def run_soak(runner: Runner, stamp: str, args: Any, rng: random.Random) -> dict[str, Any]:
+def run_soak(runner: Runner, stamp: str, args: Any, rng: random.Random) -> Entry:
     topic = f"soak-{stamp}"
-    out: dict[str, Any] = {"topic": topic}
+    out: Entry = {"topic": topic}
     runner.start(topic, balanced=False)
     faults = menu(runner, rng)
     deadline = time.monotonic() + args.minutes * 60
@@ -104,12 +106,11 @@ def run_soak(runner: Runner, stamp: str, args: Any, rng: random.Random) -> dict[
     out["corrupted"] = corrupted(source, destination)
     out["exactly_once"] = args.exactly_once
     out["duplicates_bound_per_fault"] = 0 if args.exactly_once else int(args.rate * DUPLICATES_BOUND_S)
-    out["verifier"] = (run_verifier(runner.pipeline.config_path, runner.workdir / "verification", 900)
-                       if args.verify else {"skipped": "--no-verify"})
+    out["verifier"] = verifier_or_skip(runner, args.verify)
     return out
 
 
-def corrupted(source: dict[int, LogRead], destination: dict[int, LogRead]) -> dict[str, Any]:
+def corrupted(source: dict[int, LogRead], destination: dict[int, LogRead]) -> Entry:
     """Destination records that are not the source record their provenance header names (header missing or
     unreadable, an offset the source does not have, or another load key; values are the verifier's)."""
     total = 0
@@ -125,7 +126,7 @@ def corrupted(source: dict[int, LogRead], destination: dict[int, LogRead]) -> di
     return {"records": total, "samples": samples}
 
 
-def judge(soak: dict[str, Any]) -> tuple[int, str]:
+def judge(soak: Entry) -> tuple[int, str]:
     """The issue's target: 0 lost, 0 reordered, 0 corrupted, duplicates per fault within the bound."""
     c = soak["comparison"]
     problems = []
@@ -143,55 +144,40 @@ def judge(soak: dict[str, Any]) -> tuple[int, str]:
     return (1, "FAIL: " + "; ".join(problems)) if problems else verdict(soak)
 
 
-def render(entry: dict[str, Any]) -> str:
+def render(entry: Entry) -> str:
     s = entry["soak"]
-    c = s["comparison"]
-    counts: dict[str, int] = {}
-    worst: dict[str, int] = {}
-    gaps: dict[str, list[float]] = {}
+    c, v = s["comparison"], s["verifier"]
+    kinds: dict[str, list[Entry]] = {}
     for step in s.get("steps", []):
-        kind = " ".join(w for w in step["name"].split() if not re.fullmatch(r"[wc]\d+", w))
-        counts[kind] = counts.get(kind, 0) + 1
-        worst[kind] = max(worst.get(kind, 0), step.get("duplicates", 0))
-        if step.get("max_gap_s") is not None:
-            gaps.setdefault(kind, []).append(step["max_gap_s"])
+        kinds.setdefault(" ".join(w for w in step["name"].split() if not re.fullmatch(r"[wc]\d+", w)), []).append(step)
     exact = bool(s.get("exactly_once"))
     bound = s.get("duplicates_bound_per_fault")
     corrupt = s.get("corrupted", {}).get("records")
-    lines = [
+    rows = []
+    for kind, steps in sorted(kinds.items()):
+        gaps = [st["max_gap_s"] for st in steps if st.get("max_gap_s") is not None]
+        rows.append([kind, len(steps), f"{max(st.get('duplicates', 0) for st in steps):,}",
+                     f"{statistics.median(gaps):.1f} s, {max(gaps):.1f} s" if gaps else "n/a"])
+    return "\n".join([
         "## Soak, exactly-once mode" if exact else "## Soak",
         "",
         f"`make soak MINUTES={entry['setup']['minutes']:g} SEED={entry['seed']}"
         + (" BENCH_ARGS=--exactly-once" if exact else "") + f"` on {entry['date'][:10]} "
-        f"({entry['machine'].get('cores', '?')} CPUs, load {'/'.join(f'{v:.1f}' for v in entry['load_at_start'])} "
+        f"({entry['machine'].get('cores', '?')} CPUs, load {'/'.join(f'{x:.1f}' for x in entry['load_at_start'])} "
         f"at the start): {entry['setup']['rate']:,} records/s into {PARTITIONS} partitions, 2 controllers, "
         f"{len(WORKERS)} workers, {len(s.get('steps', []))} faults"
         + (f"; `worker.exactly_once: true`, {TRANSACTION_INTERVAL_MS} ms transactions, the destination read "
            "`read_committed`" if exact else "") + ".",
         "",
-        "| fault | times | most duplicates after one | longest gap of any partition (median, max over the faults) |",
-        "|---|---|---|---|",
-        *[f"| {k} | {v} | {worst[k]:,} | " + (f"{statistics.median(gaps[k]):.1f} s, {max(gaps[k]):.1f} s"
-                                             if gaps.get(k) else "n/a") + " |"
-          for k, v in sorted(counts.items())],
+        *table(["fault", "times", "most duplicates after one",
+                "longest gap of any partition (median, max over the faults)"], rows),
         "",
         f"Result: {c['records']:,} source records, lost **{c['lost']}**, reordered **{c['reordered']}**, "
-        + (f"corrupted **{corrupt}**, " if corrupt is not None else "")
-        + f"duplicated {c['duplicated']:,}"
+        + (f"corrupted **{corrupt}**, " if corrupt is not None else "") + f"duplicated {c['duplicated']:,}"
         + (f" (bound per fault: {bound:,} = {DUPLICATES_BOUND_S:g} s of the load)" if bound is not None else "")
-        + "; verifier: "
-        f"{s['verifier'].get('verdict_line') or s['verifier'].get('skipped') or s['verifier'].get('error')}. "
-        f"Verdict: **{entry['verdict']}**. "
-        + ("In exactly-once mode any duplicate fails the run: a fault aborts the open transaction, and the "
-           "aborted copies are invisible to a `read_committed` reader. Results: "
-           "`bench/results/soak-eos-<date>.json`." if exact else
-           "Duplicates are the at-least-once cost of the faults that cut a "
-           "worker off without a final commit (kill -9, a freeze past the session, ZooKeeper restarts) or make "
-           "it purge and rewind (a fence): each repeats up to `worker.commit_interval_s` (5 s) of its "
-           "partitions plus what was in flight; the verifier reports them as WARN, never FAIL. "
-           "Results: `bench/results/soak-<date>.json`."),
-    ]
-    return "\n".join(lines)
+        + f"; verifier: {v.get('verdict_line') or v.get('skipped') or v.get('error')}. "
+        f"Verdict: **{entry['verdict']}**. Results: `bench/results/{'soak-eos' if exact else 'soak'}-<date>.json`.",
+    ])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -217,13 +203,13 @@ def main(argv: list[str] | None = None) -> int:
                       overrides={"worker": {"exactly_once": True, "transaction_interval_ms": TRANSACTION_INTERVAL_MS}}
                       if exact else None, isolation="read_committed" if exact else "read_uncommitted")
 
-    def go() -> dict[str, Any]:
+    def go() -> Entry:
         with stage("soak", args.broker_heap, stamp) as (services, root, workdir), \
                 Runner(services, root, workdir, f"soak{stamp[-7:-1]}", profile) as runner:
             entry["soak"] = run_soak(runner, stamp, args, rng)
         return entry
 
-    def summary(entry: dict[str, Any]) -> int:
+    def summary(entry: Entry) -> int:
         status, entry["verdict"] = judge(entry["soak"])
         print_steps(entry["soak"].get("steps", []))
         print(f"soak verdict (seed {seed}): {entry['verdict']}; corrupted {entry['soak']['corrupted']['records']}")

@@ -25,12 +25,18 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from bench import render as bench_render
 from bench.common import REPO, RESULTS_DIR, load_average, machine_info, proc_sample
 from bench.recording import parser, run_and_record
+from bench.render import table
 from devtools import jvm
-from devtools.harness import create_topic, own_stack, say
+from devtools.harness import create_topic, end_offsets, own_stack, say
 from ureplicator.common import provenance
 from ureplicator.common.config import from_dict
 
 PIPELINE = "bench"
+PARTITIONS = 8
+VALUE_BYTES = 88  # plus a 12-byte sequence number: about 100-byte values
+BUCKET_SIZE = 10_000
+MASTER = "local[2]"
+DRIVER_MEMORY = "1g"
 TARGET_RATE = 1_000_000  # pass-1 source records per second (issue: verifier at production scale)
 TARGET_START_S = 8.0
 TARGET_WARM_START_S = 3.0
@@ -39,18 +45,18 @@ TARGET_FLOOR_FRACTION = 0.5
 TARGET_CPU_RATIO = 3.0
 
 
-def fill(services: dict[str, str], topic: str, records: int, partitions: int, value_bytes: int, first: int = 0) -> None:
+def fill(services: dict[str, str], topic: str, records: int, first: int = 0) -> None:
     """Records ``first`` .. ``first + records`` round-robin over the partitions, and their mirrored copies."""
     settings = {"linger.ms": 50, "batch.size": 1_000_000, "compression.type": "lz4", "enable.idempotence": True,
                 "queue.buffering.max.messages": 1_000_000, "queue.buffering.max.kbytes": 1_048_576}
     source = Producer({"bootstrap.servers": services["source"], **settings})
     destination = Producer({"bootstrap.servers": services["destination"], **settings})
-    filler = (b"0123456789abcdef" * (value_bytes // 16 + 1))[:value_bytes]
+    filler = (b"0123456789abcdef" * (VALUE_BYTES // 16 + 1))[:VALUE_BYTES]
     base_ts = int(time.time() * 1000) - first - records
     stamp = provenance.encoder("src", "src")  # copies made by the route src -> dst (the hop source is src)
     started = time.monotonic()
     for i in range(first, first + records):
-        partition, offset = i % partitions, i // partitions  # one idempotent producer per side: dense offsets
+        partition, offset = i % PARTITIONS, i // PARTITIONS  # one idempotent producer per side: dense offsets
         for producer, extra in ((source, []), (destination, [(provenance.HEADER, stamp(offset, partition))])):
             while True:
                 try:
@@ -69,11 +75,12 @@ def fill(services: dict[str, str], topic: str, records: int, partitions: int, va
         raise RuntimeError("records left unacknowledged")
 
 
-def commit_ends(services: dict[str, str], topic: str, partitions: int) -> None:
+def commit_ends(services: dict[str, str], topic: str) -> None:
+    """The replicator group's committed offsets at the source's ends (everything mirrored)."""
     consumer = Consumer({"bootstrap.servers": services["source"], "group.id": f"ureplicator.{PIPELINE}"})
     try:
-        ends = [consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in range(partitions)]
-        consumer.commit(offsets=[TopicPartition(topic, p, e) for p, e in enumerate(ends)], asynchronous=False)
+        ends = end_offsets(services["source"], topic, PARTITIONS) or {}
+        consumer.commit(offsets=[TopicPartition(topic, p, e) for p, e in ends.items()], asynchronous=False)
     finally:
         consumer.close()
 
@@ -94,19 +101,16 @@ def _config_file(services: dict[str, str], work: Path) -> Path:
 class Verifier:
     """A warm SparkSession and the CPU clock of its JVM."""
 
-    def __init__(self, services: dict[str, str], args: argparse.Namespace) -> None:
+    def __init__(self, services: dict[str, str]) -> None:
         from ureplicator.verifier import route, sparkjob
         from ureplicator.verifier.watermarks import Clusters
 
-        conf = {"spark.driver.memory": args.driver_memory}
-        if args.shuffle_partitions:  # else adaptive query execution sizes the shuffles (the verifier's default)
-            conf["spark.sql.shuffle.partitions"] = str(args.shuffle_partitions)
-        self.spark = sparkjob.session(args.master, conf)
+        # Adaptive query execution sizes the shuffles (the verifier's default).
+        self.spark = sparkjob.session(MASTER, {"spark.driver.memory": DRIVER_MEMORY})
         self.pid = int(self.spark.sparkContext._jvm.ProcessHandle.current().pid())
         self.config = from_dict(_config_doc(services))
         self.clusters = Clusters(self.config.source, self.config.destination)
         self.sides = (route.KafkaSide(services["source"]), route.KafkaSide(services["destination"], alias="dst"))
-        self.bucket_size = args.bucket_size
 
     def cpu_s(self) -> float:
         sample = proc_sample(self.pid)
@@ -119,7 +123,7 @@ class Verifier:
         incremental = run.Incremental(checkpoint, full=full, full_every_s=None) if checkpoint else None
         cpu, load, started = self.cpu_s(), load_average()[0], time.monotonic()
         report = run.verify(self.spark, self.config, self.clusters, [run.Target(topic, topic)], self.sides,
-                            self.config.consumer_group, self.bucket_size, incremental=incremental).to_dict()
+                            self.config.consumer_group, BUCKET_SIZE, incremental=incremental).to_dict()
         seconds = time.monotonic() - started
         (entry,) = report["topics"]
         return {"seconds": round(seconds, 3), "cpu_s": round(self.cpu_s() - cpu, 2),
@@ -223,14 +227,13 @@ def start_to_verdict(services: dict[str, str], topic: str, rounds: int, work: Pa
             "first_run": first}
 
 
-def incremental(verifier: Verifier, services: dict[str, str], topic: str, records: int, args: argparse.Namespace,
-                work: Path) -> dict[str, Any]:
+def incremental(verifier: Verifier, services: dict[str, str], topic: str, records: int, work: Path) -> dict[str, Any]:
     """A full run writes the checkpoint; 1 % more records arrive; incremental run vs full run of the same data."""
     checkpoint = work / "checkpoint.json"
     verifier.verify(topic, checkpoint, full=True)
-    more = max(args.partitions, records // 100)
-    fill(services, topic, more, args.partitions, args.value_bytes, first=records)
-    commit_ends(services, topic, args.partitions)
+    more = max(PARTITIONS, records // 100)
+    fill(services, topic, more, first=records)
+    commit_ends(services, topic)
     incremental_run = verifier.verify(topic, checkpoint)
     full_run = verifier.verify(topic, checkpoint, full=True)
     for result, mode, verified in ((incremental_run, "incremental", more), (full_run, "full", records + more)):
@@ -253,8 +256,8 @@ def warm_new_topic(verifier: Verifier, services: dict[str, str], known: str, arg
     cli.add_arguments(command_line)
 
     def run_once(*topics: str) -> int:
-        command = ["--config", str(config), "--output", str(output), "--master", args.master,
-                   "--bucket-size", str(args.bucket_size), *[a for t in topics for a in ("--topic", f"{t}={t}")]]
+        command = ["--config", str(config), "--output", str(output), "--master", MASTER,
+                   "--bucket-size", str(BUCKET_SIZE), *[a for t in topics for a in ("--topic", f"{t}={t}")]]
         return cli.run_once(command_line.parse_args(command), lambda: verifier.spark)
 
     if run_once(known) != 0:  # the session's earlier run: the known topic is in the checkpoint
@@ -262,7 +265,7 @@ def warm_new_topic(verifier: Verifier, services: dict[str, str], known: str, arg
     runs = []
     for index in range(args.rounds):
         fresh = f"bench-new-{index}-{time.time_ns()}"
-        write_topic(services, fresh, 100_000, args)
+        write_topic(services, fresh, 100_000)
         load, started = load_average()[0], time.monotonic()
         status = run_once(known, fresh)
         seconds = time.monotonic() - started
@@ -277,13 +280,12 @@ def warm_new_topic(verifier: Verifier, services: dict[str, str], known: str, arg
     return {"records": 100_000, "rounds": runs, "median_s": statistics.median(r["seconds"] for r in runs)}
 
 
-def write_topic(services: dict[str, str], topic: str, records: int, args: argparse.Namespace,
-                config: dict[str, str] | None = None) -> None:
+def write_topic(services: dict[str, str], topic: str, records: int, config: dict[str, str] | None = None) -> None:
     """``topic`` on both clusters holding ``records`` records (mirrored copies on the destination), ends committed."""
     for bootstrap in (services["source"], services["destination"]):
-        create_topic(bootstrap, topic, args.partitions, {"retention.ms": "-1", **(config or {})})
-    fill(services, topic, records, args.partitions, args.value_bytes)
-    commit_ends(services, topic, args.partitions)
+        create_topic(bootstrap, topic, PARTITIONS, {"retention.ms": "-1", **(config or {})})
+    fill(services, topic, records)
+    commit_ends(services, topic)
 
 
 def _verdict(ok: bool) -> str:
@@ -292,59 +294,53 @@ def _verdict(ok: bool) -> str:
 
 def render(entry: dict[str, Any]) -> str:
     """The docs section, from one results entry (nothing in it is typed by hand)."""
-    m = entry["machine"]
-    p1, start, inc = entry["pass1"], entry["start_to_verdict"], entry["incremental"]
+    m, p1, start, inc = entry["machine"], entry["pass1"], entry["start_to_verdict"], entry["incremental"]
     loads = [r["load"] for r in p1["rounds"]] + [r["load"] for r in start["rounds"]]
-    limit, kafka, worker, warm = entry.get("floor"), entry.get("pass1_kafka"), entry.get("worker"), entry.get(
-        "warm_new_topic")
+    # Rows measured later than the first results: older entries have none.
+    limit, kafka, worker, warm = (entry.get(k) for k in ("floor", "pass1_kafka", "worker", "warm_new_topic"))
+    ratio = p1["cpu_s_per_million"] / worker["cpu_s_per_million"] if worker else 0.0
+    rows = [
+        [f"pass 1, clean full verification of {p1['records']:,} records (median of {len(p1['rounds'])}, warm Spark; "
+         f"{p1['records']:,} source + {p1['records']:,} destination records read)",
+         f"{p1['records_per_s']:,} records/s ({p1['median_s']:.1f} s)", f"{TARGET_RATE:,} records/s",
+         _verdict(p1["records_per_s"] >= TARGET_RATE)],
+        ["Spark JVM CPU per million verified records (pass 1)", f"{p1['cpu_s_per_million']:.1f} CPU-s", "", ""],
+        *([[f"floor: ConsumerPerformance reading the source ({limit['source']['records_per_s']:,} records/s) and "
+            f"the destination ({limit['destination']['records_per_s']:,} records/s) once each",
+            f"{limit['records_per_s']:,} verified records/s", "", ""],
+           ["pass 1 with the digest reader as a fraction of the floor", f"{p1['floor_fraction']:.2f}×",
+            f"≥ {TARGET_FLOOR_FRACTION}×", _verdict(p1["floor_fraction"] >= TARGET_FLOOR_FRACTION)]] if limit else []),
+        *([["pass 1 with Spark's Kafka source (the fallback), same records", f"{kafka['records_per_s']:,} records/s "
+            f"({kafka['floor_fraction']:.2f}× the floor), {kafka['cpu_s_per_million']:.1f} CPU-s per million", "",
+            ""]] if limit and kafka else []),
+        *([[f"CPU per verified record against the worker's per copied record ({worker['cpu_s_per_million']:.2f} "
+            f"CPU-s per million, `bench/results/{worker['results_file']}`)", f"{ratio:.1f}×",
+            f"≤ {TARGET_CPU_RATIO:.0f}×", _verdict(ratio <= TARGET_CPU_RATIO)]] if limit and worker else []),
+        [f"start to verdict, 100,000-record topic, new `python -m ureplicator.verifier` process (median of "
+         f"{len(start['rounds'])})", f"{start['median_s']:.1f} s", f"< {TARGET_START_S:.0f} s",
+         _verdict(start["median_s"] < TARGET_START_S)],
+        *([["the same, the first run (no class archive yet: it dumps one at exit, verifier/cds.py)",
+            f"{start['first_run']['seconds']:.1f} s", "", ""]] if start.get("first_run") else []),
+        *([[f"warm start to verdict: a `verify --every`-style session (warm SparkSession, one run of the command) "
+            f"gets a new {warm['records']:,}-record topic (median of {len(warm['rounds'])})",
+            f"{warm['median_s']:.2f} s", f"< {TARGET_WARM_START_S:.0f} s",
+            _verdict(warm["median_s"] < TARGET_WARM_START_S)]] if warm else []),
+        [f"incremental run after {inc['new_records']:,} new records (1 %) vs full run of the "
+         f"{inc['base_records'] + inc['new_records']:,}", f"{inc['incremental']['seconds']:.2f} s vs "
+         f"{inc['full']['seconds']:.1f} s = {inc['ratio'] * 100:.1f} %", f"≤ {TARGET_INCREMENTAL * 100:.0f} %",
+         _verdict(inc["ratio"] <= TARGET_INCREMENTAL)],
+    ]
     lines = [
         "## Verifier",
         "",
         f"`python -m bench.verifier_bench` on {entry['date']}: {m['cores']} cores ({m['cpu_model']}), "
         f"{m['ram_bytes'] / 2**30:.0f} GiB, Python {m['python']}, {m['java']}; Spark {entry['spark']} "
         f"`{entry['master']}`, driver memory {entry['driver_memory']}, {entry['partitions']} partitions, "
-        f"~{entry['value_bytes'] + 12}-byte values with one header, bucket size {entry['bucket_size']:,}. Both "
-        "Kafka brokers (256 MB heap each) share the machine's cores with Spark. Results: "
-        f"`bench/results/{entry['results_file']}`; this section is rendered from it by "
-        "`python -m bench.verifier_bench --render`.",
+        f"~{entry['value_bytes'] + 12}-byte values with one header, bucket size {entry['bucket_size']:,}. Results: "
+        f"`bench/results/{entry['results_file']}`. 1-minute load average during the runs: {min(loads):.1f} to "
+        f"{max(loads):.1f} (2 cores: above 2 the verifier got less than the whole machine).",
         "",
-        f"1-minute load average during the runs: {min(loads):.1f} to {max(loads):.1f} (2 cores: above 2 the "
-        "verifier got less than the whole machine).",
-        "",
-        "| measurement | result | target | |",
-        "|---|---:|---:|---|",
-        f"| pass 1, clean full verification of {p1['records']:,} records (median of {len(p1['rounds'])}, warm "
-        f"Spark; {p1['records']:,} source + {p1['records']:,} destination records read) | "
-        f"{p1['records_per_s']:,} records/s ({p1['median_s']:.1f} s) | {TARGET_RATE:,} records/s | "
-        f"{_verdict(p1['records_per_s'] >= TARGET_RATE)} |",
-        f"| Spark JVM CPU per million verified records (pass 1) | {p1['cpu_s_per_million']:.1f} CPU-s | | |",
-        # Rows measured later than the first results: older entries have none.
-        *([f"| floor: ConsumerPerformance reading the source ({limit['source']['records_per_s']:,} records/s) and "
-           f"the destination ({limit['destination']['records_per_s']:,} records/s) once each | "
-           f"{limit['records_per_s']:,} verified records/s | | |",
-           f"| pass 1 with the digest reader as a fraction of the floor | {p1['floor_fraction']:.2f}× | "
-           f"≥ {TARGET_FLOOR_FRACTION}× | {_verdict(p1['floor_fraction'] >= TARGET_FLOOR_FRACTION)} |"]
-          if limit else []),
-        *([f"| pass 1 with Spark's Kafka source (the fallback), same records | {kafka['records_per_s']:,} records/s "
-           f"({kafka['floor_fraction']:.2f}× the floor), {kafka['cpu_s_per_million']:.1f} CPU-s per million | | |"]
-          if limit and kafka else []),
-        *([f"| CPU per verified record against the worker's per copied record ({worker['cpu_s_per_million']:.2f} "
-           f"CPU-s per million, `bench/results/{worker['results_file']}`) | "
-           f"{p1['cpu_s_per_million'] / worker['cpu_s_per_million']:.1f}× | ≤ {TARGET_CPU_RATIO:.0f}× | "
-           f"{_verdict(p1['cpu_s_per_million'] / worker['cpu_s_per_million'] <= TARGET_CPU_RATIO)} |"]
-          if limit and worker else []),
-        f"| start to verdict, 100,000-record topic, new `python -m ureplicator.verifier` process (median of "
-        f"{len(start['rounds'])}) | {start['median_s']:.1f} s | < {TARGET_START_S:.0f} s | "
-        f"{_verdict(start['median_s'] < TARGET_START_S)} |",
-        *([f"| the same, the first run (no class archive yet: it dumps one at exit, verifier/cds.py) | "
-           f"{start['first_run']['seconds']:.1f} s | | |"] if start.get("first_run") else []),
-        *([f"| warm start to verdict: a `verify --every`-style session (warm SparkSession, one run of the command) "
-           f"gets a new {warm['records']:,}-record topic (median of {len(warm['rounds'])}) | {warm['median_s']:.2f} s "
-           f"| < {TARGET_WARM_START_S:.0f} s | {_verdict(warm['median_s'] < TARGET_WARM_START_S)} |"] if warm else []),
-        f"| incremental run after {inc['new_records']:,} new records (1 %) vs full run of the "
-        f"{inc['base_records'] + inc['new_records']:,} | {inc['incremental']['seconds']:.2f} s vs "
-        f"{inc['full']['seconds']:.1f} s = {inc['ratio'] * 100:.1f} % | ≤ {TARGET_INCREMENTAL * 100:.0f} % | "
-        f"{_verdict(inc['ratio'] <= TARGET_INCREMENTAL)} |",
+        *table(["measurement", "result", "target", ""], rows, "lrr"),
         "",
         f"Records read by the incremental run: {inc['incremental']['read']['source']:,} source, "
         f"{inc['incremental']['read']['destination']:,} destination (the full run: "
@@ -362,25 +358,25 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         small, big = f"bench-100k-{stamp}", f"bench-{args.records}-{stamp}"
         for topic, records in ((small, 100_000), (big, args.records)):
             say(f"writing {records:,} records to both clusters ({topic})")
-            write_topic(services, topic, records, args, {"segment.bytes": str(256 * 1024 * 1024)})
+            write_topic(services, topic, records, {"segment.bytes": str(256 * 1024 * 1024)})
         say("the floor (ConsumerPerformance)")
         limit = floor(services, big, args.records)
         say("start to verdict (new processes)")
         start = start_to_verdict(services, small, args.rounds, work)
-        verifier = Verifier(services, args)
+        verifier = Verifier(services)
         say("warming Spark up")
         verifier.verify(small)
         say("pass 1")
         p1 = pass_one(verifier, big, args.records, args.rounds)
         p1_kafka = pass_one(verifier, big, args.records, args.rounds, reader="kafka")
         say("incremental")
-        inc = incremental(verifier, services, big, args.records, args, work)
+        inc = incremental(verifier, services, big, args.records, work)
         say("warm start to verdict (a new topic)")
         warm = warm_new_topic(verifier, services, small, args, work)
         entry = {
             "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"), "quick": args.quick, "machine": machine_info(),
-            "spark": verifier.spark.version, "master": args.master, "driver_memory": args.driver_memory,
-            "partitions": args.partitions, "value_bytes": args.value_bytes, "bucket_size": args.bucket_size,
+            "spark": verifier.spark.version, "master": MASTER, "driver_memory": DRIVER_MEMORY,
+            "partitions": PARTITIONS, "value_bytes": VALUE_BYTES, "bucket_size": BUCKET_SIZE,
             "floor": limit,
             "pass1": {**p1, "floor_fraction": round(p1["records_per_s"] / limit["records_per_s"], 3)},
             "pass1_kafka": {**p1_kafka, "floor_fraction": round(p1_kafka["records_per_s"] / limit["records_per_s"], 3)},
@@ -395,13 +391,6 @@ def main(argv: list[str] | None = None) -> int:
     cli = parser("python -m bench.verifier_bench", __doc__)
     cli.add_argument("--records", type=int, default=2_000_000, help="records for pass 1 (default 2,000,000)")
     cli.add_argument("--rounds", type=int, default=3)
-    cli.add_argument("--partitions", type=int, default=8)
-    cli.add_argument("--value-bytes", type=int, default=88)
-    cli.add_argument("--bucket-size", type=int, default=10_000)
-    cli.add_argument("--master", default="local[2]")
-    cli.add_argument("--driver-memory", default="1g")
-    cli.add_argument("--shuffle-partitions", type=int, default=0,
-                     help="fixed shuffle partitions (default 0: adaptive query execution decides)")
     cli.add_argument("--quick", action="store_true", help="a smoke run: 200,000 records, 1 round, nothing written")
     cli.add_argument("--stack", type=Path, default=None, metavar="DIR",
                      help="use the stack already running in DIR (its stack.json) instead of starting one")
@@ -413,8 +402,7 @@ def main(argv: list[str] | None = None) -> int:
         return bench_render.main(["verifier-bench"])
     if args.quick:
         args.records, args.rounds, args.no_write = 200_000, 1, True
-    return run_and_record(lambda: run(args), section="verifier-bench", no_write=args.no_write,
-                          summary=lambda entry: print(json.dumps(entry, indent=2)))
+    return run_and_record(lambda: run(args), section="verifier-bench", no_write=args.no_write)
 
 
 if __name__ == "__main__":

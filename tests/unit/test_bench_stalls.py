@@ -72,3 +72,17 @@ def test_the_workers_coordinator_log_events_are_counted(tmp_path):
     counts = _log_events(tmp_path, ("w1", "w2", "w3"))
     assert counts["commit_failed"] == 2 and counts["commit_client_replaced"] == 1
     assert counts["committed_offsets_retry"] == 0
+
+
+def test_every_stored_run_of_the_scenario_and_control_plane_sections_renders():
+    from bench import render as bench_render
+
+    for name in ("stalls-bench", "drill", "soak", "soak-eos", "failover-bench", "leader-cost", "verifier-bench",
+                 "controller-scale"):
+        section = bench_render.by_name(name)
+        files = sorted(bench_render.RESULTS_DIR.glob(f"{section.prefix}-[0-9]*.json"))
+        assert files, name
+        for path in files:
+            loaded = json.loads(path.read_text())
+            for run in loaded if isinstance(loaded, list) else [loaded]:
+                assert section.render_entry(run, path).startswith("## "), (name, path.name)
