@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from bench.window import (
     rate_spread,
     thread_cpu_between,
     thread_group,
+    threads,
 )
 
 
@@ -77,13 +79,19 @@ def test_thread_group_folds_digits_and_names_the_first_thread_main() -> None:
 
 def test_threads_that_exit_mid_window_keep_their_last_seen_cpu() -> None:
     ledger = ThreadLedger()
-    ledger.update({(1, 1): ("main", 10.0), (1, 7): ("C# CompilerThre", 4.0)})
+    ledger.update({(1, 1): ("python", 10.0, 0.0), (1, 7): ("C2 CompilerThre", 4.0, 0.0)})
     start = ledger.snapshot()
-    ledger.update({(1, 7): ("C# CompilerThre", 9.0)})  # sampled once more, then it exits
-    ledger.update({(1, 1): ("main", 30.0), (1, 8): ("C# CompilerThre", 2.0)})  # a new compiler thread
+    ledger.update({(1, 7): ("C2 CompilerThre", 9.0, 0.0)})  # sampled once more, then it exits
+    ledger.update({(1, 1): ("python", 30.0, 0.0), (1, 8): ("C1 CompilerThre", 2.0, 0.0)})  # a new compiler thread
     groups = thread_cpu_between(start, ledger.snapshot())
     assert groups == {"main": 20.0, "C# CompilerThre": 7.0}
     assert compiler_cpu(groups) == 7.0
+
+
+def test_this_process_has_its_threads_cpu_and_run_queue_wait() -> None:
+    stats = threads([os.getpid(), 2**22 + 1])  # the second pid does not exist
+    name, cpu, wait = stats[(os.getpid(), os.getpid())]
+    assert cpu > 0 and wait >= 0 and name
 
 
 def test_rate_spread_splits_the_window_into_equal_parts() -> None:
