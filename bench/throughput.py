@@ -32,8 +32,9 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from bench import common, mm2, window
 from bench import render as bench_render
-from bench.harness import BenchError, install_signal_handlers
+from bench.harness import BenchError
 from bench.recording import parser as cli_parser
+from bench.recording import run_and_record
 from bench.render import by_name, table
 from bench.window import Mirror, Plan, Point
 from devtools import harness, jvm
@@ -136,6 +137,7 @@ class Bench:
     runs: list[Run] = field(default_factory=list)
     counter: int = 0
     destination: Offsets | None = None
+    profile: dict[str, Any] | None = None  # --profile's summary
 
 
 # ----------------------------------------------------------------------------- measuring
@@ -1035,21 +1037,13 @@ def run_all(args: argparse.Namespace, bench: Bench, datasets: list[Dataset], not
         notes.append(f"Interrupted after {len(bench.runs)} of {len(order)} runs.")
         say(notes[-1] + " Writing the completed runs.")
         return False
+    if args.profile and "ureplicator" in args.variants:
+        bench.profile = profile_run(bench, datasets[0], time.strftime("%Y-%m-%d", time.gmtime()))
     return True
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    # SIGTERM (and SIGINT, also when the shell started us in the background with it
-    # ignored) unwinds like Ctrl-C, so every process and the stack are stopped.
-    install_signal_handlers()
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    section = by_name("eos-bench" if args.exactly_once else "throughput-bench")
-    if args.render is not None:
-        entries = json.loads(args.render.read_text())
-        eos = bool((entries[-1] if isinstance(entries, list) else entries).get("exactly_once"))
-        bench_render.render_file(by_name("eos-bench" if eos else "throughput-bench"), args.render)
-        return 0
+def run(args: argparse.Namespace, command: list[str]) -> dict[str, Any]:
+    """The whole benchmark on its own stack: preload, every run, the results entry."""
     wall, now = time.monotonic(), datetime.now(timezone.utc)
     everything = {"100B": Dataset("100B", 100, args.records_100b), "1KB": Dataset("1KB", 1024, args.records_1kb)}
     datasets = [everything[d] for d in args.datasets]
@@ -1059,18 +1053,15 @@ def main(argv: list[str] | None = None) -> int:
     repo = args.worker_repo.resolve()
     code_before = common.code_version(repo)
     run_from = snapshot(repo, workdir) if repo != common.REPO else repo
-    say("backlogs: " + ", ".join(f"{d.records:,} x {d.value_bytes} B" for d in datasets)
-        + f"; worker from {repo} (running {run_from} with {worker_python(repo)}); load {common.load_average()}")
     load_at_start = common.load_average()
+    say("backlogs: " + ", ".join(f"{d.records:,} x {d.value_bytes} B" for d in datasets)
+        + f"; worker from {repo} (running {run_from} with {worker_python(repo)}); load {load_at_start}")
     try:
         jvm.classpath("mirrormaker")
         jvm.classpath("kafka")
     except jvm.JvmError as exc:
-        say(str(exc))
-        return 2
-    machine = common.machine_info()
+        raise BenchError(str(exc)) from None
     notes: list[str] = []
-    profile: dict[str, Any] | None = None
     with harness.own_stack("throughput", args.broker_heap) as (services, _):
         bench = Bench(services, workdir, now.strftime("%H%M%S"), Plan(args.warmup, args.steady), drain_timeout,
                       repo=run_from, python=worker_python(repo), destination=Offsets(services["destination"]))
@@ -1078,20 +1069,18 @@ def main(argv: list[str] | None = None) -> int:
             preload(services, ds)
         warm_group_coordinator(services["source"], datasets[0].topic)
         completed = run_all(args, bench, datasets, notes)
-        if args.profile and "ureplicator" in args.variants and completed:
-            profile = profile_run(bench, datasets[0], now.strftime("%Y-%m-%d"))
     code = common.code_version(run_from)
     changed = code["sources_sha256"] != code_before["sources_sha256"]
     if changed:
         notes.append("The worker/common sources changed while this benchmark ran (commit "
                      f"{code_before['commit']} -> {code['commit']}); runs may mix both versions.")
         say(notes[-1])
-    results = common.RESULTS_DIR / f"{section.prefix}-{now.strftime('%Y-%m-%d')}.json"
-    entry = {
+    prefix = by_name("eos-bench" if args.exactly_once else "throughput-bench").prefix
+    return {
         "schema": SCHEMA, "date": now.isoformat(timespec="seconds"),
-        "command": " ".join(["python -m bench.throughput", *(argv if argv is not None else sys.argv[1:])]),
-        "quick": args.quick, "exactly_once": args.exactly_once, "duration_s": round(time.monotonic() - wall, 1),
-        "load_at_start": load_at_start, "load_at_end": common.load_average(), "machine": machine,
+        "command": " ".join(["python -m bench.throughput", *command]), "quick": args.quick,
+        "exactly_once": args.exactly_once, "duration_s": round(time.monotonic() - wall, 1),
+        "load_at_start": load_at_start, "load_at_end": common.load_average(), "machine": common.machine_info(),
         "code": code_before,  # what the runs started with; code_at_end when it changed meanwhile
         **({"code_at_end": code} if changed else {}),
         "rounds_done": max((r.round for r in bench.runs), default=0),
@@ -1107,24 +1096,32 @@ def main(argv: list[str] | None = None) -> int:
             "worker_python": worker_python(repo),
         },
         "summary": summarize(bench.runs, datasets, args.scale),
-        "runs": [r.to_json() for r in bench.runs], "profile": profile, "notes": notes,
-        "results_file": str(results.relative_to(common.REPO)),
+        "runs": [r.to_json() for r in bench.runs], "profile": bench.profile, "notes": notes,
+        "results_file": f"bench/results/{prefix}-{now.strftime('%Y-%m-%d')}.json",
+        "completed": completed,
     }
-    (workdir / "result.json").write_text(json.dumps(entry, indent=2) + "\n")
-    text = section.render_entry(entry, results)
-    (workdir / "section.md").write_text(text + "\n")
-    print(text)  # the summary on the terminal is the section the run renders
-    if args.no_write:
-        say(f"--no-write: result and docs section left in {workdir.relative_to(common.REPO)}")
-    else:
-        # Rendered from the results file, as by python -m bench.render: from its last full run,
-        # so a smoke run (--quick) is recorded but never published over a full run's numbers.
-        common.append_json(results, entry)
-        bench_render.render_file(section, results)
-    say(f"done in {(time.monotonic() - wall) / 60:.1f} min")
-    if not completed:
+
+
+def status(entry: dict[str, Any]) -> int:
+    """Print the section the run renders (a smoke run is recorded, never published over a full run's numbers);
+    130 when interrupted, 1 when a run failed."""
+    print((render_eos_section if entry["exactly_once"] else render_section)(entry))
+    if not entry.pop("completed"):
         return 130
-    return 0 if bench.runs and all(r.ok for r in bench.runs) else 1
+    return 0 if entry["runs"] and all(r["ok"] for r in entry["runs"]) else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.render is not None:
+        entries = json.loads(args.render.read_text())
+        eos = bool((entries[-1] if isinstance(entries, list) else entries).get("exactly_once"))
+        bench_render.render_file(by_name("eos-bench" if eos else "throughput-bench"), args.render)
+        return 0
+    # SIGINT also when the shell started us in the background with it ignored: it unwinds like Ctrl-C.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    return run_and_record(lambda: run(args, argv if argv is not None else sys.argv[1:]), summary=status,
+                          section="eos-bench" if args.exactly_once else "throughput-bench", no_write=args.no_write)
 
 
 if __name__ == "__main__":
