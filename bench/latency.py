@@ -33,7 +33,7 @@ from bench import mm2, window
 from bench.common import REPO, code_version, fmt_load, load_average, machine_info
 from bench.harness import KEY, BenchError, Flow, Load, load_line
 from bench.recording import parser, rendered, run_and_record
-from bench.render import table
+from bench.render import machine, table
 from bench.window import Mirror, Threads
 from devtools.harness import bench_dir, create_topic, end_offsets, own_stack, say, wait_for
 
@@ -322,29 +322,6 @@ def mm2_effective(log: Path, keys: Sequence[str] = ("linger.ms", "batch.size", "
     return found
 
 
-def start(variant: Variant, services: dict[str, str], workdir: Path, topic: str) -> tuple[Mirror, dict[str, Any]]:
-    """``variant`` mirroring ``topic`` (every partition owned), and what the results say of its set-up."""
-    if variant.system == "ureplicator":
-        overrides = nested_overrides(variant.settings)
-        mirror = window.start_ureplicator(services, workdir / variant.name, f"lat{topic[-12:].replace('-', '')}",
-                                          overrides)
-        try:
-            assert mirror.pipeline is not None
-            pipeline = mirror.pipeline
-            pipeline.add_topic(topic, PARTITIONS)
-            wait_for(lambda: pipeline.settled({topic: PARTITIONS})
-                     and set(pipeline.owners(topic).values()) == set(pipeline.workers), 90,
-                     f"{variant.name}: every partition mirrored")
-        except BaseException:
-            mirror.stop()
-            raise
-        return mirror, {"code": str(REPO), "workers": 1, "overrides": overrides}
-    props = mm2_properties(variant, f"src{topic[-6:].replace('-', '')}", services, topic)
-    mirror = window.start_mirrormaker2(workdir / variant.name, props)
-    return mirror, {"properties": {k: str(v) for k, v in props.items() if "bootstrap" not in k},
-                    "log": str(mirror.log), "jvm": [*mm2.HEAP, "G1 (kafka-run-class.sh flags)"]}
-
-
 # ----------------------------------------------------------------------------- measuring
 
 
@@ -446,13 +423,27 @@ def measure_rate(services: dict[str, str], c: Contestant, rate: int, tag: int,
 
 
 def start_contestant(variant: Variant, services: dict[str, str], workdir: Path, topic: str) -> Contestant:
-    """Start ``variant`` on a fresh topic, start its probes, and wait until a priming burst went through."""
+    """Start ``variant`` on a fresh topic (every partition owned), its probes, and wait for a priming burst."""
     create_topic(services["source"], topic, PARTITIONS)
     say(f"{variant.name}: starting on topic {topic}")
     started = time.monotonic()
-    mirror, notes = start(variant, services, workdir, topic)
+    if variant.system == "ureplicator":
+        overrides = nested_overrides(variant.settings)
+        mirror = window.start_ureplicator(services, workdir / variant.name, f"lat{topic[-12:].replace('-', '')}",
+                                          overrides)
+        notes: dict[str, Any] = {"code": str(REPO), "workers": 1, "overrides": overrides}
+    else:
+        props = mm2_properties(variant, f"src{topic[-6:].replace('-', '')}", services, topic)
+        mirror = window.start_mirrormaker2(workdir / variant.name, props)
+        notes = {"properties": {k: str(v) for k, v in props.items() if "bootstrap" not in k},
+                 "log": str(mirror.log), "jvm": [*mm2.HEAP, "G1 (kafka-run-class.sh flags)"]}
     probes: list[Probe] = []
     try:
+        if (pipeline := mirror.pipeline) is not None:
+            pipeline.add_topic(topic, PARTITIONS)
+            wait_for(lambda: pipeline.settled({topic: PARTITIONS})
+                     and set(pipeline.owners(topic).values()) == set(pipeline.workers), 90,
+                     f"{variant.name}: every partition mirrored")
         wait_for(lambda: mirror.cpu_s() >= 0 and end_offsets(services["destination"], topic, PARTITIONS) is not None,
                  180, f"{variant.name}: destination topic {topic}")
         probes = [Probe(services[side], topic).start() for side in ("destination", "source")]
@@ -568,9 +559,7 @@ def render(entry: dict[str, Any]) -> str:
         "",
         f"`python -m bench.latency{' --quick' if quick else ''}` ({'**quick mode**: ' if quick else ''}"
         f"{s['warmup_s']:.0f} s warm-up + {s['duration_s']:.0f} s measured per rate and variant) on "
-        f"{m['cpu_model']}, {m['cores']} cores, {m['ram_bytes'] / 2**30:.0f} GiB RAM, Python {m['python']}, "
-        f"{m['java']}, Kafka {m['kafka_brokers']}, MirrorMaker 2 {m['mirrormaker2']}, librdkafka {m['librdkafka']}, "
-        f"{entry['date'][:10]}; ureplicator at commit `{s.get('code_commit', 'unknown')}`; "
+        f"{machine(m)}, {entry['date'][:10]}; ureplicator at commit `{s.get('code_commit', 'unknown')}`; "
         f"{entry['elapsed_s'] / 60:.0f} min in all. Load average at start "
         f"{fmt_load(entry['load_at_start'])}, at end {fmt_load(entry['load_at_end'])}.",
         "",

@@ -35,7 +35,7 @@ from bench import render as bench_render
 from bench.harness import BenchError
 from bench.recording import parser as cli_parser
 from bench.recording import run_and_record
-from bench.render import by_name, table
+from bench.render import by_name, machine, table
 from bench.window import Mirror, Plan, Point
 from devtools import harness, jvm
 from devtools.harness import Offsets, say
@@ -759,23 +759,15 @@ def render_section(entry: dict[str, Any]) -> str:
     loads = [x for r in runs for x in (r["load_before"][0], r["load_window"][0]) if x]
     lines = ["## Throughput: ureplicator vs MirrorMaker 2 vs the raw client pair, steady state", "",
              *_headline(summary),
-             f"Measured {entry['date']} with `{entry['command']}`; worker and controller from `{s['worker_repo']}` "
+             f"Measured {entry['date']} with `{entry['command']}` on {machine(m)} (the cores shared by the "
+             f"brokers, ZooKeeper, the mirror and other jobs); worker and controller from `{s['worker_repo']}` "
              f"({s.get('worker_ran_from', 'the checkout in place')}) at commit `{entry['code']['commit']}`"
              f"{' (worker/common modified)' if entry['code']['worker_common_modified'] else ''}; "
              f"{entry['rounds_done']} round{'s' if entry['rounds_done'] != 1 else ''}, medians; "
              f"warm-up {s['warmup_s']:.0f} s after the first destination record, then a {s['steady_s']:.0f} s "
-             f"window; total {entry['duration_s'] / 60:.1f} min.",
-             "",
-             *table(["machine", ""], [
-                 ["CPU", f"{m['cpu_model']}, **{m['cores']} cores** (shared by the brokers, ZooKeeper, the mirror "
-                         "and other jobs)"],
-                 ["RAM", f"{m['ram_bytes'] / 2**30:.1f} GiB"], ["kernel", m["kernel"]],
-                 ["Python / confluent-kafka / librdkafka",
-                  f"{m['python']} / {m['confluent_kafka']} / {m['librdkafka']}"],
-                 ["Java", m["java"]],
-                 ["Kafka brokers / MirrorMaker 2", f"{m['kafka_brokers']} / connect-mirror {m['mirrormaker2']}"],
-                 ["load average (1 min) at run starts and window ends", f"{min(loads, default=0):.2f} – "
-                  f"{max(loads, default=0):.2f} (before the benchmark: {entry['load_at_start'][0]:.2f})"]]),
+             f"window; total {entry['duration_s'] / 60:.1f} min. 1-minute load average at run starts and window "
+             f"ends {min(loads, default=0):.2f} – {max(loads, default=0):.2f} (before the benchmark: "
+             f"{entry['load_at_start'][0]:.2f}).",
              "",
              *_load_note(loads, entry["load_at_start"][0], m["cores"] or 1)]
     for key, block in summary["datasets"].items():
@@ -863,8 +855,7 @@ def render_eos_section(entry: dict[str, Any]) -> str:
     lines = ["## Throughput in exactly-once mode: ureplicator vs MirrorMaker 2 (KIP-618)", "",
              *([f"**Headline (the least favourable reading over the datasets): {'; '.join(parts)}.**", ""]
                if parts else []),
-             f"Measured {entry['date'][:10]} on {m.get('cpu_model', '?')} ({m.get('cores', '?')} cores, "
-             f"{m.get('ram_bytes', 0) / 2**30:.0f} GiB RAM; MirrorMaker 2 {m.get('mirrormaker2', '?')}), "
+             f"Measured {entry['date'][:10]} on {machine(m)}, "
              f"load average {entry['load_at_start'][0]} at the start; command `{entry['command']}`; results "
              f"`{entry['results_file']}`. Warm-up {s['warmup_s']:.0f} s, window {s['steady_s']:.0f} s, "
              f"{s['partitions']} partitions, one worker or task; ours commits a transaction every "
