@@ -35,7 +35,7 @@ from bench.harness import KEY, BenchError, Flow, Load, load_line
 from bench.recording import parser, rendered, run_and_record
 from bench.render import machine, table
 from bench.window import Mirror, Threads
-from devtools.harness import bench_dir, create_topic, end_offsets, own_stack, say, wait_for
+from devtools.harness import Offsets, bench_dir, create_topic, own_stack, say, wait_for
 
 PARTITIONS = 16
 VALUE_BYTES = 100
@@ -444,8 +444,9 @@ def start_contestant(variant: Variant, services: dict[str, str], workdir: Path, 
             wait_for(lambda: pipeline.settled({topic: PARTITIONS})
                      and set(pipeline.owners(topic).values()) == set(pipeline.workers), 90,
                      f"{variant.name}: every partition mirrored")
-        wait_for(lambda: mirror.cpu_s() >= 0 and end_offsets(services["destination"], topic, PARTITIONS) is not None,
-                 180, f"{variant.name}: destination topic {topic}")
+        offsets = Offsets(services["destination"])
+        wait_for(lambda: mirror.cpu_s() >= 0 and offsets.end(topic, PARTITIONS) is not None, 180,
+                 f"{variant.name}: destination topic {topic}")
         probes = [Probe(services[side], topic).start() for side in ("destination", "source")]
         c = Contestant(variant, topic, mirror, probes[0], probes[1], {})
         primed = c.produce_and_wait(services["source"], 500, 2, 180)

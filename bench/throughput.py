@@ -911,10 +911,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--worker-repo", type=Path, default=common.REPO,
                         help="run controller and worker from this checkout (its .venv/bin/python if present)")
     args = parser.parse_args(argv)
-    args.records_100b = args.records_100b or (4_000_000 if args.quick else 60_000_000)
-    args.records_1kb = args.records_1kb or (1_500_000 if args.quick else 20_000_000)
-    args.warmup = args.warmup if args.warmup is not None else (2.0 if args.quick else 40.0)
-    args.steady = args.steady if args.steady is not None else (4.0 if args.quick else 60.0)
+    for name, full, quick in (("records_100b", 60_000_000, 4_000_000), ("records_1kb", 20_000_000, 1_500_000),
+                              ("warmup", 40.0, 2.0), ("steady", 60.0, 4.0)):
+        if getattr(args, name) is None:
+            setattr(args, name, quick if args.quick else full)
     args.scale = _ints(args.scale or ("1" if args.exactly_once else "1,2" if args.quick else "1,2,4"))
     if not args.scale or args.scale[0] < 1:
         parser.error("--scale takes positive integers, e.g. 1,2,4")
