@@ -10,7 +10,7 @@ The method (backlog, window, CPU, exact check, variants) is in docs/benchmarks.m
 from __future__ import annotations
 
 import argparse
-import json
+import contextlib
 import multiprocessing as mp
 import random
 import re
@@ -21,7 +21,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timezone
 from pathlib import Path
@@ -31,10 +31,9 @@ import psutil
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from bench import common, mm2, window
-from bench import render as bench_render
 from bench.harness import BenchError
 from bench.recording import parser as cli_parser
-from bench.recording import run_and_record
+from bench.recording import rendered, run_and_record
 from bench.render import by_name, machine, table
 from bench.window import Mirror, Plan, Point
 from devtools import harness, jvm
@@ -323,7 +322,6 @@ def run_variant(bench: Bench, ds: Dataset, variant: str, scale: int, rnd: int, p
     destination = {"ureplicator": f"{ds.topic}.urep{run.run_no}", "raw": f"{ds.topic}.raw{run.run_no}"}.get(
         variant.removesuffix("-eos"), ds.topic)  # MirrorMaker 2's identity naming keeps the source's name
     alias = f"src{run.run_no}"
-    spy: subprocess.Popen[bytes] | None = None
     mirror: Mirror | None = None
     cleanup = [destination]
     try:
@@ -335,8 +333,6 @@ def run_variant(bench: Bench, ds: Dataset, variant: str, scale: int, rnd: int, p
             run.load_before, started = common.load_average(), time.monotonic()
             assert mirror.pipeline is not None
             mirror.pipeline.add_topic(ds.topic, PARTITIONS, destination)
-            if profile_to is not None:
-                spy = start_py_spy(mirror.loop[0].pid, profile_to)
             controller = common.proc_sample(mirror.procs[0].pid)
             run.extra.update({"controller_peak_rss_bytes": controller.hwm_bytes if controller else 0,
                               "pipeline": mirror.pipeline.name})
@@ -356,10 +352,10 @@ def run_variant(bench: Bench, ds: Dataset, variant: str, scale: int, rnd: int, p
                 services["destination"], "--topic", ds.topic, "--to", destination, "--partitions", str(PARTITIONS),
                 "--records", str(ds.records)], stop_s=10)
         run.extra["destination_topic"] = destination
-        observe(bench, run, f"{label(variant, scale)} {ds.label}", destination, ds, mirror, started, exactly_once)
+        with py_spy(mirror.loop[0].pid, profile_to) if profile_to else contextlib.nullcontext():
+            observe(bench, run, f"{label(variant, scale)} {ds.label}", destination, ds, mirror, started,
+                    exactly_once)
     finally:
-        if spy is not None:
-            stop_py_spy(spy)
         if mirror is not None:
             mirror.stop()
         if variant.startswith("mirrormaker2"):  # and its internal topics
@@ -380,27 +376,30 @@ def cleanup_topics(bench: Bench, topics: list[str]) -> None:
 # ----------------------------------------------------------------------------- profiling
 
 
-def start_py_spy(pid: int, output: Path) -> subprocess.Popen[bytes] | None:
+@contextlib.contextmanager
+def py_spy(pid: int, output: Path) -> Iterator[None]:
+    """py-spy records ``pid`` into ``output`` while the block runs (without py-spy installed, nothing)."""
     spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     if not Path(spy).exists():
         say("  py-spy not installed (.venv/bin/pip install py-spy); profiling skipped")
-        return None
+        yield
+        return
     # --native splits the time inside confluent-kafka/librdkafka C calls from the Python
     # frames; it has to pause the process per sample (no --nonblocking), so this run is untimed.
     say(f"  profiling the worker (pid {pid}) with py-spy into {output}")
     with open(output.with_suffix(".log"), "ab") as log:
-        return subprocess.Popen([spy, "record", "--pid", str(pid), "--format", "raw", "--native", "--rate", "200",
+        proc = subprocess.Popen([spy, "record", "--pid", str(pid), "--format", "raw", "--native", "--rate", "200",
                                  "--output", str(output)], stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, cwd=str(output.parent))
-
-
-def stop_py_spy(spy: subprocess.Popen[bytes]) -> None:
-    spy.send_signal(signal.SIGINT)  # py-spy writes its output on SIGINT
     try:
-        spy.wait(30)
-    except subprocess.TimeoutExpired:
-        spy.kill()
-        spy.wait(10)
+        yield
+    finally:
+        proc.send_signal(signal.SIGINT)  # py-spy writes its output on SIGINT
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
 
 
 def summarize_profile(path: Path, top: int = 22) -> dict[str, Any]:
@@ -1104,10 +1103,8 @@ def status(entry: dict[str, Any]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    if args.render is not None:
-        entries = json.loads(args.render.read_text())
-        eos = bool((entries[-1] if isinstance(entries, list) else entries).get("exactly_once"))
-        bench_render.render_file(by_name("eos-bench" if eos else "throughput-bench"), args.render)
+    if rendered(args, "eos-bench" if args.render and args.render.name.startswith("throughput-eos-")
+                else "throughput-bench"):
         return 0
     # SIGINT also when the shell started us in the background with it ignored: it unwinds like Ctrl-C.
     signal.signal(signal.SIGINT, signal.default_int_handler)

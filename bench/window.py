@@ -194,10 +194,6 @@ class Measured:
     cpu_s_per_m: float
     cpu_s_per_m_without_compiler: float
 
-    @property
-    def compiler_share(self) -> float:
-        return self.compiler_cpu_s / self.cpu_s if self.cpu_s > 0 else 0.0
-
 
 def measure(opened: Point, closed: Point, compiler_s: float) -> Measured:
     """Rate and CPU per million records between the two edge samples."""
