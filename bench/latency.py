@@ -673,11 +673,9 @@ def analysis(entry: dict[str, Any]) -> list[str]:
                 *(r[k][0] for v in entry["variants"] for r in v["rates"] for k in ("load_before", "load_after"))])
     nice = entry["machine"].get("nice")
     if peak > 2 * cores:
-        out.append(f"**The machine was saturated**: the 1-minute load average reached {peak:.0f} on {cores} cores "
-                   f"(the benchmark's own processes — both brokers, ZooKeeper, the probes, the load producer and "
-                   f"the replicator — and whatever else ran{f'; this benchmark ran at nice {nice}' if nice else ''})."
-                   " The percentiles below measure CPU starvation as much as the replicators; only a machine with "
-                   "cores to spare can judge the goal.")
+        out.append(f"**The machine was saturated**: the 1-minute load average reached {peak:.0f} on {cores} cores"
+                   f"{f' (this benchmark ran at nice {nice})' if nice else ''}: the percentiles measure CPU "
+                   "starvation as much as the replicators.")
     goal = f"p99 < {GOAL_P99_MS:.0f} ms at {GOAL_RATE:,} records/s"
     for v in entry["variants"]:
         if (r := _at(entry, v["variant"], GOAL_RATE)) is not None:

@@ -686,18 +686,14 @@ def _headline(summary: dict[str, Any]) -> list[str]:
 
 
 def _load_note(loads: list[float], before: float, cores: int) -> list[str]:
+    """Whose load the runs met (the method below the section says what each case means for the numbers)."""
     peak = max(loads, default=0)
     if before > 0.5 * cores:  # busy before the first run: that load is not ours, so other jobs shared the cores
         return [f"**The machine was oversubscribed during these runs** (1-minute load average {before:.1f} before "
-                f"the benchmark and up to {peak:.0f} during it, on {cores} cores: other jobs shared it). Every "
-                "variant met the same kind of contention, so the ratios compare like with like, but the absolute "
-                "rates are below what these variants reach on a quiet machine, and a JVM whose JIT competes for "
-                "cores is hit harder than a Python process; see *machine busy* per run.", ""]
+                f"the benchmark and up to {peak:.0f} during it, on {cores} cores: other jobs shared it).", ""]
     if peak > 1.5 * cores:  # quiet before: the load during it is mostly the benchmark's own runnable threads
         return [f"The machine was quiet before the benchmark (1-minute load average {before:.2f}); the load during "
-                f"the runs (up to {peak:.0f} on {cores} cores) counts the benchmark's own runnable threads: both "
-                "brokers, ZooKeeper, the variant's processes and the exact-check reader all share the "
-                f"{cores} cores, so the absolute rates are bounded by them; see *machine busy* per run.", ""]
+                f"the runs (up to {peak:.0f} on {cores} cores) counts the benchmark's own runnable threads.", ""]
     return []
 
 
@@ -739,10 +735,7 @@ def _scaling(summary: dict[str, Any], s: dict[str, Any], cores: int, runs: list[
         f"### Scaling: N ureplicator worker processes vs MirrorMaker 2 with `tasks.max` N "
         f"({_dataset_name(ds_block) if ds_block else curve['dataset']}, one {s['partitions']}-partition topic)",
         "",
-        f"The machine has **{cores} cores**, shared with both brokers and ZooKeeper: beyond "
-        f"{cores} processes (or tasks) more parallelism can only add contention, so this curve shows "
-        "the overhead of scaling out on a saturated host, not the scaling of a real deployment. "
-        "N = 1 is the run above.",
+        f"The machine has **{cores} cores**, shared with both brokers and ZooKeeper; N = 1 is the run above.",
         "",
         *table(["N", "ureplicator records/s", "CPU-s per M", "MM2 records/s",
                 "CPU-s per M (without JIT compiler threads)", "records/s ratio", "CPU ratio (MM2 without JIT)",
@@ -802,9 +795,7 @@ def render_section(entry: dict[str, Any]) -> str:
         lines += ["CPU split in the window (median per run, CPU-s per million records): "
                   + "; ".join(f"{name}: " + ", ".join(f"{k} {v:.2f}" for k, v in split.items())
                               for name, split in threads.items())
-                  + ". `main` is the Python thread running the mirror loop; `rdk:*` are librdkafka's threads; "
-                  "`JIT` the JVM's compiler threads, `GC` its garbage collector threads, `Connect task` MM2's task "
-                  "thread (poll → convert → send), `Kafka client I/O` the Java clients' network threads.", ""]
+                  + ".", ""]
     profile = entry.get("profile")
     if profile and profile.get("rows"):
         lines += [f"Where the worker's mirror thread spends its time: py-spy `--native` on one extra, untimed "
