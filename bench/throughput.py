@@ -32,13 +32,12 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from bench import common, mm2, window
 from bench.harness import BenchError
+from bench.recording import BENCH_ERRORS, rendered, run_and_record
 from bench.recording import parser as cli_parser
-from bench.recording import rendered, run_and_record
 from bench.render import by_name, machine, table
 from bench.window import Mirror, Plan, Point
 from devtools import harness, jvm
 from devtools.harness import Offsets, say
-from ureplicator.common.errors import UReplicatorError
 
 SCHEMA = 2  # results entries of this method (steady window); schema 1 entries are migrated by upgraded()
 PARTITIONS = 16
@@ -989,7 +988,7 @@ def attempt(bench: Bench, ds: Dataset, variant: str, scale: int, rnd: int, notes
             except (BenchError, KafkaException) as grow_error:
                 failed.error = f"{exc}; top-up failed: {grow_error}"
                 return failed
-        except (BenchError, UReplicatorError, TimeoutError, ValueError) as exc:
+        except (*BENCH_ERRORS, ValueError) as exc:
             return Run(variant, scale, ds.label, rnd, bench.counter, ds.records, error=str(exc))
     raise AssertionError("unreachable")
 
