@@ -161,7 +161,8 @@ def observe(bench: Bench, run: Run, name: str, topic: str, ds: Dataset, mirror: 
     so the end check reads ``read_committed`` and every rate is scaled by the records per offset it counted.
     """
     assert bench.destination is not None
-    plan, targets, ledger = bench.plan, ds.targets(), window.ThreadLedger()
+    plan, targets = bench.plan, ds.targets()
+    ledger: window.Threads = {}  # threads as last seen: those that exit mid-window (HotSpot's compilers) still count
     first_at: float | None = None
     edges: list[tuple[Point, window.Threads, tuple[float, float, int | None]]] = []  # opened, closed
     series: list[tuple[float, int]] = []
@@ -187,7 +188,7 @@ def observe(bench: Bench, run: Run, name: str, topic: str, ds: Dataset, mirror: 
                 raise BacklogTooShort(f"{name}: the {ds.records:,}-record backlog was drained during the warm-up",
                                       n / max(now - first_at, 1e-3))
             ledger.update(mirror.threads())
-            edges.append((Point(now, n, mirror.cpu_s()), ledger.snapshot(), machine_busy()))
+            edges.append((Point(now, n, mirror.cpu_s()), dict(ledger), machine_busy()))
         if edges:
             series.append((round(now - edges[0][0].t, 3), n))
             if len(edges) == 2:

@@ -131,13 +131,6 @@ def thread_group(name: str, main: bool) -> str:
     return "main" if main else re.sub(r"\d+", "#", name)
 
 
-class ThreadLedger(dict[tuple[int, int], tuple[str, float, float]]):
-    """Threads as last seen, so threads that exit mid-window (HotSpot's compilers) keep their share."""
-
-    def snapshot(self) -> Threads:
-        return dict(self)
-
-
 def thread_cpu_between(start: Threads, end: Threads) -> dict[str, float]:
     """CPU seconds per thread group between two snapshots (threads born in between count from 0)."""
     out: dict[str, float] = {}

@@ -12,7 +12,7 @@ from bench.throughput import Dataset, Run
 from bench.window import (
     Plan,
     Point,
-    ThreadLedger,
+    Threads,
     compiler_cpu,
     is_compiler_thread,
     measure,
@@ -78,12 +78,12 @@ def test_thread_group_folds_digits_and_names_the_first_thread_main() -> None:
 
 
 def test_threads_that_exit_mid_window_keep_their_last_seen_cpu() -> None:
-    ledger = ThreadLedger()
+    ledger: Threads = {}
     ledger.update({(1, 1): ("python", 10.0, 0.0), (1, 7): ("C2 CompilerThre", 4.0, 0.0)})
-    start = ledger.snapshot()
+    start = dict(ledger)
     ledger.update({(1, 7): ("C2 CompilerThre", 9.0, 0.0)})  # sampled once more, then it exits
     ledger.update({(1, 1): ("python", 30.0, 0.0), (1, 8): ("C1 CompilerThre", 2.0, 0.0)})  # a new compiler thread
-    groups = thread_cpu_between(start, ledger.snapshot())
+    groups = thread_cpu_between(start, dict(ledger))
     assert groups == {"main": 20.0, "C# CompilerThre": 7.0}
     assert compiler_cpu(groups) == 7.0
 
