@@ -96,8 +96,3 @@ def launch(workdir: Path, props: dict[str, Any]) -> list[str]:
     return [jvm.java_executable(), *HEAP, *JVM_FLAGS, f"-Dlog4j.configuration=file:{workdir / 'log4j.properties'}",
             "-cp", jvm.classpath("mirrormaker"), MAIN_CLASS, str(workdir / "mm2.properties")]
 
-
-def command(workdir: Path, alias: str, source: str, destination: str, topic: str, tasks_max: int = 1,
-            exactly_once: bool = False) -> list[str]:
-    """:func:`launch` with :func:`properties`."""
-    return launch(workdir, properties(alias, source, destination, topic, tasks_max, exactly_once))

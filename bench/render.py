@@ -36,6 +36,13 @@ def table(header: Sequence[str], rows: Iterable[Iterable[object]] = (), align: s
     return [row(header), rule, *(row(r) for r in rows)]
 
 
+def machine(m: Entry) -> str:
+    """What a run was measured on, in one line (:func:`bench.common.machine_info`)."""
+    return (f"{m['cpu_model']}, {m['cores']} cores, {m['ram_bytes'] / 2**30:.0f} GiB RAM, Python {m['python']}, "
+            f"{m['java']}, Kafka {m['kafka_brokers']}, MirrorMaker 2 {m['mirrormaker2']}, "
+            f"librdkafka {m['librdkafka']}")
+
+
 @dataclass(frozen=True)
 class Section:
     """One generated section: its markers, its results files and the benchmark function rendering it."""

@@ -4,13 +4,13 @@
     .venv/bin/python -m bench.throughput --quick   # smoke run: small backlogs, 2 s warm-up, 4 s window, scaling 1/2
     .venv/bin/python -m bench.throughput --render bench/results/throughput-<date>.json   # only the docs section
 
-The method (backlog, window, CPU, exact check, variants) is the throughput-bench section of docs/benchmarks.md.
+The method (backlog, window, CPU, exact check, variants) is in docs/benchmarks.md, under the throughput-bench section.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import contextlib
 import multiprocessing as mp
 import random
 import re
@@ -21,42 +21,38 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import psutil
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from bench import common, mm2, window
-from bench import render as bench_render
-from bench.harness import BenchError, CheckoutProcesses, Pipeline, install_signal_handlers
+from bench.harness import BenchError
+from bench.recording import BENCH_ERRORS, rendered, run_and_record
 from bench.recording import parser as cli_parser
-from bench.render import by_name, table
-from bench.window import Plan, Point, Threads
+from bench.render import by_name, machine, table
+from bench.window import Mirror, Plan, Point
 from devtools import harness, jvm
-from devtools.harness import Offsets, Proc, Processes, say
-from ureplicator.common.errors import UReplicatorError
+from devtools.harness import Offsets, say
 
-SCHEMA = 2  # results entries written by this method (steady window); older entries are not rendered
+SCHEMA = 2  # results entries of this method (steady window); schema 1 entries are migrated by upgraded()
 PARTITIONS = 16
 KEY_BYTES = 8
 VARIANTS: tuple[str, ...] = ("ureplicator", "mirrormaker2", "raw")
 SCALED: tuple[str, ...] = ("ureplicator", "mirrormaker2")
-# Exactly-once variants (``--exactly-once``): ours with 1 s transactions, MirrorMaker 2 with KIP-618's
-# ``exactly.once.source.support=enabled``; measured beside our at-least-once run in one invocation.
+# ``--exactly-once``: ours with 1 s transactions and MirrorMaker 2 with KIP-618's support, beside our at-least-once.
 EOS_VARIANTS: tuple[str, ...] = ("ureplicator", "ureplicator-eos", "mirrormaker2-eos")
 ALL_VARIANTS: tuple[str, ...] = (*VARIANTS, "ureplicator-eos", "mirrormaker2-eos")
 TRANSACTION_INTERVAL_MS = 1000
 POLL_S = 0.5
 THREADS_EVERY_S = 1.0
-SETTLE_S = 3.0  # after the destination reached the source's end offsets: late duplicates would show by then
+SETTLE_S = 3.0  # after the destination stopped moving: late duplicates would show by then
 PROGRESS_S = 5.0
 PRELOAD_PROCESSES = 2  # a divisor of PARTITIONS: each preload process owns whole partitions
-# Hand-written method notes and findings (prose only: every table is rendered from results JSON).
-NOTES = common.REPO / "bench" / "throughput-notes.md"
 
 
 def label(variant: str, scale: int) -> str:
@@ -135,97 +131,43 @@ class Bench:
     plan: Plan
     drain_timeout_s: float
     repo: Path = common.REPO  # checkout the controller and worker run from (--worker-repo)
-    python: str = sys.executable  # the interpreter they run with
+    python: str = sys.executable
     runs: list[Run] = field(default_factory=list)
     counter: int = 0
     destination: Offsets | None = None
-
-    def start(self, variant: str, scale: int, ds: Dataset, rnd: int) -> tuple[Run, Path]:
-        """A new run and its log folder."""
-        self.counter += 1
-        folder = self.workdir / f"run{self.counter:02d}-{variant}{scale}-{ds.label}"
-        folder.mkdir(parents=True, exist_ok=True)
-        return Run(variant, scale, ds.label, rnd, self.counter, ds.records), folder
-
-
-# ----------------------------------------------------------------------------- sampling
-
-
-def threads_of(pids: list[int]) -> Threads:
-    """CPU seconds per thread of ``pids``, by thread group (:func:`bench.window.thread_group`)."""
-    out: Threads = {}
-    for pid in pids:
-        try:
-            threads = psutil.Process(pid).threads()
-        except psutil.Error:
-            continue
-        for thread in threads:
-            try:  # psutil gives a thread's times, not its name
-                name = Path(f"/proc/{pid}/task/{thread.id}/comm").read_text().rstrip("\n")
-            except OSError:
-                continue
-            out[(pid, thread.id)] = (window.thread_group(name, thread.id == pid), thread.user_time + thread.system_time)
-    return out
-
-
-def cpu_of(pids: list[int]) -> float | None:
-    """User + system seconds of ``pids`` (every thread, exited ones included); None if one is gone."""
-    samples = [common.proc_sample(pid) for pid in pids]
-    return None if None in samples else sum(p.cpu_s for p in samples if p is not None)
-
-
-def cpu_pressure_us() -> int | None:
-    """Total microseconds some task waited for a CPU (PSI, which psutil does not read), or None without PSI."""
-    try:
-        for line in Path("/proc/pressure/cpu").read_text().splitlines():
-            if line.startswith("some "):
-                return int(line.rsplit("total=", 1)[1])
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
-
-
-def machine_busy_ticks() -> tuple[float, float]:
-    """(busy, total) CPU seconds of all cores since boot (idle and iowait are not busy)."""
-    times = psutil.cpu_times()
-    return sum(times) - times.idle - getattr(times, "iowait", 0.0), sum(times)
-
-
-class Edge(NamedTuple):
-    point: Point
-    threads: Threads
-    pressure_us: int | None
-    busy: tuple[float, float]
+    profile: dict[str, Any] | None = None  # --profile's summary
 
 
 # ----------------------------------------------------------------------------- measuring
 
 
-def observe(bench: Bench, run: Run, name: str, topic: str, ds: Dataset, pids: list[int], started: float,
-            alive: Callable[[], str | None], rss_pids: list[int], stop: Callable[[], None],
-            transactional: bool = False) -> None:
-    """Measure the window, then stop the variant (``stop``, graceful) and check the destination exactly; fill ``run``.
+def machine_busy() -> tuple[float, float, int | None]:
+    """(busy, total) CPU seconds of all cores since boot, and the microseconds some task waited for a CPU
+    (``/proc/pressure/cpu``, which psutil does not read; None without PSI)."""
+    times = psutil.cpu_times()
+    try:
+        line = next(x for x in Path("/proc/pressure/cpu").read_text().splitlines() if x.startswith("some "))
+        pressure: int | None = int(line.rsplit("total=", 1)[1])
+    except (OSError, ValueError, StopIteration):
+        pressure = None
+    return sum(times) - times.idle - getattr(times, "iowait", 0.0), sum(times), pressure
 
-    ``pids`` count for CPU, ``rss_pids`` for peak RSS; ``started`` is when the variant got its work.
-    ``transactional``: markers take offsets but are no records, so the end check reads ``read_committed``
-    and every rate is scaled by the records per offset it counted.
+
+def observe(bench: Bench, run: Run, name: str, topic: str, ds: Dataset, mirror: Mirror, started: float,
+            transactional: bool = False) -> None:
+    """Measure the window, then stop the mirror (gracefully) and check the destination exactly; fill ``run``.
+
+    ``started`` is when the mirror got its work. ``transactional``: markers take offsets but are no records,
+    so the end check reads ``read_committed`` and every rate is scaled by the records per offset it counted.
     """
     assert bench.destination is not None
-    plan, targets, ledger = bench.plan, ds.targets(), window.ThreadLedger()
+    plan, targets = bench.plan, ds.targets()
+    ledger: window.Threads = {}  # threads as last seen: those that exit mid-window (HotSpot's compilers) still count
     first_at: float | None = None
-    opened: Edge | None = None
-    closed: Edge | None = None
+    edges: list[tuple[Point, window.Threads, tuple[float, float, int | None]]] = []  # opened, closed
     series: list[tuple[float, int]] = []
     last_threads, last_print, last_n = 0.0, started, 0
-
-    def edge(now: float, n: int) -> Edge:
-        ledger.update(threads_of(pids))
-        cpu = cpu_of(pids)
-        if cpu is None:
-            raise BenchError(f"{name}: a mirroring process vanished at {n:,} records")
-        return Edge(Point(now, n, cpu), ledger.snapshot(), cpu_pressure_us(), machine_busy_ticks())
-
-    while closed is None:
+    while len(edges) < 2:
         ends = bench.destination.end(topic, PARTITIONS)
         now = time.monotonic()
         n = sum(ends) if ends else 0
@@ -234,42 +176,42 @@ def observe(bench: Bench, run: Run, name: str, topic: str, ds: Dataset, pids: li
             first_at = now
             run.first_record_s = round(now - started, 3)
         if now - last_threads >= THREADS_EVERY_S:
-            ledger.update(threads_of(pids))
+            ledger.update(mirror.threads())
             last_threads = now
-        if first_at is not None and opened is None and now >= plan.opens_at(first_at):
+        if edges and complete:  # the window would include idle time: its rate would be too low
+            opened = edges[0][0]
+            raise BacklogTooShort(f"{name}: the {ds.records:,}-record backlog was drained {now - opened.t:.1f}s "
+                                  f"into the {plan.steady_s:.0f}s window", (n - opened.records) / (now - opened.t))
+        if first_at is not None and (plan.opens_at(first_at) <= now if not edges
+                                     else plan.closes_at(edges[0][0].t) <= now):
             if complete:
                 raise BacklogTooShort(f"{name}: the {ds.records:,}-record backlog was drained during the warm-up",
                                       n / max(now - first_at, 1e-3))
-            opened = edge(now, n)
-        if opened is not None:
-            if complete:  # the window would include idle time: its rate would be too low
-                raise BacklogTooShort(f"{name}: the {ds.records:,}-record backlog was drained "
-                                      f"{now - opened.point.t:.1f}s into the {plan.steady_s:.0f}s window",
-                                      (n - opened.point.records) / max(now - opened.point.t, 1e-3))
-            series.append((round(now - opened.point.t, 3), n))
-            if now >= plan.closes_at(opened.point.t):
-                closed = edge(now, n)
+            ledger.update(mirror.threads())
+            edges.append((Point(now, n, mirror.cpu_s()), dict(ledger), machine_busy()))
+        if edges:
+            series.append((round(now - edges[0][0].t, 3), n))
+            if len(edges) == 2:
                 run.load_window = common.load_average()
-                run.peak_rss_bytes = sum(p.hwm_bytes for p in map(common.proc_sample, rss_pids) if p)
-                rate = (closed.point.records - opened.point.records) / (closed.point.t - opened.point.t)
-                say(f"  {name}: window closed: {rate / 1000:.1f}k rec/s; stopping it")
+                # The workers' (not the controller's) or the one process's.
+                run.peak_rss_bytes = sum(p.hwm_bytes for p in (common.proc_sample(x.pid) for x in mirror.loop) if p)
+                say(f"  {name}: window closed: {(n - edges[0][0].records) / (now - edges[0][0].t) / 1000:.1f}k "
+                    "rec/s; stopping it")
                 break
-        if problem := alive():
+        if problem := mirror.problem():
             raise BenchError(f"{name}: {problem} after {now - started:.1f}s at {n:,}/{ds.records:,} records")
         timeout = max(bench.drain_timeout_s, ds.records / 10_000)  # a topped-up backlog gets more time
         if now - started > timeout:
             raise BenchError(f"{name}: timed out after {timeout:.0f}s at {n:,}/{ds.records:,} records")
         if now - last_print >= PROGRESS_S:
-            rate = (n - last_n) / (now - last_print)
-            phase = "warm-up" if opened is None else "window"
-            say(f"  {name}: {n:>11,}/{ds.records:,} ({100 * n / ds.records:5.1f}%) {rate / 1000:7.1f}k rec/s [{phase}]")
+            say(f"  {name}: {n:>11,}/{ds.records:,} ({100 * n / ds.records:5.1f}%) "
+                f"{(n - last_n) / (now - last_print) / 1000:7.1f}k rec/s [{'window' if edges else 'warm-up'}]")
             last_print, last_n = now, n
         time.sleep(POLL_S)
-    assert opened is not None
     # Stop gracefully, wait until nothing more arrives, then check every record by identity.
     stopping = time.monotonic()
-    stop()
-    final = _settled_ends(bench, topic)
+    mirror.stop()
+    final = settled_ends(bench.destination, topic)
     run.extra["stop_s"] = round(time.monotonic() - stopping, 1)
     checked = time.monotonic()
     bad, records = verify(bench.services["destination"], topic, final,
@@ -282,9 +224,10 @@ def observe(bench: Bench, run: Run, name: str, topic: str, ds: Dataset, pids: li
                         "check_s": round(time.monotonic() - checked, 1)}
     say(f"  {name}: stopped in {run.extra['stop_s']}s; {records:,} destination records checked by identity "
         f"in {run.extra['end']['check_s']}s: " + ("exact" if not bad else f"MISMATCHES {bad}"))
-    groups = window.thread_cpu_between(opened.threads, closed.threads)
-    result = window.measure(*(Point(e.point.t, round(e.point.records * factor) if transactional else e.point.records,
-                                    e.point.cpu_s) for e in (opened, closed)), window.compiler_cpu(groups))
+    (opened, start_threads, busy0), (closed, end_threads, busy1) = edges
+    groups = window.thread_cpu_between(start_threads, end_threads)
+    result = window.measure(*(Point(e.t, round(e.records * factor), e.cpu_s) for e in (opened, closed)),
+                            window.compiler_cpu(groups))
     run.window_s, run.window_records = round(result.seconds, 3), result.records
     run.records_per_s = round(result.records_per_s, 1)
     run.mb_per_s = round(result.records_per_s * ds.record_bytes / 1e6, 2)
@@ -294,40 +237,13 @@ def observe(bench: Bench, run: Run, name: str, topic: str, ds: Dataset, pids: li
     run.extra["thread_cpu_window_s"] = {k: round(v, 2) for k, v in sorted(groups.items(), key=lambda kv: -kv[1])
                                         if v >= 0.05}
     run.extra["rate_thirds"] = [round(r) for r in window.rate_spread(series, 3)]
-    if opened.pressure_us is not None and closed.pressure_us is not None:
-        run.extra["cpu_pressure_some_pct"] = round((closed.pressure_us - opened.pressure_us) / 1e4 / result.seconds, 1)
-    busy, total = (closed.busy[i] - opened.busy[i] for i in (0, 1))
+    if busy0[2] is not None and busy1[2] is not None:
+        run.extra["cpu_pressure_some_pct"] = round((busy1[2] - busy0[2]) / 1e4 / result.seconds, 1)
+    busy, total = busy1[0] - busy0[0], busy1[1] - busy0[1]
     run.extra["machine_busy_pct"] = round(100 * busy / total, 1) if total else None
     run.ok = not run.count_diff
     if run.count_diff:
         run.error = f"count check failed: destination - source per partition {run.count_diff}"
-
-
-def _exited(procs: list[Proc], log: Path | None = None) -> Callable[[], str | None]:
-    """The first of ``procs`` that exited, with its status and last log lines (None while all run); with
-    MirrorMaker 2's ``log`` also a refused connector config (MM2 keeps running then; its log says so)."""
-    checked = {"offset": 0}
-
-    def check() -> str | None:
-        for proc in procs:
-            if not proc.alive():
-                return f"{proc.name} exited with status {proc.popen.returncode}; last log lines:\n{proc.tail(15)}"
-        if log is None:
-            return None
-        try:
-            with open(log, "rb") as handle:
-                handle.seek(checked["offset"])
-                chunk = handle.read()
-        except OSError:
-            return None
-        cut = chunk.rfind(b"\n") + 1
-        checked["offset"] += cut
-        for line in chunk[:cut].decode(errors="replace").splitlines():
-            if "Failed to configure MirrorSourceConnector" in line:
-                return f"MirrorMaker 2 refused its config: {line.strip()} (see {log})"
-        return None
-
-    return check
 
 
 def preload_key(index: int) -> bytes:
@@ -340,14 +256,13 @@ def source_index(offset: int, partition: int) -> int:
     return offset * PARTITIONS + partition
 
 
-def _settled_ends(bench: Bench, topic: str, quiet_s: float = SETTLE_S, timeout_s: float = 120) -> list[int]:
+def settled_ends(offsets: Offsets, topic: str, quiet_s: float = SETTLE_S, timeout_s: float = 120) -> list[int]:
     """The destination's end offsets once they stopped moving for ``quiet_s``."""
-    assert bench.destination is not None
     deadline = time.monotonic() + timeout_s
-    last, since = bench.destination.end(topic, PARTITIONS), time.monotonic()
+    last, since = offsets.end(topic, PARTITIONS), time.monotonic()
     while time.monotonic() < deadline:
         time.sleep(0.5)
-        now = bench.destination.end(topic, PARTITIONS)
+        now = offsets.end(topic, PARTITIONS)
         if now != last or now is None:
             last, since = now, time.monotonic()
         elif time.monotonic() - since >= quiet_s:
@@ -397,98 +312,59 @@ def verify(bootstrap: str, topic: str, ends: list[int], isolation: str = "read_u
 # ----------------------------------------------------------------------------- variants
 
 
-def run_ureplicator(bench: Bench, ds: Dataset, rnd: int, scale: int = 1, profile_to: Path | None = None,
-                    exactly_once: bool = False) -> Run:
-    """A controller and ``scale`` workers of a fresh pipeline, registered and idle; then ``POST /topics``."""
-    variant = "ureplicator-eos" if exactly_once else "ureplicator"
-    run, folder = bench.start(variant, scale, ds, rnd)
-    # Exactly-once is pipeline-wide: the controller records the mode, the workers must agree.
-    mode = {"exactly_once": True, "transaction_interval_ms": TRANSACTION_INTERVAL_MS} if exactly_once else {}
-    destination = f"{ds.topic}.urep{run.run_no}"
-    processes = CheckoutProcesses(folder, bench.repo, bench.python)
-    # Every key not named here at its default.
-    pipeline = Pipeline(bench.services, processes, f"bench{bench.stamp}r{run.run_no}", overrides={"worker": mode})
-    spy: subprocess.Popen[bytes] | None = None
-    try:
-        controller = pipeline.start_controller("controller")
-        harness.wait_for(lambda: pipeline.leader() is not None, 60, "the controller to lead", 0.2)
-        workers = [pipeline.start_worker(f"bench-worker-{i}", timeout_s=90) for i in range(scale)]
-        run.load_before = common.load_average()
-        started = time.monotonic()
-        pipeline.add_topic(ds.topic, PARTITIONS, destination)
-        if profile_to is not None:
-            spy = _start_py_spy(workers[0].pid, profile_to)
-        controller_rss = common.proc_sample(controller.pid)
-        observe(bench, run, f"{variant} x{scale} {ds.label}", destination, ds, [p.pid for p in (controller, *workers)],
-                started, _exited([controller, *workers]), [w.pid for w in workers], pipeline.stop_all,
-                transactional=exactly_once)
-        run.extra.update({"controller_peak_rss_bytes": controller_rss.hwm_bytes if controller_rss else 0,
-                          "destination_topic": destination, "pipeline": pipeline.name})
-    finally:
-        if spy is not None:
-            _stop_py_spy(spy)
-        pipeline.stop_all()
-        processes.stop_all()
-        _cleanup(bench, [destination])
-    return run
-
-
-def run_mirrormaker2(bench: Bench, ds: Dataset, rnd: int, scale: int = 1, exactly_once: bool = False) -> Run:
-    """MirrorMaker 2, dedicated mode, ``tasks.max`` = ``scale``, identity naming."""
-    variant = "mirrormaker2-eos" if exactly_once else "mirrormaker2"
-    run, folder = bench.start(variant, scale, ds, rnd)
+def run_variant(bench: Bench, ds: Dataset, variant: str, scale: int, rnd: int, profile_to: Path | None = None) -> Run:
+    """One run of ``variant``: start it idle where it can be (ureplicator), give it the backlog, observe it."""
+    bench.counter += 1
+    run = Run(variant, scale, ds.label, rnd, bench.counter, ds.records)
+    folder = bench.workdir / f"run{run.run_no:02d}-{variant}{scale}-{ds.label}"
+    exactly_once = variant.endswith("-eos")
+    services = bench.services
+    destination = {"ureplicator": f"{ds.topic}.urep{run.run_no}", "raw": f"{ds.topic}.raw{run.run_no}"}.get(
+        variant.removesuffix("-eos"), ds.topic)  # MirrorMaker 2's identity naming keeps the source's name
     alias = f"src{run.run_no}"
-    _cleanup(bench, [ds.topic])  # IdentityReplicationPolicy: the destination topic has the source's name
-    cmd = mm2.command(folder, alias, bench.services["source"], bench.services["destination"], ds.topic,
-                      tasks_max=scale, exactly_once=exactly_once)
-    return _one_process(bench, run, folder, f"{variant} x{scale} {ds.label}", ("stdout", cmd, folder), ds, 20,
-                        {"destination_topic": ds.topic, "source_alias": alias}, folder / "mm2.log", exactly_once)
-
-
-def run_raw(bench: Bench, ds: Dataset, rnd: int, scale: int = 1) -> Run:
-    """The plain consume/produce loop (``bench/rawcopy.py``); one process."""
-    if scale != 1:
-        raise BenchError("the raw client pair runs as one process only")
-    run, folder = bench.start("raw", 1, ds, rnd)
-    destination = f"{ds.topic}.raw{run.run_no}"
-    harness.create_topic(bench.services["destination"], destination, PARTITIONS)  # auto-create is off
-    cmd = [sys.executable, "-m", "bench.rawcopy", "--source", bench.services["source"],
-           "--destination", bench.services["destination"], "--topic", ds.topic, "--to", destination,
-           "--partitions", str(PARTITIONS), "--records", str(ds.records)]
-    return _one_process(bench, run, folder, f"raw {ds.label}", ("rawcopy", cmd, common.REPO), ds, 10,
-                        {"destination_topic": destination})
-
-
-def _one_process(bench: Bench, run: Run, folder: Path, name: str, spawn: tuple[str, list[str], Path], ds: Dataset,
-                 stop_s: float, extra: dict[str, str], log: Path | None = None, transactional: bool = False) -> Run:
-    """A variant that is one process (MirrorMaker 2, the raw pair): spawn it, observe it, clean up after it;
-    ``extra`` names its destination topic (and MirrorMaker 2's source alias, whose internal topics go too)."""
-    processes = Processes(folder)
+    mirror: Mirror | None = None
+    cleanup = [destination]
     try:
-        run.load_before = common.load_average()
-        started = time.monotonic()
-        proc = processes.spawn(*spawn)
-        observe(bench, run, name, extra["destination_topic"], ds, [proc.pid], started, _exited([proc], log),
-                [proc.pid], processes.stop_all, transactional=transactional)
-        run.extra.update(extra)
+        if variant.startswith("ureplicator"):
+            # Exactly-once is pipeline-wide: the controller records the mode, the workers must agree.
+            mode = {"exactly_once": True, "transaction_interval_ms": TRANSACTION_INTERVAL_MS} if exactly_once else {}
+            mirror = window.start_ureplicator(services, folder, f"bench{bench.stamp}r{run.run_no}",
+                                              {"worker": mode}, scale, bench.repo, bench.python)
+            run.load_before, started = common.load_average(), time.monotonic()
+            assert mirror.pipeline is not None
+            mirror.pipeline.add_topic(ds.topic, PARTITIONS, destination)
+            controller = common.proc_sample(mirror.procs[0].pid)
+            run.extra.update({"controller_peak_rss_bytes": controller.hwm_bytes if controller else 0,
+                              "pipeline": mirror.pipeline.name})
+        elif variant.startswith("mirrormaker2"):
+            cleanup_topics(bench, [ds.topic])
+            run.load_before, started = common.load_average(), time.monotonic()
+            mirror = window.start_mirrormaker2(folder, mm2.properties(
+                alias, services["source"], services["destination"], ds.topic, scale, exactly_once))
+            run.extra["source_alias"] = alias
+        else:
+            if scale != 1:
+                raise BenchError("the raw client pair runs as one process only")
+            harness.create_topic(services["destination"], destination, PARTITIONS)  # auto-create is off
+            run.load_before, started = common.load_average(), time.monotonic()
+            mirror = window.start_process(folder, "rawcopy", [
+                sys.executable, "-m", "bench.rawcopy", "--source", services["source"], "--destination",
+                services["destination"], "--topic", ds.topic, "--to", destination, "--partitions", str(PARTITIONS),
+                "--records", str(ds.records)], stop_s=10)
+        run.extra["destination_topic"] = destination
+        with py_spy(mirror.loop[0].pid, profile_to) if profile_to else contextlib.nullcontext():
+            observe(bench, run, f"{label(variant, scale)} {ds.label}", destination, ds, mirror, started,
+                    exactly_once)
     finally:
-        processes.stop_all(stop_s)
-        alias = extra.get("source_alias", "")
-        internal = harness.list_topics(bench.services["destination"]) if alias else []
-        _cleanup(bench, [extra["destination_topic"], *(t for t in internal if alias in t.split("."))])
+        if mirror is not None:
+            mirror.stop()
+        if variant.startswith("mirrormaker2"):  # and its internal topics
+            cleanup += [t for t in harness.list_topics(services["destination"]) if alias in t.split(".")]
+        cleanup_topics(bench, cleanup)
     return run
 
 
-RUNNERS: dict[str, Callable[..., Run]] = {
-    "ureplicator": run_ureplicator,
-    "mirrormaker2": run_mirrormaker2,
-    "raw": run_raw,
-    "ureplicator-eos": lambda bench, ds, rnd, scale=1: run_ureplicator(bench, ds, rnd, scale, exactly_once=True),
-    "mirrormaker2-eos": lambda bench, ds, rnd, scale=1: run_mirrormaker2(bench, ds, rnd, scale, exactly_once=True),
-}
-
-
-def _cleanup(bench: Bench, topics: list[str]) -> None:
+def cleanup_topics(bench: Bench, topics: list[str]) -> None:
     """Delete this run's destination topics (frees the disk, keeps runs independent)."""
     try:
         existing = set(harness.list_topics(bench.services["destination"]))
@@ -500,28 +376,30 @@ def _cleanup(bench: Bench, topics: list[str]) -> None:
 # ----------------------------------------------------------------------------- profiling
 
 
-def _start_py_spy(pid: int, output: Path) -> subprocess.Popen[bytes] | None:
+@contextlib.contextmanager
+def py_spy(pid: int, output: Path) -> Iterator[None]:
+    """py-spy records ``pid`` into ``output`` while the block runs (without py-spy installed, nothing)."""
     spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     if not Path(spy).exists():
         say("  py-spy not installed (.venv/bin/pip install py-spy); profiling skipped")
-        return None
+        yield
+        return
     # --native splits the time inside confluent-kafka/librdkafka C calls from the Python
     # frames; it has to pause the process per sample (no --nonblocking), so this run is untimed.
-    cmd = [spy, "record", "--pid", str(pid), "--format", "raw", "--native", "--rate", "200", "--output", str(output)]
     say(f"  profiling the worker (pid {pid}) with py-spy into {output}")
     with open(output.with_suffix(".log"), "ab") as log:
-        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                cwd=str(output.parent))
-
-
-def _stop_py_spy(spy: subprocess.Popen[bytes]) -> None:
-    if spy.poll() is None:
-        spy.send_signal(signal.SIGINT)  # py-spy writes its output on SIGINT
+        proc = subprocess.Popen([spy, "record", "--pid", str(pid), "--format", "raw", "--native", "--rate", "200",
+                                 "--output", str(output)], stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, cwd=str(output.parent))
+    try:
+        yield
+    finally:
+        proc.send_signal(signal.SIGINT)  # py-spy writes its output on SIGINT
         try:
-            spy.wait(30)
+            proc.wait(30)
         except subprocess.TimeoutExpired:
-            spy.kill()
-            spy.wait(10)
+            proc.kill()
+            proc.wait(10)
 
 
 def summarize_profile(path: Path, top: int = 22) -> dict[str, Any]:
@@ -532,33 +410,26 @@ def summarize_profile(path: Path, top: int = 22) -> dict[str, Any]:
     """
     self_counts: Counter[str] = Counter()
     inclusive: Counter[str] = Counter()
-    total = 0
     for line in path.read_text().splitlines():
         stack_text, _, count_text = line.rpartition(" ")
-        if not stack_text or not count_text.isdigit():
-            continue
-        frames = [_frame_name(f) for f in stack_text.split(";")]
+        frames = [frame_name(f) for f in stack_text.split(";")]
         start = next((i for i, f in enumerate(frames) if f.startswith("MirrorWorker.run ")), None)
-        if start is None:
+        if start is None or not count_text.isdigit():
             continue
-        frames, count = frames[start:], int(count_text)
-        total += count
-        self_counts[frames[-1]] += count
-        for name in set(frames):
-            inclusive[name] += count
+        self_counts[frames[-1]] += int(count_text)
+        inclusive.update(dict.fromkeys(frames[start:], int(count_text)))
+    total = sum(self_counts.values())
     rows: list[tuple[str, float, float]] = []
     for name, n in inclusive.most_common():
         share, own = 100 * n / total, 100 * self_counts[name] / total
-        if share < 1.0 or (own < 0.5 and share >= 99.9):
-            continue
-        if own < 0.5 and rows and rows[-1][1] - share < 0.5:
-            continue  # a pass-through frame of the row above (Producer_poll -> Producer_poll0 -> ...)
+        if share < 1.0 or (own < 0.5 and (share >= 99.9 or (rows and rows[-1][1] - share < 0.5))):
+            continue  # noise, the loop's own frames, or a pass-through frame of the row above
         rows.append((name, round(share, 1), round(own, 1)))
-    self_top = [(name, round(100 * n / total, 1)) for name, n in self_counts.most_common(top)] if total else []
-    return {"samples": total, "rows": rows[:top], "self_top": self_top}
+    return {"samples": total, "rows": rows[:top],
+            "self_top": [(name, round(100 * n / total, 1)) for name, n in self_counts.most_common(top)]}
 
 
-def _frame_name(frame: str) -> str:
+def frame_name(frame: str) -> str:
     """"produce (worker/mirror.py:240)" -> "produce (worker/mirror.py)"; "0x7f.. (libc.so.6)" -> "(libc.so.6)"."""
     frame = frame.replace(str(common.REPO) + "/", "").replace(str(Path(sys.prefix)) + "/", "")
     frame = re.sub(r":\d+\)$", ")", frame)
@@ -567,22 +438,21 @@ def _frame_name(frame: str) -> str:
     return re.sub(r"^0x[0-9a-f]+ ", "", frame)
 
 
-def _profile(bench: Bench, ds: Dataset, day: str) -> dict[str, Any] | None:
+def profile_run(bench: Bench, ds: Dataset, day: str) -> dict[str, Any] | None:
     """``--profile``: py-spy the worker in one extra, untimed run; its summary (the raw stacks are kept aside)."""
     out = bench.workdir / f"profile-{ds.label}.txt"
     say(f"profiling run: ureplicator {ds.label} (not counted in the results)")
     try:
-        prun = run_ureplicator(bench, ds, 0, 1, profile_to=out)
+        profiled = run_variant(bench, ds, "ureplicator", 1, 0, profile_to=out)
         if not out.exists():
             return None
-        profile = {"dataset": ds.label, "records_per_s_while_profiled": round(prun.records_per_s),
-                   **summarize_profile(out)}
         # The raw stacks are per-sample data: over common.RAW_LIMIT_BYTES they go to the git-ignored raw/.
         folder = common.RESULTS_DIR / "raw" if out.stat().st_size > common.RAW_LIMIT_BYTES else common.RESULTS_DIR
         folder.mkdir(exist_ok=True)
         keep = folder / f"throughput-profile-{day}-{ds.label}.txt"
         shutil.copyfile(out, keep)
-        return {**profile, "raw_file": str(keep.relative_to(common.REPO))}
+        return {"dataset": ds.label, "records_per_s_while_profiled": round(profiled.records_per_s),
+                **summarize_profile(out), "raw_file": str(keep.relative_to(common.REPO))}
     except Exception as exc:  # optional extra: never lose the measured runs over it
         say(f"  profiling run failed: {exc!r}")
         return None
@@ -591,18 +461,15 @@ def _profile(bench: Bench, ds: Dataset, day: str) -> dict[str, Any] | None:
 # ----------------------------------------------------------------------------- preload
 
 
-def _values(size: int, count: int, seed: int) -> list[bytes]:
+def values(size: int, count: int, seed: int) -> list[bytes]:
     """Text-like values (lz4 compresses them about 2:1), so compression does real work."""
     rng = random.Random(seed)
     words = [bytes(rng.choice(b"abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(3, 9))) for _ in range(300)]
     out = []
     for _ in range(count):
         parts: list[bytes] = []
-        length = 0
-        while length < size:
-            token = rng.choice(words) if rng.random() < 0.6 else b"%x" % rng.getrandbits(32)
-            parts.append(token)
-            length += len(token) + 1
+        while sum(len(p) + 1 for p in parts) < size:
+            parts.append(rng.choice(words) if rng.random() < 0.6 else b"%x" % rng.getrandbits(32))
         out.append(b" ".join(parts)[:size])
     return out
 
@@ -626,16 +493,15 @@ def warm_group_coordinator(bootstrap: str, topic: str, timeout_s: float = 90) ->
         consumer.close()
 
 
-def _preload_part(bootstrap: str, ds: Dataset, part: int, parts: int, start: int) -> None:
+def preload_part(bootstrap: str, ds: Dataset, part: int, parts: int, start: int) -> None:
     """Produce records ``i >= start`` with ``i % parts == part`` (partition ``i % PARTITIONS``) of the preload."""
     producer = Producer({**common.PRODUCER_SETTINGS, "bootstrap.servers": bootstrap, "linger.ms": 50})
-    pool = _values(ds.value_bytes, 4096, seed=ds.value_bytes)
-    produce = producer.produce
+    pool = values(ds.value_bytes, 4096, seed=ds.value_bytes)
     step = max(ds.records // 5, 1)
     for i in range(start + (part - start) % parts, ds.records, parts):
         while True:
             try:
-                produce(ds.topic, pool[i & 4095], preload_key(i), i % PARTITIONS)
+                producer.produce(ds.topic, pool[i & 4095], preload_key(i), i % PARTITIONS)
                 break
             except BufferError:
                 producer.poll(0.05)
@@ -664,9 +530,8 @@ def preload(services: dict[str, str], ds: Dataset, start: int = 0) -> None:
     say(f"preloading {count:,} records of {ds.value_bytes} B into {ds.topic} "
         f"({count * ds.record_bytes / 1e9:.1f} GB) with {PRELOAD_PROCESSES} producer processes")
     started = time.monotonic()
-    # PARTITIONS is a multiple of PRELOAD_PROCESSES, so each process owns whole partitions.
     ctx = mp.get_context("fork")
-    procs = [ctx.Process(target=_preload_part, args=(services["source"], ds, k, PRELOAD_PROCESSES, start),
+    procs = [ctx.Process(target=preload_part, args=(services["source"], ds, k, PRELOAD_PROCESSES, start),
                          daemon=True) for k in range(PRELOAD_PROCESSES)]
     for proc in procs:
         proc.start()
@@ -676,11 +541,10 @@ def preload(services: dict[str, str], ds: Dataset, start: int = 0) -> None:
     finally:
         for proc in (p for p in procs if p.is_alive()):
             proc.terminate()
-    if any(proc.exitcode != 0 for proc in procs):
-        raise BenchError(f"preload of {ds.topic} failed (exit codes {[p.exitcode for p in procs]})")
     got = Offsets(services["source"]).end(ds.topic, PARTITIONS)
-    if got != ds.targets():
-        raise BenchError(f"preload of {ds.topic}: end offsets {got}, expected {ds.targets()}")
+    if any(proc.exitcode != 0 for proc in procs) or got != ds.targets():
+        raise BenchError(f"preload of {ds.topic} failed (exit codes {[p.exitcode for p in procs]}, end offsets "
+                         f"{got}, expected {ds.targets()})")
     took = time.monotonic() - started
     say(f"preloaded {ds.topic} in {took:.1f}s ({count / took / 1000:.0f}k rec/s); it holds {ds.records:,} records")
 
@@ -704,24 +568,14 @@ def check_disk(path: Path, ds: Dataset, new_records: int) -> None:
 RATES = ("records_per_s", "cpu_s_per_m", "cpu_s_per_m_without_compiler")
 
 
-def _median(values: list[float]) -> float:
-    return statistics.median(values) if values else 0.0
-
-
-def _ratio_of(a: float | None, b: float | None) -> float | None:
-    return round(a / b, 3) if a and b else None
-
-
 def _block(runs: list[Run]) -> dict[str, Any]:
     ok = [r for r in runs if r.ok]
 
     def med(value: Callable[[Run], float], digits: int | None = None) -> float:
-        return round(_median([value(r) for r in ok]), digits)
+        return round(statistics.median([value(r) for r in ok]) if ok else 0.0, digits)
 
     return {
-        "runs": len(ok),
-        "failed": len(runs) - len(ok),
-        "errors": [r.error for r in runs if not r.ok],
+        "runs": len(ok), "failed": len(runs) - len(ok), "errors": [r.error for r in runs if not r.ok],
         "records_per_s": med(lambda r: r.records_per_s),
         "mb_per_s": med(lambda r: r.mb_per_s, 2),
         "cpu_s_per_m": med(lambda r: r.cpu_s_per_m, 3),
@@ -736,20 +590,20 @@ def _block(runs: list[Run]) -> dict[str, Any]:
     }
 
 
-def _blocks(runs: list[Run], ds: Dataset, variants: tuple[str, ...], scale: int) -> dict[str, Any]:
-    blocks = {v: [r for r in runs if r.dataset == ds.label and r.variant == v and r.scale == scale] for v in variants}
+def _blocks(runs: list[Run], dataset: str, variants: tuple[str, ...], scale: int) -> dict[str, Any]:
+    blocks = {v: [r for r in runs if (r.dataset, r.variant, r.scale) == (dataset, v, scale)] for v in variants}
     return {v: _block(mine) for v, mine in blocks.items() if mine}
 
 
 def _ratios(a: dict[str, Any], b: dict[str, Any], name: str, keys: tuple[str, ...] = RATES) -> dict[str, Any]:
-    return {f"{name}{k}": _ratio_of(a.get(k), b.get(k)) for k in keys}
+    return {f"{name}{k}": round(a[k] / b[k], 3) if a.get(k) and b.get(k) else None for k in keys}
 
 
 def summarize(runs: list[Run], datasets: list[Dataset], scales: list[int]) -> dict[str, Any]:
     """Medians per dataset and variant (scale 1), ratios, and the scaling curve on the first dataset."""
     out: dict[str, Any] = {"datasets": {}, "scaling": {}}
     for ds in datasets:
-        per = _blocks(runs, ds, ALL_VARIANTS, 1)
+        per = _blocks(runs, ds.label, ALL_VARIANTS, 1)
         u, m, w = per.get("ureplicator", {}), per.get("mirrormaker2", {}), per.get("raw", {})
         ue, me = per.get("ureplicator-eos", {}), per.get("mirrormaker2-eos", {})
         ratios = {**_ratios(u, m, "ureplicator/mm2 "), **_ratios(u, w, "ureplicator/raw ", RATES[:2])}
@@ -759,32 +613,48 @@ def summarize(runs: list[Run], datasets: list[Dataset], scales: list[int]) -> di
         out["datasets"][ds.label] = {"records": ds.records, "value_bytes": ds.value_bytes, "key_bytes": KEY_BYTES,
                                      "variants": per, "ratios": ratios}
     if len(scales) > 1 and datasets:
-        points = {}
-        for scale in scales:
-            point = _blocks(runs, datasets[0], SCALED, scale)
-            points[str(scale)] = {**point, "ratios": _ratios(point.get("ureplicator", {}),
-                                                             point.get("mirrormaker2", {}), "")}
-        out["scaling"] = {"dataset": datasets[0].label, "points": points}
-    out["headline"] = headline(out["datasets"])
+        points = {str(scale): _blocks(runs, datasets[0].label, SCALED, scale) for scale in scales}
+        out["scaling"] = {"dataset": datasets[0].label, "points": {
+            n: {**p, "ratios": _ratios(p.get("ureplicator", {}), p.get("mirrormaker2", {}), "")}
+            for n, p in points.items()}}
+    rates = {k: r for k, b in out["datasets"].items() if (r := b["ratios"]["ureplicator/mm2 records_per_s"])}
+    cpus = {k: r for k, b in out["datasets"].items()
+            if (r := b["ratios"]["ureplicator/mm2 cpu_s_per_m_without_compiler"])}
+    # The least favourable fair reading for ureplicator: lowest rate ratio, highest CPU ratio (MM2 without JIT).
+    worst_rate = min(rates, key=lambda k: rates[k]) if rates else None
+    worst_cpu = max(cpus, key=lambda k: cpus[k]) if cpus else None
+    out["headline"] = None if worst_rate is None else {
+        "rate_dataset": worst_rate, "rate_ratio": rates[worst_rate],
+        "cpu_dataset": worst_cpu, "cpu_ratio_without_compiler": cpus[worst_cpu] if worst_cpu else None,
+        "rate_ratios": rates, "cpu_ratios_without_compiler": cpus}
     return out
 
 
-def headline(datasets: dict[str, Any]) -> dict[str, Any] | None:
-    """The least favourable fair reading for ureplicator: lowest rate ratio, highest CPU ratio (MM2 without JIT)."""
-    rates = {k: r for k, b in datasets.items() if (r := b["ratios"]["ureplicator/mm2 records_per_s"])}
-    cpus = {k: r for k, b in datasets.items() if (r := b["ratios"]["ureplicator/mm2 cpu_s_per_m_without_compiler"])}
-    if not rates:
-        return None
-    worst_rate = min(rates, key=lambda k: rates[k])
-    worst_cpu = max(cpus, key=lambda k: cpus[k]) if cpus else None
-    return {
-        "rate_dataset": worst_rate, "rate_ratio": rates[worst_rate],
-        "cpu_dataset": worst_cpu, "cpu_ratio_without_compiler": cpus[worst_cpu] if worst_cpu else None,
-        "rate_ratios": rates, "cpu_ratios_without_compiler": cpus,
-    }
+def upgraded(entry: dict[str, Any]) -> dict[str, Any]:
+    """An entry of the first method (schema 1, 2026-11-21: each variant drained the whole backlog and a *steady*
+    part of the drain was measured) in today's shape: the steady part stands for the window."""
+    if "datasets" in entry["summary"]:  # schema 1 summaries are keyed by dataset
+        return entry
+    names = {f.name for f in fields(Run)}
+    runs = [Run(**{k: v for k, v in r.items() if k in names} | dict(
+        scale=1, window_s=r["extra"].get("steady_s", 0.0), window_records=r["steady_records"],
+        records_per_s=r["steady_records_per_s"], cpu_s=r["cpu_steady_s"], cpu_s_per_m=r["cpu_steady_s_per_m"],
+        mb_per_s=round(r["steady_records_per_s"] * r["payload_bytes"] / r["records"] / 1e6, 2),
+        cpu_s_per_m_without_compiler=r["cpu_steady_s_per_m"], drained_s=r["elapsed_s"], load_window=r["load_after"]))
+            for r in entry["runs"]]
+    for run in runs:
+        run.extra["thread_cpu_window_s"] = run.extra.get("thread_cpu_steady_s", {})
+    datasets = [Dataset(k, b["value_bytes"], b["records"]) for k, b in entry["summary"].items()]
+    return {**entry, "schema": SCHEMA, "runs": [r.to_json() for r in runs], "load_at_start": runs[0].load_before,
+            "summary": summarize(runs, datasets, [1]),
+            "settings": {**entry["settings"], "warmup_s": 0.0,
+                         "steady_s": statistics.median(r.window_s for r in runs)},
+            "notes": [*entry.get("notes", []), "First method (schema 1): every variant drained the whole backlog, "
+                      "timed from its launch; records/s and CPU are those of the drain's steady part (no warm-up), "
+                      "which later runs found still included MirrorMaker 2's JIT compilation."]}
 
 
-# ----------------------------------------------------------------------------- docs section
+# ----------------------------------------------------------------------------- docs sections
 
 
 def _ratio(value: float | None) -> str:
@@ -800,47 +670,58 @@ def _headline(summary: dict[str, Any]) -> list[str]:
     if not h:
         return []
     names = {k: _dataset_name(b) for k, b in summary["datasets"].items()}
-    others = "; ".join(f"{_ratio(v)} at {names[k]}" for k, v in h["rate_ratios"].items() if k != h["rate_dataset"])
-    cpu_others = "; ".join(f"{_ratio(v)} at {names[k]}" for k, v in h["cpu_ratios_without_compiler"].items()
-                           if k != h["cpu_dataset"])
+
+    def others(ratios: dict[str, float], chosen: str | None) -> str:
+        text = "; ".join(f"{_ratio(v)} at {names[k]}" for k, v in ratios.items() if k != chosen)
+        return f" ({text})" if text else ""
+
     text = (f"**Headline (the least favourable fair reading): one ureplicator worker runs at "
             f"{_ratio(h['rate_ratio'])} MirrorMaker 2's steady-state rate (one task) at {names[h['rate_dataset']]}**"
-            + (f" ({others})" if others else ""))
+            + others(h["rate_ratios"], h["rate_dataset"]))
     if h.get("cpu_dataset"):
         text += (f", and uses {_ratio(h['cpu_ratio_without_compiler'])} its CPU per record at "
                  f"{names[h['cpu_dataset']]} counting MirrorMaker 2 without its JIT compiler threads"
-                 + (f" ({cpu_others})" if cpu_others else ""))
+                 + others(h["cpu_ratios_without_compiler"], h["cpu_dataset"]))
     return [text + ".", ""]
 
 
 def _load_note(loads: list[float], before: float, cores: int) -> list[str]:
+    """Whose load the runs met (the method below the section says what each case means for the numbers)."""
     peak = max(loads, default=0)
     if before > 0.5 * cores:  # busy before the first run: that load is not ours, so other jobs shared the cores
         return [f"**The machine was oversubscribed during these runs** (1-minute load average {before:.1f} before "
-                f"the benchmark and up to {peak:.0f} during it, on {cores} cores: other jobs shared it). Every "
-                "variant met the same kind of contention, so the ratios compare like with like, but the absolute "
-                "rates are below what these variants reach on a quiet machine, and a JVM whose JIT competes for "
-                "cores is hit harder than a Python process; see *machine busy* per run.", ""]
+                f"the benchmark and up to {peak:.0f} during it, on {cores} cores: other jobs shared it).", ""]
     if peak > 1.5 * cores:  # quiet before: the load during it is mostly the benchmark's own runnable threads
         return [f"The machine was quiet before the benchmark (1-minute load average {before:.2f}); the load during "
-                f"the runs (up to {peak:.0f} on {cores} cores) counts the benchmark's own runnable threads: both "
-                "brokers, ZooKeeper, the variant's processes and the exact-check reader all share the "
-                f"{cores} cores, so the absolute rates are bounded by them; see *machine busy* per run.", ""]
+                f"the runs (up to {peak:.0f} on {cores} cores) counts the benchmark's own runnable threads.", ""]
     return []
+
+
+def _each(runs: list[dict[str, Any]], dataset: str, variant: str, scale: int) -> str:
+    """Each run's records/s, its window thirds and the machine's busy share."""
+    def one(r: dict[str, Any]) -> str:
+        thirds = "/".join(f"{x / 1000:.0f}" for x in r["extra"].get("rate_thirds", []))
+        busy = r["extra"].get("machine_busy_pct")
+        return f"{r['records_per_s'] / 1000:.0f}k ({thirds}k" + (f"; {busy:.0f} %)" if busy is not None else ")")
+
+    return ", ".join(one(r) if r["ok"] else "failed" for r in runs
+                     if (r["dataset"], r["variant"], r["scale"]) == (dataset, variant, scale)) or "n/a"
 
 
 def _variant_row(runs: list[dict[str, Any]], key: str, variant: str, v: dict[str, Any]) -> list[Any]:
     if not v["runs"]:
-        return [label(variant, 1), f"failed: {_short(v['errors'])}", *[""] * 10]
+        errors = "; ".join((e or "unknown error").splitlines()[0] for e in v["errors"])
+        return [label(variant, 1), f"failed: {errors[:139] + '…' if len(errors) > 140 else errors}".replace("|", "/"),
+                *[""] * 10]
     return [label(variant, 1), f"{v['records_per_s']:,}", f"{v['mb_per_s']:.1f}", f"{v['cpu_s_per_m']:.2f}",
             f"{v['cpu_s_per_m_without_compiler']:.2f}", f"{v['compiler_share_pct']:.0f} %", f"{v['cores_busy']:.2f}",
             f"{v['peak_rss_mb']:.0f} MB", f"{v['first_record_s']:.1f} s", f"{v.get('records_checked', 0):,}",
             _each(runs, key, variant, 1)]
 
 
-def _scaling(curve: dict[str, Any], summary: dict[str, Any], s: dict[str, Any], cores: int,
-             runs: list[dict[str, Any]]) -> list[str]:
-    ds_block = summary["datasets"].get(curve["dataset"], {})
+def _scaling(summary: dict[str, Any], s: dict[str, Any], cores: int, runs: list[dict[str, Any]]) -> list[str]:
+    curve = summary["scaling"]
+    ds_block = summary["datasets"].get(curve["dataset"])
     rows = []
     for scale, point in curve["points"].items():
         u, mm, rr = point.get("ureplicator"), point.get("mirrormaker2"), point["ratios"]
@@ -854,10 +735,7 @@ def _scaling(curve: dict[str, Any], summary: dict[str, Any], s: dict[str, Any], 
         f"### Scaling: N ureplicator worker processes vs MirrorMaker 2 with `tasks.max` N "
         f"({_dataset_name(ds_block) if ds_block else curve['dataset']}, one {s['partitions']}-partition topic)",
         "",
-        f"The machine has **{cores} cores**, shared with both brokers and ZooKeeper: beyond "
-        f"{cores} processes (or tasks) more parallelism can only add contention, so this curve shows "
-        "the overhead of scaling out on a saturated host, not the scaling of a real deployment. "
-        "N = 1 is the run above.",
+        f"The machine has **{cores} cores**, shared with both brokers and ZooKeeper; N = 1 is the run above.",
         "",
         *table(["N", "ureplicator records/s", "CPU-s per M", "MM2 records/s",
                 "CPU-s per M (without JIT compiler threads)", "records/s ratio", "CPU ratio (MM2 without JIT)",
@@ -868,30 +746,22 @@ def _scaling(curve: dict[str, Any], summary: dict[str, Any], s: dict[str, Any], 
 
 def render_section(entry: dict[str, Any]) -> str:
     """Markdown for the throughput-bench section of docs/benchmarks.md, from one results entry."""
+    entry = upgraded(entry)
     m, s, summary, runs = entry["machine"], entry["settings"], entry["summary"], entry["runs"]
     loads = [x for r in runs for x in (r["load_before"][0], r["load_window"][0]) if x]
     lines = ["## Throughput: ureplicator vs MirrorMaker 2 vs the raw client pair, steady state", "",
-             *_headline(summary)]
-    lines += [
-        f"Measured {entry['date']} with `{entry['command']}`; worker and controller from `{s['worker_repo']}` "
-        f"({s.get('worker_ran_from', 'the checkout in place')}) at commit `{entry['code']['commit']}`"
-        f"{' (worker/common modified)' if entry['code']['worker_common_modified'] else ''}; "
-        f"{entry['rounds_done']} round{'s' if entry['rounds_done'] != 1 else ''}, medians; "
-        f"warm-up {s['warmup_s']:.0f} s after the first destination record, then a {s['steady_s']:.0f} s window; "
-        f"total {entry['duration_s'] / 60:.1f} min.",
-        "",
-        *table(["machine", ""], [
-            ["CPU", f"{m['cpu_model']}, **{m['cores']} cores** (shared by the brokers, ZooKeeper, the mirror and "
-                    "other jobs)"],
-            ["RAM", f"{m['ram_bytes'] / 2**30:.1f} GiB"], ["kernel", m["kernel"]],
-            ["Python / confluent-kafka / librdkafka", f"{m['python']} / {m['confluent_kafka']} / {m['librdkafka']}"],
-            ["Java", m["java"]],
-            ["Kafka brokers / MirrorMaker 2", f"{m['kafka_brokers']} / connect-mirror {m['mirrormaker2']}"],
-            ["load average (1 min) at run starts and window ends", f"{min(loads, default=0):.2f} – "
-             f"{max(loads, default=0):.2f} (before the benchmark: {entry['load_at_start'][0]:.2f})"]]),
-        "",
-        *_load_note(loads, entry["load_at_start"][0], m["cores"] or 1),
-    ]
+             *_headline(summary),
+             f"Measured {entry['date']} with `{entry['command']}` on {machine(m)} (the cores shared by the "
+             f"brokers, ZooKeeper, the mirror and other jobs); worker and controller from `{s['worker_repo']}` "
+             f"({s.get('worker_ran_from', 'the checkout in place')}) at commit `{entry['code']['commit']}`"
+             f"{' (worker/common modified)' if entry['code']['worker_common_modified'] else ''}; "
+             f"{entry['rounds_done']} round{'s' if entry['rounds_done'] != 1 else ''}, medians; "
+             f"warm-up {s['warmup_s']:.0f} s after the first destination record, then a {s['steady_s']:.0f} s "
+             f"window; total {entry['duration_s'] / 60:.1f} min. 1-minute load average at run starts and window "
+             f"ends {min(loads, default=0):.2f} – {max(loads, default=0):.2f} (before the benchmark: "
+             f"{entry['load_at_start'][0]:.2f}).",
+             "",
+             *_load_note(loads, entry["load_at_start"][0], m["cores"] or 1)]
     for key, block in summary["datasets"].items():
         r = block["ratios"]
         lines += [
@@ -910,154 +780,33 @@ def render_section(entry: dict[str, Any]) -> str:
             f"{_ratio(r['ureplicator/raw cpu_s_per_m'])} the CPU per record.",
             "",
         ]
-    curve = summary.get("scaling") or {}
-    if curve.get("points"):
-        lines += _scaling(curve, summary, s, m["cores"], runs)
+    if (summary.get("scaling") or {}).get("points"):
+        lines += _scaling(summary, s, m["cores"], runs)
     lines += [
-        "How it is measured (`bench/throughput.py`, `bench/window.py`):",
-        "",
-        "- **Backlog, not a feed.** Each source topic is preloaded before any variant runs; a variant mirrors it "
-        "from offset 0 to a fresh destination topic (deleted after the run). A continuous feed would need a "
-        "producer process that itself takes most of one of the two cores while it runs, and it would cap the "
-        "rate at the feed's; a backlog measures capacity and leaves the cores to the mirror and the brokers. "
-        "The backlog is sized so that the fastest variant is still busy when the window closes; a run that "
-        "drains it earlier is rejected, never reported with a shorter window: the benchmark then appends records "
-        "to the backlog (1.5× what that run needed) and repeats the run (listed in the notes below).",
-        "- **Same window for every variant.** Every variant is started before it gets work: ureplicator's "
-        "controller and workers are running and registered (idle) before `POST /topics`; MirrorMaker 2 and the "
-        "raw pair get their topic in their start-up config. For all of them the window opens "
-        f"{s['warmup_s']:.0f} s after the first record arrives at the destination (start-up, group joins, task "
-        f"start and JIT warm-up lie before it) and closes {s['steady_s']:.0f} s later. Records/s = destination "
-        "records between the two edge samples (sum of the partitions' end offsets) / the time between them; "
-        "*window thirds* show that the rate was steady.",
-        "- **CPU** = user + system seconds of the mirroring processes between the same two samples "
-        "(`/proc/<pid>/stat`, every thread; ureplicator: the controller and all workers; MM2: its JVM; raw: its "
-        "process). *Without JIT compiler threads* subtracts the CPU of the threads named `C1/C2 CompilerThre…` "
-        "(per thread from `/proc/<pid>/task/<tid>/stat`, sampled every second so threads HotSpot stops keep "
-        "their share); Python processes have none, so their two numbers are equal. *Cores busy* = CPU seconds "
-        "/ window seconds; *machine busy* = all cores' non-idle share in the window (`/proc/stat`), brokers "
-        "included. The brokers' CPU is not counted for any variant.",
-        f"- **End and exact check.** When the window closes the variant is stopped gracefully (SIGTERM; "
-        "ureplicator's workers before the controller), the benchmark waits until the destination's end offsets "
-        f"have not moved for {SETTLE_S:.0f} s, then reads every destination record back and checks it by "
-        "identity: in each partition, the record at offset *o* must carry the key of the source's record at "
-        "offset *o* (the preload's keys are unique). So each partition holds exactly a prefix of its source "
-        "partition, nothing lost, duplicated or reordered; any mismatch fails the run. The check is the same "
-        "for every variant; the backlog after the stop point is not mirrored (that would only add minutes of "
-        "draining to the slower variants).",
-        "- **ureplicator**: a fresh pipeline (new consumer group), every config key at its default, workers from "
-        "the worker checkout named above.",
-        "- **MirrorMaker 2**: `org.apache.kafka.connect.mirror.MirrorMaker` (dedicated mode), "
-        + " ".join(s["mirrormaker2_jvm"]) + "; one flow, `tasks.max` N, `IdentityReplicationPolicy`, heartbeats, "
-        "checkpoints and offset-syncs off, topic config/ACL/group sync off, internal topics replication factor 1, "
-        "a fresh source alias (so a fresh Connect group and internal topics) per run; producer overrides "
-        + ", ".join(f"`{k}={v}`" for k, v in s["mm2_producer"].items()) + ".",
-        "- **raw client pair** (`bench/rawcopy.py`): one Python process, `consume(1000)` → `produce()` per record "
-        "(same partition, key, value, timestamp), `poll(0)` per batch. It skips everything a replicator must do: "
-        "no provenance header, no delivery callbacks or per-partition acknowledgement bookkeeping, no offset "
-        "commits, no ZooKeeper session, assignment or hand-off, no metrics, no rate limits. It shows the client "
-        "libraries' limit (the least work a copy can do), not a competitor.",
-        "- Every variant produces with the worker's producer settings: "
-        + ", ".join(f"`{k}={v}`" for k, v in s["producer"].items()) + f"; brokers: two single-broker KRaft "
-        f"clusters on this machine (`devtools.stack`, heap {s['broker_heap']}).",
-        "",
+        f"Settings of this run: MirrorMaker 2 {' '.join(s['mirrormaker2_jvm'])}, producer overrides "
+        + ", ".join(f"`{k}={v}`" for k, v in s["mm2_producer"].items()) + "; every variant's producer: "
+        + ", ".join(f"`{k}={v}`" for k, v in s["producer"].items()) + f"; broker heap {s['broker_heap']}. "
         f"Per-run numbers (window edges, per-thread CPU, rate thirds, load averages, CPU pressure): "
         f"`{entry['results_file']}`.",
         "",
     ]
-    lines += _analysis(entry)
-    lines.append("Reproduce: `make bench-throughput` (= `.venv/bin/python -m bench.throughput`; "
-                 "`BENCH_ARGS='--worker-repo DIR'` to measure another checkout's worker, `--quick` for a smoke run, "
-                 "`--scale 1` to skip the scaling curve); `python -m bench.throughput --render FILE` re-writes "
-                 "this section from a results file.")
-    return "\n".join(lines)
-
-
-def render_eos_section(entry: dict[str, Any]) -> str:
-    """Markdown for the eos-bench section of docs/benchmarks.md, from one ``--exactly-once`` entry."""
-    m = entry["machine"]
-    s = entry["settings"]
-    summary = entry["summary"]
-    lines = ["## Throughput in exactly-once mode: ureplicator vs MirrorMaker 2 (KIP-618)", ""]
-    parts = []
-    for key, text in (("ureplicator", "exactly-once runs at {} our own at-least-once rate at {}"),
-                      ("mm2-eos", "{} MirrorMaker 2's exactly-once rate at {}")):
-        found = [(r, _dataset_name(b)) for b in summary["datasets"].values()
-                 if (r := b["ratios"].get(f"ureplicator-eos/{key} records_per_s"))]
-        if found:  # the least favourable: the lowest ratio, the first dataset on a tie
-            worst = min(found, key=lambda f: f[0])
-            parts.append(text.format(_ratio(worst[0]), worst[1]))
-    if parts:
-        lines += [f"**Headline (the least favourable reading over the datasets): {'; '.join(parts)}.**", ""]
-    lines += [
-        f"Measured {entry['date'][:10]} on {m.get('cpu_model', '?')} ({m.get('cores', '?')} cores, "
-        f"{m.get('ram_bytes', 0) / 2**30:.0f} GiB RAM; MirrorMaker 2 {m.get('mirrormaker2', '?')}), "
-        f"load average {entry['load_at_start'][0]} at the start; "
-        f"command `{entry['command']}`; results `{entry['results_file']}`. "
-        f"Warm-up {s['warmup_s']:.0f} s, window {s['steady_s']:.0f} s, {s['partitions']} partitions, one worker or "
-        f"task; ours commits a transaction every {TRANSACTION_INTERVAL_MS} ms (`worker.transaction_interval_ms`), "
-        "MirrorMaker 2 one per poll (Connect's default `transaction.boundary`). Transaction markers take offsets "
-        "but are not records: each exactly-once run reads its destination back `read_committed` at the end, checks "
-        "every partition is an in-order prefix of its source with no duplicate, and scales its rate by the records "
-        "per offset it counted.",
-        "",
-        *table(["dataset", "variant", "records/s", "MB/s", "CPU-s per M records", "… without JIT compiler threads",
-                "peak RSS", "records checked", "runs ok / failed"],
-               [[_dataset_name(block), label(variant, 1), f"{v['records_per_s']:,}", f"{v['mb_per_s']:.2f}",
-                 f"{v['cpu_s_per_m']:.2f}", f"{v['cpu_s_per_m_without_compiler']:.2f}", f"{v['peak_rss_mb']:.0f} MB",
-                 f"{v['records_checked']:,}", f"{v['runs']} / {v['failed']}"]
-                for block in summary["datasets"].values() for variant, v in block["variants"].items()]),
-        "",
-        *table(["dataset", "exactly-once / our at-least-once (rate)", "ours / MirrorMaker 2, both exactly-once (rate)",
-                "(CPU per record)", "(CPU without JIT)"],
-               [[_dataset_name(block), *(_ratio(block["ratios"].get(f"ureplicator-eos/{k}")) for k in (
-                   "ureplicator records_per_s", "mm2-eos records_per_s", "mm2-eos cpu_s_per_m",
-                   "mm2-eos cpu_s_per_m_without_compiler"))] for block in summary["datasets"].values()]),
-    ]
-    for note in entry.get("notes", []):
-        lines += ["", f"- {note}"]
-    return "\n".join(lines)
-
-
-def _short(errors: list[str | None], limit: int = 140) -> str:
-    text = "; ".join((e or "unknown error").splitlines()[0] for e in errors)
-    return (text[: limit - 1] + "…" if len(text) > limit else text).replace("|", "/")
-
-
-def _each(runs: list[dict[str, Any]], dataset: str, variant: str, scale: int) -> str:
-    """Each run's records/s, its window thirds and the machine's busy share."""
-    def one(r: dict[str, Any]) -> str:
-        thirds = "/".join(f"{x / 1000:.0f}" for x in r["extra"].get("rate_thirds", []))
-        busy = r["extra"].get("machine_busy_pct")
-        return f"{r['records_per_s'] / 1000:.0f}k ({thirds}k" + (f"; {busy:.0f} %)" if busy is not None else ")")
-
-    return ", ".join(one(r) if r["ok"] else "failed" for r in runs
-                     if (r["dataset"], r["variant"], r["scale"]) == (dataset, variant, scale)) or "n/a"
-
-
-def _analysis(entry: dict[str, Any]) -> list[str]:
-    lines: list[str] = []
-    threads = _thread_split(entry["runs"])
+    threads = _thread_split(runs)
     if threads:
         lines += ["CPU split in the window (median per run, CPU-s per million records): "
                   + "; ".join(f"{name}: " + ", ".join(f"{k} {v:.2f}" for k, v in split.items())
                               for name, split in threads.items())
-                  + ". `main` is the Python thread running the mirror loop; `rdk:*` are librdkafka's threads; "
-                  "`JIT` the JVM's compiler threads, `GC` its garbage collector threads, `Connect task` MM2's task "
-                  "thread (poll → convert → send), `Kafka client I/O` the Java clients' network threads.", ""]
+                  + ".", ""]
     profile = entry.get("profile")
     if profile and profile.get("rows"):
         lines += [f"Where the worker's mirror thread spends its time: py-spy `--native` on one extra, untimed "
                   f"{profile['dataset']} run ({profile['samples']:,} samples of the thread running "
-                  f"`MirrorWorker.run`; raw stacks in `{profile['raw_file']}`):", ""]
-        lines += [*table(["function", "inclusive", "self"], [
-            ["`libc.so.6 (unsymbolized: memcpy, locks, ...)`" if name == "(libc.so.6)" else f"`{name}`",
-             f"{share:.1f} %", f"{own:.1f} %"] for name, share, own in profile["rows"]], "lrr"), ""]
+                  f"`MirrorWorker.run`; raw stacks in `{profile['raw_file']}`):", "",
+                  *table(["function", "inclusive", "self"], [
+                      ["`libc.so.6 (unsymbolized: memcpy, locks, ...)`" if name == "(libc.so.6)" else f"`{name}`",
+                       f"{share:.1f} %", f"{own:.1f} %"] for name, share, own in profile["rows"]], "lrr"), ""]
     for note in entry.get("notes") or []:
         lines += [note, ""]
-    if NOTES.exists():
-        lines += [NOTES.read_text().strip(), ""]
-    return lines
+    return "\n".join(lines).rstrip("\n")
 
 
 def _fold(name: str) -> str:
@@ -1078,8 +827,45 @@ def _thread_split(runs: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
                     folded[_fold(name)] += cpu
                 for name, cpu in folded.items():
                     groups.setdefault(name, []).append(cpu / (r["window_records"] / 1e6 or 1.0))
-        out[f"{label(variant, 1)} {dataset}"] = {k: round(_median(v), 2) for k, v in sorted(groups.items())}
+        out[f"{label(variant, 1)} {dataset}"] = {k: round(statistics.median(v), 2) for k, v in sorted(groups.items())}
     return out
+
+
+def render_eos_section(entry: dict[str, Any]) -> str:
+    """Markdown for the eos-bench section of docs/benchmarks.md, from one ``--exactly-once`` entry."""
+    m, s, datasets = entry["machine"], entry["settings"], entry["summary"]["datasets"].values()
+    parts = []
+    for key, text in (("ureplicator", "exactly-once runs at {} our own at-least-once rate at {}"),
+                      ("mm2-eos", "{} MirrorMaker 2's exactly-once rate at {}")):
+        found = [(r, _dataset_name(b)) for b in datasets
+                 if (r := b["ratios"].get(f"ureplicator-eos/{key} records_per_s"))]
+        if found:  # the least favourable: the lowest ratio, the first dataset on a tie
+            worst = min(found, key=lambda f: f[0])
+            parts.append(text.format(_ratio(worst[0]), worst[1]))
+    lines = ["## Throughput in exactly-once mode: ureplicator vs MirrorMaker 2 (KIP-618)", "",
+             *([f"**Headline (the least favourable reading over the datasets): {'; '.join(parts)}.**", ""]
+               if parts else []),
+             f"Measured {entry['date'][:10]} on {machine(m)}, "
+             f"load average {entry['load_at_start'][0]} at the start; command `{entry['command']}`; results "
+             f"`{entry['results_file']}`. Warm-up {s['warmup_s']:.0f} s, window {s['steady_s']:.0f} s, "
+             f"{s['partitions']} partitions, one worker or task; ours commits a transaction every "
+             f"{TRANSACTION_INTERVAL_MS} ms (`worker.transaction_interval_ms`).",
+             "",
+             *table(["dataset", "variant", "records/s", "MB/s", "CPU-s per M records", "… without JIT compiler threads",
+                     "peak RSS", "records checked", "runs ok / failed"],
+                    [[_dataset_name(block), label(variant, 1), f"{v['records_per_s']:,}", f"{v['mb_per_s']:.2f}",
+                      f"{v['cpu_s_per_m']:.2f}", f"{v['cpu_s_per_m_without_compiler']:.2f}",
+                      f"{v['peak_rss_mb']:.0f} MB", f"{v['records_checked']:,}", f"{v['runs']} / {v['failed']}"]
+                     for block in datasets for variant, v in block["variants"].items()]),
+             "",
+             *table(["dataset", "exactly-once / our at-least-once (rate)",
+                     "ours / MirrorMaker 2, both exactly-once (rate)", "(CPU per record)", "(CPU without JIT)"],
+                    [[_dataset_name(block), *(_ratio(block["ratios"].get(f"ureplicator-eos/{k}")) for k in (
+                        "ureplicator records_per_s", "mm2-eos records_per_s", "mm2-eos cpu_s_per_m",
+                        "mm2-eos cpu_s_per_m_without_compiler"))] for block in datasets])]
+    for note in entry.get("notes", []):
+        lines += ["", f"- {note}"]
+    return "\n".join(lines)
 
 
 # ----------------------------------------------------------------------------- main
@@ -1098,14 +884,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=float, default=None,
                         help="seconds from the first destination record to the window (default 40)")
     parser.add_argument("--steady", type=float, default=None, help="window length in seconds (default 60)")
-    parser.add_argument("--scale", default=None,
-                        help="worker processes / tasks.max for the scaling curve on the first dataset "
-                             "(default 1,2,4; quick 1,2; 1 = no curve)")
+    parser.add_argument("--scale", default=None, help="worker processes / tasks.max for the scaling curve on the "
+                                                      "first dataset (default 1,2,4; quick 1,2; 1 = no curve)")
     parser.add_argument("--rounds", type=int, default=1, help="rounds of every run (default 1)")
     parser.add_argument("--variants", default=None,
-                        help="comma-separated subset of " + ",".join(ALL_VARIANTS)
-                             + " (default " + ",".join(VARIANTS) + "; with --exactly-once "
-                             + ",".join(EOS_VARIANTS) + ")")
+                        help=f"comma-separated subset of {','.join(ALL_VARIANTS)} (default {','.join(VARIANTS)}; "
+                             f"with --exactly-once {','.join(EOS_VARIANTS)})")
     parser.add_argument("--exactly-once", action="store_true",
                         help="the exactly-once comparison: our at-least-once and exactly-once runs (1 s "
                              "transactions) against MirrorMaker 2 with exactly.once.source.support=enabled, "
@@ -1114,44 +898,35 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--profile", action="store_true", help="py-spy the worker in one extra untimed run")
     parser.add_argument("--stop-by", default=None, metavar="HH:MM",
                         help="start no run that could end after this local time; the runs done are written")
-    parser.add_argument("--drain-timeout", type=float, default=None,
-                        help="seconds per run before it counts as failed (default: backlog / 10k rec/s, >= 600)")
     parser.add_argument("--worker-repo", type=Path, default=common.REPO,
                         help="run controller and worker from this checkout (its .venv/bin/python if present)")
     args = parser.parse_args(argv)
-    args.records_100b = args.records_100b or (4_000_000 if args.quick else 60_000_000)
-    args.records_1kb = args.records_1kb or (1_500_000 if args.quick else 20_000_000)
-    args.warmup = args.warmup if args.warmup is not None else (2.0 if args.quick else 40.0)
-    args.steady = args.steady if args.steady is not None else (4.0 if args.quick else 60.0)
+    for name, full, quick in (("records_100b", 60_000_000, 4_000_000), ("records_1kb", 20_000_000, 1_500_000),
+                              ("warmup", 40.0, 2.0), ("steady", 60.0, 4.0)):
+        if getattr(args, name) is None:
+            setattr(args, name, quick if args.quick else full)
     args.scale = _ints(args.scale or ("1" if args.exactly_once else "1,2" if args.quick else "1,2,4"))
     if not args.scale or args.scale[0] < 1:
         parser.error("--scale takes positive integers, e.g. 1,2,4")
-    if 1 not in args.scale:
-        args.scale = [1, *args.scale]
+    args.scale = sorted({1, *args.scale})
     default = EOS_VARIANTS if args.exactly_once else VARIANTS
     args.variants = [v.strip() for v in (args.variants or ",".join(default)).split(",") if v.strip()]
-    unknown = set(args.variants) - set(ALL_VARIANTS)
-    if unknown:
-        parser.error(f"unknown variant(s) {', '.join(sorted(unknown))}")
     args.datasets = [d.strip() for d in args.datasets.split(",") if d.strip()]
+    if unknown := set(args.variants) - set(ALL_VARIANTS):
+        parser.error(f"unknown variant(s) {', '.join(sorted(unknown))}")
+    if set(args.datasets) - {"100B", "1KB"}:
+        parser.error("--datasets takes 100B and/or 1KB")
     if args.stop_by is not None:
         try:
             hour, minute = (int(x) for x in args.stop_by.split(":"))
-            today = datetime.now().replace(hour=hour, minute=minute, second=0, microsecond=0)
         except ValueError:
             parser.error(f"--stop-by takes a local time HH:MM, got {args.stop_by!r}")
-        args.stop_by = today.timestamp()
-    if set(args.datasets) - {"100B", "1KB"}:
-        parser.error("--datasets takes 100B and/or 1KB")
+        args.stop_by = datetime.now().replace(hour=hour, minute=minute, second=0, microsecond=0).timestamp()
     try:
         Plan(args.warmup, args.steady)
     except ValueError as exc:
         parser.error(str(exc))
     return args
-
-
-SNAPSHOT_SKIP = {".venv", ".cache", ".git", "bench", "tests", "docs", "helm", "jvm", "__pycache__", ".pytest_cache",
-                 ".ruff_cache", ".hypothesis"}
 
 
 def snapshot(repo: Path, into: Path) -> Path:
@@ -1160,9 +935,10 @@ def snapshot(repo: Path, into: Path) -> Path:
     A checkout that is being edited while the benchmark runs would otherwise give each run
     whatever its files held when that run's processes started.
     """
+    skip = {".venv", ".cache", ".git", "bench", "tests", "docs", "helm", "jvm", "__pycache__", ".pytest_cache",
+            ".ruff_cache", ".hypothesis"}
     target = into / "worker-snapshot"
-    shutil.copytree(repo, target, ignore=lambda _dir, names: [n for n in names if n in SNAPSHOT_SKIP],
-                    symlinks=True)
+    shutil.copytree(repo, target, ignore=lambda _dir, names: [n for n in names if n in skip], symlinks=True)
     return target
 
 
@@ -1170,14 +946,6 @@ def worker_python(repo: Path) -> str:
     """The interpreter for controller and worker: the checkout's own venv when it has one."""
     own = repo / ".venv" / "bin" / "python"
     return str(own) if own.exists() else sys.executable
-
-
-def render_file(path: Path) -> int:
-    """``--render FILE``: the throughput or exactly-once section from FILE's last full run."""
-    entries = json.loads(path.read_text())
-    eos = bool((entries[-1] if isinstance(entries, list) else entries).get("exactly_once"))
-    bench_render.render_file(by_name("eos-bench" if eos else "throughput-bench"), path)
-    return 0
 
 
 def plan_runs(datasets: list[Dataset], variants: list[str], scales: list[int],
@@ -1200,15 +968,15 @@ def plan_runs(datasets: list[Dataset], variants: list[str], scales: list[int],
     return order
 
 
-def _attempt(bench: Bench, ds: Dataset, variant: str, scale: int, rnd: int, notes: list[str]) -> Run:
+def attempt(bench: Bench, ds: Dataset, variant: str, scale: int, rnd: int, notes: list[str]) -> Run:
     """One run; a run that drained its backlog early is repeated once on a topped-up backlog."""
-    for attempt in (1, 2):
+    for tries in (1, 2):
         try:
-            return RUNNERS[variant](bench, ds, rnd, scale)
+            return run_variant(bench, ds, variant, scale, rnd)
         except BacklogTooShort as exc:
-            run = Run(variant, scale, ds.label, rnd, bench.counter, ds.records, error=str(exc))
-            if attempt == 2:
-                return run
+            failed = Run(variant, scale, ds.label, rnd, bench.counter, ds.records, error=str(exc))
+            if tries == 2:
+                return failed
             bigger = top_up_size(ds.records, exc.rate, bench.plan)
             say(f"  {exc}; topping the backlog up to {bigger:,} records and running it again")
             notes.append(f"{label(variant, scale)} {ds.label} drained the {ds.records:,}-record "
@@ -1219,141 +987,121 @@ def _attempt(bench: Bench, ds: Dataset, variant: str, scale: int, rnd: int, note
                 old, ds.records = ds.records, bigger
                 preload(bench.services, ds, start=old)
             except (BenchError, KafkaException) as grow_error:
-                run.error = f"{exc}; top-up failed: {grow_error}"
-                return run
-        except (BenchError, UReplicatorError, TimeoutError, ValueError) as exc:
+                failed.error = f"{exc}; top-up failed: {grow_error}"
+                return failed
+        except (*BENCH_ERRORS, ValueError) as exc:
             return Run(variant, scale, ds.label, rnd, bench.counter, ds.records, error=str(exc))
     raise AssertionError("unreachable")
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    # SIGTERM (and SIGINT, also when the shell started us in the background with it
-    # ignored) unwinds like Ctrl-C, so every process and the stack are stopped.
-    install_signal_handlers()
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    if args.render is not None:
-        return render_file(args.render)
+def run_all(args: argparse.Namespace, bench: Bench, datasets: list[Dataset], notes: list[str]) -> bool:
+    """Every planned run (and ``--profile``'s); False when interrupted (the completed runs are kept)."""
+    order = plan_runs(datasets, args.variants, args.scale, args.rounds)
+    say(f"{len(order)} runs; warm-up {args.warmup:.0f}s, window {args.steady:.0f}s; logs in {bench.workdir}")
     wall = time.monotonic()
-    now = datetime.now(timezone.utc)
+    try:
+        for rnd, ds, variant, scale in order:
+            if args.stop_by is not None and time.time() + args.warmup + args.steady + 120 > args.stop_by:
+                notes.append(f"Stopped before the {len(order) - len(bench.runs)} remaining run(s): they would "
+                             f"have ended after --stop-by {time.strftime('%H:%M', time.localtime(args.stop_by))}.")
+                say(notes[-1])
+                break
+            say(f"round {rnd}/{args.rounds}: {label(variant, scale)} {ds.label} ({ds.records:,} records) "
+                f"[{(time.monotonic() - wall) / 60:.1f} min in, load {common.load_average()[0]}]")
+            run = attempt(bench, ds, variant, scale, rnd, notes)
+            bench.runs.append(run)
+            say(f"  {label(variant, scale)} {ds.label}: {run.records_per_s:,.0f} rec/s ({run.mb_per_s:.1f} MB/s) "
+                f"over {run.window_s:.1f}s, thirds {run.extra['rate_thirds']}; CPU {run.cpu_s_per_m:.2f} s/M "
+                f"({run.cpu_s_per_m_without_compiler:.2f} without JIT); first record after {run.first_record_s:.1f}s;"
+                f" machine busy {run.extra.get('machine_busy_pct')}%" if run.ok else f"  FAILED: {run.error}")
+    except KeyboardInterrupt:
+        notes.append(f"Interrupted after {len(bench.runs)} of {len(order)} runs.")
+        say(notes[-1] + " Writing the completed runs.")
+        return False
+    if args.profile and "ureplicator" in args.variants:
+        bench.profile = profile_run(bench, datasets[0], time.strftime("%Y-%m-%d", time.gmtime()))
+    return True
+
+
+def run(args: argparse.Namespace, command: list[str]) -> dict[str, Any]:
+    """The whole benchmark on its own stack: preload, every run, the results entry."""
+    wall, now = time.monotonic(), datetime.now(timezone.utc)
     everything = {"100B": Dataset("100B", 100, args.records_100b), "1KB": Dataset("1KB", 1024, args.records_1kb)}
     datasets = [everything[d] for d in args.datasets]
-    drain_timeout = args.drain_timeout or max(600.0, max(d.records for d in datasets) / 10_000)
+    drain_timeout = max(600.0, max(d.records for d in datasets) / 10_000)
     workdir = common.RESULTS_DIR / "tmp" / f"throughput-{now.strftime('%Y%m%d-%H%M%S')}"
     workdir.mkdir(parents=True, exist_ok=True)
     repo = args.worker_repo.resolve()
     code_before = common.code_version(repo)
     run_from = snapshot(repo, workdir) if repo != common.REPO else repo
-    order = plan_runs(datasets, args.variants, args.scale, args.rounds)
-    say("backlogs: " + ", ".join(f"{d.records:,} x {d.value_bytes} B" for d in datasets)
-        + f"; {len(order)} runs; warm-up {args.warmup:.0f}s, window {args.steady:.0f}s; "
-        f"worker from {repo} (running {run_from} with {worker_python(repo)}); logs in {workdir}")
     load_at_start = common.load_average()
-    say(f"load average now: {load_at_start}")
+    say("backlogs: " + ", ".join(f"{d.records:,} x {d.value_bytes} B" for d in datasets)
+        + f"; worker from {repo} (running {run_from} with {worker_python(repo)}); load {load_at_start}")
     try:
         jvm.classpath("mirrormaker")
         jvm.classpath("kafka")
     except jvm.JvmError as exc:
-        say(str(exc))
-        return 2
-    machine = common.machine_info()
+        raise BenchError(str(exc)) from None
     notes: list[str] = []
-    profile: dict[str, Any] | None = None
-    rounds_done = 0
-    interrupted = False
     with harness.own_stack("throughput", args.broker_heap) as (services, _):
         bench = Bench(services, workdir, now.strftime("%H%M%S"), Plan(args.warmup, args.steady), drain_timeout,
                       repo=run_from, python=worker_python(repo), destination=Offsets(services["destination"]))
         for ds in datasets:
             preload(services, ds)
         warm_group_coordinator(services["source"], datasets[0].topic)
-        try:
-            for rnd, ds, variant, scale in order:
-                if args.stop_by is not None and time.time() + args.warmup + args.steady + 120 > args.stop_by:
-                    notes.append(f"Stopped before the {len(order) - len(bench.runs)} remaining run(s): they would "
-                                 f"have ended after --stop-by {time.strftime('%H:%M', time.localtime(args.stop_by))}.")
-                    say(notes[-1])
-                    break
-                say(f"round {rnd}/{args.rounds}: {label(variant, scale)} {ds.label} ({ds.records:,} records) "
-                    f"[{(time.monotonic() - wall) / 60:.1f} min in, load {common.load_average()[0]}]")
-                run = _attempt(bench, ds, variant, scale, rnd, notes)
-                bench.runs.append(run)
-                say(f"  {label(variant, scale)} {ds.label}: {run.records_per_s:,.0f} rec/s "
-                    f"({run.mb_per_s:.1f} MB/s) over {run.window_s:.1f}s, thirds {run.extra['rate_thirds']}; "
-                    f"CPU {run.cpu_s_per_m:.2f} s/M ({run.cpu_s_per_m_without_compiler:.2f} without JIT); "
-                    f"first record after {run.first_record_s:.1f}s; "
-                    f"{run.extra.get('end', {}).get('records_checked', 0):,} records checked exactly; "
-                    f"machine busy {run.extra.get('machine_busy_pct')}%" if run.ok else f"  FAILED: {run.error}")
-                rounds_done = rnd
-        except KeyboardInterrupt:
-            # Keep what was measured: the completed runs are summarized and written below.
-            notes.append(f"Interrupted after {len(bench.runs)} of {len(order)} runs.")
-            say(notes[-1] + " Writing the completed runs.")
-            interrupted = True
-        if args.profile and "ureplicator" in args.variants and not interrupted:
-            profile = _profile(bench, datasets[0], now.strftime("%Y-%m-%d"))
+        completed = run_all(args, bench, datasets, notes)
     code = common.code_version(run_from)
     changed = code["sources_sha256"] != code_before["sources_sha256"]
     if changed:
         notes.append("The worker/common sources changed while this benchmark ran (commit "
                      f"{code_before['commit']} -> {code['commit']}); runs may mix both versions.")
         say(notes[-1])
-    entry = {
-        "schema": SCHEMA,
-        "date": now.isoformat(timespec="seconds"),
-        "command": " ".join(["python -m bench.throughput", *(argv if argv is not None else sys.argv[1:])]),
-        "quick": args.quick,
-        "exactly_once": args.exactly_once,
-        "duration_s": round(time.monotonic() - wall, 1),
-        "load_at_start": load_at_start,
-        "load_at_end": common.load_average(),
-        "machine": machine,
+    prefix = by_name("eos-bench" if args.exactly_once else "throughput-bench").prefix
+    return {
+        "schema": SCHEMA, "date": now.isoformat(timespec="seconds"),
+        "command": " ".join(["python -m bench.throughput", *command]), "quick": args.quick,
+        "exactly_once": args.exactly_once, "duration_s": round(time.monotonic() - wall, 1),
+        "load_at_start": load_at_start, "load_at_end": common.load_average(), "machine": common.machine_info(),
         "code": code_before,  # what the runs started with; code_at_end when it changed meanwhile
         **({"code_at_end": code} if changed else {}),
-        "rounds_done": rounds_done,
+        "rounds_done": max((r.round for r in bench.runs), default=0),
         "settings": {
             "variants": args.variants, "scales": args.scale, "partitions": PARTITIONS,
             "warmup_s": args.warmup, "steady_s": args.steady, "settle_s": SETTLE_S, "end": "stop",
             "broker_heap": args.broker_heap,
             "producer": {k: v for k, v in common.PRODUCER_SETTINGS.items() if not k.startswith("queue.")},
-            "consumer": common.CONSUMER_SETTINGS,
-            "mm2_producer": mm2.producer_overrides(),
-            "mirrormaker2_jvm": [*mm2.HEAP, "G1 (kafka-run-class.sh flags)"],
-            "drain_timeout_s": drain_timeout,
+            "consumer": common.CONSUMER_SETTINGS, "mm2_producer": mm2.producer_overrides(),
+            "mirrormaker2_jvm": [*mm2.HEAP, "G1 (kafka-run-class.sh flags)"], "drain_timeout_s": drain_timeout,
             "worker_repo": str(repo),
             "worker_ran_from": "a copy taken at the start" if run_from != repo else "the checkout in place",
             "worker_python": worker_python(repo),
         },
         "summary": summarize(bench.runs, datasets, args.scale),
-        "runs": [r.to_json() for r in bench.runs],
-        "profile": profile,
-        "notes": notes,
+        "runs": [r.to_json() for r in bench.runs], "profile": bench.profile, "notes": notes,
+        "results_file": f"bench/results/{prefix}-{now.strftime('%Y-%m-%d')}.json",
+        "completed": completed,
     }
-    section = by_name("eos-bench" if args.exactly_once else "throughput-bench")
-    results = common.RESULTS_DIR / f"{section.prefix}-{now.strftime('%Y-%m-%d')}.json"
-    entry["results_file"] = str(results.relative_to(common.REPO))
-    (workdir / "result.json").write_text(json.dumps(entry, indent=2) + "\n")
-    text = section.render_entry(entry, results)
-    (workdir / "section.md").write_text(text + "\n")
-    print(text)  # the summary on the terminal is the section the run renders
-    if args.no_write:
-        say(f"--no-write: result and docs section left in {workdir.relative_to(common.REPO)}")
-    else:
-        # Rendered from the results file, as by python -m bench.render: from its last full run,
-        # so a smoke run (--quick) is recorded but never published over a full run's numbers.
-        common.append_json(results, entry)
-        bench_render.render_file(section, results)
-        if args.quick:
-            say(f"quick: this run is in {workdir.relative_to(common.REPO)}/section.md, not in the doc")
-    say(f"done in {(time.monotonic() - wall) / 60:.1f} min")
-    if interrupted:
+
+
+def status(entry: dict[str, Any]) -> int:
+    """Print the section the run renders (a smoke run is recorded, never published over a full run's numbers);
+    130 when interrupted, 1 when a run failed."""
+    print((render_eos_section if entry["exactly_once"] else render_section)(entry))
+    if not entry.pop("completed"):
         return 130
-    return 0 if bench.runs and all(r.ok for r in bench.runs) else 1
+    return 0 if entry["runs"] and all(r["ok"] for r in entry["runs"]) else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if rendered(args, "eos-bench" if args.render and args.render.name.startswith("throughput-eos-")
+                else "throughput-bench"):
+        return 0
+    # SIGINT also when the shell started us in the background with it ignored: it unwinds like Ctrl-C.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    return run_and_record(lambda: run(args, argv if argv is not None else sys.argv[1:]), summary=status,
+                          section="eos-bench" if args.exactly_once else "throughput-bench", no_write=args.no_write)
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except KeyboardInterrupt:
-        say("interrupted; the processes and the stack it started are stopped")
-        sys.exit(130)
+    sys.exit(main())

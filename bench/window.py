@@ -1,15 +1,124 @@
-"""The steady-state measuring window of the throughput benchmark: when it opens and closes, and its CPU arithmetic.
+"""The mirror under measurement (throughput and latency): its processes, their CPU per thread, the steady window.
 
-Pure logic: the window opens ``warmup_s`` after the first destination record and closes ``steady_s`` later;
-rates and CPU come from the two edge samples only.
+A :class:`Mirror` is a started replicator (ureplicator's controller and workers, or one MirrorMaker 2 or raw
+process); the throughput window opens ``warmup_s`` after the first destination record and closes ``steady_s``
+later, and its rates and CPU come from the two edge samples only.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
-Threads = dict[tuple[int, int], tuple[str, float]]  # (pid, tid) -> (group name, CPU seconds)
+import psutil
+
+from bench import mm2
+from bench.common import REPO, proc_sample
+from bench.harness import BenchError, CheckoutProcesses, Pipeline
+from devtools.harness import Proc, Processes, wait_for
+
+Threads = dict[tuple[int, int], tuple[str, float, float]]  # (pid, tid) -> (name, CPU s, run-queue wait s)
+
+
+@dataclass
+class Mirror:
+    """A started replicator: every process (CPU, liveness), the ones carrying records (``loop``), how to stop it."""
+
+    procs: list[Proc]
+    loop: list[Proc]  # ureplicator's workers; MirrorMaker 2's or the raw pair's one process
+    stop: Callable[[], None]
+    log: Path | None = None  # MirrorMaker 2's log: it keeps running after refusing its connector config
+    pipeline: Pipeline | None = None
+    _read: int = field(default=0, repr=False)
+
+    def problem(self) -> str | None:
+        """The first process that exited (status, last log lines) or MirrorMaker 2's refusal; None while all is well."""
+        for proc in self.procs:
+            if not proc.alive():
+                return f"{proc.name} exited with status {proc.popen.returncode}; last log lines:\n{proc.tail(15)}"
+        if self.log is None or not self.log.exists():
+            return None
+        with open(self.log, "rb") as handle:
+            handle.seek(self._read)
+            chunk = handle.read()
+        cut = chunk.rfind(b"\n") + 1
+        self._read += cut
+        refused = [line for line in chunk[:cut].decode(errors="replace").splitlines()
+                   if "Failed to configure MirrorSourceConnector" in line]
+        return f"MirrorMaker 2 refused its config: {refused[0].strip()} (see {self.log})" if refused else None
+
+    def cpu_s(self) -> float:
+        """User + system seconds of every process (exited threads included); raises when one is gone."""
+        samples = [proc_sample(proc.pid) for proc in self.procs]
+        problem = self.problem() or ("a mirroring process vanished" if None in samples else None)
+        if problem:
+            raise BenchError(problem)
+        return sum(s.cpu_s for s in samples if s is not None)
+
+    def threads(self) -> Threads:
+        return threads([proc.pid for proc in self.procs])
+
+
+def start_ureplicator(services: dict[str, str], folder: Path, name: str, overrides: dict[str, dict[str, Any]],
+                      workers: int = 1, code: Path = REPO, python: str = sys.executable) -> Mirror:
+    """A controller (leading) and ``workers`` registered, idle workers of a fresh pipeline run from ``code``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    processes = CheckoutProcesses(folder, code, python)
+    pipeline = Pipeline(services, processes, name, overrides)
+
+    def stop() -> None:  # workers first (they commit), then the controller
+        pipeline.stop_all()
+        processes.stop_all()
+
+    try:
+        pipeline.start_controller("controller")
+        wait_for(lambda: pipeline.leader() is not None, 60, "the controller to lead", 0.2)
+        for i in range(workers):
+            pipeline.start_worker(f"bench-worker-{i}", timeout_s=90)
+    except BaseException:
+        stop()
+        raise
+    return Mirror([*pipeline.controllers.values(), *pipeline.workers.values()], list(pipeline.workers.values()),
+                  stop, pipeline=pipeline)
+
+
+def start_process(folder: Path, name: str, cmd: list[str], cwd: Path = REPO, log: Path | None = None,
+                  stop_s: float = 20) -> Mirror:
+    """A replicator that is one process (MirrorMaker 2 with its ``log``, the raw pair)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    processes = Processes(folder)
+    proc = processes.spawn(name, cmd, cwd)
+    return Mirror([proc], [proc], lambda: processes.stop_all(stop_s), log)
+
+
+def start_mirrormaker2(folder: Path, props: dict[str, Any]) -> Mirror:
+    return start_process(folder, "mirrormaker2", mm2.launch(folder, props), folder, folder / "mm2.log")
+
+
+# ----------------------------------------------------------------------------- threads
+
+
+def threads(pids: list[int]) -> Threads:
+    """Every thread of ``pids``: name, CPU seconds (psutil) and run-queue wait (``schedstat``, which psutil lacks)."""
+    out: Threads = {}
+    for pid in pids:
+        try:
+            listed = psutil.Process(pid).threads()
+        except psutil.Error:
+            continue
+        for thread in listed:
+            task = Path(f"/proc/{pid}/task/{thread.id}")
+            try:  # psutil has neither a thread's name nor its wait for a CPU
+                name = (task / "comm").read_text().strip()
+                wait_ns = int((task / "schedstat").read_text().split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            out[(pid, thread.id)] = (name, thread.user_time + thread.system_time, wait_ns / 1e9)
+    return out
 
 
 def is_compiler_thread(name: str) -> bool:
@@ -22,23 +131,20 @@ def thread_group(name: str, main: bool) -> str:
     return "main" if main else re.sub(r"\d+", "#", name)
 
 
-class ThreadLedger(dict[tuple[int, int], tuple[str, float]]):
-    """CPU seconds per thread as last seen, so threads that exit mid-window (HotSpot's compilers) keep their share."""
-
-    def snapshot(self) -> Threads:
-        return dict(self)
-
-
 def thread_cpu_between(start: Threads, end: Threads) -> dict[str, float]:
-    """CPU seconds per thread group between two ledger snapshots (threads born in between count from 0)."""
+    """CPU seconds per thread group between two snapshots (threads born in between count from 0)."""
     out: dict[str, float] = {}
-    for key, (name, cpu) in end.items():
-        out[name] = out.get(name, 0.0) + max(cpu - start.get(key, (name, 0.0))[1], 0.0)
+    for (pid, tid), (name, cpu, _) in end.items():
+        group = thread_group(name, pid == tid)
+        out[group] = out.get(group, 0.0) + max(cpu - start.get((pid, tid), (name, 0.0, 0.0))[1], 0.0)
     return out
 
 
 def compiler_cpu(groups: dict[str, float]) -> float:
     return sum(cpu for name, cpu in groups.items() if is_compiler_thread(name))
+
+
+# ----------------------------------------------------------------------------- the throughput window
 
 
 @dataclass(frozen=True)
@@ -80,10 +186,6 @@ class Measured:
     compiler_cpu_s: float
     cpu_s_per_m: float
     cpu_s_per_m_without_compiler: float
-
-    @property
-    def compiler_share(self) -> float:
-        return self.compiler_cpu_s / self.cpu_s if self.cpu_s > 0 else 0.0
 
 
 def measure(opened: Point, closed: Point, compiler_s: float) -> Measured:

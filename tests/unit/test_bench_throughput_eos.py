@@ -42,7 +42,8 @@ def test_the_eos_section_leads_with_the_least_favourable_ratio_of_each_kind(tmp_
               cpu_s_per_m=r.cpu_s_per_m, cpu_s_per_m_without_compiler=r.cpu_s_per_m) for r in runs]
     kb[1].records_per_s = 45_000  # 0.9x own at 1 KB: 100 B's 0.75x is the worse reading
     summary = throughput.summarize([*runs, *kb], [Dataset("100B", 100, 1), Dataset("1KB", 1024, 1)], [1])
-    entry = {"machine": {"cpu_model": "cpu", "cores": 2, "ram_bytes": 24 * 2**30, "mirrormaker2": "3.9.1"},
+    entry = {"machine": {"cpu_model": "cpu", "cores": 2, "ram_bytes": 24 * 2**30, "python": "3.11", "java": "17",
+                         "kafka_brokers": "3.9.1", "mirrormaker2": "3.9.1", "librdkafka": "2.12.1"},
              "settings": {"warmup_s": 40, "steady_s": 60, "partitions": 16}, "summary": summary,
              "date": "2026-11-25T00:00:00+00:00", "load_at_start": [0.1, 0.1, 0.1], "command": "c",
              "results_file": "bench/results/throughput-eos-2026-11-25.json", "notes": []}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -11,13 +12,14 @@ from bench.throughput import Dataset, Run
 from bench.window import (
     Plan,
     Point,
-    ThreadLedger,
+    Threads,
     compiler_cpu,
     is_compiler_thread,
     measure,
     rate_spread,
     thread_cpu_between,
     thread_group,
+    threads,
 )
 
 
@@ -41,7 +43,7 @@ def test_measure_uses_only_the_edge_samples() -> None:
     assert got.cpu_s == 72.0
     assert got.cpu_s_per_m == pytest.approx(4.0)
     assert got.cpu_s_per_m_without_compiler == pytest.approx(60.0 / 18)
-    assert got.compiler_share == pytest.approx(12 / 72)
+    assert got.compiler_cpu_s == 12.0
 
 
 def test_measure_caps_compiler_cpu_at_the_process_cpu() -> None:
@@ -76,14 +78,20 @@ def test_thread_group_folds_digits_and_names_the_first_thread_main() -> None:
 
 
 def test_threads_that_exit_mid_window_keep_their_last_seen_cpu() -> None:
-    ledger = ThreadLedger()
-    ledger.update({(1, 1): ("main", 10.0), (1, 7): ("C# CompilerThre", 4.0)})
-    start = ledger.snapshot()
-    ledger.update({(1, 7): ("C# CompilerThre", 9.0)})  # sampled once more, then it exits
-    ledger.update({(1, 1): ("main", 30.0), (1, 8): ("C# CompilerThre", 2.0)})  # a new compiler thread
-    groups = thread_cpu_between(start, ledger.snapshot())
+    ledger: Threads = {}
+    ledger.update({(1, 1): ("python", 10.0, 0.0), (1, 7): ("C2 CompilerThre", 4.0, 0.0)})
+    start = dict(ledger)
+    ledger.update({(1, 7): ("C2 CompilerThre", 9.0, 0.0)})  # sampled once more, then it exits
+    ledger.update({(1, 1): ("python", 30.0, 0.0), (1, 8): ("C1 CompilerThre", 2.0, 0.0)})  # a new compiler thread
+    groups = thread_cpu_between(start, dict(ledger))
     assert groups == {"main": 20.0, "C# CompilerThre": 7.0}
     assert compiler_cpu(groups) == 7.0
+
+
+def test_this_process_has_its_threads_cpu_and_run_queue_wait() -> None:
+    stats = threads([os.getpid(), 2**22 + 1])  # the second pid does not exist
+    name, cpu, wait = stats[(os.getpid(), os.getpid())]
+    assert cpu > 0 and wait >= 0 and name
 
 
 def test_rate_spread_splits_the_window_into_equal_parts() -> None:
