@@ -19,6 +19,8 @@ from bench.scenario import (
     Entry,
     Profile,
     Runner,
+    Scenario,
+    Step,
     defaults,
     new_entry,
     print_steps,
@@ -34,26 +36,25 @@ from devtools.harness import say
 TAG = 7
 
 
+def script(runner: Runner, down_s: float) -> list[Step]:
+    """Each component in turn, killed -9, left down ``down_s`` and restarted."""
+    pipeline, topics = runner.pipeline, runner.topics
+    return [
+        stop_worker(runner, "w1", "kill -9 worker", down_s=down_s, recovered=lambda: "w1" in {
+            w for t in topics for w in pipeline.owners(t).values()} and pipeline.settled(topics)),
+        stop_leader(runner, "kill -9 leader controller", down_s=down_s,
+                    recovered=lambda: pipeline.leader() is not None and pipeline.settled(topics)),
+        stop_service(runner, "destination", "kill -9 destination broker", kill=True, down_s=down_s),
+        stop_service(runner, "source", "kill -9 source broker", kill=True, down_s=down_s),
+    ]
+
+
 def run_drill(runner: Runner, stamp: str, args: Any) -> Entry:
     topic = f"drill-{stamp}"
     out: Entry = {"topic": topic}
-    pipeline, topics = runner.pipeline, runner.topics
-    runner.down_s, runner.settle_s = args.down, 2.0 if args.quick else 5.0  # observed after each recovery
-    runner.start(topic)
     say(f"drill: mirroring {topic} x {PARTITIONS} at {args.rate:,} records/s with 2 controllers and 2 workers; "
-        f"{args.warm:.0f}s of steady load first (logs in {runner.workdir})")
-    time.sleep(args.warm)
-    for fault in [  # each component in turn, killed -9 and restarted
-        stop_worker(runner, "w1", "kill -9 worker", recovered=lambda: "w1" in {
-            w for t in topics for w in pipeline.owners(t).values()} and pipeline.settled(topics)),
-        stop_leader(runner, "kill -9 leader controller",
-                    recovered=lambda: pipeline.leader() is not None and pipeline.settled(topics)),
-        stop_service(runner, "destination", "kill -9 destination broker", kill=True),
-        stop_service(runner, "source", "kill -9 source broker", kill=True),
-    ]:
-        runner.step(fault)
-    say(f"drill: {args.warm:.0f}s more load, then stop producing")
-    time.sleep(args.warm)
+        f"{args.warm:.0f}s of steady load before the first step and after the last (logs in {runner.workdir})")
+    runner.run(topic)
     caught = time.monotonic()
     (result,), error = runner.finish(240)
     if error is None:
@@ -129,9 +130,10 @@ def main(argv: list[str] | None = None) -> int:
     say(f"failure drill ({entry['mode']}) at {args.rate:,} records/s; load {load_line()}")
 
     def go() -> Entry:
+        scenario = Scenario(Profile(args.rate, tag=TAG, track_acked=True), lambda r: script(r, args.down),
+                            warm_s=args.warm, tail_s=args.warm, observe_s=2.0 if args.quick else 5.0)
         with stage("drill", args.broker_heap, stamp) as (services, root, workdir), \
-                Runner(services, root, workdir, f"drill{stamp[-7:-1]}",
-                       Profile(args.rate, tag=TAG, track_acked=True)) as runner:
+                Runner(services, root, workdir, f"drill{stamp[-7:-1]}", scenario) as runner:
             entry["drill"] = run_drill(runner, stamp, args)
         return entry
 
