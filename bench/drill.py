@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any
 
 from bench.common import fmt_load, load_average, repo_relative
 from bench.harness import load_line
@@ -24,12 +23,11 @@ from bench.scenario import (
     defaults,
     new_entry,
     print_steps,
-    stage,
+    staged,
     stop_leader,
     stop_service,
     stop_worker,
     verdict,
-    verifier_or_skip,
 )
 from devtools.harness import say
 
@@ -47,23 +45,6 @@ def script(runner: Runner, down_s: float) -> list[Step]:
         stop_service(runner, "destination", "kill -9 destination broker", kill=True, down_s=down_s),
         stop_service(runner, "source", "kill -9 source broker", kill=True, down_s=down_s),
     ]
-
-
-def run_drill(runner: Runner, stamp: str, args: Any) -> Entry:
-    topic = f"drill-{stamp}"
-    out: Entry = {"topic": topic}
-    say(f"drill: mirroring {topic} x {PARTITIONS} at {args.rate:,} records/s with 2 controllers and 2 workers; "
-        f"{args.warm:.0f}s of steady load before the first step and after the last (logs in {runner.workdir})")
-    runner.run(topic)
-    caught = time.monotonic()
-    (result,), error = runner.finish(240)
-    if error is None:
-        out["catch_up_s"] = round(time.monotonic() - caught, 1)
-    else:
-        out["catch_up_error"] = error
-    runner.account(out, topic, result)
-    out["verifier"] = verifier_or_skip(runner, args.verify)
-    return out
 
 
 def render(entry: Entry) -> str:
@@ -129,12 +110,18 @@ def main(argv: list[str] | None = None) -> int:
     wall = time.monotonic()
     say(f"failure drill ({entry['mode']}) at {args.rate:,} records/s; load {load_line()}")
 
+    scenario = Scenario(Profile(args.rate, tag=TAG, track_acked=True), lambda runner: script(runner, args.down),
+                        warm_s=args.warm, tail_s=args.warm, observe_s=2.0 if args.quick else 5.0)
+
     def go() -> Entry:
-        scenario = Scenario(Profile(args.rate, tag=TAG, track_acked=True), lambda r: script(r, args.down),
-                            warm_s=args.warm, tail_s=args.warm, observe_s=2.0 if args.quick else 5.0)
-        with stage("drill", args.broker_heap, stamp) as (services, root, workdir), \
-                Runner(services, root, workdir, f"drill{stamp[-7:-1]}", scenario) as runner:
-            entry["drill"] = run_drill(runner, stamp, args)
+        topic = f"drill-{stamp}"
+        entry["drill"] = {"topic": topic}
+        with staged("drill", args.broker_heap, stamp, scenario) as runner:
+            say(f"drill: mirroring {topic} x {PARTITIONS} at {args.rate:,} records/s with 2 controllers and 2 "
+                f"workers; {args.warm:.0f}s of steady load before the first step and after the last (logs in "
+                f"{runner.workdir})")
+            runner.run(topic)
+            runner.outcome(entry["drill"], topic, 240, args.verify)
         return entry
 
     def summary(entry: Entry) -> int:

@@ -159,6 +159,14 @@ def defaults(args: argparse.Namespace, quick: bool, **values: tuple[Any, Any]) -
 
 
 @contextlib.contextmanager
+def staged(name: str, heap: str, stamp: str, scenario: Scenario) -> Iterator[Runner]:
+    """The runner of ``scenario`` on the benchmark's own stack (the pipeline named after it and the run)."""
+    with stage(name, heap, stamp) as (services, root, workdir), \
+            Runner(services, root, workdir, f"{name}{stamp[-7:-1]}", scenario) as runner:
+        yield runner
+
+
+@contextlib.contextmanager
 def stage(name: str, heap: str, stamp: str) -> Iterator[tuple[dict[str, str], Path, Path]]:
     """The benchmark's own stack and its run folder: ``(services, stack root, workdir)``."""
     with own_stack(name, heap=heap) as (services, root):
@@ -352,10 +360,16 @@ class Runner:
         bounds = [*starts[1:], float("inf")]
         return [[(t, tp) for t, tp in found if start <= t < stop] for start, stop in zip(starts, bounds, strict=True)]
 
-    def account(self, out: Entry, topic: str, result: LoadResult,
-                ) -> tuple[dict[int, LogRead], dict[int, LogRead], Comparison]:
-        """The drill's and the soak's end: load figures, steps, the exact comparison, every acknowledged record
-        found."""
+    def outcome(self, out: Entry, topic: str, timeout_s: float, verify: bool, strict: bool = False,
+                ) -> tuple[dict[int, LogRead], dict[int, LogRead]]:
+        """The drill's and the soak's end: the catch-up, load figures, steps, the exact comparison, every
+        acknowledged record found, the verifier (``verify``); both logs as read."""
+        caught = time.monotonic()
+        (result,), error = self.finish(timeout_s, strict)
+        if error is None:
+            out["catch_up_s"] = round(time.monotonic() - caught, 1)
+        else:
+            out["catch_up_error"] = error
         out["load"] = {"sent": result.sent, "acked": result.acked, "failed": result.failed,
                        "producer_replacements": result.producer_replacements,
                        "reader_replacements": self.arrivals.replacements, "first_error": result.first_error}
@@ -367,7 +381,9 @@ class Runner:
         say(f"  source log {cmp.records:,} records; destination {cmp.destination_records:,}; mirrored "
             f"{cmp.mirrored:,}; lost {cmp.lost}; duplicated {cmp.duplicated}; reordered {cmp.reordered}; "
             f"acknowledged but missing from the destination: {out['acknowledged']['missing_on_destination']}")
-        return source, destination, cmp
+        out["verifier"] = run_verifier(self.pipeline.config_path, self.workdir / "verification") if verify else {
+            "skipped": "--no-verify"}
+        return source, destination
 
 
 # ----------------------------------------------------------------------------- the fault library
@@ -497,12 +513,6 @@ def run_verifier(config: Path, output: Path, timeout_s: float = 900) -> Entry:
     say(f"  verifier exit {proc.returncode} after {record['elapsed_s']:.0f}s: "
         f"{record['verdict_line'] or '(no verdict)'}")
     return record
-
-
-def verifier_or_skip(runner: Runner, verify: bool) -> Entry:
-    """The verifier's record on the pipeline's config, or why it was skipped (``--no-verify``)."""
-    return run_verifier(runner.pipeline.config_path, runner.workdir / "verification") if verify else {
-        "skipped": "--no-verify"}
 
 
 def verdict(out: Entry) -> tuple[int, str]:

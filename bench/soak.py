@@ -16,7 +16,6 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
-from typing import Any
 
 from bench.harness import LogRead, load_line
 from bench.recording import parser, run_and_record
@@ -31,12 +30,11 @@ from bench.scenario import (
     freeze,
     new_entry,
     print_steps,
-    stage,
+    staged,
     stop_leader,
     stop_service,
     stop_worker,
     verdict,
-    verifier_or_skip,
 )
 from devtools import stack
 from devtools.harness import say
@@ -99,20 +97,6 @@ def schedule(runner: Runner, rng: random.Random, minutes: float) -> Iterator[Ste
     while time.monotonic() < deadline:
         step = faults[rng.choice(sorted(faults))]()
         yield replace(step, recovered=lambda: runner.pipeline.settled(runner.topics))
-
-
-def run_soak(runner: Runner, stamp: str, args: Any) -> Entry:
-    topic = f"soak-{stamp}"
-    out: Entry = {"topic": topic}
-    say(f"soak: {args.minutes:g} min of faults at {args.rate:,} records/s (logs in {runner.workdir})")
-    runner.run(topic)
-    (result,), _ = runner.finish(300, strict=True)
-    source, destination, _ = runner.account(out, topic, result)
-    out["corrupted"] = corrupted(source, destination)
-    out["exactly_once"] = args.exactly_once
-    out["duplicates_bound_per_fault"] = 0 if args.exactly_once else int(args.rate * DUPLICATES_BOUND_S)
-    out["verifier"] = verifier_or_skip(runner, args.verify)
-    return out
 
 
 def corrupted(source: dict[int, LogRead], destination: dict[int, LogRead]) -> Entry:
@@ -210,9 +194,15 @@ def main(argv: list[str] | None = None) -> int:
     scenario = Scenario(profile, lambda runner: schedule(runner, rng, args.minutes), pause=lambda: rng.uniform(2, 10))
 
     def go() -> Entry:
-        with stage("soak", args.broker_heap, stamp) as (services, root, workdir), \
-                Runner(services, root, workdir, f"soak{stamp[-7:-1]}", scenario) as runner:
-            entry["soak"] = run_soak(runner, stamp, args)
+        topic = f"soak-{stamp}"
+        out = entry["soak"] = {"topic": topic}
+        with staged("soak", args.broker_heap, stamp, scenario) as runner:
+            say(f"soak: {args.minutes:g} min of faults at {args.rate:,} records/s (logs in {runner.workdir})")
+            runner.run(topic)
+            source, destination = runner.outcome(out, topic, 300, args.verify, strict=True)
+        out["corrupted"] = corrupted(source, destination)
+        out["exactly_once"] = exact
+        out["duplicates_bound_per_fault"] = 0 if exact else int(args.rate * DUPLICATES_BOUND_S)
         return entry
 
     def summary(entry: Entry) -> int:

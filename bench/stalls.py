@@ -327,72 +327,59 @@ def _topic_exists(bootstrap: str, topic: str) -> bool:
     return found is not None and found.error is None and len(found.partitions) == PARTITIONS
 
 
-class MirrorMaker2:
-    """The MirrorMaker 2 phase's nodes (dedicated mode) and its fault script."""
+def mm2_phase(services: dict[str, str], workdir: Path, stamp: str, args: argparse.Namespace) -> Entry:
+    """MirrorMaker 2 in dedicated mode: 1. a new topic (with a 10 s backlog) matches the regex: for MM2, creating
+    it is adding it; 2. a follower node killed -9: its tasks wait for scheduled.rebalance.max.delay.ms; 3. then the
+    group leader: the new leader does not know the lost tasks and assigns them at once (after the session)."""
+    topic_a, topic_b = f"stl-{stamp}-mm2-a", f"stl-{stamp}-mm2-b"
+    delay_ms = int(args.mm2_delay_s * 1000)
+    out: Entry = {"system": "mirrormaker2", "topics": [topic_a, topic_b], "tasks_max": 4, "nodes": args.mm2_nodes,
+                  "refresh_topics_interval_s": 5, "scheduled_rebalance_max_delay_ms": delay_ms}
+    nodes: list[Proc] = []
+    urls: list[str] = []
 
-    def __init__(self, stamp: str, args: argparse.Namespace) -> None:
-        self.stamp, self.args = stamp, args
-        self.topics = (f"stl-{stamp}-mm2-a", f"stl-{stamp}-mm2-b")
-        self.nodes: list[Proc] = []
-        self.urls: list[str] = []
-
-    def alive(self, procs: list[Proc], which: str = "a") -> None:
+    def alive(procs: list[Proc], which: str = "a") -> None:
         if not all(n.alive() for n in procs):
             raise BenchError(f"{which} MirrorMaker 2 node exited:\n" + "\n".join(n.tail() for n in procs))
 
-    def start(self, runner: Runner, out: Entry) -> None:
-        """The load, the nodes; until every partition flows, then settled, then the baseline."""
-        services, args, topic_a = runner.services, self.args, self.topics[0]
-        delay_ms = out["scheduled_rebalance_max_delay_ms"]
-        create_topic(services["source"], topic_a, PARTITIONS)
-        runner.load(topic_a, tag=11)
-        started = time.time()
-        for index in range(1, args.mm2_nodes + 1):  # dedicated mode
-            props = mm2.properties(f"s{self.stamp[-7:-1]}", services["source"], services["destination"],
-                                   f"stl-{self.stamp}-mm2-.*")
-            self.urls.append(f"http://127.0.0.1:{free_port()}")
-            props.update({"tasks.max": 4, "refresh.topics.interval.seconds": 5,  # default 600: a new topic waits 10 min
-                          # KIP-710: followers forward task configs to the leader; needed for more than one node.
-                          "dedicated.mode.enable.internal.rest": "true", "listeners": self.urls[-1],
-                          f"{mm2.DESTINATION}.scheduled.rebalance.max.delay.ms": delay_ms})
-            folder = runner.workdir / f"mm2-node{index}"
-            self.nodes.append(runner.processes.spawn(f"mm2-node{index}", mm2.launch(folder, props), cwd=folder))
-        say(f"mirrormaker2: {args.mm2_nodes} dedicated-mode nodes, tasks.max=4, {topic_a} x {PARTITIONS} at "
-            f"{args.rate:,}/s; scheduled.rebalance.max.delay.ms={delay_ms}")
-        wait_for(lambda: self.alive(self.nodes) or _topic_exists(services["destination"], topic_a), 180,
-                 "MirrorMaker 2 to create the destination topic", 0.5)
-        runner.arrivals.start()
-        runner.watch(topic_a)
-        runner.wait_flowing(time.time(), 180, "MirrorMaker 2 flowing on every partition")
-        out["first_flow_s"] = round(time.time() - started, 1)
-        say(f"  flowing after {out['first_flow_s']:.0f}s; settling {args.mm2_settle:.0f}s, then baseline")
-        time.sleep(args.mm2_settle)  # every node joined: no start-up rebalance inside the baseline
-        out["baseline"] = baseline(runner, args.baseline)
+    def add_topic(w: Window) -> None:
+        w.notes["backlog_records"] = backlogged_topic(runner, topic_b, tag=12)
+        wait_for(lambda: _topic_exists(services["destination"], topic_b), 120,
+                 "MirrorMaker 2 to create the new destination topic", 0.2)
+        runner.watch(topic_b)
+        w.settled = runner.wait_flowing(w.t0, 180, "every partition of both topics flowing")
+        runner.wait_flowing(time.time(), 60, "flowing")
 
-    def script(self, runner: Runner) -> Iterator[Step]:
-        """1. a new topic (with a 10 s backlog) matches the regex: for MM2, creating it is adding it. 2. a
-        follower node killed -9: its tasks wait for scheduled.rebalance.max.delay.ms; 3. then the group leader:
-        the new leader does not know the lost tasks and assigns them at once (after the session timeout)."""
-        topic_b = self.topics[1]
+    def kill(w: Window, victim: int) -> None:
+        """Kill one node -9; until every partition flows again (or the delay + 2 min ran out)."""
+        nodes[victim].kill()
+        survivors, limit = [n for n in nodes if n.alive()], args.mm2_delay_s + 120
+        time.sleep(5)
+        last_say = time.monotonic()
+        deadline = last_say + limit
+        while not runner.flowing_since(time.time() - 1.0):
+            if time.monotonic() > deadline:
+                say(f"  not every partition flows again after {limit:.0f}s; ending the window")
+                w.notes["gave_up_after_s"] = limit
+                break
+            alive(survivors, "a surviving")
+            if time.monotonic() - last_say >= 15:
+                last_say, now = time.monotonic(), time.time()
+                stalled = sum(1 for tp in runner.tps() if runner.arrivals.last_arrival(tp) < now - PAUSED_S)
+                say(f"  {now - w.t0:.0f}s after the kill: {stalled} partition(s) without arrivals")
+            time.sleep(0.5)
+        w.settled = time.time()
 
-        def add_topic(w: Window) -> None:
-            w.notes["backlog_records"] = backlogged_topic(runner, topic_b, tag=12)
-            wait_for(lambda: _topic_exists(runner.services["destination"], topic_b), 120,
-                     "MirrorMaker 2 to create the new destination topic", 0.2)
-            runner.watch(topic_b)
-            w.settled = runner.wait_flowing(w.t0, 180, "every partition of both topics flowing")
-            runner.wait_flowing(time.time(), 60, "flowing")
-
-        yield Step("add topic", add_topic, flowing=False, observe_s=max(self.args.post, 5.0),
+    def script(_: Runner) -> Iterator[Step]:
+        yield Step("add topic", add_topic, flowing=False, observe_s=max(args.post, 5.0),
                    after=lambda w, r: new_topic_timing(r, w.t0, runner, topic_b))
         for wanted in ("follower", "group leader"):
-            live = [i for i, n in enumerate(self.nodes) if n.alive()]
+            live = [i for i, n in enumerate(nodes) if n.alive()]
             if len(live) < 2:
                 break
-            views = {i: _connect_view(runner.workdir / f"mm2-node{i + 1}" / "mm2.log") for i in live}
-            leader_url = next((u for u in (views[i][0] for i in live)
-                               if u in self.urls and self.urls.index(u) in live), None)
-            leader = self.urls.index(leader_url) if leader_url is not None else None
+            views = {i: _connect_view(workdir / f"mm2-node{i + 1}" / "mm2.log") for i in live}
+            leader_url = next((u for u in (views[i][0] for i in live) if u in urls and urls.index(u) in live), None)
+            leader = urls.index(leader_url) if leader_url is not None else None
             if wanted == "follower":
                 candidates = [i for i in live if i != leader and views[i][1]] or [i for i in live if i != leader]
             else:
@@ -404,39 +391,35 @@ class MirrorMaker2:
             say(f"mirrormaker2: kill -9 node {victim + 1} (the Connect group's {wanted}, tasks "
                 f"{', '.join(tasks) or 'none'})")
             notes = {"victim_role": wanted, "victim_tasks": tasks, "leader_url": leader_url}
-            yield Step(f"kill -9 worker ({wanted} node)", lambda w, v=victim, n=notes: self.kill(runner, v, w, n),
+            yield Step(f"kill -9 worker ({wanted} node)", lambda w, v=victim, n=notes: w.notes.update(n) or kill(w, v),
                        flowing=False)
 
-    def kill(self, runner: Runner, victim: int, w: Window, notes: Entry) -> None:
-        """Kill one node -9; until every partition flows again (or the delay + 2 min ran out)."""
-        w.notes.update(notes)
-        self.nodes[victim].kill()
-        survivors = [n for n in self.nodes if n.alive()]
-        limit = self.args.mm2_delay_s + 120
-        time.sleep(5)
-        last_say = time.monotonic()
-        deadline = last_say + limit
-        while not runner.flowing_since(time.time() - 1.0):
-            if time.monotonic() > deadline:
-                say(f"  not every partition flows again after {limit:.0f}s; ending the window")
-                w.notes["gave_up_after_s"] = limit
-                break
-            self.alive(survivors, "a surviving")
-            if time.monotonic() - last_say >= 15:
-                last_say, now = time.monotonic(), time.time()
-                stalled = sum(1 for tp in runner.tps() if runner.arrivals.last_arrival(tp) < now - PAUSED_S)
-                say(f"  {now - w.t0:.0f}s after the kill: {stalled} partition(s) without arrivals")
-            time.sleep(0.5)
-        w.settled = time.time()
-
-
-def mm2_phase(services: dict[str, str], workdir: Path, stamp: str, args: argparse.Namespace) -> Entry:
-    phase = MirrorMaker2(stamp, args)
-    out: Entry = {"system": "mirrormaker2", "topics": list(phase.topics), "tasks_max": 4, "nodes": args.mm2_nodes,
-                  "refresh_topics_interval_s": 5, "scheduled_rebalance_max_delay_ms": int(args.mm2_delay_s * 1000)}
-    scenario = Scenario(Profile(args.rate), phase.script, Moves("mirrormaker2"), observe_s=args.post)
+    scenario = Scenario(Profile(args.rate), script, Moves("mirrormaker2"), observe_s=args.post)
     with Runner(services, None, workdir, "mm2", scenario, ident="key", stop_timeout_s=20) as runner:
-        phase.start(runner, out)
+        create_topic(services["source"], topic_a, PARTITIONS)
+        runner.load(topic_a, tag=11)
+        started = time.time()
+        for index in range(1, args.mm2_nodes + 1):
+            props = mm2.properties(f"s{stamp[-7:-1]}", services["source"], services["destination"],
+                                   f"stl-{stamp}-mm2-.*")
+            urls.append(f"http://127.0.0.1:{free_port()}")
+            props.update({"tasks.max": 4, "refresh.topics.interval.seconds": 5,  # default 600: a new topic waits 10 min
+                          # KIP-710: followers forward task configs to the leader; needed for more than one node.
+                          "dedicated.mode.enable.internal.rest": "true", "listeners": urls[-1],
+                          f"{mm2.DESTINATION}.scheduled.rebalance.max.delay.ms": delay_ms})
+            folder = workdir / f"mm2-node{index}"
+            nodes.append(runner.processes.spawn(f"mm2-node{index}", mm2.launch(folder, props), cwd=folder))
+        say(f"mirrormaker2: {args.mm2_nodes} dedicated-mode nodes, tasks.max=4, {topic_a} x {PARTITIONS} at "
+            f"{args.rate:,}/s; scheduled.rebalance.max.delay.ms={delay_ms}")
+        wait_for(lambda: alive(nodes) or _topic_exists(services["destination"], topic_a), 180,
+                 "MirrorMaker 2 to create the destination topic", 0.5)
+        runner.arrivals.start()
+        runner.watch(topic_a)
+        runner.wait_flowing(time.time(), 180, "MirrorMaker 2 flowing on every partition")
+        out["first_flow_s"] = round(time.time() - started, 1)
+        say(f"  flowing after {out['first_flow_s']:.0f}s; settling {args.mm2_settle:.0f}s, then baseline")
+        time.sleep(args.mm2_settle)  # every node joined: no start-up rebalance inside the baseline
+        out["baseline"] = baseline(runner, args.baseline)
         runner.execute()
         finish(runner, out, by="key", done=lambda: runner.destination_complete() and time.time() - max(
             runner.arrivals.last_arrival(tp) for tp in runner.tps()) > 3)  # every record there, nothing new for 3 s
