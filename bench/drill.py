@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any
 
 from bench.common import fmt_load, load_average, repo_relative
 from bench.harness import load_line
@@ -19,50 +18,33 @@ from bench.scenario import (
     Entry,
     Profile,
     Runner,
+    Scenario,
+    Step,
     defaults,
     new_entry,
     print_steps,
-    stage,
+    staged,
     stop_leader,
     stop_service,
     stop_worker,
     verdict,
-    verifier_or_skip,
 )
 from devtools.harness import say
 
 TAG = 7
 
 
-def run_drill(runner: Runner, stamp: str, args: Any) -> Entry:
-    topic = f"drill-{stamp}"
-    out: Entry = {"topic": topic}
+def script(runner: Runner, down_s: float) -> list[Step]:
+    """Each component in turn, killed -9, left down ``down_s`` and restarted."""
     pipeline, topics = runner.pipeline, runner.topics
-    runner.down_s, runner.settle_s = args.down, 2.0 if args.quick else 5.0  # observed after each recovery
-    runner.start(topic)
-    say(f"drill: mirroring {topic} x {PARTITIONS} at {args.rate:,} records/s with 2 controllers and 2 workers; "
-        f"{args.warm:.0f}s of steady load first (logs in {runner.workdir})")
-    time.sleep(args.warm)
-    for fault in [  # each component in turn, killed -9 and restarted
-        stop_worker(runner, "w1", "kill -9 worker", recovered=lambda: "w1" in {
+    return [
+        stop_worker(runner, "w1", "kill -9 worker", down_s=down_s, recovered=lambda: "w1" in {
             w for t in topics for w in pipeline.owners(t).values()} and pipeline.settled(topics)),
-        stop_leader(runner, "kill -9 leader controller",
+        stop_leader(runner, "kill -9 leader controller", down_s=down_s,
                     recovered=lambda: pipeline.leader() is not None and pipeline.settled(topics)),
-        stop_service(runner, "destination", "kill -9 destination broker", kill=True),
-        stop_service(runner, "source", "kill -9 source broker", kill=True),
-    ]:
-        runner.step(fault)
-    say(f"drill: {args.warm:.0f}s more load, then stop producing")
-    time.sleep(args.warm)
-    caught = time.monotonic()
-    (result,), error = runner.finish(240)
-    if error is None:
-        out["catch_up_s"] = round(time.monotonic() - caught, 1)
-    else:
-        out["catch_up_error"] = error
-    runner.account(out, topic, result)
-    out["verifier"] = verifier_or_skip(runner, args.verify)
-    return out
+        stop_service(runner, "destination", "kill -9 destination broker", kill=True, down_s=down_s),
+        stop_service(runner, "source", "kill -9 source broker", kill=True, down_s=down_s),
+    ]
 
 
 def render(entry: Entry) -> str:
@@ -128,11 +110,18 @@ def main(argv: list[str] | None = None) -> int:
     wall = time.monotonic()
     say(f"failure drill ({entry['mode']}) at {args.rate:,} records/s; load {load_line()}")
 
+    scenario = Scenario(Profile(args.rate, tag=TAG, track_acked=True), lambda runner: script(runner, args.down),
+                        warm_s=args.warm, tail_s=args.warm, observe_s=2.0 if args.quick else 5.0)
+
     def go() -> Entry:
-        with stage("drill", args.broker_heap, stamp) as (services, root, workdir), \
-                Runner(services, root, workdir, f"drill{stamp[-7:-1]}",
-                       Profile(args.rate, tag=TAG, track_acked=True)) as runner:
-            entry["drill"] = run_drill(runner, stamp, args)
+        topic = f"drill-{stamp}"
+        entry["drill"] = {"topic": topic}
+        with staged("drill", args.broker_heap, stamp, scenario) as runner:
+            say(f"drill: mirroring {topic} x {PARTITIONS} at {args.rate:,} records/s with 2 controllers and 2 "
+                f"workers; {args.warm:.0f}s of steady load before the first step and after the last (logs in "
+                f"{runner.workdir})")
+            runner.run(topic)
+            runner.outcome(entry["drill"], topic, 240, args.verify)
         return entry
 
     def summary(entry: Entry) -> int:

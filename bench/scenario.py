@@ -1,6 +1,9 @@
-"""One runner for the fault benchmarks (stalls, drill, soak): a load profile, a fault script and the measures, as data.
+"""The one runner of the fault benchmarks (stalls, drill, soak, failover): a scenario is data, this executes it.
 
-docs/benchmarks.md ("Methods") describes the runner; each benchmark says only *what* happens.
+A :class:`Scenario` is a load profile (:class:`Profile`), a fault script (:class:`Step` after step, an ordered
+list or drawn at random) and its measures (:class:`Measure`); :meth:`Runner.run` starts the pipeline and the load,
+waits until every partition flows, executes the script and returns each step's record. docs/benchmarks.md
+("Methods") describes the runner; each benchmark says only *what* happens.
 """
 
 from __future__ import annotations
@@ -14,8 +17,8 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -59,16 +62,85 @@ class Profile:
     isolation: str = "read_uncommitted"  # of the destination consumer and the log comparison
 
 
+@dataclass
+class Window:
+    """When a step acted, was repaired, answered, recovered and flowed again, and closed (epoch seconds); its
+    ``notes`` are recorded. ``act`` may set ``settled`` itself (it waited for the recovery)."""
+
+    t0: float
+    notes: Entry = field(default_factory=dict)
+    hit: Any = None  # what ``act`` hit (a worker, a controller, a service)
+    restart: float = 0.0
+    ready: float = 0.0
+    settled: float = 0.0
+    flowing: float = 0.0
+    t1: float = 0.0
+
+
 @dataclass(frozen=True)
-class Fault:
-    """One step of a fault script: ``fault`` breaks (returns what it hit), ``repair`` undoes it after ``down_s``
-    (default: the runner's), ``recovered`` is waited for before every partition must flow again."""
+class Step:
+    """One step of a fault script: ``act`` breaks (or changes) something and returns what it hit; ``undo``
+    repairs it after ``down_s``; the runner then waits for ``recovered`` and for every partition to flow again
+    (``flowing``: unless ``act`` already waited its own way), and observes ``observe_s`` more (default: the
+    runner's). ``recovery`` marks the undoing of the previous step; ``after`` adds measures to the record."""
 
     name: str
-    fault: Callable[[], Any]
-    repair: Callable[[], Any]
+    act: Callable[[Window], Any]
+    undo: Callable[[], Any] | None = None
+    down_s: float = 0.0
     recovered: Callable[[], bool] | None = None
-    down_s: float | None = None
+    timeout_s: float = 120
+    flowing: bool = True
+    observe_s: float | None = None
+    recovery: bool = False
+    after: Callable[[Window, Entry], None] | None = None
+
+
+class Measure:
+    """A step's record (the outage: down, restart, flowing again, longest gap, partitions paused); a benchmark
+    that measures otherwise overrides it. ``from_settled``: flowing again counts from the recovery, not the
+    repair."""
+
+    from_settled = False
+
+    def before(self, runner: Runner, step: Step) -> Any:
+        """What the record needs from before the step acted."""
+        return None
+
+    def record(self, runner: Runner, step: Step, w: Window, before: Any) -> Entry:
+        gaps = list(runner.gaps(w.t0, w.t1, 0.5).values())
+        record = {
+            "name": step.name, "load_before": w.notes["load_before"], "killed": w.hit,
+            "down_s": round(w.restart - w.t0, 2), "restart_took_s": round(w.ready - w.restart, 2),
+            "flowing_after_ready_s": round(w.flowing - w.ready, 2), "flowing_after_restart_s": round(
+                w.flowing - w.restart, 2), "flowing_after_kill_s": round(w.flowing - w.t0, 2),
+            "max_gap_s": round(max(g for g, _ in gaps), 2),
+            "partitions_paused": sum(1 for g, _ in gaps if g > PAUSED_S),
+            "t0": w.t0, "t1": w.t1, "load_after": w.notes["load_after"],
+        }
+        say(f"  down {record['down_s']:.1f}s; restart took {record['restart_took_s']:.1f}s; every partition "
+            f"flowing {record['flowing_after_ready_s']:.1f}s after it was back; longest destination gap "
+            f"{record['max_gap_s']:.1f}s ({record['partitions_paused']} partition(s) paused > 2 s)")
+        return record
+
+    def duplicates(self, record: Entry, t0: float, found: list[tuple[float, TP]]) -> None:
+        """Attribute to the step the re-arrivals from its start until the next step's."""
+        record["duplicates"] = len(found)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A scenario as data: the load profile, the fault script (given the runner, the steps in order; a generator
+    may draw them at random), the measures, and the steady load before the first step (``warm_s``), between
+    steps (``pause``) and after the last (``tail_s``), observed after each step's recovery (``observe_s``)."""
+
+    profile: Profile
+    script: Callable[[Runner], Iterable[Step]]
+    measure: Measure = Measure()
+    warm_s: float = 0.0
+    pause: Callable[[], float] = lambda: 0.0
+    tail_s: float = 0.0
+    observe_s: float = 2.0
 
 
 def new_entry(benchmark: str, setup: Entry, **extra: Any) -> tuple[Entry, str]:
@@ -87,6 +159,14 @@ def defaults(args: argparse.Namespace, quick: bool, **values: tuple[Any, Any]) -
 
 
 @contextlib.contextmanager
+def staged(name: str, heap: str, stamp: str, scenario: Scenario) -> Iterator[Runner]:
+    """The runner of ``scenario`` on the benchmark's own stack (the pipeline named after it and the run)."""
+    with stage(name, heap, stamp) as (services, root, workdir), \
+            Runner(services, root, workdir, f"{name}{stamp[-7:-1]}", scenario) as runner:
+        yield runner
+
+
+@contextlib.contextmanager
 def stage(name: str, heap: str, stamp: str) -> Iterator[tuple[dict[str, str], Path, Path]]:
     """The benchmark's own stack and its run folder: ``(services, stack root, workdir)``."""
     with own_stack(name, heap=heap) as (services, root):
@@ -96,18 +176,21 @@ def stage(name: str, heap: str, stamp: str) -> Iterator[tuple[dict[str, str], Pa
 
 
 class Runner:
-    """The processes, topics, load and destination consumer of one scenario; a context manager that stops them."""
+    """Executes one scenario: its processes, topics, load and destination consumer; a context manager that stops
+    them."""
 
-    def __init__(self, services: dict[str, str], root: Path | None, workdir: Path, name: str, profile: Profile,
+    def __init__(self, services: dict[str, str], root: Path | None, workdir: Path, name: str, scenario: Scenario,
                  ident: str = "urep", stop_timeout_s: float = 30) -> None:
-        self.services, self.root, self.workdir, self.profile = services, root, workdir, profile
+        self.services, self.root, self.workdir, self.scenario = services, root, workdir, scenario
+        self.profile = scenario.profile
         self.processes = Processes(workdir)
-        self.pipeline = Pipeline(services, self.processes, name, overrides=profile.overrides)
-        self.arrivals = Arrivals(services["destination"], ident=ident, isolation=profile.isolation)
+        self.pipeline = Pipeline(services, self.processes, name, overrides=self.profile.overrides)
+        self.arrivals = Arrivals(services["destination"], ident=ident, isolation=self.profile.isolation)
         self.topics: dict[str, int] = {}  # mirrored topics -> partitions
         self.loads: list[Load] = []
-        self.steps: list[Entry] = []
-        self.down_s, self.settle_s, self.stop_timeout_s = 0.0, 2.0, stop_timeout_s
+        self.steps: list[Entry] = []  # each executed step's record
+        self.starts: list[float] = []  # when each step acted (duplicates are attributed from there)
+        self.stop_timeout_s = stop_timeout_s
 
     def __enter__(self) -> Runner:
         return self
@@ -134,8 +217,14 @@ class Runner:
         self.pipeline.add_topic(topic, PARTITIONS)
         self.watch(topic)
 
-    def start(self, topic: str, balanced: bool = True) -> Load:
-        """Controllers, workers, the topic under load (``balanced``: every worker has a share); until all flows."""
+    def run(self, topic: str) -> list[Entry]:
+        """Start the pipeline and the load on ``topic``, then execute the fault script; the steps' records."""
+        self.start(topic)
+        return self.execute()
+
+    def start(self, topic: str) -> Load:
+        """Controllers, workers, the topic under load; until every worker has a share and every partition
+        delivered again after all of them flowed (the first step must not measure the pipeline's start)."""
         for label in self.profile.controllers:
             self.pipeline.start_controller(label)
         for worker in self.profile.workers:
@@ -145,11 +234,19 @@ class Runner:
         self.mirror(topic)
         load = self.load(topic, self.profile.tag, track_acked=self.profile.track_acked)
         workers = set(self.profile.workers)
-        wait_for(lambda: self.pipeline.settled(self.topics)
-                 and (not balanced or set(self.pipeline.owners(topic).values()) == workers),
+        wait_for(lambda: self.pipeline.settled(self.topics) and set(self.pipeline.owners(topic).values()) == workers,
                  90, "initial assignment")
-        self.wait_flowing(time.time(), 60, "initial flow")
+        self.wait_flowing(self.wait_flowing(time.time(), 60, "initial flow"), 60, "steady flow")
         return load
+
+    def execute(self) -> list[Entry]:
+        """Steady load, the fault script step by step, steady load again; the steps' records."""
+        time.sleep(self.scenario.warm_s)
+        for step in self.scenario.script(self):
+            self.step(step)
+            time.sleep(self.scenario.pause())
+        time.sleep(self.scenario.tail_s)
+        return self.steps
 
     def tps(self, topics: list[str] | None = None) -> list[TP]:
         return [(t, p) for t in (topics or list(self.topics)) for p in range(self.topics[t])]
@@ -172,39 +269,37 @@ class Runner:
         """Per partition the longest gap in ``[t0 - before_s, t1]`` and when it ended."""
         return {tp: longest_gap(self.arrivals.logs[tp].arrivals, t0, t1, before_s) for tp in tps or self.tps()}
 
-    def step(self, fault: Fault) -> Entry:
-        """Break, stay down, repair, wait until every partition flows again; the step's record."""
-        name = fault.name
-        say(f"drill: {name} [load {load_line()}]")
-        record: Entry = {"name": name, "load_before": load_average()}
-        t0 = time.time()
-        record["killed"] = fault.fault()
-        time.sleep(self.down_s if fault.down_s is None else fault.down_s)
-        t_restart = time.time()
-        fault.repair()
-        t_ready = time.time()  # the restarted component answers (broker ready, process registered)
-        if fault.recovered is not None:
-            wait_for(fault.recovered, 120, f"{name}: recovered", 0.3)
+    def step(self, step: Step) -> Entry:
+        """Act, stay down, undo, wait until recovered and every partition flows again, observe; the record."""
+        measure = self.scenario.measure
+        say(f"step: {step.name} [load {load_line()}]")
+        before = measure.before(self, step)
+        w = Window(time.time(), {"recovery": step.recovery})
+        w.notes["load_before"] = load_average()
+        w.hit = step.act(w)
+        time.sleep(step.down_s)
+        w.restart = time.time()
+        if step.undo is not None:
+            step.undo()
+        w.ready = time.time()  # the restarted component answers (broker ready, process registered)
+        if step.recovered is not None:
+            wait_for(step.recovered, step.timeout_s, f"{step.name}: recovered", 0.2)
+        w.settled = w.settled or time.time()
         try:
-            flowing = self.wait_flowing(t_ready, 180, f"{name}: every partition flowing again")
+            if step.flowing:
+                w.flowing = self.wait_flowing(w.settled if measure.from_settled else w.ready, 180,
+                                              f"{step.name}: every partition flowing again")
         except BenchError:
-            self.diagnose_never_recovered(name)
+            self.diagnose_never_recovered(step.name)
             raise
-        time.sleep(self.settle_s)
-        t1 = time.time()
-        gaps = list(self.gaps(t0, t1, 0.5).values())
-        record.update({
-            "down_s": round(t_restart - t0, 2), "restart_took_s": round(t_ready - t_restart, 2),
-            "flowing_after_ready_s": round(flowing - t_ready, 2),
-            "flowing_after_restart_s": round(flowing - t_restart, 2), "flowing_after_kill_s": round(flowing - t0, 2),
-            "max_gap_s": round(max(g for g, _ in gaps), 2),
-            "partitions_paused": sum(1 for g, _ in gaps if g > PAUSED_S),
-            "t0": t0, "t1": t1, "load_after": load_average(),
-        })
-        say(f"  down {record['down_s']:.1f}s; restart took {record['restart_took_s']:.1f}s; every partition "
-            f"flowing {record['flowing_after_ready_s']:.1f}s after it was back; longest destination gap "
-            f"{record['max_gap_s']:.1f}s ({record['partitions_paused']} partition(s) paused > 2 s)")
+        time.sleep(self.scenario.observe_s if step.observe_s is None else step.observe_s)
+        w.t1 = time.time()
+        w.notes["load_after"] = load_average()
+        record = measure.record(self, step, w, before)
+        if step.after is not None:
+            step.after(w, record)
         self.steps.append(record)
+        self.starts.append(w.t0)
         return record
 
     def diagnose_never_recovered(self, name: str) -> None:
@@ -227,8 +322,8 @@ class Runner:
     def finish(self, timeout_s: float, strict: bool = False,
                done: Callable[[], bool] | None = None) -> tuple[list[LoadResult], str | None]:
         """Stop the load; wait until ``done`` (default: the committed offsets and the destination reach every
-        source end); stop the consumer and the pipeline. The loads' results and why the catch-up failed (or
-        raise, ``strict``)."""
+        source end); stop the consumer and the pipeline; attribute the duplicates to the steps. The loads'
+        results and why the catch-up failed (or raise, ``strict``)."""
         results = [load.stop() for load in self.loads]
         error = None
         try:
@@ -241,6 +336,8 @@ class Runner:
         time.sleep(1)  # the last arrivals reach the reader
         self.arrivals.stop()
         self.pipeline.stop_all()
+        for record, start, found in zip(self.steps, self.starts, self.duplicates(self.starts), strict=True):
+            self.scenario.measure.duplicates(record, start, found)
         return results, error
 
     def _caught_up(self) -> bool:
@@ -251,7 +348,7 @@ class Runner:
         """Every mirrored topic's destination end offsets at or past its source's."""
         return all(caught_up(self.services, topic, partitions) for topic, partitions in self.topics.items())
 
-    def duplicates(self, starts: list[float], end: float = float("inf")) -> list[list[tuple[float, TP]]]:
+    def duplicates(self, starts: list[float]) -> list[list[tuple[float, TP]]]:
         """(arrival, partition) of the records that arrived again, from each of ``starts`` until the next."""
         found: list[tuple[float, TP]] = []
         for tp, log in self.arrivals.logs.items():
@@ -260,13 +357,19 @@ class Runner:
                 if ident in seen:
                     found.append((arrival, tp))
                 seen.add(ident)
-        bounds = [*starts[1:], end]
+        bounds = [*starts[1:], float("inf")]
         return [[(t, tp) for t, tp in found if start <= t < stop] for start, stop in zip(starts, bounds, strict=True)]
 
-    def account(self, out: Entry, topic: str, result: LoadResult,
-                ) -> tuple[dict[int, LogRead], dict[int, LogRead], Comparison]:
-        """The drill's and the soak's end: load figures, steps, the exact comparison, every acknowledged record
-        found, each step's duplicates (re-arrivals from its fault until the next step's)."""
+    def outcome(self, out: Entry, topic: str, timeout_s: float, verify: bool, strict: bool = False,
+                ) -> tuple[dict[int, LogRead], dict[int, LogRead]]:
+        """The drill's and the soak's end: the catch-up, load figures, steps, the exact comparison, every
+        acknowledged record found, the verifier (``verify``); both logs as read."""
+        caught = time.monotonic()
+        (result,), error = self.finish(timeout_s, strict)
+        if error is None:
+            out["catch_up_s"] = round(time.monotonic() - caught, 1)
+        else:
+            out["catch_up_error"] = error
         out["load"] = {"sent": result.sent, "acked": result.acked, "failed": result.failed,
                        "producer_replacements": result.producer_replacements,
                        "reader_replacements": self.arrivals.replacements, "first_error": result.first_error}
@@ -275,61 +378,60 @@ class Runner:
         source, destination, cmp = compare_logs(self.services, topic, isolation=self.profile.isolation)
         out["comparison"] = cmp.to_json()
         out["acknowledged"] = acked_check(result, self.profile.tag, topic, source, destination)
-        for step, mine in zip(self.steps, self.duplicates([s["t0"] for s in self.steps]), strict=True):
-            step["duplicates"] = len(mine)
         say(f"  source log {cmp.records:,} records; destination {cmp.destination_records:,}; mirrored "
             f"{cmp.mirrored:,}; lost {cmp.lost}; duplicated {cmp.duplicated}; reordered {cmp.reordered}; "
             f"acknowledged but missing from the destination: {out['acknowledged']['missing_on_destination']}")
-        return source, destination, cmp
+        out["verifier"] = run_verifier(self.pipeline.config_path, self.workdir / "verification") if verify else {
+            "skipped": "--no-verify"}
+        return source, destination
 
 
 # ----------------------------------------------------------------------------- the fault library
 
 
-def stop_worker(runner: Runner, worker: str, name: str, kill: bool = True, down_s: float | None = None,
-                recovered: Callable[[], bool] | None = None) -> Fault:
-    """kill -9 (or SIGTERM) ``worker``; the repair starts it again."""
+def stop_worker(runner: Runner, worker: str, name: str, kill: bool = True, down_s: float = 0.0,
+                recovered: Callable[[], bool] | None = None) -> Step:
+    """kill -9 (or SIGTERM) ``worker``; the undo starts it again."""
     pipeline = runner.pipeline
 
-    def fault() -> str:
+    def act(w: Window) -> str:
         pipeline.workers[worker].kill() if kill else pipeline.workers[worker].terminate(60)
         return worker
 
-    return Fault(name, fault, lambda: pipeline.start_worker(worker, timeout_s=90), recovered, down_s)
+    return Step(name, act, lambda: pipeline.start_worker(worker, timeout_s=90), down_s, recovered)
 
 
 def stop_leader(runner: Runner, name: str, label: str | None = None, kill: bool = True,
-                down_s: float | None = None, recovered: Callable[[], bool] | None = None) -> Fault:
-    """kill -9 (or SIGTERM) the leading controller (``label``, or whichever leads when the fault strikes);
-    the repair waits for the standby to lead, then starts it again."""
+                down_s: float = 0.0, recovered: Callable[[], bool] | None = None) -> Step:
+    """kill -9 (or SIGTERM) the leading controller (``label``, or whichever leads when the step acts);
+    the undo waits for the standby to lead, then starts it again."""
     pipeline = runner.pipeline
     hit: list[str] = []
 
-    def fault() -> str:
+    def act(w: Window) -> str:
         hit.append(label or runner.leader())
         pipeline.controllers[hit[-1]].kill() if kill else pipeline.controllers[hit[-1]].terminate(60)
         return hit[-1]
 
-    def repair() -> None:
+    def undo() -> None:
         wait_for(lambda: pipeline.leader() is not None, 60, "the standby to lead", 0.3)
         pipeline.start_controller(hit[-1])
 
-    return Fault(name, fault, repair, recovered, down_s)
+    return Step(name, act, undo, down_s, recovered)
 
 
-def freeze(pid: int, name: str, hit: str, down_s: float) -> Fault:
+def freeze(pid: int, name: str, hit: str, down_s: float) -> Step:
     """SIGSTOP ``pid`` for ``down_s`` seconds, then SIGCONT (a process that stops answering, then wakes up)."""
-    return Fault(name, lambda: os.kill(pid, signal.SIGSTOP) or hit, lambda: os.kill(pid, signal.SIGCONT),
-                 down_s=down_s)
+    return Step(name, lambda w: os.kill(pid, signal.SIGSTOP) or hit, lambda: os.kill(pid, signal.SIGCONT), down_s)
 
 
-def stop_service(runner: Runner, service: str, name: str, kill: bool = False, down_s: float | None = None) -> Fault:
-    """Stop (or kill -9) a stack service (a broker or ZooKeeper; its data stays); the repair starts it again."""
+def stop_service(runner: Runner, service: str, name: str, kill: bool = False, down_s: float = 0.0) -> Step:
+    """Stop (or kill -9) a stack service (a broker or ZooKeeper; its data stays); the undo starts it again."""
     root = runner.root
     assert root is not None
     stop = stack.kill_service if kill else stack.stop_service
-    return Fault(name, lambda: stop(root, service) or service,
-                 lambda: stack.start_service(root, service, timeout_s=120), down_s=down_s)
+    return Step(name, lambda w: stop(root, service) or service,
+                lambda: stack.start_service(root, service, timeout_s=120), down_s)
 
 
 # ----------------------------------------------------------------------------- the measures
@@ -411,12 +513,6 @@ def run_verifier(config: Path, output: Path, timeout_s: float = 900) -> Entry:
     say(f"  verifier exit {proc.returncode} after {record['elapsed_s']:.0f}s: "
         f"{record['verdict_line'] or '(no verdict)'}")
     return record
-
-
-def verifier_or_skip(runner: Runner, verify: bool) -> Entry:
-    """The verifier's record on the pipeline's config, or why it was skipped (``--no-verify``)."""
-    return run_verifier(runner.pipeline.config_path, runner.workdir / "verification") if verify else {
-        "skipped": "--no-verify"}
 
 
 def verdict(out: Entry) -> tuple[int, str]:

@@ -14,8 +14,8 @@ import signal
 import statistics
 import sys
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterator
+from dataclasses import replace
 
 from bench.harness import LogRead, load_line
 from bench.recording import parser, run_and_record
@@ -23,18 +23,18 @@ from bench.render import table
 from bench.scenario import (
     PARTITIONS,
     Entry,
-    Fault,
     Profile,
     Runner,
+    Scenario,
+    Step,
     freeze,
     new_entry,
     print_steps,
-    stage,
+    staged,
     stop_leader,
     stop_service,
     stop_worker,
     verdict,
-    verifier_or_skip,
 )
 from devtools import stack
 from devtools.harness import say
@@ -49,13 +49,13 @@ WORKERS = ("w1", "w2", "w3")
 TAG = 7  # the load keys' run tag, as in the drill
 
 
-def menu(runner: Runner, rng: random.Random) -> dict[str, Callable[[], Fault]]:
+def menu(runner: Runner, rng: random.Random) -> dict[str, Callable[[], Step]]:
     """The soak's faults: each draws its victim (a worker, the leader) when it is chosen."""
     pipeline, root = runner.pipeline, runner.root
     assert root is not None
     frozen = SESSION_S + 4  # past the ZooKeeper session
 
-    def freeze_worker_and_destination(w: str) -> Fault:
+    def freeze_worker_and_destination(w: str) -> Step:
         pid, broker = pipeline.workers[w].pid, int(stack.status(root)["destination"]["pid"])
 
         def thaw() -> None:
@@ -63,22 +63,22 @@ def menu(runner: Runner, rng: random.Random) -> dict[str, Callable[[], Fault]]:
             time.sleep(3)
             os.kill(broker, signal.SIGCONT)
 
-        return Fault(f"worker {w} and destination frozen",
-                     lambda: os.kill(broker, signal.SIGSTOP) or os.kill(pid, signal.SIGSTOP) or w, thaw, down_s=frozen)
+        return Step(f"worker {w} and destination frozen",
+                    lambda _: os.kill(broker, signal.SIGSTOP) or os.kill(pid, signal.SIGSTOP) or w, thaw, frozen)
 
-    on_worker: dict[str, Callable[[str], Fault]] = {
+    on_worker: dict[str, Callable[[str], Step]] = {
         "kill -9 worker": lambda w: stop_worker(runner, w, f"kill -9 worker {w}", down_s=3),
         "SIGTERM worker": lambda w: stop_worker(runner, w, f"SIGTERM worker {w}", kill=False, down_s=3),
         "worker frozen past its session": lambda w: freeze(pipeline.workers[w].pid, f"worker {w} frozen", w, frozen),
         "worker and destination frozen": freeze_worker_and_destination,
     }
-    on_leader: dict[str, Callable[[str], Fault]] = {
+    on_leader: dict[str, Callable[[str], Step]] = {
         "kill -9 leader": lambda c: stop_leader(runner, f"kill -9 leader {c}", c, down_s=3),
         "SIGTERM leader": lambda c: stop_leader(runner, f"SIGTERM leader {c}", c, kill=False, down_s=3),
         "leader frozen past its session": lambda c: freeze(pipeline.controllers[c].pid, f"leader {c} frozen", c,
                                                            frozen),
     }
-    out: dict[str, Callable[[], Fault]] = {}
+    out: dict[str, Callable[[], Step]] = {}
     for name, make in on_worker.items():
         out[name] = lambda make=make: make(rng.choice(WORKERS))
     for name, make in on_leader.items():
@@ -89,25 +89,14 @@ def menu(runner: Runner, rng: random.Random) -> dict[str, Callable[[], Fault]]:
     return out
 
 
-def run_soak(runner: Runner, stamp: str, args: Any, rng: random.Random) -> Entry:
-    topic = f"soak-{stamp}"
-    out: Entry = {"topic": topic}
-    runner.start(topic, balanced=False)
+def schedule(runner: Runner, rng: random.Random, minutes: float) -> Iterator[Step]:
+    """Faults drawn from the menu until ``minutes`` ran out (the same ``rng`` draws the pauses between them:
+    one seed, one schedule); each recovered once the assignment settled."""
     faults = menu(runner, rng)
-    deadline = time.monotonic() + args.minutes * 60
-    say(f"soak: {args.minutes:g} min of faults at {args.rate:,} records/s (logs in {runner.workdir})")
+    deadline = time.monotonic() + minutes * 60
     while time.monotonic() < deadline:
-        fault = faults[rng.choice(sorted(faults))]()
-        runner.step(Fault(fault.name, fault.fault, fault.repair,
-                          lambda: runner.pipeline.settled(runner.topics), fault.down_s))
-        time.sleep(rng.uniform(2, 10))
-    (result,), _ = runner.finish(300, strict=True)
-    source, destination, _ = runner.account(out, topic, result)
-    out["corrupted"] = corrupted(source, destination)
-    out["exactly_once"] = args.exactly_once
-    out["duplicates_bound_per_fault"] = 0 if args.exactly_once else int(args.rate * DUPLICATES_BOUND_S)
-    out["verifier"] = verifier_or_skip(runner, args.verify)
-    return out
+        step = faults[rng.choice(sorted(faults))]()
+        yield replace(step, recovered=lambda: runner.pipeline.settled(runner.topics))
 
 
 def corrupted(source: dict[int, LogRead], destination: dict[int, LogRead]) -> Entry:
@@ -202,11 +191,18 @@ def main(argv: list[str] | None = None) -> int:
     profile = Profile(args.rate, workers=WORKERS, tag=TAG, track_acked=True,
                       overrides={"worker": {"exactly_once": True, "transaction_interval_ms": TRANSACTION_INTERVAL_MS}}
                       if exact else None, isolation="read_committed" if exact else "read_uncommitted")
+    scenario = Scenario(profile, lambda runner: schedule(runner, rng, args.minutes), pause=lambda: rng.uniform(2, 10))
 
     def go() -> Entry:
-        with stage("soak", args.broker_heap, stamp) as (services, root, workdir), \
-                Runner(services, root, workdir, f"soak{stamp[-7:-1]}", profile) as runner:
-            entry["soak"] = run_soak(runner, stamp, args, rng)
+        topic = f"soak-{stamp}"
+        out = entry["soak"] = {"topic": topic}
+        with staged("soak", args.broker_heap, stamp, scenario) as runner:
+            say(f"soak: {args.minutes:g} min of faults at {args.rate:,} records/s (logs in {runner.workdir})")
+            runner.run(topic)
+            source, destination = runner.outcome(out, topic, 300, args.verify, strict=True)
+        out["corrupted"] = corrupted(source, destination)
+        out["exactly_once"] = exact
+        out["duplicates_bound_per_fault"] = 0 if exact else int(args.rate * DUPLICATES_BOUND_S)
         return entry
 
     def summary(entry: Entry) -> int:

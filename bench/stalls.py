@@ -11,8 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,21 @@ from bench.common import fmt_load, load_average
 from bench.harness import TP, BenchError, load_line
 from bench.recording import parser, rendered, run_and_record
 from bench.render import table
-from bench.scenario import PARTITIONS, PAUSED_S, Entry, Profile, Runner, compare_logs, defaults, new_entry, stage
+from bench.scenario import (
+    PARTITIONS,
+    PAUSED_S,
+    Entry,
+    Measure,
+    Profile,
+    Runner,
+    Scenario,
+    Step,
+    Window,
+    compare_logs,
+    defaults,
+    new_entry,
+    stage,
+)
 from devtools import jvm, stack
 from devtools.harness import Proc, admin_client, create_topic, say, wait_for
 from devtools.kproxy import KafkaProxy
@@ -36,94 +49,75 @@ _COORDINATOR_LOG_EVENTS = ("acquisition_retry", "committed_offsets_retry", "comm
 PLANNED = ("add topic", "add worker", "blacklist worker", "SIGTERM worker")
 
 
-@dataclass
-class Event:
-    """One disturbance and what was observed around it (epoch seconds: acted, settled, window closed)."""
+class Moves(Measure):
+    """A stalls event's record: the longest gaps of the partitions it moved and of those it did not, the worst
+    latency of the records in its window, when it settled and flowed again, the assignment generations it cost."""
 
-    name: str
-    system: str
-    t0: float = 0.0
-    t_settled: float = 0.0
-    t1: float = 0.0
-    topics: list[str] = field(default_factory=list)  # topics that were flowing before the event
-    owners_before: dict[str, dict[int, str | None]] = field(default_factory=dict)
-    owners_after: dict[str, dict[int, str | None]] = field(default_factory=dict)
-    notes: Entry = field(default_factory=dict)
-    result: Entry = field(default_factory=dict)
+    from_settled = True  # a moved partition flows again once its new owner applies it
 
-    def moved(self) -> set[TP] | None:
-        """Partitions whose applier changed; None when the system does not say (MM2)."""
-        if not self.owners_before:
-            return None
-        return {(t, p) for t, before in self.owners_before.items() for p, w in before.items()
-                if self.owners_after.get(t, {}).get(p) != w}
+    def __init__(self, system: str) -> None:
+        self.system = system
 
-    def to_json(self) -> Entry:
-        return {"name": self.name, "system": self.system, "notes": self.notes, **self.result}
+    def before(self, runner: Runner, step: Step) -> tuple[list[str], dict[str, dict[int, str | None]], int | None]:
+        """The topics flowing before the event, their owners and the newest generation (ureplicator)."""
+        if self.system != "ureplicator":
+            return list(runner.topics), {}, None
+        return list(runner.topics), {t: runner.pipeline.owners(t) for t in runner.topics}, _generation(runner)
 
+    def record(self, runner: Runner, step: Step, w: Window, before: Any) -> Entry:
+        topics, owners, generation = before
+        gaps = runner.gaps(w.t0, w.t1, GAP_BEFORE_S, runner.tps(topics))
+        if owners:
+            after = {t: runner.pipeline.owners(t) for t in topics}
+            moved = {(t, p) for t, was in owners.items() for p, worker in was.items() if after[t].get(p) != worker}
+        else:  # MM2 does not say who applies a partition: class partitions by whether they paused
+            moved = {tp for tp, (gap, _) in gaps.items() if gap > PAUSED_S}
+        split = {"unmoved": [tp for tp in gaps if tp not in moved], "moved": [tp for tp in gaps if tp in moved]}
+        r = {"name": step.name, "system": self.system, "notes": w.notes,
+             "classified_by": "applied_by" if owners else "gap", "partitions": len(gaps), "moved": len(split["moved"]),
+             "moved_partitions": [f"{t}:{p}" for t, p in sorted(split["moved"])],
+             "unmoved_max_gap_s": round(max((gaps[tp][0] for tp in split["unmoved"]), default=0.0), 3),
+             "unmoved_paused": sum(1 for tp in split["unmoved"] if gaps[tp][0] > PAUSED_S),
+             "moved_max_gap_s": round(max((gaps[tp][0] for tp in split["moved"]), default=0.0), 3),
+             "moved_flowing_after_s": round(max((gaps[tp][1] - w.t0 for tp in split["moved"]), default=0.0), 3),
+             "all_paused": sum(1 for g, _ in gaps.values() if g > PAUSED_S), "window_s": round(w.t1 - w.t0, 2),
+             "settled_after_s": round(w.settled - w.t0, 2)}
+        for label, tps in split.items():  # what a consumer felt
+            logs = [runner.arrivals.logs[tp] for tp in tps]
+            r[f"{label}_max_latency_s"] = round(max([0.0, *(
+                lat for log in logs for a, lat in zip(log.arrivals, log.latency_ms, strict=True)
+                if w.t0 <= a <= w.t1)]) / 1000, 3)
+        if self.system != "ureplicator":
+            say(f"  {r['all_paused']} of {r['partitions']} partition(s) paused > {PAUSED_S:.0f}s; longest gap "
+                f"{max(r['moved_max_gap_s'], r['unmoved_max_gap_s']):.2f}s; flowing again "
+                f"{r['moved_flowing_after_s']:.2f}s after the event")
+            return r
+        r["flowing_after_s"] = round(w.flowing - w.t0, 2)
+        if generation is not None and (now := _generation(runner)) is not None:
+            r["generations_written"] = now - generation
+        say(f"  settled after {r['settled_after_s']:.1f}s, {r['moved']} partition(s) moved; unmoved: longest gap "
+            f"{r['unmoved_max_gap_s']:.2f}s; moved: longest gap {r['moved_max_gap_s']:.2f}s, flowing again "
+            f"{r['moved_flowing_after_s']:.2f}s after the event; {r.get('generations_written', '?')} assignment "
+            "generation(s) written")
+        return r
 
-@dataclass(frozen=True)
-class Disturbance:
-    """One step of the ureplicator script: act, then wait until ``condition`` holds and the assignment settled;
-    ``recovery`` marks the undoing of the previous step (reported, not measured); ``after`` adds measures."""
-
-    name: str
-    action: Callable[[Event], Any]
-    condition: Callable[[], bool] = lambda: True
-    timeout_s: float = 90
-    recovery: bool = False
-    after: Callable[[Event], None] | None = None
-
-
-def observe(runner: Runner, event: Event, act: Callable[[], float], post_s: float) -> Event:
-    """Act (returns when the system settled), keep observing ``post_s`` seconds, then measure the window: gaps of
-    moved / unmoved partitions and the worst latency of the records in it."""
-    event.notes["load_before"] = load_average()
-    event.t0 = time.time()
-    event.t_settled = act()
-    time.sleep(post_s)
-    event.t1 = time.time()
-    event.notes["load_after"] = load_average()
-    gaps = runner.gaps(event.t0, event.t1, GAP_BEFORE_S, runner.tps(event.topics))
-    moved = event.moved()
-    classified_by = "gap" if moved is None else "applied_by"
-    if moved is None:  # MM2: class partitions by whether they paused
-        moved = {tp for tp, (gap, _) in gaps.items() if gap > PAUSED_S}
-    split = {"unmoved": [tp for tp in gaps if tp not in moved], "moved": [tp for tp in gaps if tp in moved]}
-    r = event.result = {
-        "classified_by": classified_by, "partitions": len(gaps), "moved": len(split["moved"]),
-        "moved_partitions": [f"{t}:{p}" for t, p in sorted(split["moved"])],
-        "unmoved_max_gap_s": round(max((gaps[tp][0] for tp in split["unmoved"]), default=0.0), 3),
-        "unmoved_paused": sum(1 for tp in split["unmoved"] if gaps[tp][0] > PAUSED_S),
-        "moved_max_gap_s": round(max((gaps[tp][0] for tp in split["moved"]), default=0.0), 3),
-        "moved_flowing_after_s": round(max((gaps[tp][1] - event.t0 for tp in split["moved"]), default=0.0), 3),
-        "all_paused": sum(1 for g, _ in gaps.values() if g > PAUSED_S),
-        "window_s": round(event.t1 - event.t0, 2),
-        "settled_after_s": round(event.t_settled - event.t0, 2) if event.t_settled else None,
-    }
-    for label, tps in split.items():  # what a consumer felt
-        logs = [runner.arrivals.logs[tp] for tp in tps]
-        r[f"{label}_max_latency_s"] = round(max([0.0, *(
-            lat for log in logs for a, lat in zip(log.arrivals, log.latency_ms, strict=True)
-            if event.t0 <= a <= event.t1)]) / 1000, 3)
-    return event
+    def duplicates(self, record: Entry, t0: float, found: list[tuple[float, TP]]) -> None:
+        """How many, on which partitions, and how long after the event the first one arrived."""
+        per_partition: dict[str, int] = {}
+        for _, (topic, p) in found:
+            per_partition[f"{topic}:{p}"] = per_partition.get(f"{topic}:{p}", 0) + 1
+        record.update(duplicates=len(found), duplicate_partitions=per_partition)
+        if found:
+            record["duplicates_first_at_s"] = round(min(t for t, _ in found) - t0, 2)
 
 
-def finish(runner: Runner, out: Entry, events: list[Event], by: str = "urep",
-           done: Callable[[], bool] | None = None) -> None:
-    """Stop producing, wait for the mirror to catch up, attribute duplicates to events, compare the logs exactly."""
+def finish(runner: Runner, out: Entry, by: str = "urep", done: Callable[[], bool] | None = None) -> None:
+    """Stop producing, wait for the mirror to catch up, compare the logs exactly; the events' records."""
     say("stopping the load; waiting for the mirror to catch up")
     results, error = runner.finish(120 if done is None else 180, done=done)
     out["load"] = [{"sent": r.sent, "acked": r.acked, "failed": r.failed} for r in results]
     if error is not None:
         out["catch_up_error"] = error
-    for event, mine in zip(events, runner.duplicates([e.t0 for e in events]), strict=True):
-        per_partition: dict[str, int] = {}
-        for _, (topic, p) in mine:
-            per_partition[f"{topic}:{p}"] = per_partition.get(f"{topic}:{p}", 0) + 1
-        event.result.update(duplicates=len(mine), duplicate_partitions=per_partition)
-        if mine:
-            event.result["duplicates_first_at_s"] = round(min(t for t, _ in mine) - event.t0, 2)
     out["comparison"] = {}
     for topic in runner.topics:
         cmp = compare_logs(runner.services, topic, by=by)[2]
@@ -132,7 +126,7 @@ def finish(runner: Runner, out: Entry, events: list[Event], by: str = "urep",
             f"reordered {cmp.reordered}")
     if by == "urep":
         out["bad_headers"] = runner.arrivals.bad_headers
-    out["events"] = [e.to_json() for e in events]
+    out["events"] = runner.steps
 
 
 def baseline(runner: Runner, seconds: float) -> Entry:
@@ -147,12 +141,12 @@ def baseline(runner: Runner, seconds: float) -> Entry:
     return out
 
 
-def new_topic_timing(event: Event, runner: Runner, topic: str, preload: int) -> None:
-    """When the new topic's first record, and its whole backlog, reached the destination."""
+def new_topic_timing(record: Entry, t0: float, runner: Runner, topic: str) -> None:
+    """When the new topic's first record, and its whole backlog (10 s of load), reached the destination."""
     times = sorted(a for (t, _), log in runner.arrivals.logs.items() if t == topic for a in log.arrivals)
-    event.result["new_topic_first_record_s"] = round(times[0] - event.t0, 2) if times else None
-    event.result["new_topic_backlog_mirrored_s"] = (round(times[preload - 1] - event.t0, 2)
-                                                    if len(times) >= preload else None)
+    preload = int(runner.profile.rate * 10)
+    record["new_topic_first_record_s"] = round(times[0] - t0, 2) if times else None
+    record["new_topic_backlog_mirrored_s"] = round(times[preload - 1] - t0, 2) if len(times) >= preload else None
 
 
 def backlogged_topic(runner: Runner, topic: str, tag: int) -> int:
@@ -179,91 +173,63 @@ def _generation(runner: Runner) -> int | None:
     return None if rows is None else max((row.get("desired_generation") or 0 for row in rows), default=0)
 
 
-def run_event(runner: Runner, step: Disturbance, post_s: float) -> Event:
-    """Owners before, act, wait until settled and flowing, keep observing ``post_s`` seconds, owners after."""
-    pipeline, name = runner.pipeline, step.name
-    event = Event(name, "ureplicator", topics=list(runner.topics), notes={"recovery": step.recovery})
-    event.owners_before = {t: pipeline.owners(t) for t in event.topics}
-    generation_before = _generation(runner)
-    say(f"ureplicator event: {name} [load {load_line()}]")
-    flowing: list[float] = []
-
-    def act() -> float:
-        step.action(event)
-        wait_for(lambda: step.condition() and pipeline.settled(runner.topics), step.timeout_s, f"{name}: settled",
-                 0.2)
-        settled = time.time()
-        flowing.append(runner.wait_flowing(settled, 60, f"{name}: every partition flowing"))
-        event.owners_after = {t: pipeline.owners(t) for t in event.topics}
-        return settled
-
-    r = observe(runner, event, act, post_s).result
-    generation_after = _generation(runner)
-    r["flowing_after_s"] = round(flowing[0] - event.t0, 2)
-    if generation_before is not None and generation_after is not None:
-        r["generations_written"] = generation_after - generation_before
-    if step.after is not None:
-        step.after(event)
-    say(f"  settled after {r['settled_after_s']:.1f}s, {r['moved']} partition(s) moved; unmoved: longest gap "
-        f"{r['unmoved_max_gap_s']:.2f}s; moved: longest gap {r['moved_max_gap_s']:.2f}s, flowing again "
-        f"{r['moved_flowing_after_s']:.2f}s after the event; {r.get('generations_written', '?')} assignment "
-        "generation(s) written")
-    return event
+def settled_and(runner: Runner, condition: Callable[[], bool]) -> Callable[[], bool]:
+    """An event's recovery: ``condition`` holds and the assignment settled."""
+    return lambda: condition() and runner.pipeline.settled(runner.topics)
 
 
-def script(runner: Runner, topic_b: str, preload: int) -> list[Disturbance]:
+def script(runner: Runner, topic_b: str) -> list[Step]:
     """The ureplicator phase's events, in order (docs/benchmarks.md says why each)."""
     pipeline, root = runner.pipeline, runner.root
     takeover: dict[str, float] = {}
 
-    def appliers() -> set[str | None]:
-        return {w for t in runner.topics for w in pipeline.owners(t).values()}
+    def has_w3(present: bool) -> Callable[[], bool]:
+        return settled_and(runner, lambda: ("w3" in {w for t in runner.topics for w in pipeline.owners(t).values()})
+                           == present)
 
-    def add_topic(event: Event) -> None:
+    def add_topic(w: Window) -> None:
         runner.mirror(topic_b)
-        event.notes["backlog_records"] = runner.loads[-1].acked
+        w.notes["backlog_records"] = runner.loads[-1].acked
 
-    def blacklist(event: Event) -> None:
+    def blacklist(w: Window) -> None:
         status, body = pipeline.api("DELETE", "/instances/w3")
         if status != 200:
             raise BenchError(f"DELETE /instances/w3 answered {status}: {body}")
 
-    def zookeeper_restart(event: Event) -> None:
+    def zookeeper_restart(w: Window) -> None:
         assert root is not None
         stack.stop_service(root, "zookeeper")
         time.sleep(2)
         stack.start_service(root, "zookeeper")
-        event.notes["zookeeper_away_s"] = round(time.time() - event.t0, 2)
+        w.notes["zookeeper_away_s"] = round(time.time() - w.t0, 2)
 
-    def kill_leader(event: Event) -> None:
-        event.notes["killed"] = runner.leader()
-        pipeline.controllers[event.notes["killed"]].kill()
+    has_leader = settled_and(runner, lambda: pipeline.leader() is not None)
+
+    def kill_leader(w: Window) -> None:
+        w.notes["killed"] = runner.leader()
+        pipeline.controllers[w.notes["killed"]].kill()
 
     def new_leader() -> bool:
         if led := pipeline.leader() is not None:
             takeover.setdefault("took_over_at", time.time())
         return led
 
-    def took_over(event: Event) -> None:
-        event.result["new_leader_after_s"] = round(takeover["took_over_at"] - event.t0, 2)
-
     return [
-        Disturbance("add topic", add_topic, after=lambda e: new_topic_timing(e, runner, topic_b, preload)),
-        Disturbance("add worker", lambda e: pipeline.start_worker("w3"), lambda: "w3" in appliers()),
-        Disturbance("blacklist worker", blacklist, lambda: "w3" not in appliers()),
-        Disturbance("whitelist worker", lambda e: pipeline.api("POST", "/instances/w3"),
-                    lambda: "w3" in appliers(), recovery=True),
-        Disturbance("SIGTERM worker", lambda e: pipeline.workers["w3"].popen.terminate(),
-                    lambda: not pipeline.workers["w3"].alive() and "w3" not in appliers(),
-                    after=lambda e: e.notes.update(exit_status=pipeline.workers["w3"].popen.returncode)),
-        Disturbance("restart worker", lambda e: pipeline.start_worker("w3"), lambda: "w3" in appliers(),
-                    recovery=True),
-        Disturbance("kill -9 worker", lambda e: pipeline.workers["w3"].kill(), lambda: "w3" not in appliers(),
-                    timeout_s=120),
+        Step("add topic", add_topic, recovered=settled_and(runner, lambda: True),
+             after=lambda w, r: new_topic_timing(r, w.t0, runner, topic_b)),
+        Step("add worker", lambda w: pipeline.start_worker("w3"), recovered=has_w3(True)),
+        Step("blacklist worker", blacklist, recovered=has_w3(False)),
+        Step("whitelist worker", lambda w: pipeline.api("POST", "/instances/w3"), recovered=has_w3(True),
+             recovery=True),
+        Step("SIGTERM worker", lambda w: pipeline.workers["w3"].popen.terminate(),
+             recovered=lambda: not pipeline.workers["w3"].alive() and has_w3(False)(),
+             after=lambda w, r: w.notes.update(exit_status=pipeline.workers["w3"].popen.returncode)),
+        Step("restart worker", lambda w: pipeline.start_worker("w3"), recovered=has_w3(True), recovery=True),
+        Step("kill -9 worker", lambda w: pipeline.workers["w3"].kill(), recovered=has_w3(False)),
         # Away for less than the session: nothing moves, nothing should pause.
-        *([Disturbance("ZooKeeper restart", zookeeper_restart, lambda: pipeline.leader() is not None)]
-          if root is not None else []),
-        Disturbance("kill -9 leader controller", kill_leader, new_leader, timeout_s=60, after=took_over),
+        *([Step("ZooKeeper restart", zookeeper_restart, recovered=has_leader)] if root is not None else []),
+        Step("kill -9 leader controller", kill_leader, recovered=settled_and(runner, new_leader), timeout_s=60,
+             after=lambda w, r: r.update(new_leader_after_s=round(takeover["took_over_at"] - w.t0, 2))),
     ]
 
 
@@ -275,8 +241,8 @@ def ureplicator_phase(runner: Runner, stamp: str, args: argparse.Namespace) -> E
         f"baseline for {args.baseline:.0f}s (logs in {runner.workdir})")
     out["baseline"] = baseline(runner, args.baseline)
     backlogged_topic(runner, topic_b, tag=2)
-    events = [run_event(runner, step, args.post) for step in script(runner, topic_b, int(args.rate * 10))]
-    finish(runner, out, events)
+    runner.execute()
+    finish(runner, out)
     return out
 
 
@@ -299,41 +265,44 @@ def coordinator_phase(services: dict[str, str], root: Path, workdir: Path, stamp
                   "hold_after_acquiring_s": args.coordinator_hold}
     folder = workdir / "coordinator"
     folder.mkdir(exist_ok=True)
-    with KafkaProxy(services["source"]) as proxy, Runner(services, root, folder, f"stc{stamp[-7:-1]}",
-                                                         Profile(args.rate, workers=("w1", "w2", "w3"))) as runner:
+    proxy = KafkaProxy(services["source"])
+
+    def hang_while_acquiring(runner: Runner) -> list[Step]:
+        def acquiring() -> bool:  # the leader wrote w1 or w2 a generation it has not applied yet
+            return any(r.get("worker") in ("w1", "w2")
+                       and (r.get("desired_generation") or 0) > (r.get("applied_generation") or 0)
+                       for r in _validation_rows(runner) or [])
+
+        def act(w: Window) -> None:
+            proxy.hang()
+            runner.pipeline.workers["w3"].kill()
+            w.notes["killed"] = "w3"
+            wait_for(acquiring, 90, "w1/w2 acquiring w3's partitions", 0.2)
+            w.notes["acquiring_after_s"] = round(time.time() - w.t0, 2)
+            time.sleep(args.coordinator_hold)  # the fault's length: the coordinator keeps hanging
+            held = proxy.stats()
+            proxy.release()
+            w.notes.update(hang_s=round(time.time() - w.t0, 2), held_requests=held["held"],
+                           held_data_requests=held["held_data_requests"], mixed_connections=held["mixed_connections"])
+            say(f"  coordinator hung {w.notes['hang_s']:.1f}s; withheld {held['held']}")
+
+        return [Step(SLOW_COORDINATOR, act, recovered=settled_and(
+            runner, lambda: "w3" not in set(runner.pipeline.owners(topic).values())))]
+
+    scenario = Scenario(Profile(args.rate, workers=("w1", "w2", "w3")), hang_while_acquiring, Moves("ureplicator"),
+                        observe_s=args.post)
+    with proxy, Runner(services, root, folder, f"stc{stamp[-7:-1]}", scenario) as runner:
         # Only the pipeline goes through the proxy; the load and the arrival probe talk to the brokers.
         runner.pipeline.services = {**services, "source": proxy.address}
         runner.start(topic)
         say(f"ureplicator, slow coordinator: 3 workers, source clients through kproxy {proxy.address}; baseline "
             f"for {args.baseline:.0f}s (logs in {folder})")
         out["baseline"] = baseline(runner, args.baseline)
-
-        def acquiring() -> bool:  # the leader wrote w1 or w2 a generation it has not applied yet
-            return any(r.get("worker") in ("w1", "w2")
-                       and (r.get("desired_generation") or 0) > (r.get("applied_generation") or 0)
-                       for r in _validation_rows(runner) or [])
-
-        def hang_while_acquiring(event: Event) -> None:
-            proxy.hang()
-            runner.pipeline.workers["w3"].kill()
-            event.notes["killed"] = "w3"
-            wait_for(acquiring, 90, "w1/w2 acquiring w3's partitions", 0.2)
-            event.notes["acquiring_after_s"] = round(time.time() - event.t0, 2)
-            time.sleep(args.coordinator_hold)  # the fault's length: the coordinator keeps hanging
-            held = proxy.stats()
-            proxy.release()
-            event.notes.update(hang_s=round(time.time() - event.t0, 2), held_requests=held["held"],
-                               held_data_requests=held["held_data_requests"],
-                               mixed_connections=held["mixed_connections"])
-            say(f"  coordinator hung {event.notes['hang_s']:.1f}s; withheld {held['held']}")
-
-        step = Disturbance(SLOW_COORDINATOR, hang_while_acquiring,
-                           lambda: "w3" not in set(runner.pipeline.owners(topic).values()), timeout_s=120)
         try:
-            event = run_event(runner, step, args.post)
+            runner.execute()
         finally:
             proxy.release()  # whatever failed, the pipeline must be able to finish
-        finish(runner, out, [event])
+        finish(runner, out)
         out["events"][0].update(worker_log_events=_log_events(folder, ("w1", "w2")),
                                 proxy_errors=proxy.stats()["errors"])
     return out
@@ -358,116 +327,103 @@ def _topic_exists(bootstrap: str, topic: str) -> bool:
     return found is not None and found.error is None and len(found.partitions) == PARTITIONS
 
 
-def _say_mm2(event: Event) -> Event:
-    r = event.result
-    say(f"  {r['all_paused']} of {r['partitions']} partition(s) paused > {PAUSED_S:.0f}s; longest gap "
-        f"{max(r['moved_max_gap_s'], r['unmoved_max_gap_s']):.2f}s; flowing again "
-        f"{r['moved_flowing_after_s']:.2f}s after the event")
-    return event
-
-
-def mm2_phase(runner: Runner, stamp: str, args: argparse.Namespace) -> Entry:
-    services, workdir = runner.services, runner.workdir
+def mm2_phase(services: dict[str, str], workdir: Path, stamp: str, args: argparse.Namespace) -> Entry:
+    """MirrorMaker 2 in dedicated mode: 1. a new topic (with a 10 s backlog) matches the regex: for MM2, creating
+    it is adding it; 2. a follower node killed -9: its tasks wait for scheduled.rebalance.max.delay.ms; 3. then the
+    group leader: the new leader does not know the lost tasks and assigns them at once (after the session)."""
     topic_a, topic_b = f"stl-{stamp}-mm2-a", f"stl-{stamp}-mm2-b"
     delay_ms = int(args.mm2_delay_s * 1000)
     out: Entry = {"system": "mirrormaker2", "topics": [topic_a, topic_b], "tasks_max": 4, "nodes": args.mm2_nodes,
                   "refresh_topics_interval_s": 5, "scheduled_rebalance_max_delay_ms": delay_ms}
-    create_topic(services["source"], topic_a, PARTITIONS)
-    runner.load(topic_a, tag=11)
-    started = time.time()
     nodes: list[Proc] = []
     urls: list[str] = []
-    for index in range(1, args.mm2_nodes + 1):  # dedicated mode
-        props = mm2.properties(f"s{stamp[-7:-1]}", services["source"], services["destination"], f"stl-{stamp}-mm2-.*")
-        urls.append(f"http://127.0.0.1:{free_port()}")
-        props.update({"tasks.max": 4, "refresh.topics.interval.seconds": 5,  # default 600: a new topic waits 10 min
-                      # KIP-710: followers forward task configs to the leader; needed for more than one node.
-                      "dedicated.mode.enable.internal.rest": "true", "listeners": urls[-1],
-                      f"{mm2.DESTINATION}.scheduled.rebalance.max.delay.ms": delay_ms})
-        folder = workdir / f"mm2-node{index}"
-        nodes.append(runner.processes.spawn(f"mm2-node{index}", mm2.launch(folder, props), cwd=folder))
-    say(f"mirrormaker2: {args.mm2_nodes} dedicated-mode nodes, tasks.max=4, {topic_a} x {PARTITIONS} at "
-        f"{args.rate:,}/s; scheduled.rebalance.max.delay.ms={delay_ms}")
 
     def alive(procs: list[Proc], which: str = "a") -> None:
         if not all(n.alive() for n in procs):
             raise BenchError(f"{which} MirrorMaker 2 node exited:\n" + "\n".join(n.tail() for n in procs))
 
-    wait_for(lambda: alive(nodes) or _topic_exists(services["destination"], topic_a), 180,
-             "MirrorMaker 2 to create the destination topic", 0.5)
-    runner.arrivals.start()
-    runner.watch(topic_a)
-    runner.wait_flowing(time.time(), 180, "MirrorMaker 2 flowing on every partition")
-    out["first_flow_s"] = round(time.time() - started, 1)
-    say(f"  flowing after {out['first_flow_s']:.0f}s; settling {args.mm2_settle:.0f}s, then baseline")
-    time.sleep(args.mm2_settle)  # every node joined: no start-up rebalance inside the baseline
-    out["baseline"] = baseline(runner, args.baseline)
-
-    # 1. a new topic (with a 10 s backlog) matches the regex: for MM2, creating it is adding it.
-    event = Event("add topic", "mirrormaker2", topics=[topic_a])
-    say(f"mirrormaker2 event: add topic [load {load_line()}]")
-
-    def add_topic() -> float:
-        event.notes["backlog_records"] = backlogged_topic(runner, topic_b, tag=12)
+    def add_topic(w: Window) -> None:
+        w.notes["backlog_records"] = backlogged_topic(runner, topic_b, tag=12)
         wait_for(lambda: _topic_exists(services["destination"], topic_b), 120,
                  "MirrorMaker 2 to create the new destination topic", 0.2)
         runner.watch(topic_b)
-        settled = runner.wait_flowing(event.t0, 180, "every partition of both topics flowing")
+        w.settled = runner.wait_flowing(w.t0, 180, "every partition of both topics flowing")
         runner.wait_flowing(time.time(), 60, "flowing")
-        return settled
 
-    events = [observe(runner, event, add_topic, max(args.post, 5.0))]
-    new_topic_timing(event, runner, topic_b, int(args.rate * 10))
-    _say_mm2(event)
-    # 2. a follower node killed -9: its tasks wait for scheduled.rebalance.max.delay.ms; 3. then the group
-    # leader: the new leader does not know the lost tasks and assigns them at once (after the session timeout).
-    for wanted in ("follower", "group leader"):
-        live = [i for i, n in enumerate(nodes) if n.alive()]
-        if len(live) < 2:
-            break
-        views = {i: _connect_view(workdir / f"mm2-node{i + 1}" / "mm2.log") for i in live}
-        leader_url = next((u for u in (views[i][0] for i in live) if u in urls and urls.index(u) in live), None)
-        leader = urls.index(leader_url) if leader_url is not None else None
-        if wanted == "follower":
-            candidates = [i for i in live if i != leader and views[i][1]] or [i for i in live if i != leader]
-        else:
-            candidates = [leader] if leader in live else []
-        if not candidates:
-            say(f"  no live {wanted} node to kill; skipped")
-            continue
-        victim, tasks = candidates[0], views[candidates[0]][1]
-        event = Event(f"kill -9 worker ({wanted} node)", "mirrormaker2", topics=list(runner.topics),
-                      notes={"victim_role": wanted, "victim_tasks": tasks, "leader_url": leader_url})
-        say(f"mirrormaker2 event: kill -9 node {victim + 1} (the Connect group's {wanted}, tasks "
-            f"{', '.join(tasks) or 'none'}) [load {load_line()}]")
-        events.append(_say_mm2(observe(runner, event, lambda v=victim, e=event: _kill_mm2_node(runner, nodes, v, e,
-                                                                                              args, alive), args.post)))
-    finish(runner, out, events, by="key", done=lambda: runner.destination_complete() and time.time() - max(
-        runner.arrivals.last_arrival(tp) for tp in runner.tps()) > 3)  # every record there, nothing new for 3 s
+    def kill(w: Window, victim: int) -> None:
+        """Kill one node -9; until every partition flows again (or the delay + 2 min ran out)."""
+        nodes[victim].kill()
+        survivors, limit = [n for n in nodes if n.alive()], args.mm2_delay_s + 120
+        time.sleep(5)
+        last_say = time.monotonic()
+        deadline = last_say + limit
+        while not runner.flowing_since(time.time() - 1.0):
+            if time.monotonic() > deadline:
+                say(f"  not every partition flows again after {limit:.0f}s; ending the window")
+                w.notes["gave_up_after_s"] = limit
+                break
+            alive(survivors, "a surviving")
+            if time.monotonic() - last_say >= 15:
+                last_say, now = time.monotonic(), time.time()
+                stalled = sum(1 for tp in runner.tps() if runner.arrivals.last_arrival(tp) < now - PAUSED_S)
+                say(f"  {now - w.t0:.0f}s after the kill: {stalled} partition(s) without arrivals")
+            time.sleep(0.5)
+        w.settled = time.time()
+
+    def script(_: Runner) -> Iterator[Step]:
+        yield Step("add topic", add_topic, flowing=False, observe_s=max(args.post, 5.0),
+                   after=lambda w, r: new_topic_timing(r, w.t0, runner, topic_b))
+        for wanted in ("follower", "group leader"):
+            live = [i for i, n in enumerate(nodes) if n.alive()]
+            if len(live) < 2:
+                break
+            views = {i: _connect_view(workdir / f"mm2-node{i + 1}" / "mm2.log") for i in live}
+            leader_url = next((u for u in (views[i][0] for i in live) if u in urls and urls.index(u) in live), None)
+            leader = urls.index(leader_url) if leader_url is not None else None
+            if wanted == "follower":
+                candidates = [i for i in live if i != leader and views[i][1]] or [i for i in live if i != leader]
+            else:
+                candidates = [leader] if leader in live else []
+            if not candidates:
+                say(f"  no live {wanted} node to kill; skipped")
+                continue
+            victim, tasks = candidates[0], views[candidates[0]][1]
+            say(f"mirrormaker2: kill -9 node {victim + 1} (the Connect group's {wanted}, tasks "
+                f"{', '.join(tasks) or 'none'})")
+            notes = {"victim_role": wanted, "victim_tasks": tasks, "leader_url": leader_url}
+            yield Step(f"kill -9 worker ({wanted} node)", lambda w, v=victim, n=notes: w.notes.update(n) or kill(w, v),
+                       flowing=False)
+
+    scenario = Scenario(Profile(args.rate), script, Moves("mirrormaker2"), observe_s=args.post)
+    with Runner(services, None, workdir, "mm2", scenario, ident="key", stop_timeout_s=20) as runner:
+        create_topic(services["source"], topic_a, PARTITIONS)
+        runner.load(topic_a, tag=11)
+        started = time.time()
+        for index in range(1, args.mm2_nodes + 1):
+            props = mm2.properties(f"s{stamp[-7:-1]}", services["source"], services["destination"],
+                                   f"stl-{stamp}-mm2-.*")
+            urls.append(f"http://127.0.0.1:{free_port()}")
+            props.update({"tasks.max": 4, "refresh.topics.interval.seconds": 5,  # default 600: a new topic waits 10 min
+                          # KIP-710: followers forward task configs to the leader; needed for more than one node.
+                          "dedicated.mode.enable.internal.rest": "true", "listeners": urls[-1],
+                          f"{mm2.DESTINATION}.scheduled.rebalance.max.delay.ms": delay_ms})
+            folder = workdir / f"mm2-node{index}"
+            nodes.append(runner.processes.spawn(f"mm2-node{index}", mm2.launch(folder, props), cwd=folder))
+        say(f"mirrormaker2: {args.mm2_nodes} dedicated-mode nodes, tasks.max=4, {topic_a} x {PARTITIONS} at "
+            f"{args.rate:,}/s; scheduled.rebalance.max.delay.ms={delay_ms}")
+        wait_for(lambda: alive(nodes) or _topic_exists(services["destination"], topic_a), 180,
+                 "MirrorMaker 2 to create the destination topic", 0.5)
+        runner.arrivals.start()
+        runner.watch(topic_a)
+        runner.wait_flowing(time.time(), 180, "MirrorMaker 2 flowing on every partition")
+        out["first_flow_s"] = round(time.time() - started, 1)
+        say(f"  flowing after {out['first_flow_s']:.0f}s; settling {args.mm2_settle:.0f}s, then baseline")
+        time.sleep(args.mm2_settle)  # every node joined: no start-up rebalance inside the baseline
+        out["baseline"] = baseline(runner, args.baseline)
+        runner.execute()
+        finish(runner, out, by="key", done=lambda: runner.destination_complete() and time.time() - max(
+            runner.arrivals.last_arrival(tp) for tp in runner.tps()) > 3)  # every record there, nothing new for 3 s
     return out
-
-
-def _kill_mm2_node(runner: Runner, nodes: list[Proc], victim: int, event: Event, args: argparse.Namespace,
-                   alive: Callable[..., None]) -> float:
-    """Kill one MM2 node -9; until every partition flows again (or the delay + 2 min ran out)."""
-    nodes[victim].kill()
-    survivors = [n for n in nodes if n.alive()]
-    limit = args.mm2_delay_s + 120
-    time.sleep(5)
-    last_say = time.monotonic()
-    deadline = last_say + limit
-    while not runner.flowing_since(time.time() - 1.0):
-        if time.monotonic() > deadline:
-            say(f"  not every partition flows again after {limit:.0f}s; ending the window")
-            event.notes["gave_up_after_s"] = limit
-            break
-        alive(survivors, "a surviving")
-        if time.monotonic() - last_say >= 15:
-            last_say, now = time.monotonic(), time.time()
-            stalled = sum(1 for tp in runner.tps() if runner.arrivals.last_arrival(tp) < now - PAUSED_S)
-            say(f"  {now - event.t0:.0f}s after the kill: {stalled} partition(s) without arrivals")
-        time.sleep(0.5)
-    return time.time()
 
 
 # ----------------------------------------------------------------------------- report
@@ -692,7 +648,9 @@ def run(args: argparse.Namespace) -> Entry:
     wall = time.monotonic()
     say(f"stalls benchmark ({entry['mode']}) at {args.rate:,} records/s; load {load_line()}")
     with stage("stalls", args.broker_heap, stamp) as (services, root, workdir):
-        with Runner(services, root, workdir, f"stl{stamp[-7:-1]}", Profile(args.rate)) as runner:
+        scenario = Scenario(Profile(args.rate), lambda runner: script(runner, f"stl-{stamp}-b"), Moves("ureplicator"),
+                            observe_s=args.post)
+        with Runner(services, root, workdir, f"stl{stamp[-7:-1]}", scenario) as runner:
             entry["phases"]["ureplicator"] = ureplicator_phase(runner, stamp, args)
         if not args.no_coordinator:
             entry["phases"]["ureplicator-coordinator"] = coordinator_phase(services, root, workdir, stamp, args)
@@ -705,8 +663,7 @@ def run(args: argparse.Namespace) -> Entry:
                 entry["mm2_skipped"] = f"MirrorMaker 2 jars missing: {exc}"
                 say(entry["mm2_skipped"])
         if "mm2_skipped" not in entry:
-            with Runner(services, None, workdir, "mm2", Profile(args.rate), ident="key", stop_timeout_s=20) as runner:
-                entry["phases"]["mirrormaker2"] = mm2_phase(runner, stamp, args)
+            entry["phases"]["mirrormaker2"] = mm2_phase(services, workdir, stamp, args)
     entry["elapsed_s"] = round(time.monotonic() - wall, 1)
     entry["load_at_end"] = load_average()
     return entry
