@@ -1,4 +1,4 @@
-"""The one runner of the fault benchmarks (stalls, drill, soak, failover): a scenario is data, this executes it.
+"""The one runner of the fault benchmarks (stalls, drill, soak): a scenario is data, this executes it.
 
 A :class:`Scenario` is a load profile (:class:`Profile`), a fault script (:class:`Step` after step, an ordered
 list or drawn at random) and its measures (:class:`Measure`); :meth:`Runner.run` starts the pipeline and the load,
