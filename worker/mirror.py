@@ -203,6 +203,11 @@ class MirrorWorker:
         return self.loop.produced
 
     @property
+    def lease_window_s(self) -> float:
+        """How long the worker copies without an answer from ZooKeeper: :func:`lease_s` of the granted session."""
+        return self._lease_s
+
+    @property
     def producer(self) -> Any:
         """The destination producer in use now (:class:`Destination` replaces it)."""
         return self.destination.producer

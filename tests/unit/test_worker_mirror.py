@@ -318,7 +318,7 @@ def test_the_lease_follows_the_session_the_server_granted(rig):
     rig.zk.connection(KazooState.CONNECTED)
     rig.zk.answering = False
     # Then a lease 3.5 s old is stale (4 s minus 1 s of margin), though 600 s would allow 540 s
-    assert lease_s(4.0) == 3.0
+    assert rig.worker.lease_window_s == lease_s(4.0) == 3.0
     rig.worker._lease_at -= 3.5
     rig.consumer.append(("t", 0), *values(5, 0, start=10))
     rig.turns(2)
