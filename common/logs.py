@@ -115,3 +115,14 @@ def get(name: str, **context: Any) -> structlog.stdlib.BoundLogger:
 def librdkafka_logger(client: str) -> logging.Logger:
     """The stdlib logger confluent-kafka should log librdkafka events through."""
     return logging.getLogger(f"librdkafka.{client}")
+
+
+def error_text(error: BaseException | None) -> str:
+    """An exception for a log's ``error`` field: its class, and its message when it has one.
+
+    ``str()`` alone is empty for many of kazoo's (``ConnectionLoss``, ``SessionExpiredError``).
+    """
+    if error is None:
+        return "unknown"
+    text = str(error)
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__

@@ -32,6 +32,7 @@ from ureplicator.failover.groups import GroupNotFound, GroupOffsets
 from ureplicator.failover.sync import GroupSync, GroupSyncMetrics
 
 _MAX_GROUP = 255
+_SYNC_BODY = 'the body is optional; when sent it is {"force": true|false}'
 
 
 def make_blueprint(groups_for: Callable[[Any], GroupOffsets]) -> Blueprint:
@@ -62,12 +63,12 @@ def make_blueprint(groups_for: Callable[[Any], GroupOffsets]) -> Blueprint:
     def sync(group: str) -> Any:
         raw = request.get_data(cache=True)
         body = request.get_json(silent=True, force=True) if raw.strip() else {}
+        if not isinstance(body, dict):
+            raise ApiError(400, _SYNC_BODY)
         try:
-            if not isinstance(body, dict):
-                raise BodyError("not an object")
             options = parse(GroupSyncRequest, body)
         except BodyError:
-            raise ApiError(400, 'the body is optional; when sent it is {"force": true|false}') from None
+            raise ApiError(400, _SYNC_BODY) from None
         try:
             outcome = route_groups().sync(checked(group), force=options.force)
         except GroupNotFound as exc:

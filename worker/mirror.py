@@ -250,12 +250,16 @@ class MirrorWorker:
         else:
             self._connected = True
             self._fenced = self._session_lost  # CONNECTED: resume unless the session is new
-            # The session the server granted (it clamps the one asked for): the lease must end before it does
-            granted = getattr(self.zk, "granted_session_s", None)
-            if granted:
-                self._lease_s = lease_s(granted)
+            self._follow_granted_session()
             self._lease_asked = float("-inf")  # renew now: a lease that ran out meanwhile lifts one answer later
         self._wake.set()
+
+    def _follow_granted_session(self) -> float | None:
+        """The lease of the session the server granted (it clamps the one asked for); that session, if known."""
+        granted = getattr(self.zk, "granted_session_s", None)
+        if granted:
+            self._lease_s = lease_s(granted)
+        return granted
 
     def _on_assignment(self, data: bytes | None, stat: object) -> bool:
         assignment: Assignment | None = None
@@ -308,9 +312,7 @@ class MirrorWorker:
         self.zk.DataWatch(self.paths.assignment(self.worker_id), self._on_assignment)
         self.zk.DataWatch(self.paths.rate_limit, self._on_rate_limit)
         self._lease_at = self._clock()
-        granted = getattr(self.zk, "granted_session_s", None)
-        if granted:
-            self._lease_s = lease_s(granted)
+        granted = self._follow_granted_session()
         self.status.session = self.zk.client_id[0] if self.zk.client_id else None
         self.registered.set()
         self.log.info("worker_registered", session_s=granted, lease_s=round(self._lease_s, 2))

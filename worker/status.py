@@ -11,6 +11,7 @@ from typing import Any
 from confluent_kafka import KafkaException, TopicPartition
 from kazoo.exceptions import KazooException, NoNodeError
 
+from ureplicator.common import logs
 from ureplicator.common.zkschema import PartitionStatus, WorkerStatus
 from ureplicator.worker.acks import TP, AckLedger
 from ureplicator.worker.metrics import WorkerMetrics
@@ -97,7 +98,7 @@ class StatusReporter:
         try:
             self._zk.set_async(self._path, data).rawlink(partial(self._published, data))
         except KazooException as exc:
-            self._log.warning("status_write_failed", error=_describe(exc))
+            self._log.warning("status_write_failed", error=logs.error_text(exc))
 
     def _current_session(self) -> int | None:
         client_id = self._zk.client_id
@@ -124,14 +125,6 @@ class StatusReporter:
             try:
                 self._zk.create_async(self._path, data, ephemeral=True)
             except KazooException as exc:
-                self._log.warning("status_write_failed", error=_describe(exc))
+                self._log.warning("status_write_failed", error=logs.error_text(exc))
         else:
-            self._log.warning("status_write_failed", error=_describe(error))
-
-
-def _describe(error: BaseException | None) -> str:
-    """The exception's class and message: kazoo's ConnectionLoss and SessionExpired have an empty one."""
-    if error is None:
-        return "unknown"
-    text = str(error)
-    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+            self._log.warning("status_write_failed", error=logs.error_text(error))
