@@ -176,7 +176,7 @@ def read_topic(client: KazooClient, paths: Paths, name: str) -> TopicRecord | No
     try:
         return TopicRecord.decode(data)
     except SchemaError as exc:
-        log.warning("topic_record_unreadable", topic=name, error=str(exc))
+        log.warning("topic_record_unreadable", topic=name, error=logs.error_text(exc))
         return None
 
 
@@ -260,7 +260,7 @@ def _read_children(client: KazooClient, parent: str, decode: Callable[[bytes], T
         except NoNodeError:
             continue  # the worker went away between the listing and the read
         except SchemaError as exc:
-            log.warning(event, worker=worker, error=str(exc))
+            log.warning(event, worker=worker, error=logs.error_text(exc))
     return documents
 
 

@@ -29,7 +29,7 @@ from typing import Any
 from confluent_kafka import KafkaException
 from kazoo.exceptions import KazooException, NodeExistsError
 
-from ureplicator.common import kafka
+from ureplicator.common import kafka, logs
 from ureplicator.common.config import Config
 
 MODE_NODE = "mode"
@@ -51,7 +51,7 @@ def record_mode(client: Any, root: str, exactly_once: bool, log: Any) -> None:
                 log.warning("delivery_mode_changed", exactly_once=exactly_once,
                             consequence="workers started with the other mode refuse to start")
     except KazooException as exc:
-        log.warning("delivery_mode_not_recorded", error=str(exc))
+        log.warning("delivery_mode_not_recorded", error=logs.error_text(exc))
 
 
 class Fencer:
@@ -104,7 +104,8 @@ class Fencer:
                                   "fenced_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
         except (KafkaException, KazooException) as exc:
             self._log.warning("transactional_id_fence_failed", worker=worker, transactional_id=txn_id,
-                              error=str(exc), consequence="its partitions stay withheld; retried next round")
+                              error=logs.error_text(exc),
+                              consequence="its partitions stay withheld; retried next round")
             with self._lock:
                 self._running.discard(worker)
             self._sleep(1.0)  # the next round retries; never a tight loop against a cluster that is down

@@ -126,7 +126,7 @@ class Heartbeat:
         try:
             self._follow(self._routes_of())
         except Exception as exc:  # noqa: BLE001 - keep the routes known so far
-            self._log.warning("heartbeat_routes_unreadable", error=str(exc))
+            self._log.warning("heartbeat_routes_unreadable", error=logs.error_text(exc))
         leading = self._leadership.state.is_leader
         for route_id, state in list(self._routes.items()):
             try:
@@ -134,7 +134,7 @@ class Heartbeat:
                     self._write(state)
                 self._read(state)
             except (KafkaException, UReplicatorError) as exc:
-                self._log.warning("heartbeat_failed", route=route_id, error=str(exc))
+                self._log.warning("heartbeat_failed", route=route_id, error=logs.error_text(exc))
             except Exception:  # noqa: BLE001 - the heartbeat must never take the controller down
                 self._log.exception("heartbeat_error", route=route_id)
 
@@ -149,7 +149,7 @@ class Heartbeat:
             try:
                 view = route_view(self._config, route=route)
             except ConfigError as exc:  # a route added through the API over a cluster this file lacks
-                self._log.warning("heartbeat_route_skipped", route=route_id, error=str(exc))
+                self._log.warning("heartbeat_route_skipped", route=route_id, error=logs.error_text(exc))
                 continue
             self._routes[route_id] = _Route(view, topic_of(self._config, route_id), route.definition())
             self.metrics.track(route_id, lambda rid=route_id: self.age(rid))

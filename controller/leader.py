@@ -91,7 +91,7 @@ def stand_for_election(election: Any, lead: Callable[[], None], log: Any, errors
     try:
         election.run(lead)
     except KazooException as exc:
-        log.warning("election_failed", error=str(exc))
+        log.warning("election_failed", error=logs.error_text(exc))
     except Exception as exc:  # noqa: BLE001 - survive anything, say what it was
         errors.inc()
         log.exception("election_error", error=repr(exc))
@@ -241,17 +241,17 @@ class Leadership:
                         self._reconcile(fence)
                     except zk.Fenced as exc:
                         # Our election node is gone: someone else may lead now.
-                        self._log.warning("leadership_fenced", error=str(exc))
+                        self._log.warning("leadership_fenced", error=logs.error_text(exc))
                         self.fenced = True
                         return
                     except zk.TransactionFailed as exc:
                         # A worker came or went between our read and our write: plan again.
-                        self._log.info("assignment_write_raced", error=str(exc))
+                        self._log.info("assignment_write_raced", error=logs.error_text(exc))
                         if self._view is not None:
                             self._view.forget_written()
                         self._wake.set()
                     except KazooException as exc:
-                        self._log.warning("reconcile_failed", error=str(exc))
+                        self._log.warning("reconcile_failed", error=logs.error_text(exc))
                 self._wake.wait(self._config.controller.reconcile_interval_s)
                 self._wake.clear()
         finally:
@@ -276,7 +276,7 @@ class Leadership:
             try:
                 changes = topics.sync(self._config, self._client, *self._admins)  # type: ignore[misc]
             except (UReplicatorError, KazooException) as exc:
-                self._log.warning("topic_sync_failed", error=str(exc))
+                self._log.warning("topic_sync_failed", error=logs.error_text(exc))
                 continue
             except Exception as exc:  # noqa: BLE001 - a bug here must not end syncing
                 self._log.exception("topic_sync_error", error=repr(exc))

@@ -81,10 +81,10 @@ class PoolKeeper:
                 if self._rounds is not None:
                     self._rounds.inc()
             except zk.Fenced as exc:
-                self._log.warning("pool_fenced", error=str(exc))
+                self._log.warning("pool_fenced", error=logs.error_text(exc))
                 return
             except (KazooException, zk.TransactionFailed) as exc:
-                self._log.warning("pool_round_failed", error=str(exc))
+                self._log.warning("pool_round_failed", error=logs.error_text(exc))
             # Without a pool only a member joining (the watch) wakes this thread: no reads at all.
             self._wake.wait(self._config.controller.reconcile_interval_s if self._active else None)
             self._wake.clear()
@@ -154,7 +154,7 @@ class PoolKeeper:
             except NoNodeError:
                 continue
             except SchemaError as exc:
-                self._log.warning("pool_binding_unreadable", worker=worker, error=str(exc))
+                self._log.warning("pool_binding_unreadable", worker=worker, error=logs.error_text(exc))
                 found[worker] = None
         return found
 

@@ -224,7 +224,7 @@ class RouteSet:
                 try:
                     self._follow_registry(fence)
                 except KazooException as exc:
-                    self._log.warning("route_registry_unreadable", error=str(exc))
+                    self._log.warning("route_registry_unreadable", error=logs.error_text(exc))
                 with self._lock:
                     if any(t.leader.fenced for t in self._terms.values()):
                         self._log.warning("leadership_fenced")

@@ -153,7 +153,7 @@ class RouteView:
                 except NoNodeError:
                     current.pop(worker, None)
                 except SchemaError as exc:
-                    log.warning("assignment_unreadable", worker=worker, error=str(exc))
+                    log.warning("assignment_unreadable", worker=worker, error=logs.error_text(exc))
                     current.pop(worker, None)
                 self._registrations[worker] = czxid
         with self._lock:
@@ -192,7 +192,7 @@ class RouteView:
             try:
                 document = decode(data)
             except SchemaError as exc:
-                log.warning(event, node=name, error=str(exc))
+                log.warning(event, node=name, error=logs.error_text(exc))
                 continue
             self._decoded[path] = (stat.mzxid, document)
             documents[name] = document

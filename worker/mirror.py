@@ -267,7 +267,7 @@ class MirrorWorker:
             try:
                 assignment = Assignment.decode(data)
             except SchemaError as exc:
-                self.log.error("assignment_unreadable", error=str(exc))
+                self.log.error("assignment_unreadable", error=logs.error_text(exc))
                 return not self._stop.is_set()
         with self._desired_lock:
             self._desired = assignment or Assignment(self.handoff.generation, frozenset())
@@ -360,7 +360,7 @@ class MirrorWorker:
             try:
                 limit = RateLimit.decode(data)
             except SchemaError as exc:
-                self.log.error("rate_limit_unreadable", error=str(exc))
+                self.log.error("rate_limit_unreadable", error=logs.error_text(exc))
         # Plain attribute writes: the loop reads them on its next turn.
         self.limiter.update(limit.records_per_s, limit.bytes_per_s)
         self.log.info("rate_limit_applied", records_per_s=limit.records_per_s, bytes_per_s=limit.bytes_per_s)
@@ -547,7 +547,7 @@ class MirrorWorker:
             self.register()
         except KazooException as exc:
             self._session_lost = True
-            self.log.warning("reregister_failed", error=str(exc))
+            self.log.warning("reregister_failed", error=logs.error_text(exc))
 
     def _deregister(self) -> None:
         """Delete the status and the registration in one write, as register() created them.
