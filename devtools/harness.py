@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 from devtools import jvm, stack
@@ -228,12 +228,25 @@ class Offsets:
             return None
         return [max(found[p], 0) for p in range(partitions)]
 
-def committed(bootstrap: Cluster, group: str, topic: str, partitions: int) -> dict[int, int]:
-    """The offsets ``group`` committed per partition (negative: none)."""
+# A group coordinator that is moving or still loading its offsets (a broker just started): ask again.
+_COORDINATOR_BUSY = frozenset({KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+                               KafkaError.COORDINATOR_NOT_AVAILABLE})
+
+
+def committed(bootstrap: Cluster, group: str, topic: str, partitions: int,
+              settle_s: float = 30.0) -> dict[int, int]:
+    """The offsets ``group`` committed per partition (negative: none); a busy coordinator is asked again."""
+    deadline = time.monotonic() + settle_s
     consumer = Consumer(client_config(bootstrap, **{"group.id": group, "enable.auto.commit": False}))
     try:
-        tps = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=10)
-        return {tp.partition: tp.offset for tp in tps}
+        while True:
+            try:
+                tps = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=10)
+                return {tp.partition: tp.offset for tp in tps}
+            except KafkaException as exc:
+                if exc.args[0].code() not in _COORDINATOR_BUSY or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
     finally:
         consumer.close()
 
