@@ -51,7 +51,7 @@ STARVED_PERCENT = 10.0  # loop thread waiting for a CPU this share of the window
 LOW_LATENCY: dict[str, Any] = {
     "worker.fetch_wait_ms": 5,
     "worker.batch_size": 1000,
-    "destination.properties.linger.ms": 1,
+    "destination.properties.linger.ms": 0,
     "source.properties.fetch.wait.max.ms": 10,
 }
 # MirrorMaker 2's best low-latency settings; "{source}" is the run's source alias.
