@@ -108,19 +108,3 @@ def test_an_error_that_comes_before_its_slice_ends_is_the_answer(clock):
         kafka.read_metadata(admin, CLUSTER, 30.0, "t")
     assert admin.waits == [0.5]
 
-
-def test_clients_default_to_a_1_ms_linger_and_no_nagle_and_the_user_value_wins(monkeypatch):
-    """The latency defaults (docs/configuration.md, Low-latency settings): like Java's clients, ours never
-    wait behind Nagle's algorithm, and the producer lingers 1 ms; a user's property still wins."""
-    made: list[dict] = []
-    monkeypatch.setattr(kafka, "Producer", lambda config: made.append(config))
-    monkeypatch.setattr(kafka, "Consumer", lambda config: made.append(config))
-    kafka.producer(CLUSTER, "p1")
-    kafka.consumer(CLUSTER, "g1", "c1")
-    tuned = ClusterConfig(alias="dst", bootstrap_servers="d:9093",
-                          properties={"linger.ms": "5", "socket.nagle.disable": "false"})
-    kafka.producer(tuned, "p2")
-    producer, consumer, user = made
-    assert (producer["linger.ms"], producer["socket.nagle.disable"]) == (1, True)
-    assert consumer["socket.nagle.disable"] is True
-    assert (user["linger.ms"], user["socket.nagle.disable"]) == ("5", "false")
