@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import json
-import platform
 import statistics
 import time
 from datetime import datetime, timezone
@@ -17,30 +16,31 @@ from bench.render import by_name, table
 from ureplicator.common.zkschema import Assignment
 from ureplicator.controller.assignment import assign, moves
 
+REPEAT = 3
 
-def _timed(repeat: int, current: dict, workers: list[str], tps: list) -> tuple[float, dict]:
+
+def _timed(current: dict, workers: list[str], tps: list) -> tuple[float, dict]:
+    """The median seconds of ``REPEAT`` runs of ``assign``, and its result."""
     times, result = [], {}
-    for _ in range(repeat):
+    for _ in range(REPEAT):
         start = time.perf_counter()
         result = assign(current, workers, tps)
         times.append(time.perf_counter() - start)
     return statistics.median(times), result
 
 
-def run(sizes: list[tuple[int, int]], repeat: int) -> list[dict]:
+def run(sizes: list[tuple[int, int]]) -> list[dict]:
     rows = []
     for partitions, workers in sizes:
         tps, topic = [], 0
         while len(tps) < partitions:  # realistic shape: topics of 8-64 partitions
             tps.extend((f"topic-{topic}", p) for p in range(8 * (1 + topic % 8)))
             topic += 1
-        tps = tps[:partitions]
-        names = [f"worker-{i:04d}" for i in range(workers)]
-        fresh_s, fresh = _timed(repeat, {}, names, tps)
-        join_s, joined = _timed(repeat, fresh, [*names, "worker-new"], tps)
-        leave_s, left = _timed(repeat, fresh, names[1:], tps)
-        for event, seconds, before, after in (("fresh", fresh_s, {}, fresh), ("join", join_s, fresh, joined),
-                                              ("leave", leave_s, fresh, left)):
+        tps, names = tps[:partitions], [f"worker-{i:04d}" for i in range(workers)]
+        fresh_s, fresh = _timed({}, names, tps)
+        events = {"fresh": ({}, (fresh_s, fresh)), "join": (fresh, _timed(fresh, [*names, "worker-new"], tps)),
+                  "leave": (fresh, _timed(fresh, names[1:], tps))}
+        for event, (before, (seconds, after)) in events.items():
             changed = [w for w in after if after[w] != before.get(w, frozenset())]  # the nodes the leader rewrites
             size = sum(len(Assignment(1, after[w]).encode()) for w in changed)
             rows.append({"partitions": partitions, "workers": workers, "event": event, "seconds": round(seconds, 4),
@@ -58,8 +58,8 @@ def render(entry: dict) -> str:
     return "\n".join([
         "## Controller scale",
         "",
-        f"`python -m bench.controller_scale` on {entry['machine']}, {entry['date']}. Median of 3 runs of the pure "
-        "assignment function; the columns are explained under Methods.",
+        f"`python -m bench.controller_scale` on {entry['machine']}, {entry['date']}. Median of {REPEAT} runs of the "
+        "pure assignment function; the columns are explained under Methods.",
         "",
         *table(["partitions", "workers", "event", "time", "nodes written", "bytes written", "moved"], rows, "rrlrrrr"),
     ])
@@ -70,12 +70,11 @@ def main(argv: list[str] | None = None) -> int:
     cli.add_argument("--quick", action="store_true", help="only 1k and 10k partitions")
     args = cli.parse_args(argv)
     counts = [1_000, 10_000] if args.quick else [1_000, 10_000, 100_000]
-    rows = run([(p, w) for p in counts for w in (10, 100, 1_000)], repeat=3)
-    now = datetime.now(timezone.utc)
-    m = machine_info()
-    entry = {"machine": f"{m['cpu_model']}, {m['cores']} cores, Python {platform.python_version()}",
+    rows = run([(p, w) for p in counts for w in (10, 100, 1_000)])
+    now, m = datetime.now(timezone.utc), machine_info()
+    entry = {"machine": f"{m['cpu_model']}, {m['cores']} cores, Python {m['python']}",
              "date": now.date().isoformat(), "rows": rows}
-    if not args.no_write:
+    if not args.no_write:  # one file per run, named by its time (the section renders the newest)
         RESULTS_DIR.mkdir(parents=True, exist_ok=True)
         path = RESULTS_DIR / f"controller-scale-{now.strftime('%Y%m%dT%H%M%SZ')}.json"
         path.write_text(json.dumps(entry, indent=1))
