@@ -52,9 +52,6 @@ def _closed(client: KazooClient) -> None:
     client.close()
 
 
-# ----------------------------------------------------------------------------- the leader (child process)
-
-
 class CountingClient(KazooClient):
     """A KazooClient that counts the read requests it sends."""
 
@@ -121,9 +118,6 @@ class Leader:
         return sample, self.stats(), time.monotonic()
 
 
-# ----------------------------------------------------------------------------- simulated workers
-
-
 class SimWorker:
     """One worker of one route, as its ZooKeeper nodes show it; applying is instantaneous."""
 
@@ -181,17 +175,12 @@ def route_settled(client: KazooClient, paths: Paths, workers: list[SimWorker], p
     return total == partitions
 
 
-# ----------------------------------------------------------------------------- the run
-
-
 def _zookeeper(args: argparse.Namespace) -> str:
-    if args.zookeeper:
-        return args.zookeeper
     from devtools import stack
 
     directory = args.stack or stack.default_dir()
     try:
-        return json.loads((Path(directory) / "stack.json").read_text())["zookeeper"]
+        return args.zookeeper or json.loads((Path(directory) / "stack.json").read_text())["zookeeper"]
     except (OSError, KeyError, ValueError) as exc:
         raise BenchError(f"no running stack in {directory} (start one with `ureplicator stack up`, or pass "
                          f"--zookeeper): {exc}") from None
