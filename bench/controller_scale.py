@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 
 from bench.common import DOC, RESULTS_DIR, machine_info, replace_section
 from bench.recording import parser
-from bench.render import by_name, table
+from bench.render import by_name, section, table
 from ureplicator.common.zkschema import Assignment
 from ureplicator.controller.assignment import assign, moves
 
@@ -55,14 +55,11 @@ def render(entry: dict) -> str:
     rows = [[f"{r['partitions']:,}", f"{r['workers']:,}", r["event"], f"{r['seconds'] * 1000:.1f} ms",
              f"{r['nodes_written']:,}", f"{r['bytes_written'] / 1024:,.1f} KiB", f"{r['moved']:,}"]
             for r in entry["rows"]]
-    return "\n".join([
-        "## Controller scale",
-        "",
-        f"`python -m bench.controller_scale` on {entry['machine']}, {entry['date']}. Median of {REPEAT} runs of the "
-        "pure assignment function; the columns are explained under Methods.",
-        "",
-        *table(["partitions", "workers", "event", "time", "nodes written", "bytes written", "moved"], rows, "rrlrrrr"),
-    ])
+    return section("## Controller scale",
+                   f"`python -m bench.controller_scale` on {entry['machine']}, {entry['date']}. Median of {REPEAT} "
+                   "runs of the pure assignment function; the columns are explained under Methods.",
+                   table(["partitions", "workers", "event", "time", "nodes written", "bytes written", "moved"], rows,
+                         "rrlrrrr"))
 
 
 def main(argv: list[str] | None = None) -> int:

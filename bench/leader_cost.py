@@ -24,7 +24,7 @@ from kazoo.client import KazooClient
 from bench import common
 from bench.harness import BenchError
 from bench.recording import parser, rendered, run_and_record
-from bench.render import table
+from bench.render import section, table
 from devtools.harness import Processes, wait_for
 from ureplicator.common import config as config_module
 from ureplicator.common.zkschema import Assignment, PartitionStatus, Paths, TopicRecord, WorkerInfo, WorkerStatus
@@ -315,20 +315,16 @@ def render(entry: dict[str, Any]) -> str:
              f"{r['leader_cpu_share'] * 100:.1f} %", f"{r['reads_per_refresh']:.2f}",
              f"{r['reads_per_round_inside']:.1f}", r["rounds"], f"{r['leader_rss_bytes'] / 2**20:.0f} MiB"]
             for r in entry["results"]]
-    return "\n".join([
+    command = ("`python -m bench.leader_cost --quick` (**quick mode**: small, for a smoke test; the full run is 20 "
+               "routes, 200 workers, 50,000 partitions)") if quick else "`python -m bench.leader_cost`"
+    return section(
         "## The leader's cost (many routes, status refreshes)",
-        "",
-        f"`python -m bench.leader_cost{' --quick' if quick else ''}`"
-        + (" (**quick mode**: small, for a smoke test; the full run is 20 routes, 200 workers, 50,000 partitions)"
-           if quick else "")
-        + f" on {m['cpu_model']}, {m['cores']} cores, {entry['date']}. Each simulated worker rewrites its status every "
-        f"{entry['refresh_s']:.0f} s; steady-state window {entry['window_s']:.0f} s; load average before "
+        f"{command} on {m['cpu_model']}, {m['cores']} cores, {entry['date']}. Each simulated worker rewrites its "
+        f"status every {entry['refresh_s']:.0f} s; steady-state window {entry['window_s']:.0f} s; load average before "
         f"{entry['load_before'][0]:.2f}. The columns are explained under Methods.",
-        "",
-        *table(["leader", "routes", "workers", "partitions", "first settle", "join settled", "slowest join round",
-                "leader CPU (steady)", "reads / status refresh", "reads inside a round", "rounds", "RSS"], rows,
-               "lrrrrrrrrrrr"),
-    ])
+        table(["leader", "routes", "workers", "partitions", "first settle", "join settled", "slowest join round",
+               "leader CPU (steady)", "reads / status refresh", "reads inside a round", "rounds", "RSS"], rows,
+              "lrrrrrrrrrrr"))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -26,7 +26,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from bench import render as bench_render
 from bench.common import REPO, RESULTS_DIR, load_average, machine_info, proc_sample
 from bench.recording import parser, run_and_record
-from bench.render import table
+from bench.render import section, table
 from devtools import jvm
 from devtools.harness import create_topic, end_offsets, own_stack, say
 from ureplicator.common import provenance
@@ -316,7 +316,7 @@ def render(entry: dict[str, Any]) -> str:
                      f"{inc['base_records'] + inc['new_records']:,}", f"{inc['incremental']['seconds']:.2f} s vs "
                      f"{inc['full']['seconds']:.1f} s = {inc['ratio'] * 100:.1f} %", "incremental", inc["ratio"]))
     read = {k: inc[k]["read"] for k in ("incremental", "full")}
-    return "\n\n".join([
+    return section(
         "## Verifier",
         f"`python -m bench.verifier_bench` on {entry['date']}: {m['cores']} cores ({m['cpu_model']}), "
         f"{m['ram_bytes'] / 2**30:.0f} GiB, Python {m['python']}, {m['java']}; Spark {entry['spark']} "
@@ -324,12 +324,12 @@ def render(entry: dict[str, Any]) -> str:
         f"~{entry['value_bytes'] + 12}-byte values, bucket size {entry['bucket_size']:,}. Results: "
         f"`bench/results/{entry['results_file']}`. 1-minute load average during the runs: {min(loads):.1f} to "
         f"{max(loads):.1f} (above {m['cores']} the verifier got less than the whole machine).",
-        "\n".join(table(["measurement", "result", "target", ""], rows, "lrr")),
+        table(["measurement", "result", "target", ""], rows, "lrr"),
         f"Records read by the incremental run: {read['incremental']['source']:,} source, "
         f"{read['incremental']['destination']:,} destination (the full run: {read['full']['source']:,} and "
         f"{read['full']['destination']:,}).",
         *(entry.get("notes") or []),  # a paragraph each
-    ])
+    )
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
