@@ -142,15 +142,20 @@ def append_json(path: Path, entry: dict[str, Any]) -> dict[str, Any]:
         raw.write_text(json.dumps(entry, indent=2) + "\n")
         entry = summarised(entry, f"raw/{raw.name}")
         say(f"the run's raw samples ({raw.stat().st_size:,} bytes) are in {raw}, not in git")
-    runs: list[Any] = []
     try:
-        loaded = json.loads(path.read_text()) if path.exists() else []
-        runs = loaded if isinstance(loaded, list) else [loaded]
+        runs = entries(path) if path.exists() else []
     except ValueError:
-        os.replace(path, path.with_suffix(".unreadable.json"))
-        say(f"{path} was not valid JSON; moved it to {path.with_suffix('.unreadable.json')}")
+        runs, backup = [], path.with_suffix(".unreadable.json")
+        os.replace(path, backup)
+        say(f"{path} was not valid JSON; moved it to {backup}")
     _write(path, json.dumps([*runs, entry], indent=2) + "\n")
     return entry
+
+
+def entries(path: Path) -> list[dict[str, Any]]:
+    """Every entry of a results file (a list; the oldest files hold one bare entry)."""
+    loaded = json.loads(path.read_text())
+    return loaded if isinstance(loaded, list) else [loaded]
 
 
 def replace_section(path: Path, start: str, end: str, body: str, title: str = "# Benchmarks") -> None:

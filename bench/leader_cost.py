@@ -2,7 +2,6 @@
 
     .venv/bin/python -m bench.leader_cost --quick            # 2 routes, 10 workers, 1,000 partitions (~1 min)
     .venv/bin/python -m bench.leader_cost                    # 20 routes, 200 workers, 50,000 partitions
-    .venv/bin/python -m bench.leader_cost --render bench/results/leader-cost-<date>.json
 """
 
 from __future__ import annotations
@@ -23,7 +22,7 @@ from kazoo.client import KazooClient
 
 from bench import common
 from bench.harness import BenchError
-from bench.recording import parser, rendered, run_and_record
+from bench.recording import parser, run_and_record
 from bench.render import section, table
 from devtools.harness import Processes, wait_for
 from ureplicator.common import config as config_module
@@ -328,7 +327,7 @@ def render(entry: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    cli = parser("python -m bench.leader_cost", __doc__, render=True)
+    cli = parser("python -m bench.leader_cost", __doc__)
     cli.add_argument("--quick", action="store_true", help="2 routes, 10 workers, 1,000 partitions, 15 s window")
     cli.add_argument("--refresh-s", type=float, default=5.0, help="each worker's status refresh interval")
     cli.add_argument("--stack", type=Path, default=None)
@@ -339,8 +338,6 @@ def main(argv: list[str] | None = None) -> int:
     args = cli.parse_args(argv)
     if args.leader_child:
         return leader_child(args.leader_child, args.stats, args.before)
-    if rendered(args, "leader-cost"):
-        return 0
     mode = "quick" if args.quick else "full"
 
     def go() -> dict[str, Any]:

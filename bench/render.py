@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
 import re
 import sys
 from collections.abc import Callable, Iterable, Sequence
@@ -19,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.common import DOC, RESULTS_DIR, replace_section, say
+from bench.common import DOC, RESULTS_DIR, entries, replace_section, say
 
 Entry = dict[str, Any]
 
@@ -45,12 +44,6 @@ def machine(m: Entry) -> str:
     return (f"{m['cpu_model']}, {m['cores']} cores, {m['ram_bytes'] / 2**30:.0f} GiB RAM, Python {m['python']}, "
             f"{m['java']}, Kafka {m['kafka_brokers']}, MirrorMaker 2 {m['mirrormaker2']}, "
             f"librdkafka {m['librdkafka']}")
-
-
-def entries(path: Path) -> list[Entry]:
-    """Every entry of a results file (a list; the oldest files hold one bare entry)."""
-    loaded = json.loads(path.read_text())
-    return loaded if isinstance(loaded, list) else [loaded]
 
 
 @dataclass(frozen=True)

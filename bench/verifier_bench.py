@@ -23,9 +23,9 @@ from unittest import mock
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from bench import render as bench_render
-from bench.common import REPO, RESULTS_DIR, load_average, machine_info, proc_sample
+from bench.common import REPO, RESULTS_DIR, entries, load_average, machine_info, proc_sample
 from bench.recording import parser, run_and_record
+from bench.render import main as render_main
 from bench.render import section, table
 from devtools import jvm
 from devtools.harness import create_topic, end_offsets, own_stack, say
@@ -181,7 +181,7 @@ def floor(services: Services, topic: str, records: int) -> dict[str, Any]:
 def worker_cpu_per_million() -> dict[str, Any] | None:
     """The worker's CPU per million copied 100-byte records, from the newest full throughput results."""
     for path in sorted(RESULTS_DIR.glob("throughput-2*.json"), reverse=True):
-        for entry in reversed(json.loads(path.read_text())):
+        for entry in reversed(entries(path)):
             try:
                 cpu = entry["summary"]["datasets"]["100B"]["variants"]["ureplicator"]["cpu_s_per_m"]
             except (KeyError, TypeError):
@@ -375,7 +375,7 @@ def main(argv: list[str] | None = None) -> int:
     cli.add_argument("--note", action="append", default=[], metavar="TEXT", help="a paragraph under the docs table")
     args = cli.parse_args(argv)
     if args.render:
-        return bench_render.main(["verifier-bench"])
+        return render_main(["verifier-bench"])
     if args.quick:
         args.records, args.rounds, args.no_write = 200_000, 1, True
     return run_and_record(lambda: run(args), section="verifier-bench", no_write=args.no_write)
