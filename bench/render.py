@@ -29,14 +29,14 @@ def table(header: Sequence[str], rows: Iterable[Iterable[object]] = (), align: s
     return [row(header), rule, *(row(r) for r in rows)]
 
 
-def section(*paragraphs: str | list[str]) -> str:
-    """A generated section's text: paragraphs (a table as its lines) separated by blank lines."""
-    return "\n\n".join(p if isinstance(p, str) else "\n".join(p) for p in paragraphs)
-
-
 def row(cells: Iterable[object]) -> str:
     """One Markdown table row."""
     return "|" + "".join(f" {c} |" if str(c) else " |" for c in cells)
+
+
+def section(*paragraphs: str | list[str]) -> str:
+    """A generated section's text: paragraphs (a table as its lines) separated by blank lines."""
+    return "\n\n".join(p if isinstance(p, str) else "\n".join(p) for p in paragraphs)
 
 
 def machine(m: Entry) -> str:
