@@ -51,7 +51,8 @@ def proc_sample(pid: int) -> ProcSample | None:
     try:
         process = psutil.Process(pid)
         with process.oneshot():
-            times, rss = process.cpu_times(), process.memory_info().rss
+            times = process.cpu_times()
+            rss = process.memory_info().rss
         status = Path(f"/proc/{pid}/status").read_text()
     except (psutil.Error, OSError):
         return None
@@ -98,11 +99,18 @@ def machine_info() -> dict[str, Any]:
     except (jvm.JvmError, IndexError):
         java = "unknown"
     model = re.search(r"^model name\s*:\s*(.*)$", Path("/proc/cpuinfo").read_text(), re.M)  # not in psutil
-    return {"cpu_model": model.group(1).strip() if model else "unknown", "cores": os.cpu_count(),
-            "ram_bytes": psutil.virtual_memory().total, "python": platform.python_version(), "java": java,
-            "kernel": platform.release(), "confluent_kafka": confluent_kafka.__version__,
-            "librdkafka": confluent_kafka.libversion()[0], "kafka_brokers": _jar_version("kafka", "kafka-clients"),
-            "mirrormaker2": _jar_version("mirrormaker", "connect-mirror")}
+    return {
+        "cpu_model": model.group(1).strip() if model else "unknown",
+        "cores": os.cpu_count(),
+        "ram_bytes": psutil.virtual_memory().total,
+        "python": platform.python_version(),
+        "java": java,
+        "kernel": platform.release(),
+        "confluent_kafka": confluent_kafka.__version__,
+        "librdkafka": confluent_kafka.libversion()[0],
+        "kafka_brokers": _jar_version("kafka", "kafka-clients"),
+        "mirrormaker2": _jar_version("mirrormaker", "connect-mirror"),
+    }
 
 
 def _jar_version(component: str, artifact: str) -> str:

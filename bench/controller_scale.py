@@ -36,7 +36,8 @@ def run(sizes: list[tuple[int, int]]) -> list[dict]:
         while len(tps) < partitions:  # realistic shape: topics of 8-64 partitions
             tps.extend((f"topic-{topic}", p) for p in range(8 * (1 + topic % 8)))
             topic += 1
-        tps, names = tps[:partitions], [f"worker-{i:04d}" for i in range(workers)]
+        tps = tps[:partitions]
+        names = [f"worker-{i:04d}" for i in range(workers)]
         fresh_s, fresh = _timed({}, names, tps)
         events = {"fresh": ({}, (fresh_s, fresh)), "join": (fresh, _timed(fresh, [*names, "worker-new"], tps)),
                   "leave": (fresh, _timed(fresh, names[1:], tps))}
@@ -68,7 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     args = cli.parse_args(argv)
     counts = [1_000, 10_000] if args.quick else [1_000, 10_000, 100_000]
     rows = run([(p, w) for p in counts for w in (10, 100, 1_000)])
-    now, m = datetime.now(timezone.utc), machine_info()
+    now = datetime.now(timezone.utc)
+    m = machine_info()
     entry = {"machine": f"{m['cpu_model']}, {m['cores']} cores, Python {m['python']}",
              "date": now.date().isoformat(), "rows": rows}
     if not args.no_write:  # one file per run, named by its time (the section renders the newest)

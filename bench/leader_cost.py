@@ -85,7 +85,8 @@ def leader_child(config_file: Path, stats_file: Path, before: bool) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     while not stop.wait(0.5):
-        snapshot, tmp = list(rounds), stats_file.with_suffix(".tmp")
+        snapshot = list(rounds)
+        tmp = stats_file.with_suffix(".tmp")
         tmp.write_text(json.dumps({"reads": CountingClient.reads, "rounds": snapshot[-2000:],
                                    "round_count": len(snapshot), "is_leader": routes.state.is_leader}))
         os.replace(tmp, stats_file)
@@ -98,8 +99,9 @@ class Leader:
     """The leader in a child process (its CPU and memory its own), and the counters it writes twice a second."""
 
     def __init__(self, workdir: Path, doc: dict[str, Any], before: bool) -> None:
-        config, self.stats_file = workdir / "leader-config.json", workdir / "leader-stats.json"
+        config = workdir / "leader-config.json"
         config.write_text(json.dumps(doc))
+        self.stats_file = workdir / "leader-stats.json"
         self.proc = Processes(workdir).spawn("leader", [sys.executable, "-m", "bench.leader_cost", "--leader-child",
                                                         str(config), "--stats", str(self.stats_file),
                                                         *(["--before"] if before else [])])
@@ -144,7 +146,8 @@ class SimWorker:
     def write_status(self) -> None:
         with self._lock:
             applied = self.applied
-        now, rate = time.time(), 1000.0 + (self.refreshes % 7)  # rates move a little on each refresh, as measured
+        now = time.time()
+        rate = 1000.0 + (self.refreshes % 7)  # rates move a little on each refresh, as measured ones do
         status = WorkerStatus(applied.generation, {
             tp: PartitionStatus(committed=1000, records_per_s=rate, bytes_per_s=rate * 100, lag=0, last_progress_at=now)
             for tp in applied.partitions
@@ -233,10 +236,12 @@ def measure(args: argparse.Namespace, before: bool, routes: int, workers: int, p
     doc = _config(pipeline, zookeeper, routes)
     admin = _started(zookeeper)
     sessions = [_started(zookeeper) for _ in range(SESSIONS)]
-    (workdir := WORKDIR / pipeline).mkdir(parents=True, exist_ok=True)
+    workdir = WORKDIR / pipeline
+    workdir.mkdir(parents=True, exist_ok=True)
     leader = None
     try:
-        cfg, per_route = config_module.from_dict(doc), partitions // routes
+        cfg = config_module.from_dict(doc)
+        per_route = partitions // routes
         by_route = _deploy(admin, sessions, cfg, workers, per_route)
         everyone = [w for _, ws in by_route.values() for w in ws]
         common.say(f"{'before' if before else 'route view'}: {routes} routes, {len(everyone)} workers, "
@@ -252,8 +257,10 @@ def measure(args: argparse.Namespace, before: bool, routes: int, workers: int, p
 
         # A worker joins one route: until every worker of it applied what the leader wrote.
         paths, route_workers = by_route[cfg.routes[0].id]
-        route_workers.append(joiner := SimWorker(sessions[0], paths, f"{cfg.routes[0].id}-joiner"))
-        rounds_before, joined = leader.stats()["round_count"], time.monotonic()
+        joiner = SimWorker(sessions[0], paths, f"{cfg.routes[0].id}-joiner")
+        route_workers.append(joiner)
+        rounds_before = leader.stats()["round_count"]
+        joined = time.monotonic()
         joiner.register()
         wait_for(lambda: route_settled(admin, paths, route_workers, per_route) and bool(joiner.applied.partitions),
                  60, "the join settled", 0.2)
@@ -265,7 +272,8 @@ def measure(args: argparse.Namespace, before: bool, routes: int, workers: int, p
         common.say(f"settled in {first_settle_s:.2f} s, the join in {join_settle_s:.2f} s")
 
         # Steady state: every worker refreshes its status every refresh_s, evenly spread.
-        stop, refreshes = threading.Event(), [0]
+        stop = threading.Event()
+        refreshes = [0]
 
         def refresher() -> None:
             for worker in itertools.cycle(everyone):
@@ -282,17 +290,22 @@ def measure(args: argparse.Namespace, before: bool, routes: int, workers: int, p
         (s1, stats1, t1), n1 = leader.sample(), refreshes[0]
         stop.set()
         thread.join(5)
-        window_rounds, window_reads = stats1["round_count"] - stats0["round_count"], stats1["reads"] - stats0["reads"]
+        window_rounds = stats1["round_count"] - stats0["round_count"]
+        window_reads = stats1["reads"] - stats0["reads"]
         recent = stats1["rounds"][-window_rounds:] if window_rounds else []
         return {
             "variant": "before" if before else "route_view",
             "routes": routes, "workers": len(everyone), "partitions": per_route * routes,
-            "first_settle_s": round(first_settle_s, 3), "join_settle_s": round(join_settle_s, 3),
+            "first_settle_s": round(first_settle_s, 3),
+            "join_settle_s": round(join_settle_s, 3),
             "join_round_max_s": round(max((r[1] for r in join_rounds), default=0.0), 4),
-            "steady_window_s": round(t1 - t0, 1), "status_refreshes": n1 - n0,
+            "steady_window_s": round(t1 - t0, 1),
+            "status_refreshes": n1 - n0,
             "leader_cpu_share": round((s1.cpu_s - s0.cpu_s) / (t1 - t0), 4),
-            "leader_rss_bytes": s1.rss_bytes, "leader_rss_peak_bytes": s1.hwm_bytes,
-            "rounds": window_rounds, "reads": window_reads,
+            "leader_rss_bytes": s1.rss_bytes,
+            "leader_rss_peak_bytes": s1.hwm_bytes,
+            "rounds": window_rounds,
+            "reads": window_reads,
             "reads_per_refresh": round(window_reads / max(1, n1 - n0), 2),
             "reads_per_round_inside": round(sum(r[2] for r in recent) / max(1, len(recent)), 2),
             "round_p50_s": round(sorted(r[1] for r in recent)[len(recent) // 2], 4) if recent else None,
@@ -343,9 +356,13 @@ def main(argv: list[str] | None = None) -> int:
     def go() -> dict[str, Any]:
         load_before = common.load_average()
         results = [measure(args, before, *scale) for before, scale in zip((False, True), SCALES[mode], strict=True)]
-        return {"date": datetime.now(timezone.utc).strftime("%Y-%m-%d"), "mode": mode, "refresh_s": args.refresh_s,
-                "window_s": SCALES[mode][0][3], "load_before": list(load_before), "machine": common.machine_info(),
-                "results": results}
+        return {
+            "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"), "mode": mode,
+            "refresh_s": args.refresh_s, "window_s": SCALES[mode][0][3],
+            "load_before": list(load_before),
+            "machine": common.machine_info(),
+            "results": results,
+        }
 
     return run_and_record(go, section="leader-cost", no_write=args.no_write)
 

@@ -51,7 +51,8 @@ def run_and_record(run: Callable[[], Entry], *, section: Section | str,
     ``summary`` returned (it runs before anything is written, so it may amend the entry).
     """
     section = by_name(section) if isinstance(section, str) else section
-    results_dir, doc = results_dir or common.RESULTS_DIR, doc or common.DOC
+    results_dir = common.RESULTS_DIR if results_dir is None else results_dir
+    doc = common.DOC if doc is None else doc
     install_signal_handlers()
     try:
         entry = run()

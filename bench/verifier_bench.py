@@ -198,7 +198,8 @@ def pass_one(verifier: Verifier, topic: str, records: int, rounds: int, reader: 
     runs = []
     with mock.patch.dict(os.environ, {digest.READER_ENV: reader}):  # anything but "kafka" is the digest reader
         for index in range(rounds):
-            runs.append(result := verifier.verify(topic))
+            result = verifier.verify(topic)
+            runs.append(result)
             if result["status"] != "OK" or result["verified"] != records or result["reader"] != reader:
                 raise RuntimeError(f"unexpected verdict: {result}")
             say(f"  pass 1 ({reader} reader) round {index + 1}/{rounds}: {records / result['seconds']:,.0f}/s, "
@@ -231,7 +232,8 @@ def incremental(verifier: Verifier, services: Services, topic: str, records: int
     more = max(PARTITIONS, records // 100)
     fill(services, topic, more, first=records)
     commit_ends(services, topic)
-    incremental_run, full_run = verifier.verify(topic, checkpoint), verifier.verify(topic, checkpoint, full=True)
+    incremental_run = verifier.verify(topic, checkpoint)
+    full_run = verifier.verify(topic, checkpoint, full=True)
     for result, mode, verified in ((incremental_run, "incremental", more), (full_run, "full", records + more)):
         if result["status"] != "OK" or result["mode"] != mode or result["verified"] != verified:
             raise RuntimeError(f"unexpected {mode} run: {result}")
@@ -335,7 +337,8 @@ def render(entry: dict[str, Any]) -> str:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="verifier-bench-"))
     with own_stack("verifier", heap="256m", running=args.stack) as (services, _):
-        small, big = (f"bench-{n}-{int(time.time())}" for n in ("100k", args.records))
+        stamp = int(time.time())
+        small, big = f"bench-100k-{stamp}", f"bench-{args.records}-{stamp}"
         for topic, records in ((small, SMALL), (big, args.records)):
             say(f"writing {records:,} records to both clusters ({topic})")
             write_topic(services, topic, records, {"segment.bytes": str(256 * 1024 * 1024)})
@@ -346,7 +349,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         verifier = Verifier(services)
         say("warming Spark up")
         verifier.verify(small)
-        p1, p1_kafka = (pass_one(verifier, big, args.records, args.rounds, reader) for reader in ("digest", "kafka"))
+        p1 = pass_one(verifier, big, args.records, args.rounds)
+        p1_kafka = pass_one(verifier, big, args.records, args.rounds, reader="kafka")
         say("incremental")
         inc = incremental(verifier, services, big, args.records, work)
         say("warm start to verdict (a new topic)")
