@@ -221,7 +221,8 @@ def start_to_verdict(services: Services, topic: str, rounds: int, work: Path) ->
         if done.returncode != 0:
             raise RuntimeError(f"the verifier failed: {done.stderr[-2000:]}")
         runs.append(result)
-        say(f"  start to verdict {'first run' if index < 0 else f'round {index + 1}/{rounds}'}: {result['seconds']}s")
+        which = "the first run" if index < 0 else f"round {index + 1}/{rounds}"
+        say(f"  start to verdict, {which}: {result['seconds']:.1f} s")
     return {"records": SMALL, "rounds": runs[1:], "median_s": _median_s(runs[1:]), "first_run": runs[0]}
 
 
