@@ -5,14 +5,13 @@
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
 from datetime import datetime, timezone
 
-from bench.common import DOC, RESULTS_DIR, machine_info, replace_section
-from bench.recording import parser
-from bench.render import by_name, section, table
+from bench.common import machine_info
+from bench.recording import parser, run_and_record
+from bench.render import section, table
 from ureplicator.common.zkschema import Assignment
 from ureplicator.controller.assignment import assign, moves
 
@@ -68,18 +67,14 @@ def main(argv: list[str] | None = None) -> int:
     cli.add_argument("--quick", action="store_true", help="only 1k and 10k partitions")
     args = cli.parse_args(argv)
     counts = [1_000, 10_000] if args.quick else [1_000, 10_000, 100_000]
-    rows = run([(p, w) for p in counts for w in (10, 100, 1_000)])
-    now = datetime.now(timezone.utc)
-    m = machine_info()
-    entry = {"machine": f"{m['cpu_model']}, {m['cores']} cores, Python {m['python']}",
-             "date": now.date().isoformat(), "rows": rows}
-    if not args.no_write:  # one file per run, named by its time (the section renders the newest)
-        RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-        path = RESULTS_DIR / f"controller-scale-{now.strftime('%Y%m%dT%H%M%SZ')}.json"
-        path.write_text(json.dumps(entry, indent=1))
-        section = by_name("controller-scale")
-        replace_section(DOC, section.start, section.end, render(entry))
-    return 0
+
+    def go() -> dict:
+        m = machine_info()
+        return {"machine": f"{m['cpu_model']}, {m['cores']} cores, Python {m['python']}", "quick": args.quick,
+                "date": datetime.now(timezone.utc).date().isoformat(),
+                "rows": run([(p, w) for p in counts for w in (10, 100, 1_000)])}
+
+    return run_and_record(go, section="controller-scale", no_write=args.no_write)
 
 
 if __name__ == "__main__":

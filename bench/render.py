@@ -66,8 +66,10 @@ class Section:
         return f"<!-- {self.name}:end -->"
 
     def newest(self, results_dir: Path = RESULTS_DIR) -> Path | None:
-        # "<prefix>-2..." so that "throughput" does not pick up throughput-eos or throughput-ab.
-        files = sorted(results_dir.glob(f"{self.prefix}-[0-9]*.json"))
+        # "<prefix>-2..." so that "throughput" does not pick up throughput-eos or throughput-ab; by the date's
+        # digits, so that controller-scale-2026-11-28 is newer than the first files' controller-scale-20261121T12...
+        files = sorted(results_dir.glob(f"{self.prefix}-[0-9]*.json"),
+                       key=lambda path: (re.sub(r"\D", "", path.name)[:8], path.name))
         return files[-1] if files else None
 
     def render(self, path: Path) -> str:
