@@ -1,1 +1,1 @@
-"""Benchmarks: throughput against MirrorMaker 2 and a raw client loop, verifier speed."""
+"""Benchmarks: throughput, latency and failover against MirrorMaker 2, stalls and soak, the controller, the verifier."""

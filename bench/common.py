@@ -1,7 +1,4 @@
-"""Shared benchmark helpers: process CPU and memory, machine facts, result files.
-
-CPU and memory come from psutil; the resident-set high-water mark (``VmHWM``), which psutil lacks, from /proc.
-"""
+"""Shared benchmark helpers: process CPU and memory, machine facts, result files."""
 
 from __future__ import annotations
 
@@ -41,9 +38,6 @@ def repo_relative(text: str) -> str:
     return re.sub(r"(?<![\w.-])/[^\s`'\"]*?/(?=\.cache/)", "", text.replace(f"{REPO}/", ""))
 
 
-# ----------------------------------------------------------------------------- processes
-
-
 class ProcSample(NamedTuple):
     """CPU seconds (user + system, every thread) and resident memory of one process."""
 
@@ -53,7 +47,7 @@ class ProcSample(NamedTuple):
 
 
 def proc_sample(pid: int) -> ProcSample | None:
-    """``pid``'s CPU time (every thread, exited ones included) and memory; None when it is gone."""
+    """``pid``'s CPU time and memory (psutil; the resident high-water mark, which psutil lacks, from /proc)."""
     try:
         process = psutil.Process(pid)
         with process.oneshot():
@@ -62,8 +56,8 @@ def proc_sample(pid: int) -> ProcSample | None:
         status = Path(f"/proc/{pid}/status").read_text()
     except (psutil.Error, OSError):
         return None
-    hwm = next((int(line.split()[1]) * 1024 for line in status.splitlines() if line.startswith("VmHWM:")), 0)
-    return ProcSample(times.user + times.system, hwm, rss)
+    hwm = re.search(r"^VmHWM:\s+(\d+)", status, re.M)
+    return ProcSample(times.user + times.system, int(hwm.group(1)) * 1024 if hwm else 0, rss)
 
 
 def load_average() -> tuple[float, float, float]:
@@ -76,11 +70,8 @@ def fmt_load(values: Any) -> str:
     return "/".join(f"{v:.1f}" for v in values)
 
 
-# ----------------------------------------------------------------------------- machine
-
-
 def _run(*cmd: str, stderr: bool = False) -> str:
-    """A command's output (``stderr``: its stderr first, where ``java -version`` writes); empty when it cannot run."""
+    """A command's output (``stderr``: its stderr, where ``java -version`` writes); empty when it cannot run."""
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=30, check=False)
     except (OSError, subprocess.TimeoutExpired):
@@ -101,23 +92,19 @@ def code_version(repo: Path) -> dict[str, Any]:
 
 def machine_info() -> dict[str, Any]:
     """What the numbers were measured on."""
-    try:
-        cpuinfo = Path("/proc/cpuinfo").read_text()  # psutil has no CPU model name
-    except OSError:
-        cpuinfo = ""
-    models = re.findall(r"^model name\s*:\s*(.*)$", cpuinfo, re.M)
-    try:
-        java_version = _run(jvm.java_executable(), "-version", stderr=True).splitlines()[0].strip()
-    except (jvm.JvmError, IndexError):
-        java_version = "unknown"
     import confluent_kafka
 
+    try:
+        java = _run(jvm.java_executable(), "-version", stderr=True).splitlines()[0].strip()
+    except (jvm.JvmError, IndexError):
+        java = "unknown"
+    model = re.search(r"^model name\s*:\s*(.*)$", Path("/proc/cpuinfo").read_text(), re.M)  # not in psutil
     return {
-        "cpu_model": models[0].strip() if models else "unknown",
+        "cpu_model": model.group(1).strip() if model else "unknown",
         "cores": os.cpu_count(),
         "ram_bytes": psutil.virtual_memory().total,
         "python": platform.python_version(),
-        "java": java_version,
+        "java": java,
         "kernel": platform.release(),
         "confluent_kafka": confluent_kafka.__version__,
         "librdkafka": confluent_kafka.libversion()[0],
@@ -133,20 +120,12 @@ def _jar_version(component: str, artifact: str) -> str:
     return "unknown"
 
 
-# ----------------------------------------------------------------------------- result files
-
-
 def summarised(entry: dict[str, Any], raw_file: str, limit: int = RAW_LIMIT_BYTES) -> dict[str, Any]:
-    """``entry`` with its biggest lists replaced by ``{"raw_file", "items"}`` until it fits in ``limit``
-    bytes of JSON (unchanged when it already does). The lists are the per-sample data; every
-    renderer reads what is left (the per-run figures)."""
+    """``entry`` with its biggest lists replaced by ``{"raw_file", "items"}`` until it fits in ``limit`` bytes
+    of JSON. Lists of plain values (the per-sample data) go first; the renderers read the per-run figures."""
     entry = json.loads(json.dumps(entry))
-    while len(json.dumps(entry, indent=2)) > limit:
-        lists = list(_lists(entry))
-        if not lists:
-            break
-        # Samples first: lists of plain values (a list of rows holds the per-run figures).
-        _, _, parent, key = max(lists, key=lambda item: (item[0], item[1]))
+    while len(json.dumps(entry, indent=2)) > limit and (lists := list(_lists(entry))):
+        *_, parent, key = max(lists, key=lambda item: item[:2])
         parent[key] = {"raw_file": raw_file, "items": len(parent[key])}
     return entry
 
@@ -161,35 +140,35 @@ def _lists(node: Any) -> Iterator[tuple[bool, int, Any, Any]]:
 
 
 def append_json(path: Path, entry: dict[str, Any]) -> dict[str, Any]:
-    """Append ``entry`` to the JSON list in ``path`` (created when missing); returns what was stored.
-
-    An entry over ``RAW_LIMIT_BYTES`` is written whole to ``<results>/raw/`` (git-ignored) and
-    stored :func:`summarised`.
-    """
+    """Append ``entry`` to the JSON list in ``path``; returns what was stored: over ``RAW_LIMIT_BYTES`` the
+    entry goes whole to ``<results>/raw/`` (git-ignored) and is stored :func:`summarised`."""
     path.parent.mkdir(parents=True, exist_ok=True)
     if len(json.dumps(entry, indent=2)) > RAW_LIMIT_BYTES:
-        stamp = str(entry.get("date", ""))[:19].replace(":", "") or str(os.getpid())
+        stamp = str(entry.get("date", ""))[:19].replace(":", "") or os.getpid()
         raw = path.parent / "raw" / f"{path.stem}-{stamp}.json"
         raw.parent.mkdir(exist_ok=True)
         raw.write_text(json.dumps(entry, indent=2) + "\n")
         entry = summarised(entry, f"raw/{raw.name}")
         say(f"the run's raw samples ({raw.stat().st_size:,} bytes) are in {raw}, not in git")
-    runs: list[Any] = []
-    if path.exists():
-        try:
-            loaded = json.loads(path.read_text())
-            runs = loaded if isinstance(loaded, list) else [loaded]
-        except ValueError:
-            backup = path.with_suffix(".unreadable.json")
-            os.replace(path, backup)
-            say(f"{path} was not valid JSON; moved it to {backup}")
+    try:
+        runs = entries(path) if path.exists() else []
+    except ValueError:
+        runs, backup = [], path.with_suffix(".unreadable.json")
+        os.replace(path, backup)
+        say(f"{path} was not valid JSON; moved it to {backup}")
     _write(path, json.dumps([*runs, entry], indent=2) + "\n")
     return entry
 
 
+def entries(path: Path) -> list[dict[str, Any]]:
+    """Every entry of a results file (a list; the oldest files hold one bare entry)."""
+    loaded = json.loads(path.read_text())
+    return loaded if isinstance(loaded, list) else [loaded]
+
+
 def replace_section(path: Path, start: str, end: str, body: str, title: str = "# Benchmarks") -> None:
     """Replace what lies between the ``start`` and ``end`` markers of ``path`` with ``body`` (appended when
-    missing). Read-modify-write of only that section, so concurrent owners of other sections keep theirs."""
+    missing), re-reading the file so that concurrent owners of other sections keep theirs."""
     current = path.read_text() if path.exists() else f"{title}\n"
     block = f"{start}\n{body.rstrip()}\n{end}"
     if start in current and end in current and current.index(start) < current.index(end):

@@ -5,29 +5,30 @@
 
 from __future__ import annotations
 
-import json
-import platform
 import statistics
 import time
 from datetime import datetime, timezone
 
-from bench.common import DOC, RESULTS_DIR, machine_info, replace_section
-from bench.recording import parser
-from bench.render import by_name, table
+from bench.common import machine_info
+from bench.recording import parser, run_and_record
+from bench.render import section, table
 from ureplicator.common.zkschema import Assignment
 from ureplicator.controller.assignment import assign, moves
 
+REPEAT = 3
 
-def _timed(repeat: int, current: dict, workers: list[str], tps: list) -> tuple[float, dict]:
+
+def _timed(current: dict, workers: list[str], tps: list) -> tuple[float, dict]:
+    """The median seconds of ``REPEAT`` runs of ``assign``, and its result."""
     times, result = [], {}
-    for _ in range(repeat):
+    for _ in range(REPEAT):
         start = time.perf_counter()
         result = assign(current, workers, tps)
         times.append(time.perf_counter() - start)
     return statistics.median(times), result
 
 
-def run(sizes: list[tuple[int, int]], repeat: int) -> list[dict]:
+def run(sizes: list[tuple[int, int]]) -> list[dict]:
     rows = []
     for partitions, workers in sizes:
         tps, topic = [], 0
@@ -36,11 +37,10 @@ def run(sizes: list[tuple[int, int]], repeat: int) -> list[dict]:
             topic += 1
         tps = tps[:partitions]
         names = [f"worker-{i:04d}" for i in range(workers)]
-        fresh_s, fresh = _timed(repeat, {}, names, tps)
-        join_s, joined = _timed(repeat, fresh, [*names, "worker-new"], tps)
-        leave_s, left = _timed(repeat, fresh, names[1:], tps)
-        for event, seconds, before, after in (("fresh", fresh_s, {}, fresh), ("join", join_s, fresh, joined),
-                                              ("leave", leave_s, fresh, left)):
+        fresh_s, fresh = _timed({}, names, tps)
+        events = {"fresh": ({}, (fresh_s, fresh)), "join": (fresh, _timed(fresh, [*names, "worker-new"], tps)),
+                  "leave": (fresh, _timed(fresh, names[1:], tps))}
+        for event, (before, (seconds, after)) in events.items():
             changed = [w for w in after if after[w] != before.get(w, frozenset())]  # the nodes the leader rewrites
             size = sum(len(Assignment(1, after[w]).encode()) for w in changed)
             rows.append({"partitions": partitions, "workers": workers, "event": event, "seconds": round(seconds, 4),
@@ -55,14 +55,11 @@ def render(entry: dict) -> str:
     rows = [[f"{r['partitions']:,}", f"{r['workers']:,}", r["event"], f"{r['seconds'] * 1000:.1f} ms",
              f"{r['nodes_written']:,}", f"{r['bytes_written'] / 1024:,.1f} KiB", f"{r['moved']:,}"]
             for r in entry["rows"]]
-    return "\n".join([
-        "## Controller scale",
-        "",
-        f"`python -m bench.controller_scale` on {entry['machine']}, {entry['date']}. Median of 3 runs of the pure "
-        "assignment function; the columns are explained under Methods.",
-        "",
-        *table(["partitions", "workers", "event", "time", "nodes written", "bytes written", "moved"], rows, "rrlrrrr"),
-    ])
+    return section("## Controller scale",
+                   f"`python -m bench.controller_scale` on {entry['machine']}, {entry['date']}. Median of {REPEAT} "
+                   "runs of the pure assignment function; the columns are explained under Methods.",
+                   table(["partitions", "workers", "event", "time", "nodes written", "bytes written", "moved"], rows,
+                         "rrlrrrr"))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -70,18 +67,14 @@ def main(argv: list[str] | None = None) -> int:
     cli.add_argument("--quick", action="store_true", help="only 1k and 10k partitions")
     args = cli.parse_args(argv)
     counts = [1_000, 10_000] if args.quick else [1_000, 10_000, 100_000]
-    rows = run([(p, w) for p in counts for w in (10, 100, 1_000)], repeat=3)
-    now = datetime.now(timezone.utc)
-    m = machine_info()
-    entry = {"machine": f"{m['cpu_model']}, {m['cores']} cores, Python {platform.python_version()}",
-             "date": now.date().isoformat(), "rows": rows}
-    if not args.no_write:
-        RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-        path = RESULTS_DIR / f"controller-scale-{now.strftime('%Y%m%dT%H%M%SZ')}.json"
-        path.write_text(json.dumps(entry, indent=1))
-        section = by_name("controller-scale")
-        replace_section(DOC, section.start, section.end, render(entry))
-    return 0
+
+    def go() -> dict:
+        m = machine_info()
+        return {"machine": f"{m['cpu_model']}, {m['cores']} cores, Python {m['python']}", "quick": args.quick,
+                "date": datetime.now(timezone.utc).date().isoformat(),
+                "rows": run([(p, w) for p in counts for w in (10, 100, 1_000)])}
+
+    return run_and_record(go, section="controller-scale", no_write=args.no_write)
 
 
 if __name__ == "__main__":

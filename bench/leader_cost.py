@@ -2,12 +2,12 @@
 
     .venv/bin/python -m bench.leader_cost --quick            # 2 routes, 10 workers, 1,000 partitions (~1 min)
     .venv/bin/python -m bench.leader_cost                    # 20 routes, 200 workers, 50,000 partitions
-    .venv/bin/python -m bench.leader_cost --render bench/results/leader-cost-<date>.json
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import signal
@@ -22,9 +22,10 @@ from kazoo.client import KazooClient
 
 from bench import common
 from bench.harness import BenchError
-from bench.recording import parser, rendered, run_and_record
-from bench.render import table
+from bench.recording import parser, run_and_record
+from bench.render import section, table
 from devtools.harness import Processes, wait_for
+from ureplicator.common import config as config_module
 from ureplicator.common.zkschema import Assignment, PartitionStatus, Paths, TopicRecord, WorkerInfo, WorkerStatus
 
 ZK_ROOT = "/ureplicator-bench"
@@ -36,9 +37,18 @@ WORKDIR = Path("/tmp/ureplicator-leader-cost")
 # (routes, workers, partitions, steady-state window s) of the route view, and of the code before it at the issue's
 # own measurement; quick: both at one small scale.
 SCALES = {"full": ((20, 200, 50_000, 60.0), (1, 100, 10_000, 60.0)), "quick": ((2, 10, 1000, 15.0),) * 2}
+NO_STATS = {"reads": 0, "rounds": [], "round_count": 0, "is_leader": False}
 
 
-# ----------------------------------------------------------------------------- the leader (child process)
+def _started(hosts: str, timeout_s: float = 10) -> KazooClient:
+    client = KazooClient(hosts=hosts, timeout=timeout_s)
+    client.start(15)
+    return client
+
+
+def _closed(client: KazooClient) -> None:
+    client.stop()
+    client.close()
 
 
 class CountingClient(KazooClient):
@@ -54,7 +64,6 @@ class CountingClient(KazooClient):
 
 def leader_child(config_file: Path, stats_file: Path, before: bool) -> int:
     """Run the leader until SIGTERM, writing its counters to ``stats_file`` twice a second."""
-    from ureplicator.common import config as config_module
     from ureplicator.controller import leader as leader_module
     from ureplicator.controller.routeset import RouteSet, register_declared
 
@@ -82,12 +91,32 @@ def leader_child(config_file: Path, stats_file: Path, before: bool) -> int:
                                    "round_count": len(snapshot), "is_leader": routes.state.is_leader}))
         os.replace(tmp, stats_file)
     routes.stop()
-    client.stop()
-    client.close()
+    _closed(client)
     return 0
 
 
-# ----------------------------------------------------------------------------- simulated workers
+class Leader:
+    """The leader in a child process (its CPU and memory its own), and the counters it writes twice a second."""
+
+    def __init__(self, workdir: Path, doc: dict[str, Any], before: bool) -> None:
+        config = workdir / "leader-config.json"
+        config.write_text(json.dumps(doc))
+        self.stats_file = workdir / "leader-stats.json"
+        self.proc = Processes(workdir).spawn("leader", [sys.executable, "-m", "bench.leader_cost", "--leader-child",
+                                                        str(config), "--stats", str(self.stats_file),
+                                                        *(["--before"] if before else [])])
+
+    def stats(self) -> dict[str, Any]:
+        try:
+            return json.loads(self.stats_file.read_text())
+        except (OSError, ValueError):
+            return NO_STATS
+
+    def sample(self) -> tuple[common.ProcSample, dict[str, Any], float]:
+        """The leader's CPU and memory, its counters, and the time they were read."""
+        if (sample := common.proc_sample(self.proc.pid)) is None:
+            raise BenchError(f"the leader exited:\n{self.proc.tail(60)}")
+        return sample, self.stats(), time.monotonic()
 
 
 class SimWorker:
@@ -120,8 +149,7 @@ class SimWorker:
         now = time.time()
         rate = 1000.0 + (self.refreshes % 7)  # rates move a little on each refresh, as measured ones do
         status = WorkerStatus(applied.generation, {
-            tp: PartitionStatus(committed=1000, records_per_s=rate, bytes_per_s=rate * 100, lag=0,
-                                last_progress_at=now)
+            tp: PartitionStatus(committed=1000, records_per_s=rate, bytes_per_s=rate * 100, lag=0, last_progress_at=now)
             for tp in applied.partitions
         }, updated_at=datetime.now(timezone.utc).isoformat())
         self.client.set_async(self.paths.worker_status(self.id), status.encode())
@@ -149,17 +177,12 @@ def route_settled(client: KazooClient, paths: Paths, workers: list[SimWorker], p
     return total == partitions
 
 
-# ----------------------------------------------------------------------------- the run
-
-
 def _zookeeper(args: argparse.Namespace) -> str:
-    if args.zookeeper:
-        return args.zookeeper
     from devtools import stack
 
     directory = args.stack or stack.default_dir()
     try:
-        return json.loads((Path(directory) / "stack.json").read_text())["zookeeper"]
+        return args.zookeeper or json.loads((Path(directory) / "stack.json").read_text())["zookeeper"]
     except (OSError, KeyError, ValueError) as exc:
         raise BenchError(f"no running stack in {directory} (start one with `ureplicator stack up`, or pass "
                          f"--zookeeper): {exc}") from None
@@ -171,14 +194,10 @@ def _config(pipeline: str, zookeeper: str, routes: int) -> dict[str, Any]:
     while clusters * (clusters - 1) < routes:
         clusters += 1
     aliases = [f"c{i}" for i in range(1, clusters + 1)]
-    pairs = [(s, d) for s in aliases for d in aliases if s != d]
-    # Keep the mesh whole up to `routes`: every pair whose reverse is taken too, so fan-in is active-active.
-    chosen: list[tuple[str, str]] = []
-    for s, d in pairs:
-        if len(chosen) < routes and (s, d) not in chosen:
-            chosen.append((s, d))
-            if (d, s) not in chosen and len(chosen) < routes:
-                chosen.append((d, s))
+    chosen: list[tuple[str, str]] = []  # each pair with its reverse, so that fan-in is active-active
+    for pair in itertools.chain.from_iterable(((s, d), (d, s)) for s, d in itertools.permutations(aliases, 2)):
+        if len(chosen) < routes and pair not in chosen:
+            chosen.append(pair)
     return {
         "pipeline": pipeline,
         "zookeeper": {"connect": zookeeper, "root": ZK_ROOT, "session_timeout_s": 10},
@@ -189,28 +208,24 @@ def _config(pipeline: str, zookeeper: str, routes: int) -> dict[str, Any]:
     }
 
 
-class Leader:
-    """The leader in a child process (its CPU and memory its own), and the counters it writes twice a second."""
+def _deploy(admin: KazooClient, sessions: list[KazooClient], cfg: Any, workers: int,
+            per_route: int) -> dict[str, tuple[Paths, list[SimWorker]]]:
+    """Each route's nodes and topics (``per_route`` partitions), and its simulated workers (not registered)."""
+    from ureplicator.controller.routeset import register_declared
 
-    def __init__(self, workdir: Path, doc: dict[str, Any], before: bool) -> None:
-        config = workdir / "leader-config.json"
-        config.write_text(json.dumps(doc))
-        self.stats_file = workdir / "leader-stats.json"
-        self.proc = Processes(workdir).spawn("leader", [sys.executable, "-m", "bench.leader_cost", "--leader-child",
-                                                        str(config), "--stats", str(self.stats_file),
-                                                        *(["--before"] if before else [])])
-
-    def stats(self) -> dict[str, Any]:
-        try:
-            return json.loads(self.stats_file.read_text())
-        except (OSError, ValueError):
-            return {"reads": 0, "rounds": [], "round_count": 0, "is_leader": False}
-
-    def sample(self) -> common.ProcSample:
-        sample = common.proc_sample(self.proc.pid)
-        if sample is None:
-            raise BenchError(f"the leader exited:\n{self.proc.tail(60)}")
-        return sample
+    register_declared(cfg, admin)  # as the controller does at start, before the route's nodes exist
+    by_route = {}
+    for i, route in enumerate(cfg.routes):
+        paths = Paths(config_module.route_view(cfg, route.id).root)
+        for parent in paths.all_parents():
+            admin.ensure_path(parent)
+        for t in range(0, per_route, TOPIC_WIDTH):
+            name = f"topic-{t // TOPIC_WIDTH:04d}"
+            admin.create(paths.topic(name), TopicRecord(name, name, min(TOPIC_WIDTH, per_route - t)).encode())
+        count = workers // len(cfg.routes) + (1 if i < workers % len(cfg.routes) else 0)
+        by_route[route.id] = (paths, [SimWorker(sessions[(i + w) % len(sessions)], paths, f"{route.id}-w{w:03d}")
+                                      for w in range(count)])
+    return by_route
 
 
 def measure(args: argparse.Namespace, before: bool, routes: int, workers: int, partitions: int,
@@ -219,85 +234,60 @@ def measure(args: argparse.Namespace, before: bool, routes: int, workers: int, p
     zookeeper = _zookeeper(args)
     pipeline = f"leader-cost-{os.getpid()}-{'before' if before else 'view'}-{int(time.time())}"
     doc = _config(pipeline, zookeeper, routes)
-    from ureplicator.common import config as config_module
-
-    cfg = config_module.from_dict(doc)
-    admin = KazooClient(hosts=zookeeper, timeout=10)
-    admin.start(15)
-    sessions = [KazooClient(hosts=zookeeper, timeout=10) for _ in range(SESSIONS)]
-    for session in sessions:
-        session.start(15)
+    admin = _started(zookeeper)
+    sessions = [_started(zookeeper) for _ in range(SESSIONS)]
     workdir = WORKDIR / pipeline
     workdir.mkdir(parents=True, exist_ok=True)
     leader = None
     try:
-        from ureplicator.controller.routeset import register_declared
-
-        register_declared(cfg, admin)  # as the controller does at start, before the route's nodes exist
+        cfg = config_module.from_dict(doc)
         per_route = partitions // routes
-        by_route: dict[str, tuple[Paths, list[SimWorker]]] = {}
-        for i, route in enumerate(cfg.routes):
-            paths = Paths(config_module.route_view(cfg, route.id).root)
-            for parent in paths.all_parents():
-                admin.ensure_path(parent)
-            for t in range(0, per_route, TOPIC_WIDTH):
-                name = f"topic-{t // TOPIC_WIDTH:04d}"
-                admin.create(paths.topic(name), TopicRecord(name, name, min(TOPIC_WIDTH, per_route - t)).encode())
-            count = workers // routes + (1 if i < workers % routes else 0)
-            by_route[route.id] = (paths, [SimWorker(sessions[(i + w) % len(sessions)], paths, f"{route.id}-w{w:03d}")
-                                          for w in range(count)])
-        all_workers = [w for _, ws in by_route.values() for w in ws]
-        common.say(f"{'before' if before else 'route view'}: {routes} routes, {len(all_workers)} workers, "
+        by_route = _deploy(admin, sessions, cfg, workers, per_route)
+        everyone = [w for _, ws in by_route.values() for w in ws]
+        common.say(f"{'before' if before else 'route view'}: {routes} routes, {len(everyone)} workers, "
                    f"{per_route * routes} partitions")
         leader = Leader(workdir, doc, before)
         wait_for(lambda: leader.stats()["is_leader"], 60, "the leader elected", 0.2)
         started = time.monotonic()
-        for worker in all_workers:
+        for worker in everyone:
             worker.register()
-
-        def all_settled() -> bool:
-            return all(route_settled(admin, p, ws, per_route) for p, ws in by_route.values())
-
-        wait_for(all_settled, SETTLE_TIMEOUT_S, "every route settled", 0.2)
+        wait_for(lambda: all(route_settled(admin, p, ws, per_route) for p, ws in by_route.values()),
+                 SETTLE_TIMEOUT_S, "every route settled", 0.2)
         first_settle_s = time.monotonic() - started
-        common.say(f"settled in {first_settle_s:.2f} s")
 
         # A worker joins one route: until every worker of it applied what the leader wrote.
-        route_id = cfg.routes[0].id
-        paths, route_workers = by_route[route_id]
-        joiner = SimWorker(sessions[0], paths, f"{route_id}-joiner")
+        paths, route_workers = by_route[cfg.routes[0].id]
+        joiner = SimWorker(sessions[0], paths, f"{cfg.routes[0].id}-joiner")
         route_workers.append(joiner)
         rounds_before = leader.stats()["round_count"]
         joined = time.monotonic()
         joiner.register()
-        wait_for(lambda: route_settled(admin, paths, route_workers, per_route)
-                          and bool(joiner.applied.partitions), 60, "the join settled", 0.2)
+        wait_for(lambda: route_settled(admin, paths, route_workers, per_route) and bool(joiner.applied.partitions),
+                 60, "the join settled", 0.2)
         join_settle_s = time.monotonic() - joined
         time.sleep(0.6)  # the leader writes its counters twice a second
         after = leader.stats()
         new_rounds = after["round_count"] - rounds_before
         join_rounds = after["rounds"][-new_rounds:] if new_rounds > 0 else []
-        common.say(f"join settled in {join_settle_s:.2f} s")
+        common.say(f"settled in {first_settle_s:.2f} s, the join in {join_settle_s:.2f} s")
 
         # Steady state: every worker refreshes its status every refresh_s, evenly spread.
         stop = threading.Event()
         refreshes = [0]
 
         def refresher() -> None:
-            gap = args.refresh_s / max(1, len(all_workers))
-            i = 0
-            while not stop.is_set():
-                all_workers[i % len(all_workers)].refresh()
+            for worker in itertools.cycle(everyone):
+                worker.refresh()
                 refreshes[0] += 1
-                i += 1
-                stop.wait(gap)
+                if stop.wait(args.refresh_s / len(everyone)):
+                    return
 
         thread = threading.Thread(target=refresher, daemon=True)
         thread.start()
         time.sleep(min(args.refresh_s, window_s / 3))  # every worker refreshed once before measuring
-        s0, stats0, t0, n0 = leader.sample(), leader.stats(), time.monotonic(), refreshes[0]
+        (s0, stats0, t0), n0 = leader.sample(), refreshes[0]
         time.sleep(window_s)
-        s1, stats1, t1, n1 = leader.sample(), leader.stats(), time.monotonic(), refreshes[0]
+        (s1, stats1, t1), n1 = leader.sample(), refreshes[0]
         stop.set()
         thread.join(5)
         window_rounds = stats1["round_count"] - stats0["round_count"]
@@ -305,7 +295,7 @@ def measure(args: argparse.Namespace, before: bool, routes: int, workers: int, p
         recent = stats1["rounds"][-window_rounds:] if window_rounds else []
         return {
             "variant": "before" if before else "route_view",
-            "routes": routes, "workers": len(all_workers), "partitions": per_route * routes,
+            "routes": routes, "workers": len(everyone), "partitions": per_route * routes,
             "first_settle_s": round(first_settle_s, 3),
             "join_settle_s": round(join_settle_s, 3),
             "join_round_max_s": round(max((r[1] for r in join_rounds), default=0.0), 4),
@@ -324,11 +314,9 @@ def measure(args: argparse.Namespace, before: bool, routes: int, workers: int, p
         if leader is not None:
             leader.proc.terminate()
         for session in sessions:
-            session.stop()
-            session.close()
+            _closed(session)
         admin.delete(f"{ZK_ROOT}/{pipeline}", recursive=True)
-        admin.stop()
-        admin.close()
+        _closed(admin)
 
 
 def render(entry: dict[str, Any]) -> str:
@@ -339,24 +327,20 @@ def render(entry: dict[str, Any]) -> str:
              f"{r['leader_cpu_share'] * 100:.1f} %", f"{r['reads_per_refresh']:.2f}",
              f"{r['reads_per_round_inside']:.1f}", r["rounds"], f"{r['leader_rss_bytes'] / 2**20:.0f} MiB"]
             for r in entry["results"]]
-    return "\n".join([
+    command = ("`python -m bench.leader_cost --quick` (**quick mode**: small, for a smoke test; the full run is 20 "
+               "routes, 200 workers, 50,000 partitions)") if quick else "`python -m bench.leader_cost`"
+    return section(
         "## The leader's cost (many routes, status refreshes)",
-        "",
-        f"`python -m bench.leader_cost{' --quick' if quick else ''}`"
-        + (" (**quick mode**: small, for a smoke test; the full run is 20 routes, 200 workers, 50,000 partitions)"
-           if quick else "")
-        + f" on {m['cpu_model']}, {m['cores']} cores, {entry['date']}. Each simulated worker rewrites its status every "
-        f"{entry['refresh_s']:.0f} s; steady-state window {entry['window_s']:.0f} s; load average before "
+        f"{command} on {m['cpu_model']}, {m['cores']} cores, {entry['date']}. Each simulated worker rewrites its "
+        f"status every {entry['refresh_s']:.0f} s; steady-state window {entry['window_s']:.0f} s; load average before "
         f"{entry['load_before'][0]:.2f}. The columns are explained under Methods.",
-        "",
-        *table(["leader", "routes", "workers", "partitions", "first settle", "join settled", "slowest join round",
-                "leader CPU (steady)", "reads / status refresh", "reads inside a round", "rounds", "RSS"], rows,
-               "lrrrrrrrrrrr"),
-    ])
+        table(["leader", "routes", "workers", "partitions", "first settle", "join settled", "slowest join round",
+               "leader CPU (steady)", "reads / status refresh", "reads inside a round", "rounds", "RSS"], rows,
+              "lrrrrrrrrrrr"))
 
 
 def main(argv: list[str] | None = None) -> int:
-    cli = parser("python -m bench.leader_cost", __doc__, render=True)
+    cli = parser("python -m bench.leader_cost", __doc__)
     cli.add_argument("--quick", action="store_true", help="2 routes, 10 workers, 1,000 partitions, 15 s window")
     cli.add_argument("--refresh-s", type=float, default=5.0, help="each worker's status refresh interval")
     cli.add_argument("--stack", type=Path, default=None)
@@ -367,8 +351,6 @@ def main(argv: list[str] | None = None) -> int:
     args = cli.parse_args(argv)
     if args.leader_child:
         return leader_child(args.leader_child, args.stats, args.before)
-    if rendered(args, "leader-cost"):
-        return 0
     mode = "quick" if args.quick else "full"
 
     def go() -> dict[str, Any]:

@@ -1,8 +1,4 @@
-"""The shared tail of the benchmark scripts: run, map failures to exit codes, print, record.
-
-The entry is appended to ``<results>/<prefix>-<date>.json`` and the doc section re-rendered from that file by
-:mod:`bench.render`, exactly as a later ``--check`` renders it.
-"""
+"""The shared tail of the benchmark scripts: run, map failures to exit codes, print, record."""
 
 from __future__ import annotations
 
@@ -48,16 +44,11 @@ def run_and_record(run: Callable[[], Entry], *, section: Section | str,
                    no_write: bool = False, written: str = "results appended to {path}; {doc} section updated",
                    failed: str = "FAILED", failed_status: int = 1,
                    results_dir: Path | None = None, doc: Path | None = None) -> int:
-    """Run one benchmark and record its entry; returns the exit status.
+    """Run one benchmark, print its summary (without ``summary``: its rendered section), append the entry to
+    ``<results_dir>/<prefix>-<date>.json`` and re-render its section of ``doc`` from that file.
 
-    130 when interrupted; ``failed_status`` (after ``<failed>: <error>``) when ``run`` raises
-    one of ``BENCH_ERRORS``; otherwise what ``summary`` returned (None or no summary: 0).
-    ``summary`` may still amend the entry: it runs before anything is written; without one the
-    entry's rendered section is printed.
-    ``section`` (a :class:`bench.render.Section` or its name) names the results files and the
-    doc section. ``written`` is the progress line after recording, formatted with ``path``
-    (the results file) and ``doc``. ``results_dir`` and ``doc`` default to ``bench/results``
-    and ``docs/benchmarks.md``.
+    Returns 130 when interrupted, ``failed_status`` when ``run`` raises one of ``BENCH_ERRORS``, else what
+    ``summary`` returned (it runs before anything is written, so it may amend the entry).
     """
     section = by_name(section) if isinstance(section, str) else section
     results_dir = common.RESULTS_DIR if results_dir is None else results_dir

@@ -2,17 +2,15 @@
 
     .venv/bin/python -m bench.render            # rewrite every section whose results file exists
     .venv/bin/python -m bench.render --check    # exit 1 when a section differs from what its JSON renders
-    .venv/bin/python -m bench.render stalls     # only the named sections
+    .venv/bin/python -m bench.render stalls-bench  # only the named sections
 
-A section is the last full entry of the newest ``<prefix>-*.json``, rendered by its benchmark's function;
-:func:`table` is the one Markdown table writer those functions share.
+A section is the last full entry of the newest ``<prefix>-*.json``, rendered by its benchmark's function.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
-import json
 import re
 import sys
 from collections.abc import Callable, Iterable, Sequence
@@ -20,9 +18,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.common import DOC, RESULTS_DIR, replace_section, say
+from bench.common import DOC, RESULTS_DIR, entries, replace_section, say
 
 Entry = dict[str, Any]
+
+
+def table(header: Sequence[str], rows: Iterable[Iterable[object]] = (), align: str = "") -> list[str]:
+    """A Markdown table: header, rule and rows; ``align`` has an ``r`` for each right-aligned column (``"lrr"``)."""
+    rule = "|" + "|".join("---:" if a == "r" else "---" for a in align.ljust(len(header))) + "|"
+    return [row(header), rule, *(row(r) for r in rows)]
 
 
 def row(cells: Iterable[object]) -> str:
@@ -30,10 +34,9 @@ def row(cells: Iterable[object]) -> str:
     return "|" + "".join(f" {c} |" if str(c) else " |" for c in cells)
 
 
-def table(header: Sequence[str], rows: Iterable[Iterable[object]] = (), align: str = "") -> list[str]:
-    """A Markdown table: header, rule and rows; ``align`` has an ``r`` for each right-aligned column (``"lrr"``)."""
-    rule = "|" + "|".join("---:" if a == "r" else "---" for a in align.ljust(len(header))) + "|"
-    return [row(header), rule, *(row(r) for r in rows)]
+def section(*paragraphs: str | list[str]) -> str:
+    """A generated section's text: paragraphs (a table as its lines) separated by blank lines."""
+    return "\n\n".join(p if isinstance(p, str) else "\n".join(p) for p in paragraphs)
 
 
 def machine(m: Entry) -> str:
@@ -45,7 +48,8 @@ def machine(m: Entry) -> str:
 
 @dataclass(frozen=True)
 class Section:
-    """One generated section: its markers, its results files and the benchmark function rendering it."""
+    """One generated section: its markers, its results files and the benchmark function rendering it;
+    ``extra`` adds what the function needs from the results file besides the entry."""
 
     name: str
     prefix: str  # results files are <prefix>-<date>.json
@@ -62,48 +66,39 @@ class Section:
         return f"<!-- {self.name}:end -->"
 
     def newest(self, results_dir: Path = RESULTS_DIR) -> Path | None:
-        # "<prefix>-2..." so that "throughput" does not pick up throughput-eos or throughput-ab.
-        files = sorted(results_dir.glob(f"{self.prefix}-[0-9]*.json"))
+        # "<prefix>-2..." so that "throughput" does not pick up throughput-eos or throughput-ab; by the date's
+        # digits, so that controller-scale-2026-11-28 is newer than the first files' controller-scale-20261121T12...
+        files = sorted(results_dir.glob(f"{self.prefix}-[0-9]*.json"),
+                       key=lambda path: (re.sub(r"\D", "", path.name)[:8], path.name))
         return files[-1] if files else None
 
     def render(self, path: Path) -> str:
-        loaded = json.loads(path.read_text())
-        entries = loaded if isinstance(loaded, list) else [loaded]
         # A smoke run (--quick) is recorded but never replaces a full run in the doc.
-        return self.render_entry(next((e for e in reversed(entries) if not e.get("quick")), entries[-1]), path)
+        runs = entries(path)
+        return self.render_entry(next((e for e in reversed(runs) if not e.get("quick")), runs[-1]), path)
 
     def render_entry(self, entry: Entry, path: Path) -> str:
         """``entry`` as the section shows it; ``path`` is its results file (which need not exist yet)."""
-        args: tuple[Any, ...] = ()
-        if self.extra is not None:
-            entry, args = self.extra(path, entry)
+        entry, args = self.extra(path, entry) if self.extra else (entry, ())
         return getattr(importlib.import_module(self.module), self.function)(entry, *args)
-
-
-def _verifier(path: Path, entry: Entry) -> tuple[Entry, tuple[Any, ...]]:
-    return {**entry, "results_file": path.name}, ()
 
 
 def _stalls(path: Path, entry: Entry) -> tuple[Entry, tuple[Any, ...]]:
     # Every other stored run is listed under the newest one.
-    runs: list[Entry] = []
-    for other in sorted(path.parent.glob("stalls-[0-9]*.json")):
-        loaded = json.loads(other.read_text())
-        runs.extend(loaded if isinstance(loaded, list) else [loaded])
+    runs = [run for other in sorted(path.parent.glob("stalls-[0-9]*.json")) for run in entries(other)]
     return entry, ([r for r in runs if r.get("date") != entry.get("date")],)
 
 
 def _controller_scale(path: Path, entry: Entry) -> tuple[Entry, tuple[Any, ...]]:
     # Files written before the entry carried its date: the date is the file name's stamp.
     stamp = re.search(r"(\d{4})(\d{2})(\d{2})T", path.name)
-    if "date" not in entry and stamp:
-        entry = {**entry, "date": "-".join(stamp.groups())}
-    return entry, ()
+    return ({**entry, "date": "-".join(stamp.groups())} if "date" not in entry and stamp else entry), ()
 
 
 SECTIONS: tuple[Section, ...] = (
     Section("controller-scale", "controller-scale", "bench.controller_scale", "render", _controller_scale),
-    Section("verifier-bench", "verifier", "bench.verifier_bench", "render", _verifier),
+    Section("verifier-bench", "verifier", "bench.verifier_bench", "render",
+            lambda path, entry: ({**entry, "results_file": path.name}, ())),
     Section("latency-bench", "latency", "bench.latency", "render"),
     Section("stalls-bench", "stalls", "bench.stalls", "render", _stalls),
     Section("drill", "drill", "bench.drill", "render"),
@@ -147,18 +142,15 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(exc.args[0]))
     differs = []
     for section in chosen:
-        path = section.newest()
-        if path is None:
+        if (path := section.newest()) is None:
             continue
-        if args.check:
-            if current(DOC.read_text(), section) != section.render(path).strip("\n"):
-                differs.append(section.name)
-        else:
+        if not args.check:
             render_file(section, path)
+        elif current(DOC.read_text(), section) != section.render(path).strip("\n"):
+            differs.append(section.name)
     if differs:
         say(f"differs from its JSON: {', '.join(differs)} (python -m bench.render rewrites them)")
-        return 1
-    return 0
+    return 1 if differs else 0
 
 
 if __name__ == "__main__":

@@ -177,3 +177,10 @@ def test_no_checked_in_run_is_over_1mb() -> None:
         loaded = json.loads(path.read_text())
         for entry in loaded if isinstance(loaded, list) else [loaded]:
             assert len(json.dumps(entry, indent=2)) <= common.RAW_LIMIT_BYTES, path
+
+
+def test_a_dated_controller_scale_file_is_newer_than_the_first_time_stamped_ones(tmp_path: Path) -> None:
+    for name in ("controller-scale-20261121T122155Z.json", "controller-scale-2026-11-28.json",
+                 "controller-scale-20261121T122213Z.json"):
+        (tmp_path / name).write_text("[]")
+    assert bench_render.by_name("controller-scale").newest(tmp_path) == tmp_path / "controller-scale-2026-11-28.json"

@@ -24,6 +24,11 @@ def test_table_aligns_columns_and_keeps_empty_cells() -> None:
     assert render.table(["only"]) == ["| only |", "|---|"]
 
 
+def test_a_section_is_its_paragraphs_and_tables_apart() -> None:
+    assert render.section("## Title", "One line.", render.table(["a"], [[1]])) == (
+        "## Title\n\nOne line.\n\n| a |\n|---|\n| 1 |")
+
+
 def render_value(entry: dict[str, Any]) -> str:
     return f"value {entry['value']}"
 

@@ -30,7 +30,7 @@ def test_the_floor_the_fallback_reader_and_the_worker_each_get_a_row_with_their_
         worker={"cpu_s_per_million": 1.2, "results_file": "throughput-2026-11-24.json"},
     ))
     assert "| 800,000 verified records/s |" in text
-    assert "| pass 1 with the digest reader as a fraction of the floor | 0.62× | ≥ 0.5× | met |" in text
+    assert "| pass 1 as a fraction of the floor | 0.62× | ≥ 0.5× | met |" in text
     assert "120,000 records/s (0.15× the floor), 12.0 CPU-s per million" in text
     assert "| 2.8× | ≤ 3× | met |" in text
 
@@ -38,3 +38,10 @@ def test_the_floor_the_fallback_reader_and_the_worker_each_get_a_row_with_their_
 def test_results_from_before_the_floor_render_as_before():
     text = verifier_bench.render(_entry())
     assert "floor" not in text and "| 500,000 records/s (4.0 s) |" in text
+
+
+def test_a_missed_target_says_so():
+    text = verifier_bench.render(_entry(start_to_verdict={"records": 100_000, "rounds": [{"seconds": 9, "load": 1}],
+                                                          "median_s": 9.0}))
+    assert "| 9.0 s | < 8 s | **missed** |" in text
+    assert "| 500,000 records/s (4.0 s) | 1,000,000 records/s | **missed** |" in text
