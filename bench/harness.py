@@ -19,13 +19,13 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from bench.common import load_average
-from devtools.harness import REPO, Proc, Processes, say, wait_for
+from devtools.harness import REPO, Proc, Processes, end_offsets, say, wait_for
 from devtools.harness import HarnessError as BenchError
 from devtools.ports import free_port
 from ureplicator.common import provenance
@@ -38,6 +38,9 @@ TAG_SHIFT = 40
 TP = tuple[str, int]
 LOAD_STALL_S = 45.0  # a load producer that reported nothing this long while holding records is replaced
 READER_STALL_S = 10.0  # the destination reader fetched nothing this long: check it is not stuck (#5153)
+# A measuring consumer: a fetch answered within 5 ms of a record, back soon after a broker restart.
+MEASURING: dict[str, Any] = {"enable.auto.commit": False, "enable.partition.eof": False, "fetch.wait.max.ms": 5,
+                             "fetch.min.bytes": 1, "fetch.error.backoff.ms": 50, "reconnect.backoff.max.ms": 500}
 
 
 def install_signal_handlers() -> None:
@@ -187,6 +190,9 @@ class CheckoutProcesses(Processes):
         return super().spawn(name, cmd, self.code if cwd == REPO else cwd)
 
 
+_Child = TypeVar("_Child", bound="Child")
+
+
 class Child:
     """A spawned process (its own interpreter, GIL and librdkafka) running ``target(*args, counters, stop, out)``:
     it publishes ``counters``, the parent sets ``stop``, ``out`` carries what it hands back."""
@@ -198,7 +204,7 @@ class Child:
         self._proc = ctx.Process(target=target, name=name, daemon=True,
                                  args=(*args, self.counters, self._stop, self._out))
 
-    def start(self) -> Any:
+    def start(self: _Child) -> _Child:
         self._proc.start()
         return self
 
@@ -378,17 +384,14 @@ class Arrivals:
     """Destination consumer recording per partition each record's identity, arrival time and latency;
     ``ident="urep"``: the source offset in its provenance header, ``"key"``: the load key (MirrorMaker 2)."""
 
-    def __init__(self, bootstrap: str, ident: str = "urep", fetch_wait_ms: int = 5,
-                 isolation: str = "read_uncommitted") -> None:
+    def __init__(self, bootstrap: str, ident: str = "urep", isolation: str = "read_uncommitted") -> None:
         if ident not in ("urep", "key"):
             raise ValueError(ident)
         self.ident = ident
         self._config = {
-            "bootstrap.servers": bootstrap, "isolation.level": isolation,  # read_committed: aborted copies don't count
-            "group.id": f"bench-arrivals-{os.getpid()}-{time.time_ns()}", "enable.auto.commit": False,
-            "enable.partition.eof": False, "fetch.wait.max.ms": fetch_wait_ms, "fetch.min.bytes": 1,
-            "fetch.error.backoff.ms": 50, "reconnect.backoff.max.ms": 500,
-            # The measuring consumer must not be left leaderless for minutes after a destination restart.
+            **MEASURING, "bootstrap.servers": bootstrap, "group.id": f"bench-arrivals-{os.getpid()}-{time.time_ns()}",
+            "isolation.level": isolation,  # read_committed: aborted copies don't count
+            # Not left leaderless for minutes after a destination restart.
             "topic.metadata.refresh.interval.ms": 5000,
         }
         self.consumer = Consumer(self._config)
@@ -525,11 +528,8 @@ def read_log(bootstrap: str, topic: str, partitions: int, timeout_s: float = 300
                          "isolation.level": isolation, "fetch.max.bytes": 64 * 1024 * 1024})
     result = {p: LogRead() for p in range(partitions)}
     try:
-        ends = {}
-        for p in range(partitions):
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30, cached=False)
-            if high > low:
-                ends[p] = high
+        ends = {p: n for p, n in wait_for(lambda: end_offsets(bootstrap, topic, partitions), 30,
+                                          f"end offsets of {topic}").items() if n > 0}
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in ends])
         remaining = set(ends)
         deadline = time.monotonic() + timeout_s

@@ -33,7 +33,7 @@ import yaml
 
 from bench import mm2, window
 from bench.common import REPO, code_version, fmt_load, load_average, machine_info
-from bench.harness import KEY, BenchError, Child, Flow, Load, load_line
+from bench.harness import KEY, MEASURING, BenchError, Child, Flow, Load, load_line
 from bench.recording import parser, rendered, run_and_record
 from bench.render import machine, table
 from bench.window import Mirror, Threads
@@ -185,11 +185,8 @@ def _probe_main(bootstrap: str, topic: str, requests: Any, counts: Any, stop: An
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
     try:
-        consumer = Consumer({
-            "bootstrap.servers": bootstrap, "group.id": f"bench-latency-probe-{time.time_ns()}",
-            "enable.auto.commit": False, "enable.partition.eof": False, "fetch.wait.max.ms": 5, "fetch.min.bytes": 1,
-            "fetch.error.backoff.ms": 50, "reconnect.backoff.max.ms": 500,
-        })
+        consumer = Consumer({**MEASURING, "bootstrap.servers": bootstrap,
+                             "group.id": f"bench-latency-probe-{time.time_ns()}"})
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
         logs: defaultdict[int, Received] = defaultdict(Received)
         unpack, key_size = KEY.unpack, KEY.size  # locals: this loop runs per record
