@@ -297,6 +297,11 @@ def mm2_effective(log: Path, keys: Sequence[str] = ("linger.ms", "batch.size", "
 # ----------------------------------------------------------------------------- measuring
 
 
+def start_load(bootstrap: str, topic: str, rate: int, tag: int, seconds: float) -> Load:
+    """``rate`` records/s of ``tag`` into every partition of ``topic`` for ``seconds``."""
+    return Load(bootstrap, [Flow(topic, PARTITIONS, rate)], tag, seconds, VALUE_BYTES).start()
+
+
 @dataclass
 class Contestant:
     """A started variant with its topic, its two probes and what it measured so far."""
@@ -310,8 +315,7 @@ class Contestant:
 
     def produce_and_wait(self, source: str, rate: int, seconds: float, timeout_s: float, already: int = 0) -> int:
         """Unmeasured load (priming, warm-up): produce, wait until all of it arrived; returns the acked count."""
-        result = Load(source, [Flow(self.topic, PARTITIONS, rate)], tag=WARMUP_TAG, duration_s=seconds,
-                      value_bytes=VALUE_BYTES).start().wait(seconds + 120)
+        result = start_load(source, self.topic, rate, WARMUP_TAG, seconds).wait(seconds + 120)
         target = already + result.acked
         # cpu_s() raises when a process died
         wait_for(lambda: self.mirror.cpu_s() >= 0 and self.destination.count(WARMUP_TAG) >= target, timeout_s,
@@ -366,24 +370,23 @@ def measure_rate(services: dict[str, str], c: Contestant, rate: int, tag: int,
     """Produce ``rate`` records/s for warm-up + duration, wait for the destination, compute the numbers."""
     mirror, destination, planned = c.mirror, c.destination, args.warmup + args.duration
     load_before = load_average()
-    load = Load(services["source"], [Flow(c.topic, PARTITIONS, rate)], tag=tag, duration_s=planned,
-                value_bytes=VALUE_BYTES).start()
+    producer = start_load(services["source"], c.topic, rate, tag, planned)
     say(f"  {rate:,}/s: producing for {planned:.0f}s (first {args.warmup:.0f}s not counted)")
     start: tuple[float, float, Threads] | None = None
     measured_from = last = time.monotonic()
     measured_from += args.warmup
     try:
-        while load.alive():
+        while producer.alive():
             time.sleep(0.2)
             if start is None and time.monotonic() >= measured_from:
                 start = (time.monotonic(), mirror.cpu_s(), mirror.threads())
             if time.monotonic() - last >= 10:
                 last = time.monotonic()
-                say(f"    sent {load.sent:,}, received {destination.count(tag):,}, load {load_line()}")
-        result = load.wait(120)
+                say(f"    sent {producer.sent:,}, received {destination.count(tag):,}, load {load_line()}")
+        result = producer.wait(120)
         end = (time.monotonic(), mirror.cpu_s(), mirror.threads())
     except BaseException:
-        load.kill()
+        producer.kill()
         raise
     produced_at, load_after = time.monotonic(), load_average()
     while destination.count(tag) < result.acked and time.monotonic() < produced_at + 60:
@@ -437,10 +440,9 @@ def warm_stack(services: dict[str, str], stamp: str, args: argparse.Namespace) -
         for bootstrap in sides:
             create_topic(bootstrap, topic, PARTITIONS)
             probes.append(Probe(bootstrap, topic).start())
-        loads = [Load(bootstrap, [Flow(topic, PARTITIONS, max(args.rates))], tag=WARMUP_TAG,
-                      duration_s=args.stack_warmup, value_bytes=VALUE_BYTES).start() for bootstrap in sides]
-        for load in loads:
-            load.wait(args.stack_warmup + 120)
+        loads = [start_load(bootstrap, topic, max(args.rates), WARMUP_TAG, args.stack_warmup) for bootstrap in sides]
+        for producer in loads:
+            producer.wait(args.stack_warmup + 120)
     finally:
         for probe in probes:
             probe.stop()
