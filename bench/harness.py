@@ -461,13 +461,9 @@ class Arrivals:
                 log.latency_ms.append(now * 1000.0 - msg.timestamp()[1])
 
     def _watch(self, now: float) -> None:
-        """Replace the reader's consumer when the destination holds records it does not fetch.
-
-        librdkafka's ``assign()`` consumer can stop fetching after its broker restarts (#5153). A partition
-        whose end is past what was read (beyond a trailing transaction marker) with nothing read for
-        :data:`READER_STALL_S` gets a new consumer at the offsets after the last records read, so the
-        measurement goes on (its gaps include the reader's stall).
-        """
+        """A new consumer, at the offsets after the last records read, when a partition's end is past what was
+        read (beyond a trailing transaction marker) and nothing came for :data:`READER_STALL_S`: librdkafka's
+        ``assign()`` consumer can stop fetching after its broker restarts (#5153). Its gaps include the stall."""
         with self._lock:
             assigned = list(self.logs)
         behind = []

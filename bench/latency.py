@@ -540,8 +540,7 @@ def render(entry: dict[str, Any]) -> str:
         f"`python -m bench.latency{' --quick' if quick else ''}` ({'**quick mode**: ' if quick else ''}"
         f"{s['warmup_s']:.0f} s warm-up + {s['duration_s']:.0f} s measured per rate and variant) on "
         f"{machine(entry['machine'])}, {entry['date'][:10]}; ureplicator at commit "
-        f"`{s.get('code_commit', 'unknown')}`; "
-        f"{entry['elapsed_s'] / 60:.0f} min in all. Load average at start "
+        f"`{s.get('code_commit', 'unknown')}`; {entry['elapsed_s'] / 60:.0f} min in all. Load average at start "
         f"{fmt_load(entry['load_at_start'])}, at end {fmt_load(entry['load_at_end'])}.",
         "",
         ("The variants ran one after another, each alone on the stack" if s.get("schedule") == "alone" else
