@@ -16,15 +16,16 @@ import threading
 import time
 from array import array
 from bisect import bisect_left, bisect_right
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from bench.common import load_average
-from devtools.harness import REPO, Proc, Processes, say, wait_for
+from devtools.harness import REPO, Proc, Processes, end_offsets, say, wait_for
 from devtools.harness import HarnessError as BenchError
 from devtools.ports import free_port
 from ureplicator.common import provenance
@@ -35,9 +36,11 @@ KEY = struct.Struct(">HQ")  # load records: run tag, sequence number within the 
 UREP = struct.Struct(">Bqi")  # provenance header: version, source offset, source partition
 TAG_SHIFT = 40
 TP = tuple[str, int]
-
-
-# ----------------------------------------------------------------------------- lifecycle
+LOAD_STALL_S = 45.0  # a load producer that reported nothing this long while holding records is replaced
+READER_STALL_S = 10.0  # the destination reader fetched nothing this long: check it is not stuck (#5153)
+# A measuring consumer: a fetch answered within 5 ms of a record, back soon after a broker restart.
+MEASURING: dict[str, Any] = {"enable.auto.commit": False, "enable.partition.eof": False, "fetch.wait.max.ms": 5,
+                             "fetch.min.bytes": 1, "fetch.error.backoff.ms": 50, "reconnect.backoff.max.ms": 500}
 
 
 def install_signal_handlers() -> None:
@@ -50,8 +53,7 @@ def install_signal_handlers() -> None:
 
 
 def load_line() -> str:
-    one, five, fifteen = load_average()
-    return f"{one:.2f} {five:.2f} {fifteen:.2f}"
+    return " ".join(f"{v:.2f}" for v in load_average())
 
 
 # ----------------------------------------------------------------------------- processes
@@ -91,7 +93,7 @@ class Pipeline:
     def url(self, label: str) -> str:
         return f"http://127.0.0.1:{self.ports[label]}"
 
-    def _start(self, role: str, label: str, port: int, ready: Any, timeout_s: float,
+    def _start(self, role: str, label: str, port: int, ready: Callable[[], bool], timeout_s: float,
                worker_id: str | None = None) -> Proc:
         """Spawn ``ureplicator <role>`` with its generated YAML; wait until ``ready()`` (it must not exit first)."""
         config = self.processes.workdir / f"{label}.yaml"
@@ -107,15 +109,16 @@ class Pipeline:
         wait_for(check, timeout_s, f"{role} {label} {'healthy' if role == 'controller' else 'registered'}", 0.3)
         return proc
 
+    def _health(self, label: str) -> Any:
+        """The body of the controller's ``/health`` when it answers 200, else None."""
+        with contextlib.suppress(UReplicatorError, OSError):
+            status, body = request(f"{self.url(label)}/health", timeout_s=2)
+            return body if status == 200 else None
+        return None
+
     def start_controller(self, label: str, timeout_s: float = 60) -> Proc:
         self.ports[label] = port = self.ports.get(label) or free_port()
-
-        def healthy() -> bool:
-            with contextlib.suppress(UReplicatorError, OSError):
-                return request(f"{self.url(label)}/health", timeout_s=2)[0] == 200
-            return False
-
-        return self._start("controller", label, port, healthy, timeout_s)
+        return self._start("controller", label, port, lambda: self._health(label) is not None, timeout_s)
 
     def start_worker(self, worker_id: str, timeout_s: float = 60) -> Proc:
         def registered() -> bool:
@@ -130,22 +133,18 @@ class Pipeline:
         """Ask the first live controller that answers; (0, reason) when none does."""
         last = "no controller running"
         for label, proc in self.controllers.items():
-            if not proc.alive():
-                continue
-            try:
-                return request(f"{self.url(label)}{path}", method, body, timeout_s=timeout_s)
-            except (UReplicatorError, OSError) as exc:
-                last = str(exc)
+            if proc.alive():
+                try:
+                    return request(f"{self.url(label)}{path}", method, body, timeout_s=timeout_s)
+                except (UReplicatorError, OSError) as exc:
+                    last = str(exc)
         return 0, last
 
     def leader(self) -> str | None:
         """Label of the controller that says it leads."""
         for label, proc in self.controllers.items():
-            if proc.alive():
-                with contextlib.suppress(UReplicatorError, OSError):
-                    status, body = request(f"{self.url(label)}/health", timeout_s=2)
-                    if status == 200 and isinstance(body, dict) and body.get("is_leader"):
-                        return label
+            if proc.alive() and isinstance(body := self._health(label), dict) and body.get("is_leader"):
+                return label
         return None
 
     def add_topic(self, topic: str, partitions: int, destination: str | None = None) -> None:
@@ -166,39 +165,63 @@ class Pipeline:
         status, body = self.api("GET", "/validation")
         if status != 200 or not body.get("ok") or body.get("withheld"):
             return False
-        for topic, partitions in topics.items():
-            owners = self.owners(topic)
-            if len(owners) != partitions or any(w is None for w in owners.values()):
-                return False
-        return True
+        return all(len(owners := self.owners(topic)) == partitions and None not in owners.values()
+                   for topic, partitions in topics.items())
 
     def stop_all(self) -> None:
         """Workers first (they commit), then controllers."""
-        for proc in list(self.workers.values()) + list(self.controllers.values()):
+        for proc in [*self.workers.values(), *self.controllers.values()]:
             if proc.alive():
                 with contextlib.suppress(Exception):
                     proc.terminate(40)
 
 
 class CheckoutProcesses(Processes):
-    """Processes that run ``python -m ureplicator`` from another checkout (``--code``, ``--worker-repo``):
-    its controller and worker, our harness; with ``python`` instead of this interpreter when given.
-
-    A checkout from before the ``ureplicator`` namespace has top-level packages: its command is ``-m cli``.
-    """
+    """Processes whose ``python -m ureplicator`` runs from another checkout (``code``), with ``python`` instead of
+    this interpreter when given."""
 
     def __init__(self, workdir: Path, code: Path, python: str = sys.executable) -> None:
         super().__init__(workdir)
-        self.code = code
-        self.python = python
-        self.namespaced = (code / "ureplicator").is_dir()
+        self.code, self.python = code, python
 
     def spawn(self, name: str, cmd: list[str], cwd: Path = REPO) -> Proc:
-        if not self.namespaced:
-            cmd = ["cli" if arg == "ureplicator" and cmd[i - 1] == "-m" else arg for i, arg in enumerate(cmd)]
         if cmd[0] == sys.executable:
             cmd = [self.python, *cmd[1:]]
         return super().spawn(name, cmd, self.code if cwd == REPO else cwd)
+
+
+_Child = TypeVar("_Child", bound="Child")
+
+
+class Child:
+    """A spawned process (its own interpreter, GIL and librdkafka) running ``target(*args, counters, stop, out)``:
+    it publishes ``counters``, the parent sets ``stop``, ``out`` carries what it hands back."""
+
+    def __init__(self, target: Callable[..., None], name: str, args: tuple[Any, ...], counters: int) -> None:
+        ctx = mp.get_context("spawn")
+        self.counters = ctx.Array("q", counters, lock=False)
+        self._stop, self._out = ctx.Event(), ctx.Queue()
+        self._proc = ctx.Process(target=target, name=name, daemon=True,
+                                 args=(*args, self.counters, self._stop, self._out))
+
+    def start(self: _Child) -> _Child:
+        self._proc.start()
+        return self
+
+    def alive(self) -> bool:
+        return self._proc.is_alive()
+
+    def receive(self, timeout_s: float, what: str) -> Any:
+        """The next thing the child handed back; BenchError when nothing came within ``timeout_s``."""
+        try:
+            return self._out.get(timeout=timeout_s)
+        except Exception as exc:  # queue.Empty, EOFError when the child died
+            raise BenchError(f"{what} did not report within {timeout_s:.0f}s ({exc!r})") from None
+
+    def kill(self) -> None:
+        if self._proc.is_alive():
+            self._proc.kill()
+            self._proc.join(10)
 
 
 # ----------------------------------------------------------------------------- load
@@ -220,18 +243,14 @@ class LoadResult:
     acked: int = 0
     failed: int = 0
     elapsed_s: float = 0.0
-    behind: int = 0  # records due by the schedule that were never handed to the producer
     first_error: str | None = None
     producer_replacements: int = 0  # the load's own producer went silent after a broker restart
     acked_keys: dict[TP, array] | None = None  # per (topic, partition), sequence numbers the source acked
 
 
-LOAD_STALL_S = 45.0  # a load producer that reported nothing this long while holding records is replaced
-
-
 def _load_main(bootstrap: str, flows: list[Flow], tag: int, duration_s: float | None, value_bytes: int,
-               track_acked: bool, extra: dict[str, Any], counters: Any, stop: Any, out: Any) -> None:
-    """Child process body of :class:`Load` (spawned: no librdkafka state inherited)."""
+               track_acked: bool, counters: Any, stop: Any, out: Any) -> None:
+    """Child process body of :class:`Load`."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
     from confluent_kafka import Producer
 
@@ -253,7 +272,7 @@ def _load_main(bootstrap: str, flows: list[Flow], tag: int, duration_s: float | 
         "message.timeout.ms": 600_000,  # ride out a restarting source broker
         "reconnect.backoff.max.ms": 500,  # back soon after a restart: measure the mirror, not our backoff
         "topic.metadata.refresh.interval.ms": 5000,  # not leaderless for minutes after a restart (common.kafka)
-        "on_delivery": on_delivery, **extra,
+        "on_delivery": on_delivery,
     }
     producer = Producer(config)
     payloads = [os.urandom(value_bytes) for _ in range(64)]
@@ -261,8 +280,8 @@ def _load_main(bootstrap: str, flows: list[Flow], tag: int, duration_s: float | 
     start = time.monotonic()
     last_publish = 0.0
     # librdkafka's idempotent producer can go silent after the source broker restarts (records queued, no
-    # report, no error); a soak then blamed the replicator. A producer silent for LOAD_STALL_S while holding
-    # records is replaced: the purged records fail (never acknowledged, so no check expects them).
+    # report, no error). A producer silent for LOAD_STALL_S while holding records is replaced: the purged
+    # records fail (never acknowledged, so no check expects them).
     reports_seen, reports_moved_at = 0, start
     try:
         while not stop.is_set():
@@ -301,9 +320,6 @@ def _load_main(bootstrap: str, flows: list[Flow], tag: int, duration_s: float | 
             if not progressed:
                 time.sleep(0.0005)
         result.elapsed_s = time.monotonic() - start
-        due_total = sum(f.preload + int(min(result.elapsed_s, duration_s or result.elapsed_s) * f.rate)
-                        for f in flows)
-        result.behind = max(0, due_total - sum(sent))
         producer.flush(float(config["message.timeout.ms"]) / 1000 + 10)
     finally:
         result.sent = sum(sent)
@@ -311,23 +327,14 @@ def _load_main(bootstrap: str, flows: list[Flow], tag: int, duration_s: float | 
         out.put(result)
 
 
-class Load:
+class Load(Child):
     """A producer process writing ``flows`` at fixed rates until ``duration_s`` or :meth:`stop`."""
 
     def __init__(self, bootstrap: str, flows: list[Flow], tag: int = 1, duration_s: float | None = None,
-                 value_bytes: int = 100, track_acked: bool = False, extra: dict[str, Any] | None = None) -> None:
-        ctx = mp.get_context("spawn")
-        self.flows = flows
-        self.counters = ctx.Array("q", 3, lock=False)  # sent, acked, failed (published every 0.2 s)
-        self._stop, self._out = ctx.Event(), ctx.Queue()
-        self._proc = ctx.Process(target=_load_main, name="bench-load", daemon=True,
-                                 args=(bootstrap, flows, tag, duration_s, value_bytes, track_acked, extra or {},
-                                       self.counters, self._stop, self._out))
+                 value_bytes: int = 100, track_acked: bool = False) -> None:
+        # counters: sent, acked, failed (published every 0.2 s)
+        super().__init__(_load_main, "bench-load", (bootstrap, flows, tag, duration_s, value_bytes, track_acked), 3)
         self.result: LoadResult | None = None
-
-    def start(self) -> Load:
-        self._proc.start()
-        return self
 
     @property
     def sent(self) -> int:
@@ -337,17 +344,14 @@ class Load:
     def acked(self) -> int:
         return int(self.counters[1])
 
-    def alive(self) -> bool:
-        return self._proc.is_alive()
-
     def wait(self, timeout_s: float) -> LoadResult:
         """Collect the result once the producer finished (its duration ran out or it was stopped)."""
         if self.result is None:
             try:
-                self.result = self._out.get(timeout=timeout_s)
-            except Exception as exc:  # queue.Empty, EOFError when the child died
+                self.result = self.receive(timeout_s, "the load producer")
+            except BenchError:
                 self.kill()
-                raise BenchError(f"the load producer did not report within {timeout_s:.0f}s ({exc!r})") from None
+                raise
             self._proc.join(30)
         return self.result
 
@@ -355,13 +359,14 @@ class Load:
         self._stop.set()
         return self.wait(timeout_s)
 
-    def kill(self) -> None:
-        if self._proc.is_alive():
-            self._proc.kill()
-            self._proc.join(10)
-
 
 # ----------------------------------------------------------------------------- arrivals
+
+
+def _urep(msg: Message) -> tuple[int, int, int] | None:
+    """The record's provenance header (version, source offset, source partition); None without one."""
+    value = next((v for name, v in reversed(msg.headers() or ()) if name == provenance.HEADER), None)
+    return None if value is None else UREP.unpack_from(value)
 
 
 class PartitionLog:
@@ -375,32 +380,26 @@ class PartitionLog:
         self.latency_ms = array("d")  # arrival - CreateTime
 
 
-READER_STALL_S = 10.0  # the destination reader fetched nothing this long: check it is not stuck (#5153)
-
-
 class Arrivals:
     """Destination consumer recording per partition each record's identity, arrival time and latency;
     ``ident="urep"``: the source offset in its provenance header, ``"key"``: the load key (MirrorMaker 2)."""
 
-    def __init__(self, bootstrap: str, ident: str = "urep", fetch_wait_ms: int = 5,
-                 isolation: str = "read_uncommitted") -> None:
+    def __init__(self, bootstrap: str, ident: str = "urep", isolation: str = "read_uncommitted") -> None:
         if ident not in ("urep", "key"):
             raise ValueError(ident)
         self.ident = ident
         self._config = {
-            "bootstrap.servers": bootstrap, "isolation.level": isolation,  # read_committed: aborted copies don't count
-            "group.id": f"bench-arrivals-{os.getpid()}-{time.time_ns()}", "enable.auto.commit": False,
-            "enable.partition.eof": False, "fetch.wait.max.ms": fetch_wait_ms, "fetch.min.bytes": 1,
-            "fetch.error.backoff.ms": 50, "reconnect.backoff.max.ms": 500,
-            # The measuring consumer must not be left leaderless for minutes after a destination restart.
+            **MEASURING, "bootstrap.servers": bootstrap, "group.id": f"bench-arrivals-{os.getpid()}-{time.time_ns()}",
+            "isolation.level": isolation,  # read_committed: aborted copies don't count
+            # Not left leaderless for minutes after a destination restart.
             "topic.metadata.refresh.interval.ms": 5000,
         }
         self.consumer = Consumer(self._config)
         self.logs: dict[TP, PartitionLog] = {}
         self.replacements = 0  # the reader's own consumer replaced after it stopped fetching (_watch)
+        self.bad_headers = 0  # urep missing, unreadable, or naming another partition
         self._next: dict[TP, int] = {}  # per partition, the offset after the last record read
         self._read_at: dict[TP, float] = {}  # per partition, when (monotonic) it was last read or checked
-        self.bad_headers = 0  # urep missing, unreadable, or naming another partition
         self._pending: list[TopicPartition] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -430,8 +429,6 @@ class Arrivals:
         return log.arrivals[-1] if log is not None and log.arrivals else 0.0
 
     def _run(self) -> None:
-        urep_mode, header = self.ident == "urep", provenance.HEADER
-        next_offsets, read_at, logs = self._next, self._read_at, self.logs
         checked = time.monotonic()
         while not self._stop.is_set():
             if self._pending:
@@ -444,40 +441,29 @@ class Arrivals:
                 checked = mono
                 self._watch(mono)
             now = time.time()
-            now_ms = now * 1000.0
             for msg in messages:
                 if msg.error() is not None:
                     continue
                 partition = msg.partition()
                 tp = (msg.topic(), partition)
-                next_offsets[tp] = msg.offset() + 1
-                read_at[tp] = mono
-                log = logs[tp]
-                tag, seq = KEY.unpack(msg.key())
-                if urep_mode:
-                    ident = -1
-                    for name, value in reversed(msg.headers() or ()):
-                        if name == header:
-                            version, offset, source_partition = UREP.unpack_from(value)
-                            if version == provenance.VERSION and source_partition == partition:
-                                ident = offset
-                            break
-                    if ident < 0:
-                        self.bad_headers += 1
-                else:
+                self._next[tp], self._read_at[tp] = msg.offset() + 1, mono
+                if self.ident == "key":
+                    tag, seq = KEY.unpack(msg.key())
                     ident = (tag << TAG_SHIFT) | seq
+                elif (urep := _urep(msg)) and urep[0] == provenance.VERSION and urep[2] == partition:
+                    ident = urep[1]
+                else:
+                    ident = -1
+                    self.bad_headers += 1
+                log = self.logs[tp]
                 log.idents.append(ident)
                 log.arrivals.append(now)
-                log.latency_ms.append(now_ms - msg.timestamp()[1])
+                log.latency_ms.append(now * 1000.0 - msg.timestamp()[1])
 
     def _watch(self, now: float) -> None:
-        """Replace the reader's consumer when the destination holds records it does not fetch.
-
-        librdkafka's ``assign()`` consumer can stop fetching after its broker restarts (#5153), which failed a
-        soak on 2026-11-26. A partition whose end is past what was read (beyond a trailing transaction marker)
-        with nothing read for :data:`READER_STALL_S` gets a new consumer at the offsets after the last records
-        read, so the measurement goes on (its gaps include the reader's stall).
-        """
+        """A new consumer, at the offsets after the last records read, when a partition's end is past what was
+        read (beyond a trailing transaction marker) and nothing came for :data:`READER_STALL_S`: librdkafka's
+        ``assign()`` consumer can stop fetching after its broker restarts (#5153). Its gaps include the stall."""
         with self._lock:
             assigned = list(self.logs)
         behind = []
@@ -538,11 +524,8 @@ def read_log(bootstrap: str, topic: str, partitions: int, timeout_s: float = 300
                          "isolation.level": isolation, "fetch.max.bytes": 64 * 1024 * 1024})
     result = {p: LogRead() for p in range(partitions)}
     try:
-        ends = {}
-        for p in range(partitions):
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30, cached=False)
-            if high > low:
-                ends[p] = high
+        ends = {p: n for p, n in wait_for(lambda: end_offsets(bootstrap, topic, partitions), 30,
+                                          f"end offsets of {topic}").items() if n > 0}
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in ends])
         remaining = set(ends)
         deadline = time.monotonic() + timeout_s
@@ -562,8 +545,7 @@ def read_log(bootstrap: str, topic: str, partitions: int, timeout_s: float = 300
                 log.offsets.append(offset)
                 tag, seq = KEY.unpack(msg.key())
                 log.keys.append((tag << TAG_SHIFT) | seq)
-                log.urep.append(next((UREP.unpack_from(v)[1] for n, v in reversed(msg.headers() or ())
-                                      if n == provenance.HEADER), -1))
+                log.urep.append(urep[1] if (urep := _urep(msg)) else -1)
                 if offset >= ends[p] - 1:
                     remaining.discard(p)
         return result

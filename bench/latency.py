@@ -11,6 +11,7 @@ docs/benchmarks.md, beside the latency-bench section.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import multiprocessing as mp
 import os
@@ -21,7 +22,8 @@ import statistics
 import sys
 import time
 from array import array
-from collections.abc import Sequence
+from collections import defaultdict
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -31,7 +33,7 @@ import yaml
 
 from bench import mm2, window
 from bench.common import REPO, code_version, fmt_load, load_average, machine_info
-from bench.harness import KEY, BenchError, Flow, Load, load_line
+from bench.harness import KEY, MEASURING, BenchError, Child, Flow, Load, load_line
 from bench.recording import parser, rendered, run_and_record
 from bench.render import machine, table
 from bench.window import Mirror, Threads
@@ -67,10 +69,8 @@ VARIANTS = ("ureplicator-default", "ureplicator-low-latency", "mirrormaker2-low-
 
 
 def nested_overrides(settings: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Dotted pipeline keys (``worker.fetch_wait_ms``, ``destination.properties.linger.ms``) as YAML sections.
-
-    ``<section>.properties.<librdkafka key>`` keeps the librdkafka key whole (it has dots of its own).
-    """
+    """Dotted pipeline keys (``worker.fetch_wait_ms``) as YAML sections; ``<section>.properties.<librdkafka key>``
+    keeps the librdkafka key whole (it has dots of its own)."""
     out: dict[str, dict[str, Any]] = {}
     for key, value in settings.items():
         section, _, rest = key.partition(".")
@@ -95,8 +95,7 @@ def nearest_rank(ordered: Sequence[float], q: float) -> float:
     """The smallest value with at least ``q`` % of the values at or below it (0 when empty)."""
     if not ordered:
         return 0.0
-    rank = math.ceil(round(q * len(ordered) / 100, 9))
-    return ordered[min(len(ordered), max(1, rank)) - 1]
+    return ordered[min(len(ordered), max(1, math.ceil(round(q * len(ordered) / 100, 9)))) - 1]
 
 
 def latency_stats(latencies_ms: Sequence[float]) -> dict[str, float]:
@@ -113,10 +112,7 @@ def measured_window(created_ms: Sequence[float], warmup_s: float) -> float:
 
 def latency_growth_s(created_ms: Sequence[float], latency_ms: Sequence[float], start_ms: float, end_ms: float,
                      span_s: float = 10.0) -> float:
-    """Median latency of the last ``span_s`` of the window minus that of its first ``span_s`` (seconds).
-
-    A mirror that keeps up stays near 0; a growing backlog shows as the whole backlog's age.
-    """
+    """Median latency of the window's last ``span_s`` minus that of its first (s): a growing backlog's age."""
     pairs = list(zip(created_ms, latency_ms, strict=True))
     head = [lat for ct, lat in pairs if start_ms <= ct < start_ms + span_s * 1000.0]
     tail = [lat for ct, lat in pairs if end_ms - span_s * 1000.0 <= ct <= end_ms]
@@ -140,10 +136,8 @@ def is_sustained(planned_s: float, elapsed_s: float, failed: int, acked: int, re
 
 def replicator_legs(dst_seq: Sequence[int], dst_received_ms: Sequence[float], src_seq: Sequence[int],
                     src_received_ms: Sequence[float]) -> list[float]:
-    """Per destination record, destination receipt − source receipt of the same record (NaN when unseen).
-
-    Sequence numbers of one load are dense from 0, so the source side is an array indexed by them.
-    """
+    """Per destination record, destination receipt − source receipt of the same record (NaN when unseen);
+    one load's sequence numbers are dense from 0, so the source side is an array indexed by them."""
     at_source = array("d", [math.nan]) * (max(src_seq) + 1 if len(src_seq) else 0)
     for seq, received in zip(src_seq, src_received_ms, strict=True):
         at_source[seq] = received
@@ -158,12 +152,7 @@ def loop_thread(pid: int, tid: int, name: str, system: str) -> bool:
 
 def run_queue_figures(before: Threads, after: Threads, loop_pids: Sequence[int], system: str,
                       seconds: float) -> dict[str, float]:
-    """CPU time and run-queue wait (seconds) of the replicator's threads over a window (:func:`window.threads`).
-
-    A thread that waits on the run queue is ready to work but gets no core: on a shared 2-core
-    machine that, not the replicator's own code, can be where a record's time goes. The *loop*
-    threads (:func:`loop_thread`) carry every record.
-    """
+    """CPU time and run-queue wait (s) of the replicator's threads, and of its loop threads, over a window."""
     cpu = wait = loop_cpu = loop_wait = 0.0
     for (pid, tid), (name, cpu_after, wait_after) in after.items():  # a thread started in the window counts from 0
         _, cpu_before, wait_before = before.get((pid, tid), (name, 0.0, 0.0))
@@ -187,22 +176,22 @@ class Received:
     received_ms: array = field(default_factory=lambda: array("d"))
 
 
-def _probe_main(bootstrap: str, topic: str, counts: Any, ready: Any, stop: Any, requests: Any, replies: Any) -> None:
-    """Child process body of :class:`Probe` (spawned: its own interpreter, GIL and librdkafka)."""
+READY = -2  # what the probe sends once assigned; -1 carries its error
+
+
+def _probe_main(bootstrap: str, topic: str, requests: Any, counts: Any, stop: Any, out: Any) -> None:
+    """Child process body of :class:`Probe`."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
     try:
-        consumer = Consumer({
-            "bootstrap.servers": bootstrap, "group.id": f"bench-latency-probe-{time.time_ns()}",
-            "enable.auto.commit": False, "enable.partition.eof": False, "fetch.wait.max.ms": 5, "fetch.min.bytes": 1,
-            "fetch.error.backoff.ms": 50, "reconnect.backoff.max.ms": 500,
-        })
+        consumer = Consumer({**MEASURING, "bootstrap.servers": bootstrap,
+                             "group.id": f"bench-latency-probe-{time.time_ns()}"})
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
-        logs: dict[int, Received] = {}
+        logs: defaultdict[int, Received] = defaultdict(Received)
         unpack, key_size = KEY.unpack, KEY.size  # locals: this loop runs per record
-        last_request_check = 0.0
-        ready.set()
+        asked_at = 0.0
+        out.put((READY, None))
         while not stop.is_set():
             first = consumer.poll(0.05)  # returns as soon as one record is there
             if first is not None:
@@ -210,78 +199,63 @@ def _probe_main(bootstrap: str, topic: str, counts: Any, ready: Any, stop: Any, 
                 received = time.time() * 1000.0
                 for msg in batch:
                     key = msg.key()
-                    if msg.error() is not None or key is None or len(key) != key_size:
-                        continue
-                    tag, seq = unpack(key)
-                    log = logs.get(tag)
-                    if log is None:
-                        log = logs[tag] = Received()
-                    log.seq.append(seq)
-                    log.created_ms.append(msg.timestamp()[1])
-                    log.received_ms.append(received)
-                    if tag < MAX_TAGS:
-                        counts[tag] += 1
-            if time.monotonic() - last_request_check >= 0.1:
-                last_request_check = time.monotonic()
-                while True:
-                    try:
+                    if msg.error() is None and key is not None and len(key) == key_size:
+                        tag, seq = unpack(key)
+                        log = logs[tag]
+                        log.seq.append(seq)
+                        log.created_ms.append(msg.timestamp()[1])
+                        log.received_ms.append(received)
+                        if tag < MAX_TAGS:
+                            counts[tag] += 1
+            if time.monotonic() - asked_at >= 0.1:
+                asked_at = time.monotonic()
+                with contextlib.suppress(queue.Empty):
+                    while True:
                         tag = requests.get_nowait()
-                    except queue.Empty:
-                        break
-                    replies.put((tag, logs.pop(tag, Received())))
+                        out.put((tag, logs.pop(tag, Received())))
         consumer.close()
     except Exception as exc:  # reported to the parent, which raises BenchError
-        replies.put((-1, f"{type(exc).__name__}: {exc}"))
+        out.put((-1, f"{type(exc).__name__}: {exc}"))
 
 
-class Probe:
+class Probe(Child):
     """A measuring consumer in its own process: per tag, every record's CreateTime and receive time."""
 
     def __init__(self, bootstrap: str, topic: str) -> None:
-        ctx = mp.get_context("spawn")
-        self.counts = ctx.Array("q", MAX_TAGS, lock=False)
-        self._ready, self._stop, self._requests, self._replies = ctx.Event(), ctx.Event(), ctx.Queue(), ctx.Queue()
-        self._proc = ctx.Process(target=_probe_main, name="bench-latency-probe", daemon=True, args=(
-            bootstrap, topic, self.counts, self._ready, self._stop, self._requests, self._replies))
+        self._requests = mp.get_context("spawn").Queue()
+        super().__init__(_probe_main, "bench-latency-probe", (bootstrap, topic, self._requests), MAX_TAGS)
 
     def start(self, timeout_s: float = 60) -> Probe:
-        self._proc.start()
-        if not self._ready.wait(timeout_s):
-            raise BenchError(f"the latency probe did not start within {timeout_s:.0f}s")
+        super().start()
+        self._reply(READY, timeout_s)
         return self
 
-    def count(self, tag: int) -> int:
-        if not self._proc.is_alive():
-            try:
-                error = str(self._replies.get(timeout=1)[1])
-            except queue.Empty:
-                error = f"exit code {self._proc.exitcode}"
-            raise BenchError(f"the latency probe exited: {error}")
-        return int(self.counts[tag])
-
-    def take(self, tag: int, timeout_s: float = 120) -> Received:
-        """Hand over (and forget) everything received of ``tag``."""
-        self._requests.put(tag)
-        try:
-            got, payload = self._replies.get(timeout=timeout_s)
-        except queue.Empty:
-            raise BenchError(f"the latency probe did not answer within {timeout_s:.0f}s") from None
+    def _reply(self, tag: int, timeout_s: float) -> Any:
+        got, payload = self.receive(timeout_s, "the latency probe")
         if got != tag:
             raise BenchError(f"the latency probe failed: {payload}")
         return payload
 
+    def count(self, tag: int) -> int:
+        if not self.alive():
+            raise BenchError(f"the latency probe exited: {self.receive(1, 'the exited latency probe')[1]}")
+        return int(self.counters[tag])
+
+    def take(self, tag: int, timeout_s: float = 120) -> Received:
+        """Hand over (and forget) everything received of ``tag``."""
+        self._requests.put(tag)
+        return self._reply(tag, timeout_s)
+
     def stop(self) -> None:
         self._stop.set()
         self._proc.join(15)
-        if self._proc.is_alive():
-            self._proc.kill()
-            self._proc.join(10)
+        self.kill()
 
 
 # ----------------------------------------------------------------------------- variants
 
 
-@dataclass
+@dataclass(frozen=True)
 class Variant:
     """One replicator set-up under test."""
 
@@ -291,13 +265,11 @@ class Variant:
 
 
 def variants(names: Sequence[str], low_latency: dict[str, Any]) -> list[Variant]:
-    known = {"ureplicator-default": Variant("ureplicator-default", "ureplicator", {}),
-             "ureplicator-low-latency": Variant("ureplicator-low-latency", "ureplicator", dict(low_latency)),
-             "mirrormaker2-low-latency": Variant("mirrormaker2-low-latency", "mirrormaker2", dict(MM2_LOW_LATENCY)),
-             "mirrormaker2-default": Variant("mirrormaker2-default", "mirrormaker2", {})}
+    known = {"ureplicator-default": {}, "ureplicator-low-latency": low_latency,
+             "mirrormaker2-low-latency": MM2_LOW_LATENCY, "mirrormaker2-default": {}}
     if unknown := [n for n in names if n not in known]:
         raise BenchError(f"unknown variant(s) {', '.join(unknown)}; known: {', '.join(known)}")
-    return [known[n] for n in names]
+    return [Variant(n, n.split("-")[0], dict(known[n])) for n in names]
 
 
 def mm2_properties(variant: Variant, alias: str, services: dict[str, str], topic: str) -> dict[str, Any]:
@@ -325,6 +297,11 @@ def mm2_effective(log: Path, keys: Sequence[str] = ("linger.ms", "batch.size", "
 # ----------------------------------------------------------------------------- measuring
 
 
+def start_load(bootstrap: str, topic: str, rate: int, tag: int, seconds: float) -> Load:
+    """``rate`` records/s of ``tag`` into every partition of ``topic`` for ``seconds``."""
+    return Load(bootstrap, [Flow(topic, PARTITIONS, rate)], tag, seconds, VALUE_BYTES).start()
+
+
 @dataclass
 class Contestant:
     """A started variant with its topic, its two probes and what it measured so far."""
@@ -338,92 +315,17 @@ class Contestant:
 
     def produce_and_wait(self, source: str, rate: int, seconds: float, timeout_s: float, already: int = 0) -> int:
         """Unmeasured load (priming, warm-up): produce, wait until all of it arrived; returns the acked count."""
-        result = Load(source, [Flow(self.topic, PARTITIONS, rate)], tag=WARMUP_TAG, duration_s=seconds,
-                      value_bytes=VALUE_BYTES).start().wait(seconds + 120)
+        result = start_load(source, self.topic, rate, WARMUP_TAG, seconds).wait(seconds + 120)
         target = already + result.acked
         # cpu_s() raises when a process died
         wait_for(lambda: self.mirror.cpu_s() >= 0 and self.destination.count(WARMUP_TAG) >= target, timeout_s,
                  f"{self.variant.name}: {result.acked:,} records of tag {WARMUP_TAG} at the destination")
         return target
 
-    def stop(self) -> None:
-        self.destination.stop()
-        self.source.stop()
-        self.mirror.stop()
-        if self.variant.system == "mirrormaker2":
-            self.out["mm2_logged"] = mm2_effective(Path(self.out["log"]))
 
-
-def measure_rate(services: dict[str, str], c: Contestant, rate: int, tag: int,
-                 args: argparse.Namespace) -> dict[str, Any]:
-    """Produce ``rate`` records/s for warm-up + duration, wait for the destination, compute the numbers."""
-    mirror, destination, planned = c.mirror, c.destination, args.warmup + args.duration
-    load_before = load_average()
-    load = Load(services["source"], [Flow(c.topic, PARTITIONS, rate)], tag=tag, duration_s=planned,
-                value_bytes=VALUE_BYTES).start()
-    say(f"  {rate:,}/s: producing for {planned:.0f}s (first {args.warmup:.0f}s not counted)")
-    start: tuple[float, float, Threads] | None = None
-    measured_from = last = time.monotonic()
-    measured_from += args.warmup
-    try:
-        while load.alive() and load.result is None:
-            time.sleep(0.2)
-            if start is None and time.monotonic() >= measured_from:
-                start = (time.monotonic(), mirror.cpu_s(), mirror.threads())
-            if time.monotonic() - last >= 10:
-                last = time.monotonic()
-                say(f"    sent {load.sent:,}, received {destination.count(tag):,}, load {load_line()}")
-        result = load.wait(120)
-        end = (time.monotonic(), mirror.cpu_s(), mirror.threads())
-    except BaseException:
-        load.kill()
-        raise
-    produced_at, load_after = time.monotonic(), load_average()
-    while destination.count(tag) < result.acked and time.monotonic() < produced_at + 60:
-        mirror.cpu_s()
-        time.sleep(0.05)
-    received, drain_s = destination.count(tag), time.monotonic() - produced_at
-
-    got = destination.take(tag)
-    start_ms = measured_window(got.created_ms, args.warmup)
-    latencies = [r - ct for ct, r in zip(got.created_ms, got.received_ms, strict=True)]
-    in_window = [i for i, ct in enumerate(got.created_ms) if ct >= start_ms]
-    measured = [latencies[i] for i in in_window]
-    growth = latency_growth_s(got.created_ms, latencies, start_ms, start_ms + args.duration * 1000.0)
-    src = c.source.take(tag)
-    legs = replicator_legs([got.seq[i] for i in in_window], [got.received_ms[i] for i in in_window],
-                           src.seq, src.received_ms)
-    joined = [(lat, leg) for lat, leg in zip(measured, legs, strict=True) if not math.isnan(leg)]
-    replicator = latency_stats([leg for _, leg in joined])
-    source_leg = latency_stats([lat - leg for lat, leg in joined])
-    entry: dict[str, Any] = {
-        "rate": rate, "planned_s": planned, "warmup_s": args.warmup, "sent": result.sent, "acked": result.acked,
-        "failed": result.failed, "received": received, "producer_elapsed_s": round(result.elapsed_s, 2),
-        "producer_rate": round(result.sent / result.elapsed_s) if result.elapsed_s else 0,
-        "measured_records": len(measured), **latency_stats(measured), "joined_records": len(joined),
-        "source_leg_p50_ms": source_leg["p50_ms"], "source_leg_p99_ms": source_leg["p99_ms"],
-        "replicator_p50_ms": replicator["p50_ms"], "replicator_p99_ms": replicator["p99_ms"],
-        "replicator_max_ms": replicator["max_ms"],
-    }
-    if start is not None:
-        seconds = end[0] - start[0]
-        entry.update(cpu_figures(end[1] - start[1], seconds, round(rate * seconds)))
-        entry["cpu_window_s"] = round(seconds, 1)
-        entry.update(run_queue_figures(start[2], end[2], [p.pid for p in mirror.loop], c.variant.system, seconds))
-    entry.update({"latency_growth_s": round(growth, 3), "drain_s": round(drain_s, 2),
-                  **is_sustained(planned, result.elapsed_s, result.failed, result.acked, received, drain_s, growth),
-                  "load_before": load_before, "load_after": load_after})
-    say(f"  {rate:,}/s: p50 {entry['p50_ms']} ms, p95 {entry['p95_ms']} ms, p99 {entry['p99_ms']} ms, max "
-        f"{entry['max_ms']} ms over {len(measured):,} records (replicator leg p50 {entry['replicator_p50_ms']} / "
-        f"p99 {entry['replicator_p99_ms']} ms); CPU {entry.get('cpu_percent', 0)} % "
-        f"({entry.get('cpu_us_per_record', 0)} us/record); loop thread {entry.get('loop_cpu_s', 0)} s on a CPU, "
-        f"{entry.get('loop_runq_wait_s', 0)} s waiting for one; "
-        f"{'sustained' if entry['sustained'] else 'NOT sustained'}")
-    return entry
-
-
-def start_contestant(variant: Variant, services: dict[str, str], workdir: Path, topic: str) -> Contestant:
-    """Start ``variant`` on a fresh topic (every partition owned), its probes, and wait for a priming burst."""
+@contextlib.contextmanager
+def contestant(variant: Variant, services: dict[str, str], workdir: Path, topic: str) -> Iterator[Contestant]:
+    """``variant`` started on a fresh topic (every partition owned) with its probes and primed; stopped after."""
     create_topic(services["source"], topic, PARTITIONS)
     say(f"{variant.name}: starting on topic {topic}")
     started = time.monotonic()
@@ -450,15 +352,80 @@ def start_contestant(variant: Variant, services: dict[str, str], workdir: Path, 
         probes = [Probe(services[side], topic).start() for side in ("destination", "source")]
         c = Contestant(variant, topic, mirror, probes[0], probes[1], {})
         primed = c.produce_and_wait(services["source"], 500, 2, 180)
-    except BaseException:
+        c.out.update({"variant": variant.name, "system": variant.system, "settings": variant.settings,
+                      "topic": topic, "ready_after_s": round(time.monotonic() - started, 1), "primed": primed,
+                      **notes, "rates": []})
+        say(f"{variant.name}: data path live after {c.out['ready_after_s']:.0f}s")
+        yield c
+    finally:
         for probe in probes:
             probe.stop()
         mirror.stop()
+    if variant.system == "mirrormaker2":
+        c.out["mm2_logged"] = mm2_effective(Path(c.out["log"]))
+
+
+def measure_rate(services: dict[str, str], c: Contestant, rate: int, tag: int,
+                 args: argparse.Namespace) -> dict[str, Any]:
+    """Produce ``rate`` records/s for warm-up + duration, wait for the destination, compute the numbers."""
+    mirror, destination, planned = c.mirror, c.destination, args.warmup + args.duration
+    load_before = load_average()
+    producer = start_load(services["source"], c.topic, rate, tag, planned)
+    say(f"  {rate:,}/s: producing for {planned:.0f}s (first {args.warmup:.0f}s not counted)")
+    start: tuple[float, float, Threads] | None = None
+    measured_from = last = time.monotonic()
+    measured_from += args.warmup
+    try:
+        while producer.alive():
+            time.sleep(0.2)
+            if start is None and time.monotonic() >= measured_from:
+                start = (time.monotonic(), mirror.cpu_s(), mirror.threads())
+            if time.monotonic() - last >= 10:
+                last = time.monotonic()
+                say(f"    sent {producer.sent:,}, received {destination.count(tag):,}, load {load_line()}")
+        result = producer.wait(120)
+        end = (time.monotonic(), mirror.cpu_s(), mirror.threads())
+    except BaseException:
+        producer.kill()
         raise
-    c.out.update({"variant": variant.name, "system": variant.system, "settings": variant.settings, "topic": topic,
-                  "ready_after_s": round(time.monotonic() - started, 1), "primed": primed, **notes, "rates": []})
-    say(f"{variant.name}: data path live after {c.out['ready_after_s']:.0f}s")
-    return c
+    produced_at, load_after = time.monotonic(), load_average()
+    while destination.count(tag) < result.acked and time.monotonic() < produced_at + 60:
+        mirror.cpu_s()
+        time.sleep(0.05)
+    received, drain_s = destination.count(tag), time.monotonic() - produced_at
+
+    got, src = destination.take(tag), c.source.take(tag)
+    start_ms = measured_window(got.created_ms, args.warmup)
+    latencies = [r - ct for ct, r in zip(got.created_ms, got.received_ms, strict=True)]
+    in_window = [i for i, ct in enumerate(got.created_ms) if ct >= start_ms]
+    measured = [latencies[i] for i in in_window]
+    growth = latency_growth_s(got.created_ms, latencies, start_ms, start_ms + args.duration * 1000.0)
+    legs = replicator_legs([got.seq[i] for i in in_window], [got.received_ms[i] for i in in_window],
+                           src.seq, src.received_ms)
+    joined = [(lat, leg) for lat, leg in zip(measured, legs, strict=True) if not math.isnan(leg)]
+    replicator = latency_stats([leg for _, leg in joined])
+    source_leg = latency_stats([lat - leg for lat, leg in joined])
+    entry: dict[str, Any] = {
+        "rate": rate, "planned_s": planned, "warmup_s": args.warmup, "sent": result.sent, "acked": result.acked,
+        "failed": result.failed, "received": received, "producer_elapsed_s": round(result.elapsed_s, 2),
+        "producer_rate": round(result.sent / result.elapsed_s) if result.elapsed_s else 0,
+        "measured_records": len(measured), **latency_stats(measured), "joined_records": len(joined),
+        "source_leg_p50_ms": source_leg["p50_ms"], "source_leg_p99_ms": source_leg["p99_ms"],
+        "replicator_p50_ms": replicator["p50_ms"], "replicator_p99_ms": replicator["p99_ms"],
+        "replicator_max_ms": replicator["max_ms"],
+    }
+    if start is not None:
+        seconds = end[0] - start[0]
+        entry.update(cpu_figures(end[1] - start[1], seconds, round(rate * seconds)))
+        entry["cpu_window_s"] = round(seconds, 1)
+        entry.update(run_queue_figures(start[2], end[2], [p.pid for p in mirror.loop], c.variant.system, seconds))
+    entry.update({"latency_growth_s": round(growth, 3), "drain_s": round(drain_s, 2),
+                  **is_sustained(planned, result.elapsed_s, result.failed, result.acked, received, drain_s, growth),
+                  "load_before": load_before, "load_after": load_after})
+    say(f"  {rate:,}/s: p50 {entry['p50_ms']} / p99 {entry['p99_ms']} ms (replicator leg "
+        f"{entry['replicator_p50_ms']} / {entry['replicator_p99_ms']} ms), CPU {entry.get('cpu_percent', 0)} %, "
+        f"loop thread waiting {entry.get('loop_runq_wait_s', 0)} s; {'' if entry['sustained'] else 'NOT '}sustained")
+    return entry
 
 
 def warm_stack(services: dict[str, str], stamp: str, args: argparse.Namespace) -> None:
@@ -466,18 +433,16 @@ def warm_stack(services: dict[str, str], stamp: str, args: argparse.Namespace) -
     (docs/benchmarks.md says why and what it did not remove)."""
     if args.stack_warmup <= 0:
         return
-    topic = f"lat-{stamp}-warm"
+    topic, sides = f"lat-{stamp}-warm", (services["source"], services["destination"])
     say(f"stack warm-up: {args.stack_warmup:.0f}s at {max(args.rates):,}/s into both brokers (not counted)")
     probes = []
     try:
-        for bootstrap in (services["source"], services["destination"]):
+        for bootstrap in sides:
             create_topic(bootstrap, topic, PARTITIONS)
             probes.append(Probe(bootstrap, topic).start())
-        loads = [Load(bootstrap, [Flow(topic, PARTITIONS, max(args.rates))], tag=WARMUP_TAG,
-                      duration_s=args.stack_warmup, value_bytes=VALUE_BYTES).start()
-                 for bootstrap in (services["source"], services["destination"])]
-        for load in loads:
-            load.wait(args.stack_warmup + 120)
+        loads = [start_load(bootstrap, topic, max(args.rates), WARMUP_TAG, args.stack_warmup) for bootstrap in sides]
+        for producer in loads:
+            producer.wait(args.stack_warmup + 120)
     finally:
         for probe in probes:
             probe.stop()
@@ -517,8 +482,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         workdir.mkdir(parents=True, exist_ok=True)
         warm_stack(services, stamp, args)
         for index, variant in enumerate(chosen, start=1):
-            c = start_contestant(variant, services, workdir, f"lat-{stamp}-{index}")
-            try:
+            with contestant(variant, services, workdir, f"lat-{stamp}-{index}") as c:
                 say(f"{variant.name}: warm-up {args.variant_warmup:.0f}s at {max(args.rates):,}/s (not counted)")
                 c.produce_and_wait(services["source"], max(args.rates), args.variant_warmup, 120,
                                    already=c.out["primed"])
@@ -529,8 +493,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 for tag, rate in enumerate(args.rates, start=1):
                     c.out["rates"].append(measure_rate(services, c, rate, tag, args))
                     time.sleep(2)
-            finally:
-                c.stop()
             entry["variants"].append(c.out)
     entry["elapsed_s"] = round(time.monotonic() - wall, 1)
     entry["load_at_end"] = load_average()
@@ -550,18 +512,35 @@ def upgraded(entry: dict[str, Any]) -> dict[str, Any]:
                                                    "settings": {}, "rates": entry["rates"]}]}
 
 
+# One rate's row: header and format over its entry (plus "load" and "verdict"); "–" where an older entry lacks a key.
+RATE_COLUMNS = (
+    ("rate", "{rate:,}/s"), ("p50", "{p50_ms:,.1f} ms"), ("p95", "{p95_ms:,.1f} ms"), ("p99", "**{p99_ms:,.1f} ms**"),
+    ("max", "{max_ms:,.0f} ms"), ("source leg p50 / p99", "{source_leg_p50_ms:,.0f} / {source_leg_p99_ms:,.0f} ms"),
+    ("replicator leg p50 / p99", "{replicator_p50_ms:,.0f} / {replicator_p99_ms:,.0f} ms"),
+    ("replicator CPU", "{cpu_percent:.0f} %"), ("CPU per record", "{cpu_us_per_record:.0f} µs"),
+    ("loop thread: on a CPU / waiting for one",
+     "{loop_cpu_s:.1f} s / {loop_runq_wait_s:.1f} s ({loop_runq_wait_percent:.0f} %)"),
+    ("load average before → after", "{load}"), ("sustained", "{verdict}"),
+)
+
+
+def _cell(fmt: str, values: dict[str, Any]) -> str:
+    try:
+        return fmt.format_map(values)
+    except KeyError:
+        return "–"
+
+
 def render(entry: dict[str, Any]) -> str:
     entry = upgraded(entry)
-    m, s = entry["machine"], entry["setup"]
-    quick = entry["mode"] == "quick"
-    workers = s["ureplicator_workers"]
+    s, quick, workers = entry["setup"], entry["mode"] == "quick", entry["setup"]["ureplicator_workers"]
     lines = [
         "## End-to-end latency",
         "",
         f"`python -m bench.latency{' --quick' if quick else ''}` ({'**quick mode**: ' if quick else ''}"
         f"{s['warmup_s']:.0f} s warm-up + {s['duration_s']:.0f} s measured per rate and variant) on "
-        f"{machine(m)}, {entry['date'][:10]}; ureplicator at commit `{s.get('code_commit', 'unknown')}`; "
-        f"{entry['elapsed_s'] / 60:.0f} min in all. Load average at start "
+        f"{machine(entry['machine'])}, {entry['date'][:10]}; ureplicator at commit "
+        f"`{s.get('code_commit', 'unknown')}`; {entry['elapsed_s'] / 60:.0f} min in all. Load average at start "
         f"{fmt_load(entry['load_at_start'])}, at end {fmt_load(entry['load_at_end'])}.",
         "",
         ("The variants ran one after another, each alone on the stack" if s.get("schedule") == "alone" else
@@ -569,46 +548,28 @@ def render(entry: dict[str, Any]) -> str:
         + f", each on its own {s['partitions']}-partition topic, {s['value_bytes']}-byte values; ureplicator = one "
         f"controller and {workers} worker process{'es' if workers > 1 else ''}; MirrorMaker 2 = dedicated mode, one "
         f"task. Stack warm-up {s.get('stack_warmup_s', 0):.0f} s; per variant a priming burst, "
-        f"{s.get('variant_warmup_s', 0):.0f} s of warm-up at the top rate and {s.get('idle_s', 0):.0f} s idle before "
-        "its first measured rate (the method is below the section).",
+        f"{s.get('variant_warmup_s', 0):.0f} s of warm-up at the top rate and {s.get('idle_s', 0):.0f} s idle "
+        "(its *idle CPU*) before its first measured rate (the method is below the section).",
         "",
-        *table(["variant", "settings"], [[v["variant"], settings_cell(v)] for v in entry["variants"]]),
+        *table(["variant", "settings", "idle CPU"],
+               [[v["variant"], settings_cell(v), _cell("{idle_cpu_percent:.1f} %", v)] for v in entry["variants"]]),
         "",
-        *table(["variant", "rate", "p50", "p95", "p99", "max", "source leg p50 / p99", "replicator leg p50 / p99",
-                "replicator CPU", "CPU per record", "loop thread: on a CPU / waiting for one", "sustained"],
-               [_rate_row(v, r) for v in entry["variants"] for r in v["rates"]], "lrrrrrrrrrr"),
-        "",
-        "Idle CPU (no records, before the first rate): "
-        + "; ".join(f"{v['variant']} {v.get('idle_cpu_percent', 0):.1f} %" for v in entry["variants"])
-        + ". Load average per rate (before → after): "
-        + "; ".join(f"{v['variant']} {r['rate']:,}/s {fmt_load(r['load_before'])} → {fmt_load(r['load_after'])}"
-                    for v in entry["variants"] for r in v["rates"]) + ".",
-        "",
-        "**Analysis.**",
+        *table(["variant", *(header for header, _ in RATE_COLUMNS)],
+               [_rate_row(v, r) for v in entry["variants"] for r in v["rates"]], "l" + "r" * (len(RATE_COLUMNS) - 1)),
         "",
     ]
     return "\n".join(lines + [f"- {line}" for line in analysis(entry)])
 
 
 def _rate_row(v: dict[str, Any], r: dict[str, Any]) -> list[str]:
-    legs = [f"{r[f'{leg}_p50_ms']:,.0f} / {r[f'{leg}_p99_ms']:,.0f} ms" if "replicator_p50_ms" in r else "–"
-            for leg in ("source_leg", "replicator")]
-    loop = (f"{r['loop_cpu_s']:.1f} s / {r['loop_runq_wait_s']:.1f} s ({r['loop_runq_wait_percent']:.0f} %)"
-            if "loop_runq_wait_s" in r else "–")
-    return [v["variant"], f"{r['rate']:,}/s", f"{r['p50_ms']:,.1f} ms",
-            f"{r['p95_ms']:,.1f} ms" if "p95_ms" in r else "–", f"**{r['p99_ms']:,.1f} ms**",
-            f"{r['max_ms']:,.0f} ms", *legs, f"{r.get('cpu_percent', 0):.0f} %",
-            f"{r.get('cpu_us_per_record', 0):.0f} µs", loop,
-            "yes" if r["sustained"] else "no (" + ", ".join(_why_not(r)) + ")"]
+    values = {**r, "load": f"{fmt_load(r['load_before'])} → {fmt_load(r['load_after'])}",
+              "verdict": "yes" if r["sustained"] else f"no ({', '.join(_why_not(r))})"}
+    return [v["variant"], *(_cell(fmt, values) for _, fmt in RATE_COLUMNS)]
 
 
 def settings_cell(v: dict[str, Any]) -> str:
-    """A variant's settings as the table shows them; MirrorMaker 2's producer overrides named, not called defaults.
-
-    ``bench/mm2.py`` gives MirrorMaker 2 the worker's producer settings (common/kafka.py), so
-    its "default" variant is not the Java clients' defaults: the run's recorded properties say
-    which values it had.
-    """
+    """A variant's settings; MirrorMaker 2's producer overrides (``bench/mm2.py`` gives it the worker's producer
+    settings, so its "default" variant is not the Java clients' defaults) are named, not called defaults."""
     own = {k.replace("{source}", "<source alias>"): val for k, val in v["settings"].items()}
     shown = ", ".join(f"`{k}={val}`" for k, val in own.items())
     prefix = f"{mm2.DESTINATION}.producer."
@@ -627,36 +588,35 @@ def _why_not(r: dict[str, Any]) -> list[str]:
                             f"latency grew {r['latency_growth_s']:.1f} s" if r["latency_growth_s"] > 1 else "") if why]
 
 
-def _at(entry: dict[str, Any], variant: str, rate: int) -> dict[str, Any] | None:
-    return next((r for v in entry["variants"] if v["variant"] == variant for r in v["rates"] if r["rate"] == rate),
-                None)
+def _at_goal(entry: dict[str, Any], system: str, sustained: bool = False) -> dict[str, dict[str, Any]]:
+    """Per variant of ``system``, its figures at the goal rate (only sustained ones when asked)."""
+    return {v["variant"]: r for v in entry["variants"] if v["variant"].startswith(system)
+            for r in v["rates"] if r["rate"] == GOAL_RATE and (r["sustained"] or not sustained)}
 
 
 def headline(entry: dict[str, Any]) -> str | None:
-    """The goal's verdict, read least favourably: ureplicator's best sustained p99 at the goal rate, or a miss."""
-    def at_goal(system: str) -> list[tuple[str, dict[str, Any]]]:
-        return [(v["variant"], r) for v in entry["variants"] if v["variant"].startswith(system)
-                and (r := _at(entry, v["variant"], GOAL_RATE)) is not None]
-
-    ours = at_goal("ureplicator")
+    """The goal's verdict, read least favourably: ureplicator's best sustained p99 at the goal rate (or a miss),
+    the defaults' p99 when a tuned variant set it, and each percentile where MirrorMaker 2 is ahead or tied."""
+    ours, theirs = _at_goal(entry, "ureplicator"), _at_goal(entry, "mirrormaker2", sustained=True)
     if not ours:
         return None
-    sustained = [(name, r) for name, r in ours if r["sustained"]]
-    theirs = [(name, r) for name, r in at_goal("mirrormaker2") if r["sustained"]]
-    best_theirs = min(theirs, key=lambda item: item[1]["p99_ms"]) if theirs else None
+    best_theirs = min(theirs.items(), key=lambda item: item[1]["p99_ms"], default=None)
     versus = f"; MirrorMaker 2's best: p99 {best_theirs[1]['p99_ms']:,.1f} ms ({best_theirs[0]})" if best_theirs else ""
+    sustained = {name: r for name, r in ours.items() if r["sustained"]}
     if not sustained:
         return f"**Headline: goal missed** — no ureplicator variant sustained {GOAL_RATE:,} records/s{versus}."
-    name, best = min(sustained, key=lambda item: item[1]["p99_ms"])
-    # The least favourable reading names what the best figure leaves out: the defaults' p99 when a tuned
-    # variant set it, and MirrorMaker 2's median when it is lower than ours.
-    defaults = next((r for n, r in ours if n == "ureplicator-default"), None)
+    name, best = min(sustained.items(), key=lambda item: item[1]["p99_ms"])
+    defaults, mm2_default = ours.get("ureplicator-default"), theirs.get("mirrormaker2-default")
     with_defaults = (f"; with the defaults: p99 {defaults['p99_ms']:,.1f} ms"
                      if defaults is not None and name != "ureplicator-default" else "")
-    if best_theirs and best_theirs[1]["p50_ms"] < best["p50_ms"]:
-        versus += f", whose p50 is lower than ours ({best_theirs[1]['p50_ms']:,.1f} vs {best['p50_ms']:,.1f} ms)"
-    # And the defaults against MirrorMaker 2's defaults, when ours are behind on either percentile.
-    mm2_default = next((r for n, r in theirs if n == "mirrormaker2-default"), None)
+    if best_theirs:
+        them = best_theirs[1]
+        if abs(them["p99_ms"] - best["p99_ms"]) <= TIE_FRACTION * max(them["p99_ms"], best["p99_ms"]):
+            versus += ", a tie on p99 at this resolution"
+        elif them["p99_ms"] < best["p99_ms"]:
+            versus += ", **lower than ours**"
+        if them["p50_ms"] < best["p50_ms"]:
+            versus += f"; its p50 is lower than ours ({them['p50_ms']:,.1f} vs {best['p50_ms']:,.1f} ms)"
     if defaults is not None and mm2_default is not None and (
             defaults["p50_ms"] > mm2_default["p50_ms"] or defaults["p99_ms"] > mm2_default["p99_ms"]):
         versus += (f"; **with both at their defaults ureplicator is behind**: p50 {defaults['p50_ms']:,.1f} vs "
@@ -667,58 +627,20 @@ def headline(entry: dict[str, Any]) -> str | None:
 
 
 def analysis(entry: dict[str, Any]) -> list[str]:
+    """The headline, then what the machine's contention did to the figures."""
     out = [top] if (top := headline(entry)) is not None else []
-    cores = entry["machine"].get("cores") or 1
+    cores, nice = entry["machine"].get("cores") or 1, entry["machine"].get("nice")
     peak = max([entry["load_at_start"][0], entry["load_at_end"][0],
                 *(r[k][0] for v in entry["variants"] for r in v["rates"] for k in ("load_before", "load_after"))])
-    nice = entry["machine"].get("nice")
     if peak > 2 * cores:
         out.append(f"**The machine was saturated**: the 1-minute load average reached {peak:.0f} on {cores} cores"
                    f"{f' (this benchmark ran at nice {nice})' if nice else ''}: the percentiles measure CPU "
                    "starvation as much as the replicators.")
-    goal = f"p99 < {GOAL_P99_MS:.0f} ms at {GOAL_RATE:,} records/s"
-    for v in entry["variants"]:
-        if (r := _at(entry, v["variant"], GOAL_RATE)) is not None:
-            met = r["p99_ms"] < GOAL_P99_MS and r["sustained"]
-            out.append(f"{v['variant']}: p99 {r['p99_ms']:,.1f} ms at {GOAL_RATE:,}/s"
-                       f"{'' if r['sustained'] else ' (not sustained)'} — goal ({goal}) "
-                       f"{'**met**' if met else '**missed**'}.")
-    default, low = _at(entry, "ureplicator-default", GOAL_RATE), _at(entry, "ureplicator-low-latency", GOAL_RATE)
-    if default and low and default["sustained"] and low["sustained"]:
-        idle = {v["variant"]: v.get("idle_cpu_percent", 0.0) for v in entry["variants"]}
-        out.append(f"The price of the low-latency setting at {GOAL_RATE:,}/s: {low['cpu_us_per_record']:.0f} µs of "
-                   f"CPU per record against {default['cpu_us_per_record']:.0f} µs with the defaults "
-                   f"({low['cpu_percent']:.0f} % vs {default['cpu_percent']:.0f} % of a core), idle "
-                   f"{idle.get('ureplicator-low-latency', 0):.1f} % vs {idle.get('ureplicator-default', 0):.1f} % "
-                   "(smaller consume batches and produce requests: more loop turns and requests per record).")
-    mm2_low = _at(entry, "mirrormaker2-low-latency", GOAL_RATE)
-    if low and mm2_low and low["sustained"] and mm2_low["sustained"]:
-        gap = abs(low["p99_ms"] - mm2_low["p99_ms"])
-        # One window's p99 moves by more than TIE_FRACTION between runs on a shared 2-core machine.
-        verdict = (f"the p99s are within {gap:.1f} ms of each other, a tie at this resolution"
-                   if gap <= TIE_FRACTION * max(low["p99_ms"], mm2_low["p99_ms"]) else
-                   f"the lower p99 is {'ureplicator' if low['p99_ms'] < mm2_low['p99_ms'] else 'MirrorMaker 2'}'s")
-        out.append(f"Side by side at {GOAL_RATE:,}/s, both tuned for latency: ureplicator p50 {low['p50_ms']:.1f} / "
-                   f"p99 {low['p99_ms']:.1f} ms, MirrorMaker 2 p50 {mm2_low['p50_ms']:.1f} / p99 "
-                   f"{mm2_low['p99_ms']:.1f} ms; {verdict}. CPU per record: "
-                   f"{low['cpu_us_per_record']:.0f} µs vs {mm2_low['cpu_us_per_record']:.0f} µs.")
-    starved = [(v["variant"], r) for v in entry["variants"] for r in v["rates"]
+    starved = [f"{r['loop_runq_wait_percent']:.0f} % ({v['variant']})" for v in entry["variants"] for r in v["rates"]
                if r["rate"] == GOAL_RATE and r.get("loop_runq_wait_percent", 0.0) >= STARVED_PERCENT]
     if starved:
-        out.append("Where the time went: the loop thread was ready to work but waited for a CPU for "
-                   + ", ".join(f"{r['loop_runq_wait_percent']:.0f} % of the window ({name}, "
-                               f"{r['loop_runq_wait_s']:.1f} s waiting vs {r['loop_cpu_s']:.1f} s running)"
-                               for name, r in starved)
-                   + f" at {GOAL_RATE:,}/s: the percentiles include the machine's contention.")
-    unsustained = [f"{v['variant']} at {r['rate']:,}/s ({', '.join(_why_not(r))})"
-                   for v in entry["variants"] for r in v["rates"] if not r["sustained"]]
-    if unsustained:
-        out.append("Not sustained, so their percentiles measure queueing rather than the mirror's latency: "
-                   + "; ".join(unsustained) + ".")
-    floors = [r["source_leg_p50_ms"] for v in entry["variants"] for r in v["rates"] if "source_leg_p50_ms" in r]
-    if floors:
-        out.append(f"The source leg (load producer, source broker, a consumer), which no replicator setting moves: "
-                   f"median {min(floors):.1f} ms at best here.")
+        out.append(f"At {GOAL_RATE:,}/s the loop thread was ready to work but waited for a CPU for "
+                   f"{', '.join(starved)} of the window: the percentiles include the machine's contention.")
     return out
 
 
@@ -729,8 +651,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     cli.add_argument("--variants", default=",".join(VARIANTS),
                      help=f"comma-separated, run in this order (known: {', '.join(VARIANTS)})")
     cli.add_argument("--set", dest="sets", action="append", default=[], type=parse_setting, metavar="KEY=VALUE",
-                     help="override a key of ureplicator-low-latency, e.g. worker.fetch_wait_ms=2 "
-                          "(repeatable; dotted pipeline keys as in docs/configuration.md)")
+                     help="override a key of ureplicator-low-latency, e.g. worker.fetch_wait_ms=2 (repeatable)")
     cli.add_argument("--warmup", type=float, default=None, help="seconds not counted per rate (5; quick 3)")
     cli.add_argument("--duration", type=float, default=None, help="measured seconds per rate (30; quick 10)")
     cli.add_argument("--variant-warmup", type=float, default=None,
