@@ -245,8 +245,16 @@ def render(entry: Entry) -> str:
             rows.append([f"{name} ({', '.join(str(c) for c in g['commits'].values())})", label, f"{g['reread']:,}",
                          f"{g['lost']:,}", f"{g['delivered_twice']:,}", f"{g['delivered']:,} / {g['expected']:,}",
                          synced])
+    compared = {"reread": "re-read", "lost": "lost", "delivered_twice": "delivered twice"}
+    totals = {label: {k: sum(g[k] for g in entry[key]["groups"].values()) for k in compared}
+              for label, key in (("ureplicator", "ureplicator"), ("MirrorMaker 2", "mirrormaker2"))}
+    wins = [label for k, label in compared.items() if totals["MirrorMaker 2"][k] < totals["ureplicator"][k]]
     return "\n".join([
         "## Consumer-group failover: exact translation vs MirrorMaker 2 checkpoints",
+        "",
+        "**Headline** (all groups): " + "; ".join(f"{name} " + ", ".join(
+            f"{label} {t[k]:,}" for k, label in compared.items()) for name, t in totals.items())
+        + (f"; MirrorMaker 2 did better on: {', '.join(wins)}." if wins else "."),
         "",
         f"`python -m bench.failover` ({entry['date'][:10]}, Kafka {entry['machine'].get('kafka_brokers', '?')}): "
         f"{entry['partitions']} partitions x {entry['records']:,} records (Methods: the scenario and how to read "

@@ -167,23 +167,17 @@ def stage(name: str, heap: str, stamp: str) -> Iterator[tuple[dict[str, str], Pa
         yield services, root, workdir
 
 
-@contextlib.contextmanager
-def staged(name: str, heap: str, stamp: str, scenario: Scenario) -> Iterator[Runner]:
-    """The runner of ``scenario`` on the benchmark's own stack (the pipeline named after it and the run)."""
-    with stage(name, heap, stamp) as (services, root, workdir), \
-            Runner(services, root, workdir, f"{name}{stamp[-7:-1]}", scenario) as runner:
-        yield runner
-
-
 def run_script(name: str, args: argparse.Namespace, entry: Entry, stamp: str, scenario: Scenario, timeout_s: float,
                strict: bool = False) -> tuple[dict[int, LogRead], dict[int, LogRead]]:
-    """The drill's and the soak's run: one topic under load and the fault script, then :meth:`Runner.outcome` into
-    ``entry[name]``; both logs as read."""
+    """The drill's and the soak's run on their own stack: one topic under load and the fault script, then
+    :meth:`Runner.outcome` into ``entry[name]``; both logs as read."""
     topic = f"{name}-{stamp}"
     entry[name] = {"topic": topic}
-    with staged(name, args.broker_heap, stamp, scenario) as runner:
-        say(f"{name}: {topic} x {PARTITIONS} at {scenario.profile.rate:,} records/s (logs in {runner.workdir})")
-        runner.run(topic)
+    with stage(name, args.broker_heap, stamp) as (services, root, workdir), \
+            Runner(services, root, workdir, f"{name}{stamp[-7:-1]}", scenario) as runner:
+        say(f"{name}: {topic} x {PARTITIONS} at {scenario.profile.rate:,} records/s (logs in {workdir})")
+        runner.start(topic)
+        runner.execute()
         return runner.outcome(entry[name], topic, timeout_s, args.verify, strict)
 
 
@@ -227,10 +221,6 @@ class Runner:
     def mirror(self, topic: str) -> None:
         self.pipeline.add_topic(topic, PARTITIONS)
         self.watch(topic)
-
-    def run(self, topic: str) -> list[Entry]:
-        self.start(topic)
-        return self.execute()
 
     def start(self, topic: str) -> Load:
         """The pipeline and ``topic`` under load; until every worker has a share and every partition delivered

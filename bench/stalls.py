@@ -37,7 +37,7 @@ from bench.scenario import (
     stage,
 )
 from devtools import jvm, stack
-from devtools.harness import Proc, admin_client, create_topic, say, wait_for
+from devtools.harness import Proc, create_topic, end_offsets, say, wait_for
 from devtools.kproxy import KafkaProxy
 from devtools.ports import free_port
 
@@ -294,11 +294,6 @@ def _connect_view(log: Path) -> tuple[str | None, list[str]]:
     return leader, tasks
 
 
-def _topic_exists(bootstrap: str, topic: str) -> bool:
-    found = admin_client(bootstrap).list_topics(topic=topic, timeout=5).topics.get(topic)
-    return found is not None and found.error is None and len(found.partitions) == PARTITIONS
-
-
 def mm2_phase(services: dict[str, str], workdir: Path, stamp: str, args: argparse.Namespace) -> Entry:
     """MirrorMaker 2 in dedicated mode: 1. a new topic (with a 10 s backlog) matches the regex: for MM2, creating
     it is adding it; 2. a follower node killed -9: its tasks wait for scheduled.rebalance.max.delay.ms; 3. then the
@@ -316,7 +311,7 @@ def mm2_phase(services: dict[str, str], workdir: Path, stamp: str, args: argpars
 
     def add_topic(w: Window) -> None:
         w.notes["backlog_records"] = backlogged_topic(runner, topic_b, tag=12)
-        wait_for(lambda: _topic_exists(services["destination"], topic_b), 120,
+        wait_for(lambda: end_offsets(services["destination"], topic_b, PARTITIONS) is not None, 120,
                  "MirrorMaker 2 to create the new destination topic", 0.2)
         runner.watch(topic_b)
         w.settled = runner.wait_flowing(w.t0, 180, "every partition of both topics flowing")
@@ -376,7 +371,7 @@ def mm2_phase(services: dict[str, str], workdir: Path, stamp: str, args: argpars
             nodes.append(runner.processes.spawn(f"mm2-node{index}", mm2.launch(folder, props), cwd=folder))
         say(f"mirrormaker2: {args.mm2_nodes} dedicated-mode nodes, tasks.max=4, {topic_a} x {PARTITIONS} at "
             f"{args.rate:,}/s; scheduled.rebalance.max.delay.ms={delay_ms}")
-        wait_for(lambda: alive(nodes) or _topic_exists(services["destination"], topic_a), 180,
+        wait_for(lambda: alive(nodes) or end_offsets(services["destination"], topic_a, PARTITIONS) is not None, 180,
                  "MirrorMaker 2 to create the destination topic", 0.5)
         runner.arrivals.start()
         runner.watch(topic_a)

@@ -1,4 +1,4 @@
-"""bench/stalls.py's pure parts: whose load the section's load averages are, the slow-coordinator rows."""
+"""The stalls and failover sections' pure parts: the load note, the slow-coordinator rows, the headlines."""
 
 from __future__ import annotations
 
@@ -97,3 +97,17 @@ def test_every_stored_run_of_the_scenario_and_control_plane_sections_renders():
             loaded = json.loads(path.read_text())
             for run in loaded if isinstance(loaded, list) else [loaded]:
                 assert section.render_entry(run, path).startswith("## "), (name, path.name)
+
+
+def test_the_failover_headline_says_where_mirrormaker2_did_better():
+    from bench import failover
+
+    path = Path(__file__).parents[2] / "bench" / "results" / "failover-2026-11-23.json"
+    loaded = json.loads(path.read_text())
+    run = loaded[-1] if isinstance(loaded, list) else loaded
+    assert "MirrorMaker 2 did better" not in failover.render(run)
+    for group in run["mirrormaker2"]["groups"].values():
+        group["reread"] = 0
+    run["ureplicator"]["groups"]["early"]["reread"] = 5
+    text = failover.render(run)
+    assert "ureplicator re-read 5," in text and "MirrorMaker 2 did better on: re-read." in text
