@@ -75,8 +75,8 @@ class Moves(Measure):
             moved = {tp for tp, (gap, _) in gaps.items() if gap > PAUSED_S}
         split = {"unmoved": [tp for tp in gaps if tp not in moved], "moved": [tp for tp in gaps if tp in moved]}
         r = {"name": step.name, "system": self.system, "notes": w.notes,
-             "classified_by": "applied_by" if owners else "gap", "partitions": len(gaps), "moved": len(moved),
-             "moved_partitions": [f"{t}:{p}" for t, p in sorted(moved)],
+             "classified_by": "applied_by" if owners else "gap", "partitions": len(gaps),
+             "moved": len(split["moved"]), "moved_partitions": [f"{t}:{p}" for t, p in sorted(split["moved"])],
              "unmoved_paused": sum(1 for tp in split["unmoved"] if gaps[tp][0] > PAUSED_S),
              "moved_flowing_after_s": round(max((gaps[tp][1] - w.t0 for tp in split["moved"]), default=0.0), 3),
              "all_paused": sum(1 for g, _ in gaps.values() if g > PAUSED_S), "window_s": round(w.t1 - w.t0, 2),
