@@ -193,6 +193,8 @@ def script(runner: Runner, topic_b: str) -> list[Step]:
         stack.start_service(root, "zookeeper")
         w.notes["zookeeper_away_s"] = round(time.time() - w.t0, 2)
 
+    has_leader = settled_and(runner, lambda: pipeline.leader() is not None)
+
     def kill_leader(w: Window) -> None:
         w.notes["killed"] = runner.leader()
         pipeline.controllers[w.notes["killed"]].kill()
@@ -215,8 +217,7 @@ def script(runner: Runner, topic_b: str) -> list[Step]:
         Step("restart worker", lambda w: pipeline.start_worker("w3"), recovered=has_w3(True), recovery=True),
         Step("kill -9 worker", lambda w: pipeline.workers["w3"].kill(), recovered=has_w3(False)),
         # Away for less than the session: nothing moves, nothing should pause.
-        *([Step("ZooKeeper restart", zookeeper_restart, recovered=settled_and(
-            runner, lambda: pipeline.leader() is not None))] if root is not None else []),
+        *([Step("ZooKeeper restart", zookeeper_restart, recovered=has_leader)] if root is not None else []),
         Step("kill -9 leader controller", kill_leader, recovered=settled_and(runner, new_leader), timeout_s=60,
              after=lambda w, r: r.update(new_leader_after_s=round(takeover["took_over_at"] - w.t0, 2))),
     ]
