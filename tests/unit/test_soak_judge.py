@@ -87,3 +87,14 @@ def test_the_exactly_once_section_names_its_mode_and_the_longest_gaps_per_fault_
     assert text.startswith("## Soak, exactly-once mode")
     assert "BENCH_ARGS=--exactly-once" in text and "read_committed" in text
     assert "| zookeeper restart | 3 | 0 | 0.5 s, 0.9 s |" in text and "duplicates allowed per fault: 0." in text
+
+
+def test_the_section_says_when_the_verifier_was_skipped_or_could_not_run():
+    from bench.soak import render
+
+    entry = {"seed": 7, "date": "2026-11-23T19:00:00+00:00", "machine": {"cores": 2}, "load_at_start": [1.0, 2.0, 3.0],
+             "setup": {"minutes": 1, "rate": 1000}, "verdict": "OK (verifier skipped)",
+             "soak": soak(verifier={"skipped": "--no-verify"})}
+    assert "Verifier: skipped (--no-verify)." in render(entry)
+    entry["soak"]["verifier"] = {"exit_status": 2, "verdict_line": "", "stderr_tail": "Traceback\nJavaError: no JVM"}
+    assert "Verifier: exit 2, `no verdict line`; it could not run: `JavaError: no JVM`." in render(entry)
