@@ -55,15 +55,6 @@ def menu(runner: Runner, rng: random.Random) -> dict[str, Callable[[], Step]]:
     assert root is not None
     frozen = SESSION_S + 4  # past the ZooKeeper session
 
-    def on_worker(make: Callable[[str], Step]) -> Callable[[], Step]:
-        return lambda: make(rng.choice(WORKERS))
-
-    def on_leader(make: Callable[[str], Step]) -> Callable[[], Step]:
-        return lambda: make(runner.leader())
-
-    def restart(service: str) -> Callable[[], Step]:
-        return lambda: stop_service(runner, service, f"{service} restart", down_s=3)
-
     def freeze_worker_and_destination(w: str) -> Step:
         pid, broker = pipeline.workers[w].pid, int(stack.status(root)["destination"]["pid"])
 
@@ -75,20 +66,27 @@ def menu(runner: Runner, rng: random.Random) -> dict[str, Callable[[], Step]]:
         return Step(f"worker {w} and destination frozen",
                     lambda _: os.kill(broker, signal.SIGSTOP) or os.kill(pid, signal.SIGSTOP) or w, thaw, frozen)
 
-    return {
-        "kill -9 worker": on_worker(lambda w: stop_worker(runner, w, f"kill -9 worker {w}", down_s=3)),
-        "SIGTERM worker": on_worker(lambda w: stop_worker(runner, w, f"SIGTERM worker {w}", kill=False, down_s=3)),
-        "worker frozen past its session": on_worker(
-            lambda w: freeze(pipeline.workers[w].pid, f"worker {w} frozen", w, frozen)),
-        "worker and destination frozen": on_worker(freeze_worker_and_destination),
-        "kill -9 leader": on_leader(lambda c: stop_leader(runner, f"kill -9 leader {c}", c, down_s=3)),
-        "SIGTERM leader": on_leader(lambda c: stop_leader(runner, f"SIGTERM leader {c}", c, kill=False, down_s=3)),
-        "leader frozen past its session": on_leader(
-            lambda c: freeze(pipeline.controllers[c].pid, f"leader {c} frozen", c, frozen)),
-        "source broker restart": restart("source"),
-        "destination broker restart": restart("destination"),
-        "zookeeper restart": restart("zookeeper"),
+    on_worker: dict[str, Callable[[str], Step]] = {
+        "kill -9 worker": lambda w: stop_worker(runner, w, f"kill -9 worker {w}", down_s=3),
+        "SIGTERM worker": lambda w: stop_worker(runner, w, f"SIGTERM worker {w}", kill=False, down_s=3),
+        "worker frozen past its session": lambda w: freeze(pipeline.workers[w].pid, f"worker {w} frozen", w, frozen),
+        "worker and destination frozen": freeze_worker_and_destination,
     }
+    on_leader: dict[str, Callable[[str], Step]] = {
+        "kill -9 leader": lambda c: stop_leader(runner, f"kill -9 leader {c}", c, down_s=3),
+        "SIGTERM leader": lambda c: stop_leader(runner, f"SIGTERM leader {c}", c, kill=False, down_s=3),
+        "leader frozen past its session": lambda c: freeze(pipeline.controllers[c].pid, f"leader {c} frozen", c,
+                                                           frozen),
+    }
+    out: dict[str, Callable[[], Step]] = {}
+    for name, make in on_worker.items():
+        out[name] = lambda make=make: make(rng.choice(WORKERS))
+    for name, make in on_leader.items():
+        out[name] = lambda make=make: make(runner.leader())
+    for service in ("source broker", "destination broker", "zookeeper"):
+        short = service.split()[0]
+        out[f"{service} restart"] = lambda short=short: stop_service(runner, short, f"{short} restart", down_s=3)
+    return out
 
 
 def schedule(runner: Runner, rng: random.Random, minutes: float) -> Iterator[Step]:
