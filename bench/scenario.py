@@ -402,7 +402,8 @@ def stop_leader(runner: Runner, name: str, label: str | None = None, kill: bool 
                 down_s: float = 0.0, recovered: Callable[[], bool] | None = None) -> Step:
     """kill -9 (or SIGTERM) the leading controller (``label``, or whichever leads when the step acts); the undo
     waits for the standby to lead, then starts it again."""
-    pipeline, hit = runner.pipeline, list[str]()
+    pipeline = runner.pipeline
+    hit: list[str] = []
 
     def act(w: Window) -> str:
         hit.append(label or runner.leader())
