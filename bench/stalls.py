@@ -579,8 +579,9 @@ def run(args: argparse.Namespace) -> Entry:
         with Runner(services, root, workdir, f"stl{stamp[-7:-1]}", scenario) as runner:
             runner.start(topic_a)
             say(f"ureplicator: 2 controllers, 2 workers, {topic_a} x {PARTITIONS} (logs in {runner.workdir})")
-            entry["phases"]["ureplicator"] = measure_phase(runner, {"system": "ureplicator", "topics": [
-                topic_a, topic_b]}, args, prepare=lambda: backlogged_topic(runner, topic_b, tag=2))
+            out = {"system": "ureplicator", "topics": [topic_a, topic_b]}
+            entry["phases"]["ureplicator"] = measure_phase(
+                runner, out, args, prepare=lambda: backlogged_topic(runner, topic_b, tag=2))
         if not args.no_coordinator:
             entry["phases"]["ureplicator-coordinator"] = coordinator_phase(services, root, workdir, stamp, args)
         if args.no_mm2:
