@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -97,10 +98,8 @@ class Moves(Measure):
 
     def duplicates(self, record: Entry, t0: float, found: list[tuple[float, TP]]) -> None:
         """How many, on which partitions, and how long after the event the first one arrived."""
-        per_partition: dict[str, int] = {}
-        for _, (topic, p) in found:
-            per_partition[f"{topic}:{p}"] = per_partition.get(f"{topic}:{p}", 0) + 1
-        record.update(duplicates=len(found), duplicate_partitions=per_partition)
+        per_partition = Counter(f"{topic}:{p}" for _, (topic, p) in found)
+        record.update(duplicates=len(found), duplicate_partitions=dict(per_partition))
         if found:
             record["duplicates_first_at_s"] = round(min(t for t, _ in found) - t0, 2)
 
@@ -225,13 +224,9 @@ def script(runner: Runner, topic_b: str) -> list[Step]:
 
 def _log_events(workdir: Path, workers: tuple[str, ...]) -> dict[str, int]:
     """How often the workers logged each of the coordinator-related events (what an operator sees)."""
-    counts = dict.fromkeys(_COORDINATOR_LOG_EVENTS, 0)
-    for worker in workers:
-        log = workdir / f"{worker}.log"
-        for line in log.read_text(errors="replace").splitlines() if log.exists() else []:
-            for name in _COORDINATOR_LOG_EVENTS:
-                counts[name] += f'"event": "{name}"' in line
-    return counts
+    logs = [workdir / f"{worker}.log" for worker in workers]
+    text = "".join(log.read_text(errors="replace") for log in logs if log.exists())
+    return {name: text.count(f'"event": "{name}"') for name in _COORDINATOR_LOG_EVENTS}
 
 
 def coordinator_phase(services: dict[str, str], root: Path, workdir: Path, stamp: str,
