@@ -1,6 +1,6 @@
 """Consumer-group failover: ureplicator's exact translation against MirrorMaker 2's checkpoints, record by record.
 
-    .venv/bin/python -m bench.failover [--partitions 4] [--records 3000] [--mm2-wait 90] [--render]
+    .venv/bin/python -m bench.failover [--partitions 4] [--records 3000] [--mm2-wait 90]
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from typing import Any
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from bench import mm2
-from bench import render as bench_render
 from bench.common import machine_info
 from bench.harness import BenchError, Pipeline
 from bench.recording import parser, run_and_record
@@ -110,20 +109,26 @@ def score(got: dict[int, list[int]], commits: dict[int, int], n: int) -> Entry:
             "expected": sum(n - c for c in commits.values()), "delivered": sum(len(v) for v in got.values())}
 
 
-def commit_groups(services: dict[str, str], topic: str, prefix: str, args: argparse.Namespace) -> None:
-    """The groups of :func:`commit_points` commit on the source before the replicator starts, as on a
-    long-running source."""
-    for name, commits in commit_points(args.records, args.partitions).items():
+def measure(services: dict[str, str], topic: str, mirror: str, prefix: str, args: argparse.Namespace,
+            start: Callable[[], None], sync: Sync, stop: Callable[[], None], restart: Callable[[str], Entry],
+            alive: Callable[[], None] = lambda: None) -> Entry:
+    """The groups of :func:`commit_points` commit on the source before the replicator starts (``start``), as on a
+    long-running source; once it mirrored everything, each is synced and resumed on the destination. Then *ahead*:
+    the replicator stops (``stop``), a quarter more records arrive, a group commits halfway into them, the
+    replicator restarts (``restart``, given the group) and catches up, and that group is synced."""
+    points = commit_points(args.records, args.partitions)
+    for name, commits in points.items():
         commit(services["source"], f"{prefix}-{name}", topic, commits)
 
+    def mirrored(what: str) -> None:
+        source_end = end_offsets(services["source"], topic, args.partitions) or {}
+        wait_for(lambda: alive() or caught_up(services, topic, args.partitions, mirror, source_end, exact=True), 300,
+                 what, 1.0)
 
-def measure(services: dict[str, str], topic: str, mirror: str, prefix: str, args: argparse.Namespace, sync: Sync,
-            stop: Callable[[], None], restart: Callable[[str], Entry], alive: Callable[[], None]) -> Entry:
-    """Each group of :func:`commit_points` synced and resumed on the destination; then *ahead*: the replicator
-    stops (``stop``), a quarter more records arrive, a group commits halfway into them, the replicator restarts
-    (``restart``, given the group) and catches up, and that group is synced."""
+    start()
+    mirrored("mirroring")
     groups = {}
-    for name, commits in commit_points(args.records, args.partitions).items():
+    for name, commits in points.items():
         groups[name] = sync(f"{prefix}-{name}", commits, args.records)
         say(f"{prefix} {name}: {groups[name]}")
     stop()
@@ -132,9 +137,7 @@ def measure(services: dict[str, str], topic: str, mirror: str, prefix: str, args
     commits = {p: args.records + extra // 2 + p for p in range(args.partitions)}
     commit(services["source"], group, topic, commits)
     before = restart(group)
-    source_end = end_offsets(services["source"], topic, args.partitions) or {}
-    wait_for(lambda: alive() or caught_up(services, topic, args.partitions, mirror, source_end, exact=True), 300,
-             "the catch-up", 1.0)
+    mirrored("the catch-up")
     groups["ahead"] = {**sync(group, commits, args.records + extra), **before}
     say(f"{prefix} ahead: {groups['ahead']}")
     return groups
@@ -148,6 +151,11 @@ def run_ureplicator(services: dict[str, str], topic: str, args: argparse.Namespa
                         overrides={"controller": {"topic_naming": "prefix", "reconcile_interval_s": 1},
                                    "worker": {"commit_interval_s": 1}})
     mirror = f"src.{topic}"
+
+    def start() -> None:
+        pipeline.start_controller("controller")
+        pipeline.start_worker("w1")
+        pipeline.add_topic(topic, args.partitions)
 
     def sync(group: str, commits: dict[int, int], records: int) -> Entry:
         """``POST /groups/<g>/sync`` (timed), then what the group's consumer receives on the destination."""
@@ -167,16 +175,9 @@ def run_ureplicator(services: dict[str, str], topic: str, args: argparse.Namespa
         pipeline.start_worker("w2")
         return {"ahead_by_before_catch_up": early["summary"]["ahead_by"]}
 
-    commit_groups(services, topic, pipeline.name, args)
     try:
-        pipeline.start_controller("controller")
-        pipeline.start_worker("w1")
-        pipeline.add_topic(topic, args.partitions)
-        source_end = end_offsets(services["source"], topic, args.partitions) or {}
-        wait_for(lambda: caught_up(services, topic, args.partitions, mirror, source_end, exact=True), 300,
-                 "mirroring", 1.0)
-        return {"groups": measure(services, topic, mirror, pipeline.name, args, sync,
-                                  lambda: pipeline.workers["w1"].terminate(), restart, lambda: None)}
+        return {"groups": measure(services, topic, mirror, pipeline.name, args, start, sync,
+                                  lambda: pipeline.workers["w1"].terminate(), restart)}
     finally:
         pipeline.stop_all()
         processes.stop_all()
@@ -222,14 +223,9 @@ def run_mm2(services: dict[str, str], topic: str, args: argparse.Namespace) -> E
         return {"commits": commits, "synced": ok, "synced_after_s": round(synced_s, 3),
                 "destination_offsets": seen[-1] if seen else {}, **score(got, commits, records)}
 
-    commit_groups(services, topic, alias, args)
     try:
-        start("mm2")
-        source_end = end_offsets(services["source"], topic, args.partitions) or {}
-        wait_for(lambda: alive() or caught_up(services, topic, args.partitions, mirror, source_end, exact=True), 300,
-                 "MirrorMaker 2 mirroring", 1.0)
-        groups = measure(services, topic, mirror, alias, args, sync, lambda: processes.procs[-1].terminate(),
-                         lambda group: start("mm2-restarted") or {}, alive)
+        groups = measure(services, topic, mirror, alias, args, lambda: start("mm2"), sync,
+                         lambda: processes.procs[-1].terminate(), lambda group: start("mm2-restarted") or {}, alive)
         return {"groups": groups, "settings": MM2_SETTINGS}
     finally:
         processes.stop_all()
@@ -249,8 +245,16 @@ def render(entry: Entry) -> str:
             rows.append([f"{name} ({', '.join(str(c) for c in g['commits'].values())})", label, f"{g['reread']:,}",
                          f"{g['lost']:,}", f"{g['delivered_twice']:,}", f"{g['delivered']:,} / {g['expected']:,}",
                          synced])
+    compared = {"reread": "re-read", "lost": "lost", "delivered_twice": "delivered twice"}
+    totals = {label: {k: sum(g[k] for g in entry[key]["groups"].values()) for k in compared}
+              for label, key in (("ureplicator", "ureplicator"), ("MirrorMaker 2", "mirrormaker2"))}
+    wins = [label for k, label in compared.items() if totals["MirrorMaker 2"][k] < totals["ureplicator"][k]]
     return "\n".join([
         "## Consumer-group failover: exact translation vs MirrorMaker 2 checkpoints",
+        "",
+        "**Headline** (all groups): " + "; ".join(f"{name} " + ", ".join(
+            f"{label} {t[k]:,}" for k, label in compared.items()) for name, t in totals.items())
+        + (f"; MirrorMaker 2 did better on: {', '.join(wins)}." if wins else "."),
         "",
         f"`python -m bench.failover` ({entry['date'][:10]}, Kafka {entry['machine'].get('kafka_brokers', '?')}): "
         f"{entry['partitions']} partitions x {entry['records']:,} records (Methods: the scenario and how to read "
@@ -286,10 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     cli.add_argument("--partitions", type=int, default=4)
     cli.add_argument("--records", type=int, default=3000, help="records per partition")
     cli.add_argument("--mm2-wait", type=float, default=90.0, help="seconds to wait for MM2 to sync a group")
-    cli.add_argument("--render", action="store_true", help="only rewrite the docs section from the newest result")
     args = cli.parse_args(argv)
-    if args.render:
-        return bench_render.main(["failover-bench"])
     return run_and_record(lambda: run(args), section="failover-bench", no_write=args.no_write)
 
 

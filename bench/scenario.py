@@ -1,9 +1,6 @@
 """The one runner of the fault benchmarks (stalls, drill, soak): a scenario is data, this executes it.
 
-A :class:`Scenario` is a load profile (:class:`Profile`), a fault script (:class:`Step` after step, an ordered
-list or drawn at random) and its measures (:class:`Measure`); :meth:`Runner.run` starts the pipeline and the load,
-waits until every partition flows, executes the script and returns each step's record. docs/benchmarks.md
-("Methods") describes the runner; each benchmark says only *what* happens.
+docs/benchmarks.md ("Methods") describes the runner; each benchmark says only *what* happens.
 """
 
 from __future__ import annotations
@@ -23,7 +20,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from bench.common import REPO, load_average, machine_info
+from bench.common import REPO, fmt_load, load_average, machine_info, repo_relative
 from bench.harness import (
     KEY,
     TAG_SHIFT,
@@ -64,11 +61,11 @@ class Profile:
 
 @dataclass
 class Window:
-    """When a step acted, was repaired, answered, recovered and flowed again, and closed (epoch seconds); its
-    ``notes`` are recorded. ``act`` may set ``settled`` itself (it waited for the recovery)."""
+    """When a step acted, was repaired, answered, recovered, flowed again and closed (epoch seconds); ``act``
+    may set ``settled`` itself (it waited for the recovery its own way)."""
 
     t0: float
-    notes: Entry = field(default_factory=dict)
+    notes: Entry = field(default_factory=dict)  # recorded with the step
     hit: Any = None  # what ``act`` hit (a worker, a controller, a service)
     restart: float = 0.0
     ready: float = 0.0
@@ -79,10 +76,9 @@ class Window:
 
 @dataclass(frozen=True)
 class Step:
-    """One step of a fault script: ``act`` breaks (or changes) something and returns what it hit; ``undo``
-    repairs it after ``down_s``; the runner then waits for ``recovered`` and for every partition to flow again
-    (``flowing``: unless ``act`` already waited its own way), and observes ``observe_s`` more (default: the
-    runner's). ``recovery`` marks the undoing of the previous step; ``after`` adds measures to the record."""
+    """One fault: ``act`` breaks something, ``undo`` repairs it after ``down_s``; then the runner waits for
+    ``recovered`` and (``flowing``) every partition flowing, and observes ``observe_s`` (default: the scenario's).
+    ``recovery`` marks the undoing of the previous step; ``after`` adds measures to the record."""
 
     name: str
     act: Callable[[Window], Any]
@@ -97,9 +93,7 @@ class Step:
 
 
 class Measure:
-    """A step's record (the outage: down, restart, flowing again, longest gap, partitions paused); a benchmark
-    that measures otherwise overrides it. ``from_settled``: flowing again counts from the recovery, not the
-    repair."""
+    """A step's record: the outage (drill, soak); ``from_settled``: flowing again counts from the recovery."""
 
     from_settled = False
 
@@ -118,21 +112,19 @@ class Measure:
             "partitions_paused": sum(1 for g, _ in gaps if g > PAUSED_S),
             "t0": w.t0, "t1": w.t1, "load_after": w.notes["load_after"],
         }
-        say(f"  down {record['down_s']:.1f}s; restart took {record['restart_took_s']:.1f}s; every partition "
-            f"flowing {record['flowing_after_ready_s']:.1f}s after it was back; longest destination gap "
-            f"{record['max_gap_s']:.1f}s ({record['partitions_paused']} partition(s) paused > 2 s)")
+        say(f"  down {record['down_s']:.1f}s; restart took {record['restart_took_s']:.1f}s; flowing "
+            f"{record['flowing_after_ready_s']:.1f}s after it was back; longest gap {record['max_gap_s']:.1f}s")
         return record
 
     def duplicates(self, record: Entry, t0: float, found: list[tuple[float, TP]]) -> None:
-        """Attribute to the step the re-arrivals from its start until the next step's."""
+        """The re-arrivals from the step's start until the next step's."""
         record["duplicates"] = len(found)
 
 
 @dataclass(frozen=True)
 class Scenario:
-    """A scenario as data: the load profile, the fault script (given the runner, the steps in order; a generator
-    may draw them at random), the measures, and the steady load before the first step (``warm_s``), between
-    steps (``pause``) and after the last (``tail_s``), observed after each step's recovery (``observe_s``)."""
+    """The profile, the fault script (given the runner; a generator may draw it at random), the measure, the
+    steady load before the first step, between steps and after the last, and the time observed after each."""
 
     profile: Profile
     script: Callable[[Runner], Iterable[Step]]
@@ -158,12 +150,12 @@ def defaults(args: argparse.Namespace, quick: bool, **values: tuple[Any, Any]) -
             setattr(args, name, smoke if quick else full)
 
 
-@contextlib.contextmanager
-def staged(name: str, heap: str, stamp: str, scenario: Scenario) -> Iterator[Runner]:
-    """The runner of ``scenario`` on the benchmark's own stack (the pipeline named after it and the run)."""
-    with stage(name, heap, stamp) as (services, root, workdir), \
-            Runner(services, root, workdir, f"{name}{stamp[-7:-1]}", scenario) as runner:
-        yield runner
+def measured_on(entry: Entry) -> str:
+    """The machine, date, duration and load of a run, for its section's first lines."""
+    m = entry["machine"]
+    return (f"on {m['cpu_model']}, {m['cores']} cores, {m['ram_bytes'] / 2**30:.0f} GiB RAM, Python {m['python']}, "
+            f"{m['java']}, Kafka {m['kafka_brokers']}, {entry['date'][:10]}; {entry['elapsed_s'] / 60:.1f} min. Load "
+            f"average at start {fmt_load(entry['load_at_start'])}, at end {fmt_load(entry['load_at_end'])}")
 
 
 @contextlib.contextmanager
@@ -175,9 +167,22 @@ def stage(name: str, heap: str, stamp: str) -> Iterator[tuple[dict[str, str], Pa
         yield services, root, workdir
 
 
+def run_script(name: str, args: argparse.Namespace, entry: Entry, stamp: str, scenario: Scenario, timeout_s: float,
+               strict: bool = False) -> tuple[dict[int, LogRead], dict[int, LogRead]]:
+    """The drill's and the soak's run on their own stack: one topic under load and the fault script, then
+    :meth:`Runner.outcome` into ``entry[name]``; both logs as read."""
+    topic = f"{name}-{stamp}"
+    entry[name] = {"topic": topic}
+    with stage(name, args.broker_heap, stamp) as (services, root, workdir), \
+            Runner(services, root, workdir, f"{name}{stamp[-7:-1]}", scenario) as runner:
+        say(f"{name}: {topic} x {PARTITIONS} at {scenario.profile.rate:,} records/s (logs in {workdir})")
+        runner.start(topic)
+        runner.execute()
+        return runner.outcome(entry[name], topic, timeout_s, args.verify, strict)
+
+
 class Runner:
-    """Executes one scenario: its processes, topics, load and destination consumer; a context manager that stops
-    them."""
+    """Executes one scenario: its processes, topics, load and destination consumer (stopped on exit)."""
 
     def __init__(self, services: dict[str, str], root: Path | None, workdir: Path, name: str, scenario: Scenario,
                  ident: str = "urep", stop_timeout_s: float = 30) -> None:
@@ -203,7 +208,7 @@ class Runner:
         self.processes.stop_all(self.stop_timeout_s)
 
     def load(self, topic: str, tag: int, preload: int = 0, track_acked: bool = False) -> Load:
-        """Start a producer writing ``topic`` at the profile's rate (after ``preload`` records at once)."""
+        """A producer writing ``topic`` at the profile's rate (after ``preload`` records at once)."""
         flow = Flow(topic, PARTITIONS, self.profile.rate, preload=preload)
         self.loads.append(Load(self.services["source"], [flow], tag=tag, track_acked=track_acked).start())
         return self.loads[-1]
@@ -217,14 +222,9 @@ class Runner:
         self.pipeline.add_topic(topic, PARTITIONS)
         self.watch(topic)
 
-    def run(self, topic: str) -> list[Entry]:
-        """Start the pipeline and the load on ``topic``, then execute the fault script; the steps' records."""
-        self.start(topic)
-        return self.execute()
-
     def start(self, topic: str) -> Load:
-        """Controllers, workers, the topic under load; until every worker has a share and every partition
-        delivered again after all of them flowed (the first step must not measure the pipeline's start)."""
+        """The pipeline and ``topic`` under load; until every worker has a share and every partition delivered
+        again after all of them flowed (the first step must not measure the pipeline's start)."""
         for label in self.profile.controllers:
             self.pipeline.start_controller(label)
         for worker in self.profile.workers:
@@ -251,17 +251,16 @@ class Runner:
     def tps(self, topics: list[str] | None = None) -> list[TP]:
         return [(t, p) for t in (topics or list(self.topics)) for p in range(self.topics[t])]
 
-    def flowing_since(self, since: float, topics: list[str] | None = None) -> bool:
-        return all(self.arrivals.last_arrival(tp) > since for tp in self.tps(topics))
+    def flowing_since(self, since: float) -> bool:
+        return all(self.arrivals.last_arrival(tp) > since for tp in self.tps())
 
-    def wait_flowing(self, since: float, timeout_s: float, what: str, topics: list[str] | None = None) -> float:
+    def wait_flowing(self, since: float, timeout_s: float, what: str) -> float:
         """Wait until every partition had an arrival after ``since``; returns when that happened."""
-        wait_for(lambda: self.flowing_since(since, topics), timeout_s, what, 0.2)
+        wait_for(lambda: self.flowing_since(since), timeout_s, what, 0.2)
         return time.time()
 
     def leader(self) -> str:
-        label = self.pipeline.leader()
-        if label is None:
+        if (label := self.pipeline.leader()) is None:
             raise BenchError("no controller says it leads")
         return label
 
@@ -274,8 +273,7 @@ class Runner:
         measure = self.scenario.measure
         say(f"step: {step.name} [load {load_line()}]")
         before = measure.before(self, step)
-        w = Window(time.time(), {"recovery": step.recovery})
-        w.notes["load_before"] = load_average()
+        w = Window(time.time(), {"recovery": step.recovery, "load_before": load_average()})
         w.hit = step.act(w)
         time.sleep(step.down_s)
         w.restart = time.time()
@@ -290,7 +288,7 @@ class Runner:
                 w.flowing = self.wait_flowing(w.settled if measure.from_settled else w.ready, 180,
                                               f"{step.name}: every partition flowing again")
         except BenchError:
-            self.diagnose_never_recovered(step.name)
+            self.diagnose(step.name)
             raise
         time.sleep(self.scenario.observe_s if step.observe_s is None else step.observe_s)
         w.t1 = time.time()
@@ -302,16 +300,13 @@ class Runner:
         self.starts.append(w.t0)
         return record
 
-    def diagnose_never_recovered(self, name: str) -> None:
-        """A step that never recovered: both sides' ends of the stalled partitions (a source that grew tells a
-        replicator that stopped fetching from a load that stopped), thread stacks, hanging transactions."""
-        recent = time.time() - 10
-        stalled = [tp for tp in self.tps() if self.arrivals.last_arrival(tp) <= recent]
-        seen = [len(self.arrivals.logs[tp].idents) for tp in stalled]
-        ends = "; ".join(f"{t}: {stalled_ends(self.services, t, [p for st, p in stalled if st == t])}"
-                         for t in self.topics if any(st == t for st, _ in stalled))
-        say(f"  {name}: partitions without an arrival for 10 s: {[p for _, p in stalled]}; "
-            f"{ends or 'no partition stalled'}; records the reader saw there {seen}")
+    def diagnose(self, name: str) -> None:
+        """A step that never recovered: both ends of the stalled partitions (a source that grew tells a replicator
+        that stopped fetching from a load that stopped), thread stacks, hanging transactions."""
+        stalled = [tp for tp in self.tps() if self.arrivals.last_arrival(tp) <= time.time() - 10]
+        for topic in sorted({t for t, _ in stalled}):
+            ends = stalled_ends(self.services, topic, [p for t, p in stalled if t == topic])
+            say(f"  {name}: {topic}: partitions without an arrival for 10 s: {ends}")
         for proc in [*self.pipeline.workers.values(), *self.pipeline.controllers.values()]:
             with contextlib.suppress(OSError):
                 os.kill(proc.pid, signal.SIGUSR1)  # faulthandler: thread stacks into the process's log
@@ -321,9 +316,9 @@ class Runner:
 
     def finish(self, timeout_s: float, strict: bool = False,
                done: Callable[[], bool] | None = None) -> tuple[list[LoadResult], str | None]:
-        """Stop the load; wait until ``done`` (default: the committed offsets and the destination reach every
-        source end); stop the consumer and the pipeline; attribute the duplicates to the steps. The loads'
-        results and why the catch-up failed (or raise, ``strict``)."""
+        """Stop the load; wait until ``done`` (default: committed offsets and destination at every source end);
+        stop the consumer and the pipeline; attribute the duplicates. The loads' results and why the catch-up
+        failed (or raise, ``strict``)."""
         results = [load.stop() for load in self.loads]
         error = None
         try:
@@ -338,6 +333,8 @@ class Runner:
         self.pipeline.stop_all()
         for record, start, found in zip(self.steps, self.starts, self.duplicates(self.starts), strict=True):
             self.scenario.measure.duplicates(record, start, found)
+            record.pop("t0", None)  # for the attribution only: not recorded
+            record.pop("t1", None)
         return results, error
 
     def _caught_up(self) -> bool:
@@ -362,8 +359,8 @@ class Runner:
 
     def outcome(self, out: Entry, topic: str, timeout_s: float, verify: bool, strict: bool = False,
                 ) -> tuple[dict[int, LogRead], dict[int, LogRead]]:
-        """The drill's and the soak's end: the catch-up, load figures, steps, the exact comparison, every
-        acknowledged record found, the verifier (``verify``); both logs as read."""
+        """The drill's and the soak's end: catch-up, load, steps, exact comparison, every acknowledged record
+        found, the verifier (``verify``); both logs as read."""
         caught = time.monotonic()
         (result,), error = self.finish(timeout_s, strict)
         if error is None:
@@ -378,9 +375,9 @@ class Runner:
         source, destination, cmp = compare_logs(self.services, topic, isolation=self.profile.isolation)
         out["comparison"] = cmp.to_json()
         out["acknowledged"] = acked_check(result, self.profile.tag, topic, source, destination)
-        say(f"  source log {cmp.records:,} records; destination {cmp.destination_records:,}; mirrored "
-            f"{cmp.mirrored:,}; lost {cmp.lost}; duplicated {cmp.duplicated}; reordered {cmp.reordered}; "
-            f"acknowledged but missing from the destination: {out['acknowledged']['missing_on_destination']}")
+        say(f"  source log {cmp.records:,} records; mirrored {cmp.mirrored:,}; lost {cmp.lost}; duplicated "
+            f"{cmp.duplicated}; reordered {cmp.reordered}; acknowledged but missing from the destination: "
+            f"{out['acknowledged']['missing_on_destination']}")
         out["verifier"] = run_verifier(self.pipeline.config_path, self.workdir / "verification") if verify else {
             "skipped": "--no-verify"}
         return source, destination
@@ -403,8 +400,8 @@ def stop_worker(runner: Runner, worker: str, name: str, kill: bool = True, down_
 
 def stop_leader(runner: Runner, name: str, label: str | None = None, kill: bool = True,
                 down_s: float = 0.0, recovered: Callable[[], bool] | None = None) -> Step:
-    """kill -9 (or SIGTERM) the leading controller (``label``, or whichever leads when the step acts);
-    the undo waits for the standby to lead, then starts it again."""
+    """kill -9 (or SIGTERM) the leading controller (``label``, or whichever leads when the step acts); the undo
+    waits for the standby to lead, then starts it again."""
     pipeline = runner.pipeline
     hit: list[str] = []
 
@@ -483,9 +480,8 @@ def run_verifier(config: Path, output: Path, timeout_s: float = 900) -> Entry:
     output.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "ureplicator.verifier", "--config", str(config), "--output", str(output),
            "--master", "local[2]"]
-    say(f"drill: running the verifier: {' '.join(cmd[1:])}")
-    started = time.monotonic()
-    log = output / "verifier.log"
+    say(f"running the verifier: {' '.join(cmd[1:])}")
+    started, log = time.monotonic(), output / "verifier.log"
     try:
         with open(log, "wb") as err:
             proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=err, cwd=str(REPO), timeout=timeout_s,
@@ -510,32 +506,35 @@ def run_verifier(config: Path, output: Path, timeout_s: float = 900) -> Entry:
             record["report_error"] = str(exc)
     if proc.returncode == 2 or not stdout:
         record["stderr_tail"] = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
-    say(f"  verifier exit {proc.returncode} after {record['elapsed_s']:.0f}s: "
-        f"{record['verdict_line'] or '(no verdict)'}")
+    say(f"  verifier exit {proc.returncode} after {record['elapsed_s']:.0f}s: {record['verdict_line'] or '-'}")
     return record
 
 
 def verdict(out: Entry) -> tuple[int, str]:
     """The drill's and the soak's verdict: nothing lost and the verifier says OK/WARN."""
     lost = out["comparison"]["lost"] + out["acknowledged"]["missing_on_destination"]
-    verifier = out.get("verifier", {})
-    status = verifier.get("exit_status")
+    status = out.get("verifier", {}).get("exit_status")
     if lost:
         return 1, f"FAIL: {lost} records lost"
-    if verifier.get("skipped"):
+    if out.get("verifier", {}).get("skipped"):
         return 0, "OK (verifier skipped)"
     if status == 1:
         return 1, "FAIL: the verifier found a problem"
-    if status != 0:
-        return 2, f"verifier could not run (exit {status})"
-    return 0, "OK"
+    return (0, "OK") if status == 0 else (2, f"verifier could not run (exit {status})")
 
 
-def print_steps(steps: list[Entry]) -> None:
-    """One line per step, after dropping the raw epoch timestamps (for attribution only; not recorded)."""
-    for s in steps:
-        s.pop("t0", None)
-        s.pop("t1", None)
-        print(f"{s['name']:<36} down {s['down_s']:5.1f}s  restart {s['restart_took_s']:5.1f}s  flowing "
-              f"{s['flowing_after_ready_s']:5.1f}s after it was back  longest gap {s['max_gap_s']:5.1f}s  "
-              f"paused {s['partitions_paused']:>2}  dups {s.get('duplicates', 0):>6,}")
+def outcome_lines(entry: Entry, out: Entry, extra: str = "") -> list[str]:
+    """The end of the drill's and the soak's sections: the totals (``extra`` after the reordered), the verifier,
+    the verdict."""
+    c, load, v = out["comparison"], out["load"], out.get("verifier", {})
+    if v.get("skipped") or v.get("exit_status") is None:
+        verifier = f"skipped ({v['skipped']})" if v.get("skipped") else f"did not finish ({v.get('error')})"
+    else:
+        verifier = f"exit {v['exit_status']}, `{repo_relative(v.get('verdict_line') or 'no verdict line')}`"
+        if v["exit_status"] == 2 and v.get("stderr_tail", "").strip():
+            verifier += f"; it could not run: `{v['stderr_tail'].strip().splitlines()[-1][:300]}`"
+    return [f"Totals: **{load['acked']:,} records acknowledged by the source** ({load['sent']:,} produced, "
+            f"{load['failed']:,} failed), {c['records']:,} in the source log, **{c['mirrored']:,} mirrored**, "
+            f"**lost {c['lost']}** (acknowledged but missing on the destination: "
+            f"{out['acknowledged']['missing_on_destination']}), reordered **{c['reordered']}**{extra}, duplicated "
+            f"{c['duplicated']:,}.", "", f"Verifier: {verifier}.", "", f"**Verdict: {entry['verdict']}.**"]

@@ -29,8 +29,8 @@ from bench.scenario import (
     Step,
     freeze,
     new_entry,
-    print_steps,
-    staged,
+    outcome_lines,
+    run_script,
     stop_leader,
     stop_service,
     stop_worker,
@@ -102,22 +102,18 @@ def schedule(runner: Runner, rng: random.Random, minutes: float) -> Iterator[Ste
 def corrupted(source: dict[int, LogRead], destination: dict[int, LogRead]) -> Entry:
     """Destination records that are not the source record their provenance header names (header missing or
     unreadable, an offset the source does not have, or another load key; values are the verifier's)."""
-    total = 0
-    samples: list[str] = []
+    bad = []
     for p, dst in destination.items():
         src = source.get(p, LogRead())
         key_at = dict(zip(src.offsets, src.keys, strict=True))
-        for offset, key in zip(dst.urep, dst.keys, strict=True):
-            if offset < 0 or key_at.get(offset) != key:
-                total += 1
-                if len(samples) < 10:
-                    samples.append(f"{p}:{offset}")
-    return {"records": total, "samples": samples}
+        bad += [f"{p}:{offset}" for offset, key in zip(dst.urep, dst.keys, strict=True)
+                if offset < 0 or key_at.get(offset) != key]
+    return {"records": len(bad), "samples": bad[:10]}
 
 
 def judge(soak: Entry) -> tuple[int, str]:
     """The issue's target: 0 lost, 0 reordered, 0 corrupted, duplicates per fault within the bound."""
-    c = soak["comparison"]
+    c, bound = soak["comparison"], soak.get("duplicates_bound_per_fault")
     problems = []
     if lost := c["lost"] + soak["acknowledged"]["missing_on_destination"]:
         problems.append(f"{lost:,} records lost")
@@ -125,7 +121,6 @@ def judge(soak: Entry) -> tuple[int, str]:
         problems.append(f"{c['reordered']:,} records reordered")
     if soak.get("corrupted", {}).get("records"):
         problems.append(f"{soak['corrupted']['records']:,} records corrupted")
-    bound = soak.get("duplicates_bound_per_fault")
     if over := [s["name"] for s in soak.get("steps", []) if bound is not None and s.get("duplicates", 0) > bound]:
         problems.append(f"duplicates above {bound:,} after {', '.join(over)}")
     if soak.get("exactly_once") and c["duplicated"]:
@@ -134,19 +129,16 @@ def judge(soak: Entry) -> tuple[int, str]:
 
 
 def render(entry: Entry) -> str:
-    s = entry["soak"]
-    c, v = s["comparison"], s["verifier"]
-    kinds: dict[str, list[Entry]] = {}
+    s, exact = entry["soak"], bool(entry["soak"].get("exactly_once"))
+    kinds: dict[str, list[Entry]] = {}  # the faults by kind: their names without the victim
     for step in s.get("steps", []):
         kinds.setdefault(" ".join(w for w in step["name"].split() if not re.fullmatch(r"[wc]\d+", w)), []).append(step)
-    exact = bool(s.get("exactly_once"))
-    bound = s.get("duplicates_bound_per_fault")
-    corrupt = s.get("corrupted", {}).get("records")
     rows = []
     for kind, steps in sorted(kinds.items()):
         gaps = [st["max_gap_s"] for st in steps if st.get("max_gap_s") is not None]
         rows.append([kind, len(steps), f"{max(st.get('duplicates', 0) for st in steps):,}",
                      f"{statistics.median(gaps):.1f} s, {max(gaps):.1f} s" if gaps else "n/a"])
+    bound, corrupt = s.get("duplicates_bound_per_fault"), s.get("corrupted", {}).get("records")
     return "\n".join([
         "## Soak, exactly-once mode" if exact else "## Soak",
         "",
@@ -156,16 +148,14 @@ def render(entry: Entry) -> str:
         f"at the start): {entry['setup']['rate']:,} records/s into {PARTITIONS} partitions, 2 controllers, "
         f"{len(WORKERS)} workers, {len(s.get('steps', []))} faults"
         + (f"; `worker.exactly_once: true`, {TRANSACTION_INTERVAL_MS} ms transactions, the destination read "
-           "`read_committed`" if exact else "") + ".",
+           "`read_committed`" if exact else "")
+        + (f"; duplicates allowed per fault: {bound:,}" if bound is not None else "")
+        + (f" ({DUPLICATES_BOUND_S:g} s of the load)" if bound else "") + ".",
         "",
         *table(["fault", "times", "most duplicates after one",
                 "longest gap of any partition (median, max over the faults)"], rows),
         "",
-        f"Result: {c['records']:,} source records, lost **{c['lost']}**, reordered **{c['reordered']}**, "
-        + (f"corrupted **{corrupt}**, " if corrupt is not None else "") + f"duplicated {c['duplicated']:,}"
-        + (f" (bound per fault: {bound:,} = {DUPLICATES_BOUND_S:g} s of the load)" if bound is not None else "")
-        + f"; verifier: {v.get('verdict_line') or v.get('skipped') or v.get('error')}. "
-        f"Verdict: **{entry['verdict']}**. Results: `bench/results/{'soak-eos' if exact else 'soak'}-<date>.json`.",
+        *outcome_lines(entry, s, f", corrupted **{corrupt}**" if corrupt is not None else ""),
     ])
 
 
@@ -180,8 +170,7 @@ def main(argv: list[str] | None = None) -> int:
                           "results in soak-eos-<date>.json and their own docs section")
     args = cli.parse_args(argv)
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 31)
-    rng = random.Random(seed)
-    exact = args.exactly_once
+    rng, exact = random.Random(seed), args.exactly_once
     say(f"soak seed {seed} (replay: make soak MINUTES={args.minutes:g} SEED={seed}); load {load_line()}")
     entry, stamp = new_entry("soak", {
         "minutes": args.minutes, "rate": args.rate, "partitions": PARTITIONS, "workers": len(WORKERS),
@@ -194,21 +183,15 @@ def main(argv: list[str] | None = None) -> int:
     scenario = Scenario(profile, lambda runner: schedule(runner, rng, args.minutes), pause=lambda: rng.uniform(2, 10))
 
     def go() -> Entry:
-        topic = f"soak-{stamp}"
-        out = entry["soak"] = {"topic": topic}
-        with staged("soak", args.broker_heap, stamp, scenario) as runner:
-            say(f"soak: {args.minutes:g} min of faults at {args.rate:,} records/s (logs in {runner.workdir})")
-            runner.run(topic)
-            source, destination = runner.outcome(out, topic, 300, args.verify, strict=True)
-        out["corrupted"] = corrupted(source, destination)
-        out["exactly_once"] = exact
-        out["duplicates_bound_per_fault"] = 0 if exact else int(args.rate * DUPLICATES_BOUND_S)
+        source, destination = run_script("soak", args, entry, stamp, scenario, 300, strict=True)
+        entry["soak"].update(corrupted=corrupted(source, destination), exactly_once=exact,
+                             duplicates_bound_per_fault=0 if exact else int(args.rate * DUPLICATES_BOUND_S))
         return entry
 
     def summary(entry: Entry) -> int:
         status, entry["verdict"] = judge(entry["soak"])
-        print_steps(entry["soak"].get("steps", []))
-        print(f"soak verdict (seed {seed}): {entry['verdict']}; corrupted {entry['soak']['corrupted']['records']}")
+        print(render(entry))
+        print(f"soak verdict (seed {seed}): {entry['verdict']}")
         return status
 
     return run_and_record(go, section="soak-eos" if exact else "soak", summary=summary, no_write=args.no_write,

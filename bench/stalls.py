@@ -11,12 +11,13 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from bench import mm2
-from bench.common import fmt_load, load_average
+from bench.common import load_average
 from bench.harness import TP, BenchError, load_line
 from bench.recording import parser, rendered, run_and_record
 from bench.render import table
@@ -32,11 +33,12 @@ from bench.scenario import (
     Window,
     compare_logs,
     defaults,
+    measured_on,
     new_entry,
     stage,
 )
 from devtools import jvm, stack
-from devtools.harness import Proc, admin_client, create_topic, say, wait_for
+from devtools.harness import Proc, create_topic, end_offsets, say, wait_for
 from devtools.kproxy import KafkaProxy
 from devtools.ports import free_port
 
@@ -46,12 +48,12 @@ SLOW_COORDINATOR = "slow coordinator during an acquisition"
 # What the worker logs when its coordinator calls fail or wait (worker/commits.py, handoff.py): counted per run.
 _COORDINATOR_LOG_EVENTS = ("acquisition_retry", "committed_offsets_retry", "commit_failed", "commit_client_replaced",
                            "commit_timed_out", "release_commit_failed")
-PLANNED = ("add topic", "add worker", "blacklist worker", "SIGTERM worker")
+PLANNED_MOVES = ("add worker", "blacklist worker", "whitelist worker", "SIGTERM worker", "restart worker")
 
 
 class Moves(Measure):
-    """A stalls event's record: the longest gaps of the partitions it moved and of those it did not, the worst
-    latency of the records in its window, when it settled and flowed again, the assignment generations it cost."""
+    """A stalls event's record: the longest gaps and worst latencies of the partitions it moved and of the others,
+    when it settled and flowed again, the assignment generations it cost."""
 
     from_settled = True  # a moved partition flows again once its new owner applies it
 
@@ -74,70 +76,57 @@ class Moves(Measure):
             moved = {tp for tp, (gap, _) in gaps.items() if gap > PAUSED_S}
         split = {"unmoved": [tp for tp in gaps if tp not in moved], "moved": [tp for tp in gaps if tp in moved]}
         r = {"name": step.name, "system": self.system, "notes": w.notes,
-             "classified_by": "applied_by" if owners else "gap", "partitions": len(gaps), "moved": len(split["moved"]),
-             "moved_partitions": [f"{t}:{p}" for t, p in sorted(split["moved"])],
-             "unmoved_max_gap_s": round(max((gaps[tp][0] for tp in split["unmoved"]), default=0.0), 3),
+             "classified_by": "applied_by" if owners else "gap", "partitions": len(gaps),
+             "moved": len(split["moved"]), "moved_partitions": [f"{t}:{p}" for t, p in sorted(split["moved"])],
              "unmoved_paused": sum(1 for tp in split["unmoved"] if gaps[tp][0] > PAUSED_S),
-             "moved_max_gap_s": round(max((gaps[tp][0] for tp in split["moved"]), default=0.0), 3),
              "moved_flowing_after_s": round(max((gaps[tp][1] - w.t0 for tp in split["moved"]), default=0.0), 3),
              "all_paused": sum(1 for g, _ in gaps.values() if g > PAUSED_S), "window_s": round(w.t1 - w.t0, 2),
              "settled_after_s": round(w.settled - w.t0, 2)}
-        for label, tps in split.items():  # what a consumer felt
+        for label, tps in split.items():  # the gaps, and the latency a consumer felt
+            r[f"{label}_max_gap_s"] = round(max((gaps[tp][0] for tp in tps), default=0.0), 3)
             logs = [runner.arrivals.logs[tp] for tp in tps]
             r[f"{label}_max_latency_s"] = round(max([0.0, *(
                 lat for log in logs for a, lat in zip(log.arrivals, log.latency_ms, strict=True)
                 if w.t0 <= a <= w.t1)]) / 1000, 3)
-        if self.system != "ureplicator":
-            say(f"  {r['all_paused']} of {r['partitions']} partition(s) paused > {PAUSED_S:.0f}s; longest gap "
-                f"{max(r['moved_max_gap_s'], r['unmoved_max_gap_s']):.2f}s; flowing again "
-                f"{r['moved_flowing_after_s']:.2f}s after the event")
-            return r
-        r["flowing_after_s"] = round(w.flowing - w.t0, 2)
-        if generation is not None and (now := _generation(runner)) is not None:
-            r["generations_written"] = now - generation
-        say(f"  settled after {r['settled_after_s']:.1f}s, {r['moved']} partition(s) moved; unmoved: longest gap "
-            f"{r['unmoved_max_gap_s']:.2f}s; moved: longest gap {r['moved_max_gap_s']:.2f}s, flowing again "
-            f"{r['moved_flowing_after_s']:.2f}s after the event; {r.get('generations_written', '?')} assignment "
-            "generation(s) written")
+        if self.system == "ureplicator":
+            r["flowing_after_s"] = round(w.flowing - w.t0, 2)
+            if generation is not None and (now := _generation(runner)) is not None:
+                r["generations_written"] = now - generation
+        say(f"  {r['moved']}/{r['partitions']} moved; longest gap: unmoved {r['unmoved_max_gap_s']:.2f}s, moved "
+            f"{r['moved_max_gap_s']:.2f}s, flowing again {r['moved_flowing_after_s']:.2f}s after the event")
         return r
 
     def duplicates(self, record: Entry, t0: float, found: list[tuple[float, TP]]) -> None:
         """How many, on which partitions, and how long after the event the first one arrived."""
-        per_partition: dict[str, int] = {}
-        for _, (topic, p) in found:
-            per_partition[f"{topic}:{p}"] = per_partition.get(f"{topic}:{p}", 0) + 1
-        record.update(duplicates=len(found), duplicate_partitions=per_partition)
+        per_partition = Counter(f"{topic}:{p}" for _, (topic, p) in found)
+        record.update(duplicates=len(found), duplicate_partitions=dict(per_partition))
         if found:
             record["duplicates_first_at_s"] = round(min(t for t, _ in found) - t0, 2)
 
 
-def finish(runner: Runner, out: Entry, by: str = "urep", done: Callable[[], bool] | None = None) -> None:
-    """Stop producing, wait for the mirror to catch up, compare the logs exactly; the events' records."""
+def measure_phase(runner: Runner, out: Entry, args: argparse.Namespace, by: str = "urep",
+                  done: Callable[[], bool] | None = None, prepare: Callable[[], object] = lambda: None) -> Entry:
+    """The quiet baseline (what the events are compared with), ``prepare``, the events, then: stop producing, wait
+    for the mirror to catch up, compare the logs exactly."""
+    t0 = time.time()
+    time.sleep(args.baseline)
+    t1 = time.time()
+    gaps = sorted(g for g, _ in runner.gaps(t0, t1, 0.0).values())
+    out["baseline"] = {"window_s": round(t1 - t0, 1), "max_gap_s": round(max(gaps, default=0.0), 3),
+                       "median_partition_max_gap_s": round(gaps[len(gaps) // 2], 3) if gaps else 0.0}
+    say(f"  baseline: longest gap of any partition {out['baseline']['max_gap_s']:.2f}s")
+    prepare()
+    runner.execute()
     say("stopping the load; waiting for the mirror to catch up")
     results, error = runner.finish(120 if done is None else 180, done=done)
     out["load"] = [{"sent": r.sent, "acked": r.acked, "failed": r.failed} for r in results]
     if error is not None:
         out["catch_up_error"] = error
-    out["comparison"] = {}
-    for topic in runner.topics:
-        cmp = compare_logs(runner.services, topic, by=by)[2]
-        out["comparison"][topic] = cmp.to_json()
-        say(f"  {topic}: {cmp.records:,} records, lost {cmp.lost}, duplicated {cmp.duplicated}, "
-            f"reordered {cmp.reordered}")
+    out["comparison"] = {topic: compare_logs(runner.services, topic, by=by)[2].to_json() for topic in runner.topics}
+    say(f"  lost {sum(c['lost'] for c in out['comparison'].values())} records")
     if by == "urep":
         out["bad_headers"] = runner.arrivals.bad_headers
     out["events"] = runner.steps
-
-
-def baseline(runner: Runner, seconds: float) -> Entry:
-    """The longest arrival gaps over ``seconds`` of quiet flow (what the events are compared with)."""
-    t0 = time.time()
-    time.sleep(seconds)
-    t1 = time.time()
-    gaps = sorted(g for g, _ in runner.gaps(t0, t1, 0.0).values())
-    out = {"window_s": round(t1 - t0, 1), "max_gap_s": round(max(gaps, default=0.0), 3),
-           "median_partition_max_gap_s": round(gaps[len(gaps) // 2], 3) if gaps else 0.0}
-    say(f"  baseline: longest gap of any partition {out['max_gap_s']:.2f}s")
     return out
 
 
@@ -233,37 +222,19 @@ def script(runner: Runner, topic_b: str) -> list[Step]:
     ]
 
 
-def ureplicator_phase(runner: Runner, stamp: str, args: argparse.Namespace) -> Entry:
-    topic_a, topic_b = f"stl-{stamp}-a", f"stl-{stamp}-b"
-    out: Entry = {"system": "ureplicator", "topics": [topic_a, topic_b]}
-    runner.start(topic_a)
-    say(f"ureplicator: 2 controllers, 2 workers, {topic_a} x {PARTITIONS} at {args.rate:,} records/s; "
-        f"baseline for {args.baseline:.0f}s (logs in {runner.workdir})")
-    out["baseline"] = baseline(runner, args.baseline)
-    backlogged_topic(runner, topic_b, tag=2)
-    runner.execute()
-    finish(runner, out)
-    return out
-
-
 def _log_events(workdir: Path, workers: tuple[str, ...]) -> dict[str, int]:
     """How often the workers logged each of the coordinator-related events (what an operator sees)."""
-    counts = dict.fromkeys(_COORDINATOR_LOG_EVENTS, 0)
-    for worker in workers:
-        log = workdir / f"{worker}.log"
-        for line in log.read_text(errors="replace").splitlines() if log.exists() else []:
-            for name in _COORDINATOR_LOG_EVENTS:
-                counts[name] += f'"event": "{name}"' in line
-    return counts
+    logs = [workdir / f"{worker}.log" for worker in workers]
+    text = "".join(log.read_text(errors="replace") for log in logs if log.exists())
+    return {name: text.count(f'"event": "{name}"') for name in _COORDINATOR_LOG_EVENTS}
 
 
 def coordinator_phase(services: dict[str, str], root: Path, workdir: Path, stamp: str,
                       args: argparse.Namespace) -> Entry:
     """The slow-coordinator event on a pipeline of its own whose source clients go through kproxy."""
-    topic = f"stl-{stamp}-coord"
+    topic, folder = f"stl-{stamp}-coord", workdir / "coordinator"
     out: Entry = {"system": "ureplicator", "topics": [topic], "source_via": "devtools.kproxy",
                   "hold_after_acquiring_s": args.coordinator_hold}
-    folder = workdir / "coordinator"
     folder.mkdir(exist_ok=True)
     proxy = KafkaProxy(services["source"])
 
@@ -295,14 +266,11 @@ def coordinator_phase(services: dict[str, str], root: Path, workdir: Path, stamp
         # Only the pipeline goes through the proxy; the load and the arrival probe talk to the brokers.
         runner.pipeline.services = {**services, "source": proxy.address}
         runner.start(topic)
-        say(f"ureplicator, slow coordinator: 3 workers, source clients through kproxy {proxy.address}; baseline "
-            f"for {args.baseline:.0f}s (logs in {folder})")
-        out["baseline"] = baseline(runner, args.baseline)
+        say(f"ureplicator, slow coordinator: 3 workers, source clients through kproxy {proxy.address}")
         try:
-            runner.execute()
+            measure_phase(runner, out, args)
         finally:
             proxy.release()  # whatever failed, the pipeline must be able to finish
-        finish(runner, out)
         out["events"][0].update(worker_log_events=_log_events(folder, ("w1", "w2")),
                                 proxy_errors=proxy.stats()["errors"])
     return out
@@ -322,11 +290,6 @@ def _connect_view(log: Path) -> tuple[str | None, list[str]]:
     return leader, tasks
 
 
-def _topic_exists(bootstrap: str, topic: str) -> bool:
-    found = admin_client(bootstrap).list_topics(topic=topic, timeout=5).topics.get(topic)
-    return found is not None and found.error is None and len(found.partitions) == PARTITIONS
-
-
 def mm2_phase(services: dict[str, str], workdir: Path, stamp: str, args: argparse.Namespace) -> Entry:
     """MirrorMaker 2 in dedicated mode: 1. a new topic (with a 10 s backlog) matches the regex: for MM2, creating
     it is adding it; 2. a follower node killed -9: its tasks wait for scheduled.rebalance.max.delay.ms; 3. then the
@@ -344,33 +307,29 @@ def mm2_phase(services: dict[str, str], workdir: Path, stamp: str, args: argpars
 
     def add_topic(w: Window) -> None:
         w.notes["backlog_records"] = backlogged_topic(runner, topic_b, tag=12)
-        wait_for(lambda: _topic_exists(services["destination"], topic_b), 120,
+        wait_for(lambda: end_offsets(services["destination"], topic_b, PARTITIONS) is not None, 120,
                  "MirrorMaker 2 to create the new destination topic", 0.2)
         runner.watch(topic_b)
         w.settled = runner.wait_flowing(w.t0, 180, "every partition of both topics flowing")
         runner.wait_flowing(time.time(), 60, "flowing")
 
-    def kill(w: Window, victim: int) -> None:
+    def kill(w: Window, victim: int, notes: Entry) -> None:
         """Kill one node -9; until every partition flows again (or the delay + 2 min ran out)."""
+        w.notes.update(notes)
         nodes[victim].kill()
         survivors, limit = [n for n in nodes if n.alive()], args.mm2_delay_s + 120
         time.sleep(5)
-        last_say = time.monotonic()
-        deadline = last_say + limit
+        deadline = time.monotonic() + limit
         while not runner.flowing_since(time.time() - 1.0):
             if time.monotonic() > deadline:
                 say(f"  not every partition flows again after {limit:.0f}s; ending the window")
                 w.notes["gave_up_after_s"] = limit
                 break
             alive(survivors, "a surviving")
-            if time.monotonic() - last_say >= 15:
-                last_say, now = time.monotonic(), time.time()
-                stalled = sum(1 for tp in runner.tps() if runner.arrivals.last_arrival(tp) < now - PAUSED_S)
-                say(f"  {now - w.t0:.0f}s after the kill: {stalled} partition(s) without arrivals")
             time.sleep(0.5)
         w.settled = time.time()
 
-    def script(_: Runner) -> Iterator[Step]:
+    def events(_: Runner) -> Iterator[Step]:
         yield Step("add topic", add_topic, flowing=False, observe_s=max(args.post, 5.0),
                    after=lambda w, r: new_topic_timing(r, w.t0, runner, topic_b))
         for wanted in ("follower", "group leader"):
@@ -378,23 +337,20 @@ def mm2_phase(services: dict[str, str], workdir: Path, stamp: str, args: argpars
             if len(live) < 2:
                 break
             views = {i: _connect_view(workdir / f"mm2-node{i + 1}" / "mm2.log") for i in live}
-            leader_url = next((u for u in (views[i][0] for i in live) if u in urls and urls.index(u) in live), None)
+            leader_url = next((u for u, _ in views.values() if u in urls and urls.index(u) in live), None)
             leader = urls.index(leader_url) if leader_url is not None else None
-            if wanted == "follower":
-                candidates = [i for i in live if i != leader and views[i][1]] or [i for i in live if i != leader]
-            else:
-                candidates = [leader] if leader in live else []
+            followers = [i for i in live if i != leader]
+            candidates = ([i for i in followers if views[i][1]] or followers) if wanted == "follower" else [
+                i for i in live if i == leader]
             if not candidates:
                 say(f"  no live {wanted} node to kill; skipped")
                 continue
             victim, tasks = candidates[0], views[candidates[0]][1]
-            say(f"mirrormaker2: kill -9 node {victim + 1} (the Connect group's {wanted}, tasks "
-                f"{', '.join(tasks) or 'none'})")
+            say(f"mirrormaker2: kill -9 node {victim + 1} (the Connect group's {wanted}, tasks {tasks})")
             notes = {"victim_role": wanted, "victim_tasks": tasks, "leader_url": leader_url}
-            yield Step(f"kill -9 worker ({wanted} node)", lambda w, v=victim, n=notes: w.notes.update(n) or kill(w, v),
-                       flowing=False)
+            yield Step(f"kill -9 worker ({wanted} node)", lambda w, v=victim, n=notes: kill(w, v, n), flowing=False)
 
-    scenario = Scenario(Profile(args.rate), script, Moves("mirrormaker2"), observe_s=args.post)
+    scenario = Scenario(Profile(args.rate), events, Moves("mirrormaker2"), observe_s=args.post)
     with Runner(services, None, workdir, "mm2", scenario, ident="key", stop_timeout_s=20) as runner:
         create_topic(services["source"], topic_a, PARTITIONS)
         runner.load(topic_a, tag=11)
@@ -411,77 +367,19 @@ def mm2_phase(services: dict[str, str], workdir: Path, stamp: str, args: argpars
             nodes.append(runner.processes.spawn(f"mm2-node{index}", mm2.launch(folder, props), cwd=folder))
         say(f"mirrormaker2: {args.mm2_nodes} dedicated-mode nodes, tasks.max=4, {topic_a} x {PARTITIONS} at "
             f"{args.rate:,}/s; scheduled.rebalance.max.delay.ms={delay_ms}")
-        wait_for(lambda: alive(nodes) or _topic_exists(services["destination"], topic_a), 180,
+        wait_for(lambda: alive(nodes) or end_offsets(services["destination"], topic_a, PARTITIONS) is not None, 180,
                  "MirrorMaker 2 to create the destination topic", 0.5)
         runner.arrivals.start()
         runner.watch(topic_a)
         runner.wait_flowing(time.time(), 180, "MirrorMaker 2 flowing on every partition")
         out["first_flow_s"] = round(time.time() - started, 1)
-        say(f"  flowing after {out['first_flow_s']:.0f}s; settling {args.mm2_settle:.0f}s, then baseline")
         time.sleep(args.mm2_settle)  # every node joined: no start-up rebalance inside the baseline
-        out["baseline"] = baseline(runner, args.baseline)
-        runner.execute()
-        finish(runner, out, by="key", done=lambda: runner.destination_complete() and time.time() - max(
+        measure_phase(runner, out, args, by="key", done=lambda: runner.destination_complete() and time.time() - max(
             runner.arrivals.last_arrival(tp) for tp in runner.tps()) > 3)  # every record there, nothing new for 3 s
     return out
 
 
 # ----------------------------------------------------------------------------- report
-
-
-def render(entry: Entry, history: list[Entry] | None = None) -> str:
-    m, phases = entry["machine"], entry["phases"]
-    quick = entry["mode"] == "quick"
-    lines = [
-        "## Rebalance stalls",
-        "",
-        f"`python -m bench.stalls{' --quick' if quick else ''}`{' (**quick mode**)' if quick else ''} on "
-        f"{m['cpu_model']}, {m['cores']} cores, {m['ram_bytes'] / 2**30:.0f} GiB RAM, Python {m['python']}, "
-        f"{m['java']}, Kafka {m['kafka_brokers']}, {entry['date'][:10]}; {entry['elapsed_s'] / 60:.1f} min. Load "
-        f"average at start {fmt_load(entry['load_at_start'])}, at end {fmt_load(entry['load_at_end'])} "
-        f"({load_note(entry)}). {entry['setup']['rate']:,} records/s per topic; the columns are explained under "
-        "Methods.",
-        "",
-    ]
-    shown = [p for p in (phases.get("ureplicator"), phases.get("ureplicator-coordinator"),
-                         phases.get("mirrormaker2")) if p]
-    rows = []
-    for phase in shown:
-        if "baseline" in phase:
-            b = phase["baseline"]
-            rows.append([_label(phase), f"*baseline ({b['window_s']:.0f} s, no event)*", "–",
-                         f"{b['max_gap_s']:.2f} s", "–", "–", "–", "–", "–"])
-        for e in phase.get("events", []):
-            notes, extra = e.get("notes", {}), ""
-            if e.get("new_topic_first_record_s") is not None:
-                extra = (f" (new topic: first record {e['new_topic_first_record_s']:.1f} s, backlog mirrored "
-                         f"{_fmt_s(e.get('new_topic_backlog_mirrored_s'))})")
-            if e.get("new_leader_after_s") is not None:
-                extra = f" (standby led after {e['new_leader_after_s']:.1f} s)"
-            if e["name"] == SLOW_COORDINATOR:
-                extra = (f" (source coordinator hung {notes.get('hang_s', 0):.1f} s, w3 killed -9; the acquisition "
-                         f"began {notes.get('acquiring_after_s', 0):.1f} s in)")
-            moved = e["moved"] > 0
-            rows.append([_label(phase), (f"*{e['name']} (recovery)*" if notes.get("recovery") else e["name"]) + extra,
-                         f"{e['moved']}/{e['partitions']}", f"{e['unmoved_max_gap_s']:.2f} s",
-                         _fmt_s(e["moved_max_gap_s"] if moved else None),
-                         _fmt_s(e["moved_flowing_after_s"] if moved else None), _fmt_s(e.get("settled_after_s")),
-                         "–" if e.get("generations_written") is None else e["generations_written"],
-                         f"{e.get('duplicates', 0):,}"])
-    lines += table(["system", "event", "moved", "unmoved: longest gap", "moved: longest gap",
-                    "moved flow again after", "settled after", "generations", "duplicates"], rows, "llrrrrrrr")
-    lines.append("")
-    for phase in [p for p in shown if "comparison" in p]:
-        totals = {k: sum(c[k] for c in phase["comparison"].values()) for k in ("records", "lost", "duplicated")}
-        lines.append(f"{_label(phase)}, whole run: {totals['records']:,} source records, **lost "
-                     f"{totals['lost']:,}**, duplicated {totals['duplicated']:,}.")
-    if "mirrormaker2" not in phases:
-        lines += ["", f"MirrorMaker 2 was not measured in this run ({entry.get('mm2_skipped', 'skipped')})."]
-    lines += ["", "**Analysis.**", "", *(f"- {line}" for line in analysis(entry))]
-    if history:
-        lines += ["", "Other runs in `bench/results/stalls-*.json` (same script; the machine's load varied):", "",
-                  *(f"- {line}" for line in _history(history))]
-    return "\n".join(lines)
 
 
 def _label(phase: Entry) -> str:
@@ -490,103 +388,135 @@ def _label(phase: Entry) -> str:
     return "ureplicator, source through kproxy" if phase.get("source_via") else "ureplicator"
 
 
-def _fmt_s(value: float | None) -> str:
-    return "–" if value is None else f"{value:.2f} s"
+def _fmt(value: float | None, key: str = "_s") -> str:
+    """A cell: seconds for a ``*_s`` key, else a count; "–" for nothing."""
+    if value is None:
+        return "–"
+    return f"{value:.2f} s" if key.endswith("_s") else f"{value:,}"
 
 
-def analysis(entry: Entry) -> list[str]:
-    """The run's findings, one line each; docs/benchmarks.md (Methods) explains the mechanisms behind them."""
-    out = []
-    urep, mm = entry["phases"].get("ureplicator", {}), entry["phases"].get("mirrormaker2")
-    events = {e["name"]: e for e in urep.get("events", [])}
-    base = urep.get("baseline", {}).get("max_gap_s", 0.0)
-    if planned := [events[n] for n in PLANNED if n in events]:
-        out.append(f"Partitions that did not move never paused in ureplicator: their longest gap during a topic "
-                   f"add, worker join, blacklist or SIGTERM was {max(e['unmoved_max_gap_s'] for e in planned):.2f} s "
-                   f"against {base:.2f} s with no event at all.")
-        if moved := [e for e in planned if e["moved"]]:
-            out.append("Moved partitions flowed again "
-                       + ", ".join(f"{e['moved_flowing_after_s']:.1f} s after the {e['name']}" for e in moved) + ".")
-        hand_offs = planned + [e for e in urep.get("events", []) if e.get("notes", {}).get("recovery")]
-        if where := ", ".join(f"{e['duplicates']} in {e['name']}" for e in hand_offs if e.get("duplicates")):
-            out.append(f"Planned moves duplicated records ({where}): a partition re-planned twice within one "
-                       "worker's apply latency started on two workers. Reported as a bug; nothing is lost.")
-        else:
-            out.append("No planned move (join, blacklist, whitelist, SIGTERM, restart) duplicated a record.")
-        if (churn := max((e.get("generations_written") or 0 for e in hand_offs), default=0)) > 5:
-            out.append(f"Assignment churn: the leader wrote up to {churn} assignment generations during one event "
-                       "where 2-3 suffice. Reported as a bug.")
-    if kill := events.get("kill -9 worker"):
-        out.append(f"A worker killed -9: its {kill['moved']} partitions flowed again after "
-                   f"{kill['moved_flowing_after_s']:.1f} s (session timeout plus a reconcile) with "
-                   f"{kill.get('duplicates', 0):,} duplicates; the others' longest gap was "
-                   f"{kill['unmoved_max_gap_s']:.2f} s.")
-    if leader := events.get("kill -9 leader controller"):
-        out.append(f"Killing the leading controller moved nothing (longest gap {leader['unmoved_max_gap_s']:.2f} s); "
-                   f"the standby led after {leader.get('new_leader_after_s', 0):.1f} s.")
-    out += _coordinator_analysis(entry["phases"].get("ureplicator-coordinator"))
-    for e in (mm or {}).get("events", []):
-        if e["name"] == "add topic":
-            first = e.get("new_topic_first_record_s")
-            out.append(f"MirrorMaker 2, new topic: the existing partitions' longest gap was "
-                       f"{max(e['unmoved_max_gap_s'], e['moved_max_gap_s']):.1f} s against "
-                       f"{mm.get('baseline', {}).get('max_gap_s', 0.0):.2f} s in its baseline ({e['all_paused']} of "
-                       f"{e['partitions']} paused > {PAUSED_S:.0f} s)"
-                       + (f"; its first record arrived after {first:.1f} s" if first is not None else "") + ".")
-        elif e["name"].startswith("kill -9 worker"):
-            delay = mm.get("scheduled_rebalance_max_delay_ms", 300000) / 1000
-            out.append(f"MirrorMaker 2, {e.get('notes', {}).get('victim_role', 'a')} node killed -9: {e['moved']} "
-                       f"partitions stopped for up to {e['moved_max_gap_s']:.0f} s (flowing again "
-                       f"{e['moved_flowing_after_s']:.0f} s after the kill; `scheduled.rebalance.max.delay.ms` = "
-                       f"{delay:.0f} s); {e.get('duplicates', 0):,} duplicates.")
-    comparisons = [c for name, phase in entry["phases"].items() if name.startswith("ureplicator")
-                   for c in phase.get("comparison", {}).values()]
-    if comparisons:
-        out.append(f"Records lost by ureplicator over all events: {sum(c['lost'] for c in comparisons)} (must be 0).")
-    return out
+def _event(e: Entry) -> str:
+    """The event's name with what happened in it (a new topic, a new leader, the coordinator hang)."""
+    notes, extra = e.get("notes", {}), ""
+    if e.get("new_topic_first_record_s") is not None:
+        extra = (f" (new topic: first record {e['new_topic_first_record_s']:.1f} s, backlog mirrored "
+                 f"{_fmt(e.get('new_topic_backlog_mirrored_s'))})")
+    if e.get("new_leader_after_s") is not None:
+        extra = f" (standby led after {e['new_leader_after_s']:.1f} s)"
+    if e["name"] == SLOW_COORDINATOR:
+        extra = (f" (source coordinator hung {notes.get('hang_s', 0):.1f} s, w3 killed -9; the acquisition "
+                 f"began {notes.get('acquiring_after_s', 0):.1f} s in)")
+    return (f"*{e['name']} (recovery)*" if notes.get("recovery") else e["name"]) + extra
 
 
-def _coordinator_analysis(phase: Entry | None) -> list[str]:
-    event = next((e for e in (phase or {}).get("events", []) if e["name"] == SLOW_COORDINATOR), None)
-    if phase is None or event is None:
-        return []
-    notes, gap = event.get("notes", {}), event["unmoved_max_gap_s"]
-    held = ", ".join(f"{name} x{n}" for name, n in notes.get("held_requests", {}).items()) or "none"
-    logged = ", ".join(f"`{k}` x{v}" for k, v in event.get("worker_log_events", {}).items() if v)
-    return [f"Slow coordinator (the source's group-coordinator requests withheld for {notes.get('hang_s', 0):.1f} s: "
-            f"{held}; {notes.get('held_data_requests', 0)} data request(s) waited behind them): the partitions that "
-            f"did not move kept flowing on the acquiring workers — longest gap {gap:.2f} s, "
-            f"{'within' if gap <= COORDINATOR_TARGET_S else '**over**'} the {COORDINATOR_TARGET_S} s target, against "
-            f"{phase.get('baseline', {}).get('max_gap_s', 0):.2f} s in its baseline; the moved ones flowed again "
-            f"{event['moved_flowing_after_s'] - notes.get('hang_s', 0):.1f} s after the hang ended."
-            + (f" The acquiring workers logged {logged}." if logged else "")]
+COLUMNS = (  # (header, key) of an event's numbers; a moved-partitions column shows "–" when none moved
+    ("unmoved: longest gap", "unmoved_max_gap_s"),
+    ("moved: longest gap", "moved_max_gap_s"),
+    ("moved flow again after", "moved_flowing_after_s"),
+    ("settled after", "settled_after_s"),
+    ("generations", "generations_written"),
+    ("duplicates", "duplicates"),
+)
+HISTORY = (  # (header, phase, events (name prefixes), keys, aggregate) of another stored run
+    ("planned moves: most generations", "ureplicator", PLANNED_MOVES, ("generations_written",), max),
+    ("planned moves: duplicates", "ureplicator", PLANNED_MOVES, ("duplicates",), sum),
+    ("killed worker's partitions back after", "ureplicator", ("kill -9 worker",), ("moved_flowing_after_s",), max),
+    ("slow coordinator: unmoved gap", "ureplicator-coordinator", (SLOW_COORDINATOR,), ("unmoved_max_gap_s",), max),
+    ("MM2 new topic: longest gap", "mirrormaker2", ("add topic",), ("unmoved_max_gap_s", "moved_max_gap_s"), max),
+    ("MM2 new topic: paused > 2 s", "mirrormaker2", ("add topic",), ("all_paused",), max),
+    ("MM2 node killed: back after (fastest)", "mirrormaker2", ("kill -9 worker",), ("moved_flowing_after_s",), min),
+    ("(slowest)", "mirrormaker2", ("kill -9 worker",), ("moved_flowing_after_s",), max),
+)
 
 
-def _history(entries: list[Entry]) -> list[str]:
-    out = []
-    for h in entries:
-        phases = h.get("phases", {})
-        events = phases.get("ureplicator", {}).get("events", [])
-        planned = [e for e in events if e["name"] in (*PLANNED[1:], "whitelist worker", "restart worker")]
-        parts = [f"ureplicator planned moves: up to {max(e.get('generations_written') or 0 for e in planned)} "
-                 f"generations in one event, {sum(e.get('duplicates', 0) for e in planned):,} duplicates"
-                 ] if planned else []
-        parts += [f"dead worker's partitions back after {e['moved_flowing_after_s']:.1f} s" for e in events
-                  if e["name"] == "kill -9 worker"]
-        parts += [f"slow coordinator: unmoved partitions' longest gap {e['unmoved_max_gap_s']:.2f} s"
-                  for e in phases.get("ureplicator-coordinator", {}).get("events", [])]
-        for e in phases.get("mirrormaker2", {}).get("events", []):
-            if e["name"] == "add topic":
-                parts.append(f"MM2 new topic: existing partitions' longest gap "
-                             f"{max(e['unmoved_max_gap_s'], e['moved_max_gap_s']):.1f} s ({e['all_paused']} paused > "
-                             f"{PAUSED_S:.0f} s)")
-            elif e["name"].startswith("kill -9 worker"):
-                role = e.get("notes", {}).get("victim_role")
-                parts.append(f"MM2 {role or 'node (role not recorded)'}{' node' if role else ''} killed: "
-                             f"{e['moved']} partitions back after {e['moved_flowing_after_s']:.0f} s")
-        parts.append(f"lost {sum(c['lost'] for p in phases.values() for c in p.get('comparison', {}).values())}")
-        out.append(f"{h['date'][:16].replace('T', ' ')} UTC ({h['mode']}): " + "; ".join(parts) + ".")
-    return out
+def _cell(e: Entry, key: str) -> str:
+    value = e.get(key, 0 if key == "duplicates" else None)
+    return "–" if key.startswith("moved_") and not e["moved"] else _fmt(value, key)
+
+
+def _aggregate(entry: Entry, phase: str, names: tuple[str, ...], keys: tuple[str, ...],
+               aggregate: Callable[[list[Any]], Any]) -> str:
+    values = [v for e in entry["phases"].get(phase, {}).get("events", []) if e["name"].startswith(names)
+              for k in keys if (v := e.get(k)) is not None]
+    return _fmt(aggregate(values), keys[0]) if values else "–"
+
+
+def _lost(entry: Entry, systems: str = "ureplicator") -> int:
+    """Records lost over the phases of ``systems`` ("": every system)."""
+    return sum(c["lost"] for name, phase in entry["phases"].items() if name.startswith(systems)
+               for c in phase.get("comparison", {}).values())
+
+
+def headline(entry: Entry) -> list[str]:
+    """The findings, the least favourable reading for ureplicator first; the method is under Methods."""
+    phases = entry["phases"]
+    ours = [e for name, p in phases.items() if name.startswith("ureplicator") for e in p.get("events", [])]
+    out = [f"ureplicator lost {_lost(entry):,} records over all events (must be 0)."]
+    if ours:
+        gap = max(ours, key=lambda e: e["unmoved_max_gap_s"])
+        dup = max(ours, key=lambda e: e.get("duplicates", 0))
+        out.append(f"ureplicator's worst pause of partitions that did not move: {gap['unmoved_max_gap_s']:.2f} s "
+                   f"({gap['name']}; {phases['ureplicator'].get('baseline', {}).get('max_gap_s', 0.0):.2f} s in the "
+                   f"baseline); most duplicates in one event: {dup.get('duplicates', 0):,} ({dup['name']}).")
+    mine = {e["name"]: e for e in phases.get("ureplicator", {}).get("events", [])}
+    for e in phases.get("mirrormaker2", {}).get("events", []):
+        if ours_e := mine.get(e["name"].split(" (")[0]):
+            wins = [f"{header} {_cell(e, key)} against {_cell(ours_e, key)}" for header, key in COLUMNS
+                    if e.get(key) is not None and ours_e.get(key) is not None and e[key] < ours_e[key]]
+            out += [f"MirrorMaker 2 did better in *{e['name']}*: {'; '.join(wins)}."] if wins else []
+    coordinator = next((e for e in phases.get("ureplicator-coordinator", {}).get("events", [])
+                        if e["name"] == SLOW_COORDINATOR), None)
+    if coordinator:
+        notes, gap = coordinator.get("notes", {}), coordinator["unmoved_max_gap_s"]
+        held = ", ".join(f"{name} x{n}" for name, n in notes.get("held_requests", {}).items()) or "none"
+        logged = ", ".join(f"`{k}` x{v}" for k, v in coordinator.get("worker_log_events", {}).items() if v)
+        out.append(f"Slow coordinator: the unmoved partitions' longest gap {gap:.2f} s, "
+                   f"{'within' if gap <= COORDINATOR_TARGET_S else '**over**'} the {COORDINATOR_TARGET_S} s target; "
+                   f"the moved ones flowed again {coordinator['moved_flowing_after_s'] - notes.get('hang_s', 0):.1f} s "
+                   f"after the hang ended (withheld: {held}; {notes.get('held_data_requests', 0)} data request(s) "
+                   f"behind them; the workers logged {logged or 'none of the coordinator events'}).")
+    return [f"- {line}" for line in out]
+
+
+def render(entry: Entry, history: list[Entry] | None = None) -> str:
+    phases, quick = entry["phases"], entry["mode"] == "quick"
+    shown = [p for p in (phases.get("ureplicator"), phases.get("ureplicator-coordinator"),
+                         phases.get("mirrormaker2")) if p]
+    rows = []
+    for phase in shown:
+        if b := phase.get("baseline"):
+            rows.append([_label(phase), f"*baseline ({b['window_s']:.0f} s, no event)*", "–", _fmt(b["max_gap_s"]),
+                         *["–"] * (len(COLUMNS) - 1)])
+        rows += [[_label(phase), _event(e), f"{e['moved']}/{e['partitions']}", *(_cell(e, key) for _, key in COLUMNS)]
+                 for e in phase.get("events", [])]
+    mm = phases.get("mirrormaker2")
+    lines = [
+        "## Rebalance stalls",
+        "",
+        f"`python -m bench.stalls{' --quick' if quick else ''}`{' (**quick mode**)' if quick else ''} "
+        f"{measured_on(entry)} ({load_note(entry)}). {entry['setup']['rate']:,} records/s per topic"
+        + (f"; MirrorMaker 2 `scheduled.rebalance.max.delay.ms` = "
+           f"{mm.get('scheduled_rebalance_max_delay_ms', 300000) / 1000:.0f} s" if mm else "")
+        + "; the columns are explained under Methods.",
+        "",
+        *headline(entry),
+        "",
+        *table(["system", "event", "moved", *(h for h, _ in COLUMNS)], rows, "ll" + "r" * (len(COLUMNS) + 1)),
+        "",
+    ]
+    for phase in [p for p in shown if "comparison" in p]:
+        totals = {k: sum(c[k] for c in phase["comparison"].values()) for k in ("records", "lost", "duplicated")}
+        lines.append(f"{_label(phase)}, whole run: {totals['records']:,} source records, **lost "
+                     f"{totals['lost']:,}**, duplicated {totals['duplicated']:,}.")
+    if mm is None:
+        lines += ["", f"MirrorMaker 2 was not measured in this run ({entry.get('mm2_skipped', 'skipped')})."]
+    if history:
+        lines += ["", "Other runs in `bench/results/stalls-*.json` (same script; the machine's load varied):", "",
+                  *table(["run", *(spec[0] for spec in HISTORY), "lost (all systems)"], [[
+                      f"{h['date'][:16].replace('T', ' ')} UTC ({h['mode']})",
+                      *(_aggregate(h, *spec[1:]) for spec in HISTORY), _lost(h, "")] for h in history],
+                         "l" + "r" * (len(HISTORY) + 1))]
+    return "\n".join(lines)
 
 
 def load_note(entry: Entry) -> str:
@@ -620,18 +550,8 @@ def main(argv: list[str] | None = None) -> int:
 
     def summary(entry: Entry) -> int:
         """1 when ureplicator lost a record (MirrorMaker 2's losses are reported, not failed)."""
-        lost: dict[str, int] = {}
-        for name, phase in entry["phases"].items():
-            lost[name] = sum(c["lost"] for c in phase.get("comparison", {}).values())
-            for e in phase.get("events", []):
-                print(f"{phase['system']:>12} {e['name']:<26} moved {e['moved']:>2}/{e['partitions']:<2} "
-                      f"unmoved gap {e['unmoved_max_gap_s']:6.2f}s  moved gap {e['moved_max_gap_s']:7.2f}s  "
-                      f"flowing after {e['moved_flowing_after_s']:7.2f}s  dups {e.get('duplicates', 0):>6}")
-        if urep_lost := sum(n for name, n in lost.items() if name.startswith("ureplicator")):
-            say(f"ureplicator LOST {urep_lost} records")
-            return 1
-        say(f"records lost over the run (all systems): {sum(lost.values())}")
-        return 0
+        print(render(entry))
+        return 1 if _lost(entry) else 0
 
     return run_and_record(lambda: run(args), section="stalls-bench", summary=summary, no_write=args.no_write)
 
@@ -648,10 +568,15 @@ def run(args: argparse.Namespace) -> Entry:
     wall = time.monotonic()
     say(f"stalls benchmark ({entry['mode']}) at {args.rate:,} records/s; load {load_line()}")
     with stage("stalls", args.broker_heap, stamp) as (services, root, workdir):
-        scenario = Scenario(Profile(args.rate), lambda runner: script(runner, f"stl-{stamp}-b"), Moves("ureplicator"),
+        topic_a, topic_b = f"stl-{stamp}-a", f"stl-{stamp}-b"
+        scenario = Scenario(Profile(args.rate), lambda runner: script(runner, topic_b), Moves("ureplicator"),
                             observe_s=args.post)
         with Runner(services, root, workdir, f"stl{stamp[-7:-1]}", scenario) as runner:
-            entry["phases"]["ureplicator"] = ureplicator_phase(runner, stamp, args)
+            runner.start(topic_a)
+            say(f"ureplicator: 2 controllers, 2 workers, {topic_a} x {PARTITIONS} (logs in {runner.workdir})")
+            out = {"system": "ureplicator", "topics": [topic_a, topic_b]}
+            entry["phases"]["ureplicator"] = measure_phase(
+                runner, out, args, prepare=lambda: backlogged_topic(runner, topic_b, tag=2))
         if not args.no_coordinator:
             entry["phases"]["ureplicator-coordinator"] = coordinator_phase(services, root, workdir, stamp, args)
         if args.no_mm2:

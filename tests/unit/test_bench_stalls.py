@@ -1,4 +1,4 @@
-"""bench/stalls.py's pure parts: whose load the section's load averages are, the slow-coordinator rows."""
+"""The stalls and failover sections' pure parts: the load note, the slow-coordinator rows, the headlines."""
 
 from __future__ import annotations
 
@@ -53,13 +53,24 @@ def test_a_run_with_the_slow_coordinator_phase_renders_its_row_verdict_and_losse
     assert "longest gap 0.42 s, within the 0.5 s target" in text and "OffsetCommit x2" in text
     assert "`committed_offsets_retry` x3" in text and "`commit_failed`" not in text
     stored_lost = sum(c["lost"] for c in run["phases"]["ureplicator"]["comparison"].values())
-    assert f"Records lost by ureplicator over all events: {stored_lost + 2}" in text
+    assert f"ureplicator lost {stored_lost + 2} records over all events (must be 0)" in text
 
 
 def test_a_gap_over_the_target_is_called_so():
     run = stored_run_before_the_phase()
     run["phases"]["ureplicator-coordinator"] = coordinator_phase(1.52)
     assert "longest gap 1.52 s, **over** the 0.5 s target" in render(run)
+
+
+def test_the_headline_says_where_mirrormaker2_did_better():
+    run = stored_run_before_the_phase()
+    ours = next(e for e in run["phases"]["ureplicator"]["events"] if e["name"] == "add topic")
+    theirs = next(e for e in run["phases"]["mirrormaker2"]["events"] if e["name"] == "add topic")
+    theirs["unmoved_max_gap_s"] = ours["unmoved_max_gap_s"] + 1.0
+    assert "MirrorMaker 2 did better in *add topic*" not in render(run)
+    theirs["unmoved_max_gap_s"] = ours["unmoved_max_gap_s"] / 2
+    assert (f"MirrorMaker 2 did better in *add topic*: unmoved: longest gap {theirs['unmoved_max_gap_s']:.2f} s "
+            f"against {ours['unmoved_max_gap_s']:.2f} s") in render(run)
 
 
 def test_runs_without_the_phase_render_as_before():
@@ -86,3 +97,17 @@ def test_every_stored_run_of_the_scenario_and_control_plane_sections_renders():
             loaded = json.loads(path.read_text())
             for run in loaded if isinstance(loaded, list) else [loaded]:
                 assert section.render_entry(run, path).startswith("## "), (name, path.name)
+
+
+def test_the_failover_headline_says_where_mirrormaker2_did_better():
+    from bench import failover
+
+    path = Path(__file__).parents[2] / "bench" / "results" / "failover-2026-11-23.json"
+    loaded = json.loads(path.read_text())
+    run = loaded[-1] if isinstance(loaded, list) else loaded
+    assert "MirrorMaker 2 did better" not in failover.render(run)
+    for group in run["mirrormaker2"]["groups"].values():
+        group["reread"] = 0
+    run["ureplicator"]["groups"]["early"]["reread"] = 5
+    text = failover.render(run)
+    assert "ureplicator re-read 5," in text and "MirrorMaker 2 did better on: re-read." in text

@@ -11,8 +11,9 @@ from bench.soak import corrupted, judge
 
 def soak(**overrides: Any) -> dict[str, Any]:
     doc: dict[str, Any] = {
-        "comparison": {"records": 100, "lost": 0, "reordered": 0, "duplicated": 30},
+        "comparison": {"records": 100, "mirrored": 100, "lost": 0, "reordered": 0, "duplicated": 30},
         "acknowledged": {"missing_on_destination": 0},
+        "load": {"sent": 100, "acked": 100, "failed": 0},
         "corrupted": {"records": 0, "samples": []},
         "duplicates_bound_per_fault": 20,
         "steps": [{"name": "kill -9 worker w1", "duplicates": 20}, {"name": "zookeeper restart", "duplicates": 10}],
@@ -58,7 +59,8 @@ def test_the_docs_section_shows_corruption_the_bound_and_the_worst_fault_of_each
     text = render(entry)
     assert "`make soak MINUTES=30 SEED=7`" in text
     assert "| kill -9 worker | 2 | 20 |" in text
-    assert "corrupted **0**" in text and "bound per fault: 20" in text
+    assert "corrupted **0**" in text and "duplicates allowed per fault: 20 (10 s of the load)" in text
+    assert "Verifier: exit 0, `WARN: duplicates only`" in text and "**Verdict: OK.**" in text
 
 
 def test_in_exactly_once_mode_one_duplicate_fails_the_run():
@@ -75,7 +77,7 @@ def test_the_exactly_once_section_names_its_mode_and_the_longest_gaps_per_fault_
         "seed": 7, "date": "2026-11-25T19:00:00+00:00", "machine": {"cores": 2}, "load_at_start": [1.0, 2.0, 3.0],
         "setup": {"minutes": 30, "rate": 1000}, "verdict": "OK",
         "soak": soak(exactly_once=True, duplicates_bound_per_fault=0,
-                     comparison={"records": 100, "lost": 0, "reordered": 0, "duplicated": 0},
+                     comparison={"records": 100, "mirrored": 100, "lost": 0, "reordered": 0, "duplicated": 0},
                      steps=[{"name": "zookeeper restart", "duplicates": 0, "max_gap_s": 0.4},
                             {"name": "zookeeper restart", "duplicates": 0, "max_gap_s": 0.9},
                             {"name": "zookeeper restart", "duplicates": 0, "max_gap_s": 0.5}],
@@ -84,4 +86,15 @@ def test_the_exactly_once_section_names_its_mode_and_the_longest_gaps_per_fault_
     text = render(entry)
     assert text.startswith("## Soak, exactly-once mode")
     assert "BENCH_ARGS=--exactly-once" in text and "read_committed" in text
-    assert "| zookeeper restart | 3 | 0 | 0.5 s, 0.9 s |" in text
+    assert "| zookeeper restart | 3 | 0 | 0.5 s, 0.9 s |" in text and "duplicates allowed per fault: 0." in text
+
+
+def test_the_section_says_when_the_verifier_was_skipped_or_could_not_run():
+    from bench.soak import render
+
+    entry = {"seed": 7, "date": "2026-11-23T19:00:00+00:00", "machine": {"cores": 2}, "load_at_start": [1.0, 2.0, 3.0],
+             "setup": {"minutes": 1, "rate": 1000}, "verdict": "OK (verifier skipped)",
+             "soak": soak(verifier={"skipped": "--no-verify"})}
+    assert "Verifier: skipped (--no-verify)." in render(entry)
+    entry["soak"]["verifier"] = {"exit_status": 2, "verdict_line": "", "stderr_tail": "Traceback\nJavaError: no JVM"}
+    assert "Verifier: exit 2, `no verdict line`; it could not run: `JavaError: no JVM`." in render(entry)
