@@ -375,24 +375,6 @@ def values(size: int, count: int, seed: int) -> list[bytes]:
     return out
 
 
-def warm_group_coordinator(bootstrap: str, topic: str) -> None:
-    """Commit once for a throwaway group until the source's group coordinator answers: on a fresh cluster the
-    first group calls get NOT_COORDINATOR for a while, which the first variant would otherwise wait out."""
-    harness.wait_for(lambda: _commit_once(bootstrap, topic), 90, "the source's group coordinator", 0.5)
-
-
-def _commit_once(bootstrap: str, topic: str) -> bool:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-warmup", "enable.auto.commit": False})
-    try:
-        consumer.commit(offsets=[TopicPartition(topic, 0, 0)], asynchronous=False)
-        consumer.committed([TopicPartition(topic, 0)], timeout=10)
-        return True
-    except KafkaException:
-        return False
-    finally:
-        consumer.close()
-
-
 def preload_part(bootstrap: str, ds: Dataset, part: int, parts: int, start: int) -> None:
     """Produce records ``i >= start`` with ``i % parts == part`` (partition ``i % PARTITIONS``) of the preload."""
     producer = Producer({**common.PRODUCER_SETTINGS, "bootstrap.servers": bootstrap, "linger.ms": 50})
@@ -609,23 +591,26 @@ def _ratios_table(summary: dict[str, Any], ratios: dict[str, str]) -> list[str]:
                                         for b in summary["datasets"].values()], "l" + "r" * len(ratios))
 
 
+def _worst(summary: dict[str, Any], key: str, highest: bool = False) -> tuple[str, str, str] | None:
+    """The least favourable ratio ``key`` over the datasets (the lowest, or the ``highest``; the first on a tie):
+    (ratio, dataset, " (the other datasets' ratios)" or ""); None when no dataset has it."""
+    found = {_dataset_name(b): r for b in summary["datasets"].values() if (r := b["ratios"].get(key))}
+    if not found:
+        return None
+    worst = (max if highest else min)(found, key=lambda k: found[k])
+    others = "; ".join(f"{_ratio(v)} at {k}" for k, v in found.items() if k != worst)
+    return _ratio(found[worst]), worst, f" ({others})" if others else ""
+
+
 def _headline(summary: dict[str, Any]) -> list[str]:
-    """The least favourable fair reading: the lowest rate ratio and the highest CPU ratio over the datasets."""
-    if not (h := summary.get("headline")):
+    """Lowest rate ratio and highest CPU ratio (MirrorMaker 2 counted without its JIT compiler threads)."""
+    if not (rate := _worst(summary, "ureplicator/mm2 records_per_s")):
         return []
-    names = {k: _dataset_name(b) for k, b in summary["datasets"].items()}
-
-    def others(ratios: dict[str, float], chosen: str | None) -> str:
-        text = "; ".join(f"{_ratio(v)} at {names[k]}" for k, v in ratios.items() if k != chosen)
-        return f" ({text})" if text else ""
-
-    text = (f"**Headline (the least favourable fair reading): one ureplicator worker runs at "
-            f"{_ratio(h['rate_ratio'])} MirrorMaker 2's steady-state rate (one task) at {names[h['rate_dataset']]}**"
-            + others(h["rate_ratios"], h["rate_dataset"]))
-    if h.get("cpu_dataset"):
-        text += (f", and uses {_ratio(h['cpu_ratio_without_compiler'])} its CPU per record at "
-                 f"{names[h['cpu_dataset']]} counting MirrorMaker 2 without its JIT compiler threads"
-                 + others(h["cpu_ratios_without_compiler"], h["cpu_dataset"]))
+    text = ("**Headline (the least favourable fair reading): one ureplicator worker runs at {} MirrorMaker 2's "
+            "steady-state rate (one task) at {}**{}".format(*rate))
+    if cpu := _worst(summary, "ureplicator/mm2 cpu_s_per_m_without_compiler", highest=True):
+        text += (", and uses {} its CPU per record at {} counting MirrorMaker 2 without its JIT compiler "
+                 "threads{}".format(*cpu))
     return [text + ".", ""]
 
 
@@ -678,104 +663,99 @@ def _thread_split(runs: list[dict[str, Any]]) -> list[str]:
                                       for run, s in split.items()], "l" + "r" * len(groups)), ""]
 
 
-def render_section(entry: dict[str, Any]) -> str:
-    """Markdown for the throughput-bench section of docs/benchmarks.md, from one results entry."""
-    entry = upgraded(entry)
+def _section(entry: dict[str, Any], title: str, headline: list[str], body: list[str]) -> str:
+    """Title, headline, what was measured how and where, the load the runs met, ``body``, the run's notes."""
     m, s, summary, runs = entry["machine"], entry["settings"], entry["summary"], entry["runs"]
     loads = [x for r in runs for x in (r["load_before"][0], r["load_window"][0]) if x]
-    rounds = entry["rounds_done"]
+    rounds, code = entry["rounds_done"], entry["code"]
     backlogs = ", ".join(f"{b['records']:,} × ({b['key_bytes']} + {b['value_bytes']}) B"
                          for b in summary["datasets"].values())
-    lines = ["## Throughput: ureplicator vs MirrorMaker 2 vs the raw client pair, steady state", "",
-             *_headline(summary),
+    lines = [title, "", *headline,
              f"Measured {entry['date']} with `{entry['command']}` on {machine(m)}; worker and controller from "
-             f"`{s['worker_repo']}` at commit `{entry['code']['commit']}`"
-             f"{' (worker/common modified)' if entry['code']['worker_common_modified'] else ''}; backlogs {backlogs} "
-             f"in {s['partitions']} partitions; {rounds} round{'s' if rounds != 1 else ''}, medians; warm-up "
+             f"`{s['worker_repo']}` at commit `{code['commit']}`"
+             f"{' (worker/common modified)' if code['worker_common_modified'] else ''}; backlogs {backlogs} in "
+             f"{s['partitions']} partitions; {rounds} round{'s' if rounds != 1 else ''}, medians; warm-up "
              f"{s['warmup_s']:.0f} s after the first destination record, then a {s['steady_s']:.0f} s window; total "
              f"{entry['duration_s'] / 60:.1f} min. 1-minute load average at run starts and window ends "
              f"{min(loads, default=0):.2f} – {max(loads, default=0):.2f} (before the benchmark: "
-             f"{entry['load_at_start'][0]:.2f}).", "",
-             *_load_note(loads, entry["load_at_start"][0], m["cores"] or 1),
-             *_variants(summary, tuple(c for c in COLUMNS if c != "runs ok / failed"), runs), "",
-             *_ratios_table(summary, RATIOS), ""]
-    if (summary.get("scaling") or {}).get("points"):
-        lines += _scaling(summary, s, m["cores"], runs)
-    lines += [f"Settings: MirrorMaker 2 {' '.join(s['mirrormaker2_jvm'])}, producer overrides "
-              + ", ".join(f"`{k}={v}`" for k, v in s["mm2_producer"].items()) + "; every variant's producer: "
-              + ", ".join(f"`{k}={v}`" for k, v in s["producer"].items()) + f"; broker heap {s['broker_heap']}. "
-              f"Per-run numbers: `{entry['results_file']}`.", "", *_thread_split(runs)]
+             f"{entry['load_at_start'][0]:.2f}). Per-run numbers: `{entry['results_file']}`.", "",
+             *_load_note(loads, entry["load_at_start"][0], m["cores"] or 1), *body]
     for note in entry.get("notes") or []:
         lines += [note, ""]
     return "\n".join(lines).rstrip("\n")
 
 
+def render_section(entry: dict[str, Any]) -> str:
+    """Markdown for the throughput-bench section of docs/benchmarks.md, from one results entry."""
+    entry = upgraded(entry)
+    m, s, summary, runs = entry["machine"], entry["settings"], entry["summary"], entry["runs"]
+    body = [*_variants(summary, tuple(c for c in COLUMNS if c != "runs ok / failed"), runs), "",
+            *_ratios_table(summary, RATIOS), ""]
+    if (summary.get("scaling") or {}).get("points"):
+        body += _scaling(summary, s, m["cores"], runs)
+    body += [f"Settings: MirrorMaker 2 {' '.join(s['mirrormaker2_jvm'])}, producer overrides "
+             + ", ".join(f"`{k}={v}`" for k, v in s["mm2_producer"].items()) + "; every variant's producer: "
+             + ", ".join(f"`{k}={v}`" for k, v in s["producer"].items()) + f"; broker heap {s['broker_heap']}.",
+             "", *_thread_split(runs)]
+    return _section(entry, "## Throughput: ureplicator vs MirrorMaker 2 vs the raw client pair, steady state",
+                    _headline(summary), body)
+
+
 def render_eos_section(entry: dict[str, Any]) -> str:
     """Markdown for the eos-bench section of docs/benchmarks.md, from one ``--exactly-once`` entry."""
-    m, s, summary = entry["machine"], entry["settings"], entry["summary"]
-    parts = []
-    for key, text in (("ureplicator", "exactly-once runs at {} our own at-least-once rate at {}"),
-                      ("mm2-eos", "{} MirrorMaker 2's exactly-once rate at {}")):
-        found = [(r, _dataset_name(b)) for b in summary["datasets"].values()
-                 if (r := b["ratios"].get(f"ureplicator-eos/{key} records_per_s"))]
-        if found:  # the least favourable: the lowest ratio, the first dataset on a tie
-            worst = min(found, key=lambda f: f[0])
-            parts.append(text.format(_ratio(worst[0]), worst[1]))
-    lines = ["## Throughput in exactly-once mode: ureplicator vs MirrorMaker 2 (KIP-618)", "",
-             *([f"**Headline (the least favourable reading over the datasets): {'; '.join(parts)}.**", ""]
-               if parts else []),
-             f"Measured {entry['date'][:10]} on {machine(m)}, load average {entry['load_at_start'][0]} at the start; "
-             f"command `{entry['command']}`; results `{entry['results_file']}`. Warm-up {s['warmup_s']:.0f} s, window "
-             f"{s['steady_s']:.0f} s, {s['partitions']} partitions, one worker or task; ours commits a transaction "
-             f"every {TRANSACTION_INTERVAL_MS} ms (`worker.transaction_interval_ms`).", "",
-             *_variants(summary, EOS_COLUMNS, None), "", *_ratios_table(summary, EOS_RATIOS)]
-    for note in entry.get("notes", []):
-        lines += ["", f"- {note}"]
-    return "\n".join(lines)
+    summary = entry["summary"]
+    parts = [text.format(*worst[:2]) for key, text in (
+        ("ureplicator-eos/ureplicator records_per_s", "exactly-once runs at {} our own at-least-once rate at {}"),
+        ("ureplicator-eos/mm2-eos records_per_s", "{} MirrorMaker 2's exactly-once rate at {}"))
+        if (worst := _worst(summary, key))]
+    return _section(entry, "## Throughput in exactly-once mode: ureplicator vs MirrorMaker 2 (KIP-618)",
+                    [f"**Headline (the least favourable reading over the datasets): {'; '.join(parts)}.**", ""]
+                    if parts else [],
+                    [f"One worker or task; ours commits a transaction every {TRANSACTION_INTERVAL_MS} ms "
+                     "(`worker.transaction_interval_ms`).", "", *_variants(summary, EOS_COLUMNS, None), "",
+                     *_ratios_table(summary, EOS_RATIOS), ""])
 
 
 # ----------------------------------------------------------------------------- main
 
-# --records-100b/--records-1kb, --warmup, --steady: (full run, --quick)
-DEFAULTS = {"records_100b": (60_000_000, 4_000_000), "records_1kb": (20_000_000, 1_500_000),
-            "warmup": (40.0, 2.0), "steady": (60.0, 4.0)}
+# Options whose default depends on --quick: flag -> (type, full run, --quick, help).
+SIZED = {"--records-100b": (int, 60_000_000, 4_000_000, "100 B backlog"),
+         "--records-1kb": (int, 20_000_000, 1_500_000, "1 KB backlog"),
+         "--warmup": (float, 40.0, 2.0, "seconds from the first destination record to the window"),
+         "--steady": (float, 60.0, 4.0, "window length in seconds")}
+
+
+def _names(text: str) -> list[str]:
+    return [x.strip() for x in text.split(",") if x.strip()]
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = cli_parser("python -m bench.throughput", __doc__, "1g", render=True)
     parser.add_argument("--quick", action="store_true",
                         help="smoke run: 4M x 100 B + 1.5M x 1 KB, warm-up 2 s, window 4 s, scaling 1,2")
-    parser.add_argument("--records-100b", type=int, help="100 B backlog (default 60,000,000)")
-    parser.add_argument("--records-1kb", type=int, help="1 KB backlog (default 20,000,000)")
-    parser.add_argument("--warmup", type=float, help="seconds from the first destination record to the window (40)")
-    parser.add_argument("--steady", type=float, help="window length in seconds (default 60)")
-    parser.add_argument("--scale", help="worker processes / tasks.max for the scaling curve on the first dataset "
-                                        "(default 1,2,4; quick 1,2; 1 = no curve)")
+    for flag, (kind, full, quick, text) in SIZED.items():
+        parser.add_argument(flag, type=kind, help=f"{text} (default {full:,}; --quick {quick:,})")
+    parser.add_argument("--scale", type=_names, help="worker processes / tasks.max for the scaling curve on the "
+                                                     "first dataset (default 1,2,4; quick 1,2; 1 = no curve)")
     parser.add_argument("--rounds", type=int, default=1, help="rounds of every run (default 1)")
-    parser.add_argument("--variants", help=f"comma-separated subset of {','.join(ALL_VARIANTS)} (default "
-                                           f"{','.join(VARIANTS)}; with --exactly-once {','.join(EOS_VARIANTS)})")
+    parser.add_argument("--variants", type=_names, help=f"comma-separated subset of {','.join(ALL_VARIANTS)} "
+                        f"(default {','.join(VARIANTS)}; with --exactly-once {','.join(EOS_VARIANTS)})")
     parser.add_argument("--exactly-once", action="store_true",
                         help="the exactly-once comparison: our at-least-once and exactly-once runs (1 s "
                              "transactions) against MirrorMaker 2 with exactly.once.source.support=enabled, "
                              "one worker / task; results in throughput-eos-<date>.json and the eos-bench section")
-    parser.add_argument("--datasets", default="100B,1KB", help="comma-separated subset of 100B,1KB")
+    parser.add_argument("--datasets", type=_names, default=["100B", "1KB"], help="comma-separated subset of 100B,1KB")
     parser.add_argument("--worker-repo", type=Path, default=common.REPO,
                         help="run controller and worker from this checkout (its .venv/bin/python if present)")
     args = parser.parse_args(argv)
-    for name, (full, quick) in DEFAULTS.items():
-        if getattr(args, name) is None:
+    for flag, (_, full, quick, _) in SIZED.items():
+        if getattr(args, name := flag[2:].replace("-", "_")) is None:
             setattr(args, name, quick if args.quick else full)
-    try:
-        scale = {int(x) for x in (args.scale or ("1" if args.exactly_once else "1,2" if args.quick else "1,2,4"))
-                 .split(",") if x.strip()}
-    except ValueError:
-        scale = {0}
-    if not scale or min(scale) < 1:
+    scale = args.scale or (["1"] if args.exactly_once else ["1", "2"] if args.quick else ["1", "2", "4"])
+    if not all(x.isdigit() and int(x) > 0 for x in scale):
         parser.error("--scale takes positive integers, e.g. 1,2,4")
-    args.scale = sorted({1, *scale})
-    args.variants = [v.strip() for v in (args.variants or ",".join(EOS_VARIANTS if args.exactly_once else VARIANTS))
-                     .split(",") if v.strip()]
-    args.datasets = [d.strip() for d in args.datasets.split(",") if d.strip()]
+    args.scale = sorted({1, *map(int, scale)})
+    args.variants = args.variants or list(EOS_VARIANTS if args.exactly_once else VARIANTS)
     if unknown := set(args.variants) - set(ALL_VARIANTS):
         parser.error(f"unknown variant(s) {', '.join(sorted(unknown))}")
     if set(args.datasets) - {"100B", "1KB"}:
@@ -873,7 +853,8 @@ def run(args: argparse.Namespace, command: list[str]) -> dict[str, Any]:
                       max(600.0, max(d.records for d in datasets) / 10_000), repo)
         for ds in datasets:
             preload(services, ds)
-        warm_group_coordinator(services["source"], datasets[0].topic)
+        # A fresh cluster's group coordinator answers NOT_COORDINATOR for a while: the first variant must not wait.
+        harness.committed(services["source"], "bench-warmup", datasets[0].topic, 1, settle_s=90)
         completed = run_all(args, bench, datasets, notes)
     code = common.code_version(repo)
     if changed := code["sources_sha256"] != code_before["sources_sha256"]:

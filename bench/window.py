@@ -174,12 +174,7 @@ def rate_spread(series: list[tuple[float, int]], parts: int = 3) -> list[float]:
     if len(series) < 2 or parts < 1 or series[-1][0] <= series[0][0]:
         return []
     t0, t1 = series[0][0], series[-1][0]
-
-    def at(t: float) -> tuple[float, int]:  # the last sample at or before t (the first sample if none is)
-        return next((s for s in reversed(series) if s[0] <= t), series[0])
-
-    out = []
-    for i in range(parts):
-        a, b = at(t0 + (t1 - t0) * i / parts), at(t0 + (t1 - t0) * (i + 1) / parts)
-        out.append((b[1] - a[1]) / (b[0] - a[0]) if b[0] > a[0] else 0.0)
-    return out
+    # Each slice's edges: the last sample at or before its time (the first sample if none is).
+    cuts = [next((x for x in reversed(series) if x[0] <= t0 + (t1 - t0) * i / parts), series[0])
+            for i in range(parts + 1)]
+    return [(b[1] - a[1]) / (b[0] - a[0]) if b[0] > a[0] else 0.0 for a, b in zip(cuts, cuts[1:], strict=False)]
