@@ -404,7 +404,7 @@ def preload_part(bootstrap: str, ds: Dataset, part: int, parts: int, start: int)
         if part == 0 and i % step < parts:
             say(f"  preload {ds.label}: ~{i:,}/{ds.records:,}")
     if producer.flush(300):
-        raise BenchError(f"preload part {part} of {ds.topic} did not finish")
+        raise SystemExit(f"preload part {part} of {ds.topic} did not finish")
 
 
 def preload(services: dict[str, str], ds: Dataset, start: int = 0) -> None:
@@ -423,11 +423,22 @@ def preload(services: dict[str, str], ds: Dataset, start: int = 0) -> None:
     count, started = ds.records - start, time.monotonic()
     say(f"preloading {count:,} records of {ds.value_bytes} B into {ds.topic} "
         f"({count * ds.record_bytes / 1e9:.1f} GB) with {PRELOAD_PROCESSES} producer processes")
-    with mp.get_context("fork").Pool(PRELOAD_PROCESSES) as pool:
-        pool.starmap(preload_part, [(services["source"], ds, k, PRELOAD_PROCESSES, start)
-                                    for k in range(PRELOAD_PROCESSES)])
-    if (got := Offsets(services["source"]).end(ds.topic, PARTITIONS)) != ds.targets():
-        raise BenchError(f"preload of {ds.topic} failed (end offsets {got}, expected {ds.targets()})")
+    # Processes that exit when done: a Pool's terminate() hung once on an idle worker (it inherits our SIGTERM handler).
+    procs = [mp.get_context("fork").Process(target=preload_part, daemon=True,
+                                            args=(services["source"], ds, k, PRELOAD_PROCESSES, start))
+             for k in range(PRELOAD_PROCESSES)]
+    for proc in procs:
+        proc.start()
+    try:
+        for proc in procs:
+            proc.join()
+    finally:
+        for proc in (p for p in procs if p.is_alive()):
+            proc.terminate()
+    got = Offsets(services["source"]).end(ds.topic, PARTITIONS)
+    if any(proc.exitcode != 0 for proc in procs) or got != ds.targets():
+        raise BenchError(f"preload of {ds.topic} failed (exit codes {[p.exitcode for p in procs]}, end offsets "
+                         f"{got}, expected {ds.targets()})")
     took = time.monotonic() - started
     say(f"preloaded {ds.topic} in {took:.1f}s ({count / took / 1000:.0f}k rec/s); it holds {ds.records:,} records")
 
