@@ -16,30 +16,22 @@ from devtools import jvm
 MAIN_CLASS = "org.apache.kafka.connect.mirror.MirrorMaker"
 HEAP = ["-Xms256M", "-Xmx2G"]
 # KAFKA_JVM_PERFORMANCE_OPTS of kafka-run-class.sh (what connect-mirror-maker.sh runs with).
-JVM_FLAGS = [
-    "-server",
-    "-XX:+UseG1GC",
-    "-XX:MaxGCPauseMillis=20",
-    "-XX:InitiatingHeapOccupancyPercent=35",
-    "-XX:+ExplicitGCInvokesConcurrent",
-    "-XX:+ExitOnOutOfMemoryError",
-    "-Djava.awt.headless=true",
-]
+JVM_FLAGS = ["-server", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "-XX:InitiatingHeapOccupancyPercent=35",
+             "-XX:+ExplicitGCInvokesConcurrent", "-XX:+ExitOnOutOfMemoryError", "-Djava.awt.headless=true"]
 DESTINATION = "destination"
+# Everything but the data path off. (No offset-syncs.* keys at all: with emit.offset-syncs.enabled=false the
+# connector refuses any of them.)
+DISABLED = ("emit.heartbeats", "emit.checkpoints", "emit.offset-syncs", "sync.topic.configs", "sync.topic.acls",
+            "sync.group.offsets", "refresh.groups")
 
 
 def producer_overrides() -> dict[str, str]:
     """The worker's librdkafka producer settings in Java client terms."""
-    return {
-        "linger.ms": str(PRODUCER_SETTINGS["linger.ms"]),
-        "batch.size": str(PRODUCER_SETTINGS["batch.size"]),
-        "compression.type": str(PRODUCER_SETTINGS["compression.type"]),
-        "acks": str(PRODUCER_SETTINGS["acks"]),
-        "enable.idempotence": str(PRODUCER_SETTINGS["enable.idempotence"]).lower(),
-        # Connect defaults its source-task producers to 1 request in flight; librdkafka's
-        # idempotent producer keeps up to 5, so MM2 gets the same 5.
-        "max.in.flight.requests.per.connection": "5",
-    }
+    same = {k: str(PRODUCER_SETTINGS[k]) for k in ("linger.ms", "batch.size", "compression.type", "acks")}
+    # Connect defaults its source-task producers to 1 request in flight; librdkafka's
+    # idempotent producer keeps up to 5, so MM2 gets the same 5.
+    return {**same, "enable.idempotence": str(PRODUCER_SETTINGS["enable.idempotence"]).lower(),
+            "max.in.flight.requests.per.connection": "5"}
 
 
 def properties(alias: str, source: str, destination: str, topic: str, tasks_max: int = 1,
@@ -57,23 +49,11 @@ def properties(alias: str, source: str, destination: str, topic: str, tasks_max:
         f"{flow}.topics": topic,
         "tasks.max": tasks_max,
         "replication.policy.class": "org.apache.kafka.connect.mirror.IdentityReplicationPolicy",
-        "emit.heartbeats.enabled": "false",
-        "emit.checkpoints.enabled": "false",
-        "emit.offset-syncs.enabled": "false",
-        "sync.topic.configs.enabled": "false",
-        "sync.topic.acls.enabled": "false",
-        "sync.group.offsets.enabled": "false",
-        "refresh.groups.enabled": "false",
+        **{f"{name}.enabled": "false" for name in DISABLED},
         # Internal topics on single-broker clusters.
-        "replication.factor": 1,
-        # (no offset-syncs.* keys at all: with emit.offset-syncs.enabled=false the connector
-        # refuses any of them)
-        "offset.storage.replication.factor": 1,
-        "status.storage.replication.factor": 1,
-        "config.storage.replication.factor": 1,
+        **{f"{name}replication.factor": 1 for name in ("", "offset.storage.", "status.storage.", "config.storage.")},
+        **{f"{DESTINATION}.producer.{key}": value for key, value in producer_overrides().items()},
     }
-    for key, value in producer_overrides().items():
-        props[f"{DESTINATION}.producer.{key}"] = value
     if exactly_once:
         # Per target cluster in dedicated mode (the Kafka docs' geo-replication section, "Exactly once").
         props[f"{DESTINATION}.exactly.once.source.support"] = "enabled"
@@ -95,4 +75,3 @@ def launch(workdir: Path, props: dict[str, Any]) -> list[str]:
         (workdir / name).write_text("".join(f"{k}={v}\n" for k, v in values.items()))
     return [jvm.java_executable(), *HEAP, *JVM_FLAGS, f"-Dlog4j.configuration=file:{workdir / 'log4j.properties'}",
             "-cp", jvm.classpath("mirrormaker"), MAIN_CLASS, str(workdir / "mm2.properties")]
-

@@ -18,11 +18,11 @@ from bench.common import CONSUMER_SETTINGS, PRODUCER_SETTINGS
 
 
 def copy(source: str, destination: str, topic: str, to: str, partitions: int, records: int, batch: int) -> int:
+    """Copy ``records`` records of ``topic`` to ``to`` (same partition, key, value, timestamp); the unflushed count."""
     consumer = Consumer({**CONSUMER_SETTINGS, "bootstrap.servers": source, "group.id": "bench-rawcopy"})
     producer = Producer({**PRODUCER_SETTINGS, "bootstrap.servers": destination, "client.id": "bench-rawcopy"})
     consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
-    produce = producer.produce
-    poll = producer.poll
+    produce, poll = producer.produce, producer.poll
     copied = 0
     while copied < records:
         for msg in consumer.consume(batch, 0.05):
@@ -43,10 +43,8 @@ def copy(source: str, destination: str, topic: str, to: str, partitions: int, re
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.rawcopy", description=__doc__.splitlines()[0])
-    parser.add_argument("--source", required=True)
-    parser.add_argument("--destination", required=True)
-    parser.add_argument("--topic", required=True)
-    parser.add_argument("--to", required=True, help="destination topic")
+    for name in ("source", "destination", "topic", "to"):
+        parser.add_argument(f"--{name}", required=True)
     parser.add_argument("--partitions", type=int, required=True)
     parser.add_argument("--records", type=int, required=True, help="stop after this many records")
     parser.add_argument("--batch", type=int, default=1000, help="consume() batch (the worker's default)")

@@ -2,6 +2,7 @@
 
     .venv/bin/python -m bench.throughput           # 100 B + 1 KB, 3 variants, scaling 1/2/4; 40 s warm-up, 60 s window
     .venv/bin/python -m bench.throughput --quick   # smoke run: small backlogs, 2 s warm-up, 4 s window, scaling 1/2
+    .venv/bin/python -m bench.throughput --exactly-once   # ours at-least-once and exactly-once vs MM2 exactly-once
     .venv/bin/python -m bench.throughput --render bench/results/throughput-<date>.json   # only the docs section
 
 The method (backlog, window, CPU, exact check, variants) is in docs/benchmarks.md, under the throughput-bench section.
@@ -13,15 +14,13 @@ import argparse
 import contextlib
 import multiprocessing as mp
 import random
-import re
 import shutil
 import signal
 import statistics
-import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timezone
 from pathlib import Path
@@ -35,11 +34,11 @@ from bench.harness import BenchError
 from bench.recording import BENCH_ERRORS, rendered, run_and_record
 from bench.recording import parser as cli_parser
 from bench.render import by_name, machine, table
-from bench.window import Mirror, Plan, Point
+from bench.window import Mirror, Point
 from devtools import harness, jvm
 from devtools.harness import Offsets, say
 
-SCHEMA = 2  # results entries of this method (steady window); schema 1 entries are migrated by upgraded()
+SCHEMA = 2  # results entries of the steady-window method; schema 1 entries are migrated by upgraded()
 PARTITIONS = 16
 KEY_BYTES = 8
 VARIANTS: tuple[str, ...] = ("ureplicator", "mirrormaker2", "raw")
@@ -48,19 +47,17 @@ SCALED: tuple[str, ...] = ("ureplicator", "mirrormaker2")
 EOS_VARIANTS: tuple[str, ...] = ("ureplicator", "ureplicator-eos", "mirrormaker2-eos")
 ALL_VARIANTS: tuple[str, ...] = (*VARIANTS, "ureplicator-eos", "mirrormaker2-eos")
 TRANSACTION_INTERVAL_MS = 1000
-POLL_S = 0.5
-THREADS_EVERY_S = 1.0
+POLL_S, THREADS_EVERY_S, PROGRESS_S = 0.5, 1.0, 5.0
 SETTLE_S = 3.0  # after the destination stopped moving: late duplicates would show by then
-PROGRESS_S = 5.0
 PRELOAD_PROCESSES = 2  # a divisor of PARTITIONS: each preload process owns whole partitions
 
 
 def label(variant: str, scale: int) -> str:
-    mode = ", exactly-once" if variant.endswith("-eos") else ""
+    mode, plural = (", exactly-once" if variant.endswith("-eos") else ""), ("s" if scale != 1 else "")
     if variant.startswith("ureplicator"):
-        return f"ureplicator ({scale} worker{'s' if scale != 1 else ''}{mode})"
+        return f"ureplicator ({scale} worker{plural}{mode})"
     if variant.startswith("mirrormaker2"):
-        return f"MirrorMaker 2 ({scale} task{'s' if scale != 1 else ''}{mode})"
+        return f"MirrorMaker 2 ({scale} task{plural}{mode})"
     return "raw client pair"
 
 
@@ -117,9 +114,6 @@ class Run:
     load_window: tuple[float, float, float] = (0.0, 0.0, 0.0)  # when the window closed
     extra: dict[str, Any] = field(default_factory=dict)
 
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass
 class Bench:
@@ -128,14 +122,16 @@ class Bench:
     services: dict[str, str]
     workdir: Path
     stamp: str
-    plan: Plan
+    warmup_s: float  # from each variant's first destination record to its window
+    steady_s: float  # the window
     drain_timeout_s: float
     repo: Path = common.REPO  # checkout the controller and worker run from (--worker-repo)
-    python: str = sys.executable
     runs: list[Run] = field(default_factory=list)
     counter: int = 0
-    destination: Offsets | None = None
-    profile: dict[str, Any] | None = None  # --profile's summary
+    destination: Offsets = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.destination = Offsets(self.services["destination"])
 
 
 # ----------------------------------------------------------------------------- measuring
@@ -160,47 +156,35 @@ def observe(bench: Bench, run: Run, name: str, topic: str, ds: Dataset, mirror: 
     ``started`` is when the mirror got its work. ``transactional``: markers take offsets but are no records,
     so the end check reads ``read_committed`` and every rate is scaled by the records per offset it counted.
     """
-    assert bench.destination is not None
-    plan, targets = bench.plan, ds.targets()
+    targets, timeout = ds.targets(), max(bench.drain_timeout_s, ds.records / 10_000)
     ledger: window.Threads = {}  # threads as last seen: those that exit mid-window (HotSpot's compilers) still count
-    first_at: float | None = None
     edges: list[tuple[Point, window.Threads, tuple[float, float, int | None]]] = []  # opened, closed
     series: list[tuple[float, int]] = []
+    first_at: float | None = None
     last_threads, last_print, last_n = 0.0, started, 0
-    while len(edges) < 2:
-        ends = bench.destination.end(topic, PARTITIONS)
-        now = time.monotonic()
-        n = sum(ends) if ends else 0
-        complete = bool(ends) and all(e >= t for e, t in zip(ends, targets, strict=True))  # type: ignore[arg-type]
+    while True:
+        ends = bench.destination.end(topic, PARTITIONS) or []
+        now, n = time.monotonic(), sum(ends)
         if n > 0 and first_at is None:
             first_at = now
             run.first_record_s = round(now - started, 3)
         if now - last_threads >= THREADS_EVERY_S:
             ledger.update(mirror.threads())
             last_threads = now
-        if edges and complete:  # the window would include idle time: its rate would be too low
-            opened = edges[0][0]
-            raise BacklogTooShort(f"{name}: the {ds.records:,}-record backlog was drained {now - opened.t:.1f}s "
-                                  f"into the {plan.steady_s:.0f}s window", (n - opened.records) / (now - opened.t))
-        if first_at is not None and (plan.opens_at(first_at) <= now if not edges
-                                     else plan.closes_at(edges[0][0].t) <= now):
-            if complete:
-                raise BacklogTooShort(f"{name}: the {ds.records:,}-record backlog was drained during the warm-up",
-                                      n / max(now - first_at, 1e-3))
+        if ends and all(e >= t for e, t in zip(ends, targets, strict=True)):  # idle time would lower the rate
+            since, base = (edges[0][0].t, edges[0][0].records) if edges else (first_at or started, 0)
+            raise BacklogTooShort(f"{name}: the {ds.records:,}-record backlog was drained " + (
+                f"{now - since:.1f}s into the {bench.steady_s:.0f}s window" if edges else "during the warm-up"),
+                (n - base) / max(now - since, 1e-3))
+        if first_at is not None and now >= (edges[0][0].t + bench.steady_s if edges else first_at + bench.warmup_s):
             ledger.update(mirror.threads())
             edges.append((Point(now, n, mirror.cpu_s()), dict(ledger), machine_busy()))
         if edges:
             series.append((round(now - edges[0][0].t, 3), n))
-            if len(edges) == 2:
-                run.load_window = common.load_average()
-                # The workers' (not the controller's) or the one process's.
-                run.peak_rss_bytes = sum(p.hwm_bytes for p in (common.proc_sample(x.pid) for x in mirror.loop) if p)
-                say(f"  {name}: window closed: {(n - edges[0][0].records) / (now - edges[0][0].t) / 1000:.1f}k "
-                    "rec/s; stopping it")
-                break
+        if len(edges) == 2:
+            break
         if problem := mirror.problem():
             raise BenchError(f"{name}: {problem} after {now - started:.1f}s at {n:,}/{ds.records:,} records")
-        timeout = max(bench.drain_timeout_s, ds.records / 10_000)  # a topped-up backlog gets more time
         if now - started > timeout:
             raise BenchError(f"{name}: timed out after {timeout:.0f}s at {n:,}/{ds.records:,} records")
         if now - last_print >= PROGRESS_S:
@@ -208,6 +192,12 @@ def observe(bench: Bench, run: Run, name: str, topic: str, ds: Dataset, mirror: 
                 f"{(n - last_n) / (now - last_print) / 1000:7.1f}k rec/s [{'window' if edges else 'warm-up'}]")
             last_print, last_n = now, n
         time.sleep(POLL_S)
+    (opened, start_threads, busy0), (closed, end_threads, busy1) = edges
+    run.load_window = common.load_average()
+    # The workers' (not the controller's) or the one process's.
+    run.peak_rss_bytes = sum(p.hwm_bytes for p in (common.proc_sample(x.pid) for x in mirror.loop) if p)
+    say(f"  {name}: window closed: {(closed.records - opened.records) / (closed.t - opened.t) / 1000:.1f}k rec/s; "
+        "stopping it")
     # Stop gracefully, wait until nothing more arrives, then check every record by identity.
     stopping = time.monotonic()
     mirror.stop()
@@ -224,21 +214,16 @@ def observe(bench: Bench, run: Run, name: str, topic: str, ds: Dataset, mirror: 
                         "check_s": round(time.monotonic() - checked, 1)}
     say(f"  {name}: stopped in {run.extra['stop_s']}s; {records:,} destination records checked by identity "
         f"in {run.extra['end']['check_s']}s: " + ("exact" if not bad else f"MISMATCHES {bad}"))
-    (opened, start_threads, busy0), (closed, end_threads, busy1) = edges
     groups = window.thread_cpu_between(start_threads, end_threads)
-    result = window.measure(*(Point(e.t, round(e.records * factor), e.cpu_s) for e in (opened, closed)),
-                            window.compiler_cpu(groups))
-    run.window_s, run.window_records = round(result.seconds, 3), result.records
-    run.records_per_s = round(result.records_per_s, 1)
-    run.mb_per_s = round(result.records_per_s * ds.record_bytes / 1e6, 2)
-    run.cpu_s, run.compiler_cpu_s = round(result.cpu_s, 3), round(result.compiler_cpu_s, 3)
-    run.cpu_s_per_m = round(result.cpu_s_per_m, 3)
-    run.cpu_s_per_m_without_compiler = round(result.cpu_s_per_m_without_compiler, 3)
+    scaled = (edge._replace(records=round(edge.records * factor)) for edge in (opened, closed))
+    for key, value in window.measure(*scaled, window.compiler_cpu(groups)).items():
+        setattr(run, key, value)
+    run.mb_per_s = round(run.records_per_s * ds.record_bytes / 1e6, 2)
     run.extra["thread_cpu_window_s"] = {k: round(v, 2) for k, v in sorted(groups.items(), key=lambda kv: -kv[1])
                                         if v >= 0.05}
     run.extra["rate_thirds"] = [round(r) for r in window.rate_spread(series, 3)]
     if busy0[2] is not None and busy1[2] is not None:
-        run.extra["cpu_pressure_some_pct"] = round((busy1[2] - busy0[2]) / 1e4 / result.seconds, 1)
+        run.extra["cpu_pressure_some_pct"] = round((busy1[2] - busy0[2]) / 1e4 / run.window_s, 1)
     busy, total = busy1[0] - busy0[0], busy1[1] - busy0[1]
     run.extra["machine_busy_pct"] = round(100 * busy / total, 1) if total else None
     run.ok = not run.count_diff
@@ -277,31 +262,30 @@ def verify(bootstrap: str, topic: str, ends: list[int], isolation: str = "read_u
     prefix of its source; ``read_committed`` skips aborted copies and the markers (which take offsets)."""
     consumer = Consumer({**common.CONSUMER_SETTINGS, "bootstrap.servers": bootstrap, "group.id": "bench-verify",
                          "enable.auto.commit": False, "isolation.level": isolation, "log_level": 2})
-    wanted = [p for p in range(PARTITIONS) if ends[p] > 0]
-    consumer.assign([TopicPartition(topic, p, 0) for p in wanted])
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS) if ends[p] > 0])
     position = [0] * PARTITIONS  # records read so far per partition = the source offset expected next
-    done = {p: False for p in wanted}
+    left = {p for p in range(PARTITIONS) if ends[p] > 0}
     bad: dict[int, int] = {}
     deadline = time.monotonic() + timeout_s
     try:
-        while not all(done.values()):
+        while left:
             if time.monotonic() > deadline:
                 raise BenchError(f"reading {topic} back took longer than {timeout_s:.0f}s")
             for msg in consumer.consume(10_000, 1.0):
                 if msg.error() is not None:
                     continue
                 p, o = msg.partition(), msg.offset()
-                if o >= ends[p]:
-                    done[p] = True
-                    continue
-                if msg.key() != preload_key(source_index(position[p], p)):
-                    bad[p] = bad.get(p, 0) + 1
-                position[p] += 1
-                done[p] = done[p] or o >= ends[p] - 1
+                if o < ends[p]:
+                    if msg.key() != preload_key(source_index(position[p], p)):
+                        bad[p] = bad.get(p, 0) + 1
+                    position[p] += 1
+                if o >= ends[p] - 1:
+                    left.discard(p)
             # A partition whose last offsets are markers has no record at ends - 1: its position says done.
-            for p in (p for p in wanted if not done[p]):
+            for p in list(left):
                 try:
-                    done[p] = consumer.position([TopicPartition(topic, p)])[0].offset >= ends[p]
+                    if consumer.position([TopicPartition(topic, p)])[0].offset >= ends[p]:
+                        left.discard(p)
                 except KafkaException:
                     pass
     finally:
@@ -312,24 +296,22 @@ def verify(bootstrap: str, topic: str, ends: list[int], isolation: str = "read_u
 # ----------------------------------------------------------------------------- variants
 
 
-def run_variant(bench: Bench, ds: Dataset, variant: str, scale: int, rnd: int, profile_to: Path | None = None) -> Run:
+def run_variant(bench: Bench, ds: Dataset, variant: str, scale: int, rnd: int) -> Run:
     """One run of ``variant``: start it idle where it can be (ureplicator), give it the backlog, observe it."""
     bench.counter += 1
     run = Run(variant, scale, ds.label, rnd, bench.counter, ds.records)
     folder = bench.workdir / f"run{run.run_no:02d}-{variant}{scale}-{ds.label}"
-    exactly_once = variant.endswith("-eos")
-    services = bench.services
+    exactly_once, services = variant.endswith("-eos"), bench.services
     destination = {"ureplicator": f"{ds.topic}.urep{run.run_no}", "raw": f"{ds.topic}.raw{run.run_no}"}.get(
         variant.removesuffix("-eos"), ds.topic)  # MirrorMaker 2's identity naming keeps the source's name
     alias = f"src{run.run_no}"
     mirror: Mirror | None = None
-    cleanup = [destination]
     try:
         if variant.startswith("ureplicator"):
             # Exactly-once is pipeline-wide: the controller records the mode, the workers must agree.
             mode = {"exactly_once": True, "transaction_interval_ms": TRANSACTION_INTERVAL_MS} if exactly_once else {}
             mirror = window.start_ureplicator(services, folder, f"bench{bench.stamp}r{run.run_no}",
-                                              {"worker": mode}, scale, bench.repo, bench.python)
+                                              {"worker": mode}, scale, bench.repo, worker_python(bench.repo))
             run.load_before, started = common.load_average(), time.monotonic()
             assert mirror.pipeline is not None
             mirror.pipeline.add_topic(ds.topic, PARTITIONS, destination)
@@ -352,15 +334,14 @@ def run_variant(bench: Bench, ds: Dataset, variant: str, scale: int, rnd: int, p
                 services["destination"], "--topic", ds.topic, "--to", destination, "--partitions", str(PARTITIONS),
                 "--records", str(ds.records)], stop_s=10)
         run.extra["destination_topic"] = destination
-        with py_spy(mirror.loop[0].pid, profile_to) if profile_to else contextlib.nullcontext():
-            observe(bench, run, f"{label(variant, scale)} {ds.label}", destination, ds, mirror, started,
-                    exactly_once)
+        observe(bench, run, f"{label(variant, scale)} {ds.label}", destination, ds, mirror, started, exactly_once)
     finally:
         if mirror is not None:
             mirror.stop()
+        topics = [destination]
         if variant.startswith("mirrormaker2"):  # and its internal topics
-            cleanup += [t for t in harness.list_topics(services["destination"]) if alias in t.split(".")]
-        cleanup_topics(bench, cleanup)
+            topics += [t for t in harness.list_topics(services["destination"]) if alias in t.split(".")]
+        cleanup_topics(bench, topics)
     return run
 
 
@@ -373,89 +354,10 @@ def cleanup_topics(bench: Bench, topics: list[str]) -> None:
         say(f"  could not delete {', '.join(topics)} on the destination: {exc}")
 
 
-# ----------------------------------------------------------------------------- profiling
-
-
-@contextlib.contextmanager
-def py_spy(pid: int, output: Path) -> Iterator[None]:
-    """py-spy records ``pid`` into ``output`` while the block runs (without py-spy installed, nothing)."""
-    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
-    if not Path(spy).exists():
-        say("  py-spy not installed (.venv/bin/pip install py-spy); profiling skipped")
-        yield
-        return
-    # --native splits the time inside confluent-kafka/librdkafka C calls from the Python
-    # frames; it has to pause the process per sample (no --nonblocking), so this run is untimed.
-    say(f"  profiling the worker (pid {pid}) with py-spy into {output}")
-    with open(output.with_suffix(".log"), "ab") as log:
-        proc = subprocess.Popen([spy, "record", "--pid", str(pid), "--format", "raw", "--native", "--rate", "200",
-                                 "--output", str(output)], stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, cwd=str(output.parent))
-    try:
-        yield
-    finally:
-        proc.send_signal(signal.SIGINT)  # py-spy writes its output on SIGINT
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
-
-
-def summarize_profile(path: Path, top: int = 22) -> dict[str, Any]:
-    """Self and inclusive shares per function of the mirror loop's thread, from py-spy's collapsed stacks.
-
-    Only stacks through ``MirrorWorker.run`` count (kazoo's and the metrics threads are idle waits);
-    line numbers and raw libc addresses are folded away.
-    """
-    self_counts: Counter[str] = Counter()
-    inclusive: Counter[str] = Counter()
-    for line in path.read_text().splitlines():
-        stack_text, _, count_text = line.rpartition(" ")
-        frames = [frame_name(f) for f in stack_text.split(";")]
-        start = next((i for i, f in enumerate(frames) if f.startswith("MirrorWorker.run ")), None)
-        if start is None or not count_text.isdigit():
-            continue
-        self_counts[frames[-1]] += int(count_text)
-        inclusive.update(dict.fromkeys(frames[start:], int(count_text)))
-    total = sum(self_counts.values())
-    rows: list[tuple[str, float, float]] = []
-    for name, n in inclusive.most_common():
-        share, own = 100 * n / total, 100 * self_counts[name] / total
-        if share < 1.0 or (own < 0.5 and (share >= 99.9 or (rows and rows[-1][1] - share < 0.5))):
-            continue  # noise, the loop's own frames, or a pass-through frame of the row above
-        rows.append((name, round(share, 1), round(own, 1)))
-    return {"samples": total, "rows": rows[:top],
-            "self_top": [(name, round(100 * n / total, 1)) for name, n in self_counts.most_common(top)]}
-
-
-def frame_name(frame: str) -> str:
-    """"produce (worker/mirror.py:240)" -> "produce (worker/mirror.py)"; "0x7f.. (libc.so.6)" -> "(libc.so.6)"."""
-    frame = frame.replace(str(common.REPO) + "/", "").replace(str(Path(sys.prefix)) + "/", "")
-    frame = re.sub(r":\d+\)$", ")", frame)
-    frame = re.sub(r"\(([^()]*?)-[0-9a-f]{8}(\.so[.\d]*)\)$", r"(\1\2)", frame)  # librdkafka-<hash>.so.1
-    frame = re.sub(r"\(confluent_kafka/cimpl\.[^()]*\.so\)$", "(confluent_kafka cimpl)", frame)
-    return re.sub(r"^0x[0-9a-f]+ ", "", frame)
-
-
-def profile_run(bench: Bench, ds: Dataset, day: str) -> dict[str, Any] | None:
-    """``--profile``: py-spy the worker in one extra, untimed run; its summary (the raw stacks are kept aside)."""
-    out = bench.workdir / f"profile-{ds.label}.txt"
-    say(f"profiling run: ureplicator {ds.label} (not counted in the results)")
-    try:
-        profiled = run_variant(bench, ds, "ureplicator", 1, 0, profile_to=out)
-        if not out.exists():
-            return None
-        # The raw stacks are per-sample data: over common.RAW_LIMIT_BYTES they go to the git-ignored raw/.
-        folder = common.RESULTS_DIR / "raw" if out.stat().st_size > common.RAW_LIMIT_BYTES else common.RESULTS_DIR
-        folder.mkdir(exist_ok=True)
-        keep = folder / f"throughput-profile-{day}-{ds.label}.txt"
-        shutil.copyfile(out, keep)
-        return {"dataset": ds.label, "records_per_s_while_profiled": round(profiled.records_per_s),
-                **summarize_profile(out), "raw_file": str(keep.relative_to(common.REPO))}
-    except Exception as exc:  # optional extra: never lose the measured runs over it
-        say(f"  profiling run failed: {exc!r}")
-        return None
+def worker_python(repo: Path) -> str:
+    """The interpreter for controller and worker: the checkout's own venv when it has one."""
+    own = repo / ".venv" / "bin" / "python"
+    return str(own) if own.exists() else sys.executable
 
 
 # ----------------------------------------------------------------------------- preload
@@ -474,23 +376,15 @@ def values(size: int, count: int, seed: int) -> list[bytes]:
     return out
 
 
-def warm_group_coordinator(bootstrap: str, topic: str, timeout_s: float = 90) -> None:
-    """Commit once for a throwaway group until the source's group coordinator answers: on a fresh cluster the
-    first group calls get NOT_COORDINATOR for a while, and a worker's first ``committed()`` would fail."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-warmup", "enable.auto.commit": False})
-    deadline = time.monotonic() + timeout_s
-    try:
-        while True:
-            try:
-                consumer.commit(offsets=[TopicPartition(topic, 0, 0)], asynchronous=False)
-                consumer.committed([TopicPartition(topic, 0)], timeout=10)
-                return
-            except KafkaException as exc:
-                if time.monotonic() > deadline:
-                    raise BenchError(f"the source's group coordinator did not answer: {exc.args[0]}") from None
-                time.sleep(0.5)
-    finally:
-        consumer.close()
+def warm_group_coordinator(bootstrap: str, topic: str) -> None:
+    """Ask for a throwaway group's committed offsets until the source's group coordinator answers: on a fresh
+    cluster the first group calls fail for a while, which the first variant would otherwise wait out."""
+    def answers() -> bool:
+        with contextlib.suppress(KafkaException):
+            return bool(harness.committed(bootstrap, "bench-warmup", topic, 1))
+        return False
+
+    harness.wait_for(answers, 90, "the source's group coordinator", 0.5)
 
 
 def preload_part(bootstrap: str, ds: Dataset, part: int, parts: int, start: int) -> None:
@@ -526,13 +420,13 @@ def preload(services: dict[str, str], ds: Dataset, start: int = 0) -> None:
         harness.create_topic(services["source"], ds.topic, PARTITIONS, {"retention.ms": "-1", "retention.bytes": "-1"})
     elif have is None or sum(have) != start:
         raise BenchError(f"cannot top up {ds.topic}: it holds {sum(have or [])} records, expected {start:,}")
-    count = ds.records - start
+    count, started = ds.records - start, time.monotonic()
     say(f"preloading {count:,} records of {ds.value_bytes} B into {ds.topic} "
         f"({count * ds.record_bytes / 1e9:.1f} GB) with {PRELOAD_PROCESSES} producer processes")
-    started = time.monotonic()
-    ctx = mp.get_context("fork")
-    procs = [ctx.Process(target=preload_part, args=(services["source"], ds, k, PRELOAD_PROCESSES, start),
-                         daemon=True) for k in range(PRELOAD_PROCESSES)]
+    # Processes that exit when done: a Pool's terminate() hung once on an idle worker (it inherits our SIGTERM handler).
+    procs = [mp.get_context("fork").Process(target=preload_part, daemon=True,
+                                            args=(services["source"], ds, k, PRELOAD_PROCESSES, start))
+             for k in range(PRELOAD_PROCESSES)]
     for proc in procs:
         proc.start()
     try:
@@ -549,9 +443,9 @@ def preload(services: dict[str, str], ds: Dataset, start: int = 0) -> None:
     say(f"preloaded {ds.topic} in {took:.1f}s ({count / took / 1000:.0f}k rec/s); it holds {ds.records:,} records")
 
 
-def top_up_size(records: int, rate: float, plan: Plan) -> int:
+def top_up_size(records: int, rate: float, warmup_s: float, steady_s: float) -> int:
     """The backlog after a run drained ``records`` early at ``rate``: enough for 1.5x its warm-up + window."""
-    return max(int(rate * (plan.warmup_s + plan.steady_s + 10) * 1.5), int(records * 1.5))
+    return max(int(rate * (warmup_s + steady_s + 10) * 1.5), int(records * 1.5))
 
 
 def check_disk(path: Path, ds: Dataset, new_records: int) -> None:
@@ -645,7 +539,7 @@ def upgraded(entry: dict[str, Any]) -> dict[str, Any]:
     for run in runs:
         run.extra["thread_cpu_window_s"] = run.extra.get("thread_cpu_steady_s", {})
     datasets = [Dataset(k, b["value_bytes"], b["records"]) for k, b in entry["summary"].items()]
-    return {**entry, "schema": SCHEMA, "runs": [r.to_json() for r in runs], "load_at_start": runs[0].load_before,
+    return {**entry, "schema": SCHEMA, "runs": [asdict(r) for r in runs], "load_at_start": runs[0].load_before,
             "summary": summarize(runs, datasets, [1]),
             "settings": {**entry["settings"], "warmup_s": 0.0,
                          "steady_s": statistics.median(r.window_s for r in runs)},
@@ -656,6 +550,30 @@ def upgraded(entry: dict[str, Any]) -> dict[str, Any]:
 
 # ----------------------------------------------------------------------------- docs sections
 
+# A variant's medians as table cells: header -> format over the summary block.
+COLUMNS = {"records/s": "{records_per_s:,}", "MB/s": "{mb_per_s:.1f}", "CPU-s per M records": "{cpu_s_per_m:.2f}",
+           "… without JIT compiler threads": "{cpu_s_per_m_without_compiler:.2f}",
+           "compiler threads' share": "{compiler_share_pct:.0f} %", "cores busy": "{cores_busy:.2f}",
+           "peak RSS": "{peak_rss_mb:.0f} MB", "first record after": "{first_record_s:.1f} s",
+           "records checked exactly": "{records_checked:,}", "runs ok / failed": "{runs} / {failed}"}
+EOS_COLUMNS = ("records/s", "MB/s", "CPU-s per M records", "… without JIT compiler threads", "peak RSS",
+               "records checked exactly", "runs ok / failed")
+# Ratio tables (ureplicator's median over the other's): header -> key in a dataset's ratios.
+RATIOS = {"ureplicator / MM2 records/s": "ureplicator/mm2 records_per_s",
+          "ureplicator / MM2 CPU per record": "ureplicator/mm2 cpu_s_per_m",
+          "… counting MM2 without its JIT compiler threads": "ureplicator/mm2 cpu_s_per_m_without_compiler",
+          "ureplicator / raw pair records/s": "ureplicator/raw records_per_s",
+          "ureplicator / raw pair CPU per record": "ureplicator/raw cpu_s_per_m"}
+EOS_RATIOS = {"exactly-once / our at-least-once (rate)": "ureplicator-eos/ureplicator records_per_s",
+              "ours / MirrorMaker 2, both exactly-once (rate)": "ureplicator-eos/mm2-eos records_per_s",
+              "(CPU per record)": "ureplicator-eos/mm2-eos cpu_s_per_m",
+              "(CPU without JIT)": "ureplicator-eos/mm2-eos cpu_s_per_m_without_compiler"}
+# CPU split: thread group -> the first of these that matches its name.
+THREAD_FOLDS = (("main", lambda n: n == "main"), ("rdk:*", lambda n: n.startswith("rdk:")),
+                ("JIT", lambda n: "CompilerThre" in n), ("GC", lambda n: n.startswith(("GC Thread", "G1 "))),
+                ("Connect task", lambda n: n.startswith("task-thread")),
+                ("Kafka client I/O", lambda n: n.startswith("kafka-")), ("other", lambda n: True))
+
 
 def _ratio(value: float | None) -> str:
     return f"{value:.2f}×" if value else "n/a"
@@ -665,23 +583,57 @@ def _dataset_name(block: dict[str, Any]) -> str:
     return {100: "100 B", 1024: "1 KB"}.get(block["value_bytes"], f"{block['value_bytes']} B")
 
 
+def _each(runs: list[dict[str, Any]], dataset: str, variant: str, scale: int) -> str:
+    """Each run's records/s, its window thirds and the machine's busy share."""
+    def one(r: dict[str, Any]) -> str:
+        thirds = "/".join(f"{x / 1000:.0f}" for x in r["extra"].get("rate_thirds", []))
+        busy = r["extra"].get("machine_busy_pct")
+        return f"{r['records_per_s'] / 1000:.0f}k ({thirds}k" + (f"; {busy:.0f} %)" if busy is not None else ")")
+
+    return ", ".join(one(r) if r["ok"] else "failed" for r in runs
+                     if (r["dataset"], r["variant"], r["scale"]) == (dataset, variant, scale)) or "n/a"
+
+
+def _variants(summary: dict[str, Any], columns: tuple[str, ...], runs: list[dict[str, Any]] | None) -> list[str]:
+    """One row per dataset and variant (a failed one shows its errors, never a row of zeros)."""
+    rows = []
+    for key, block in summary["datasets"].items():
+        for variant, v in block["variants"].items():
+            errors = "; ".join((e or "unknown error").splitlines()[0] for e in v["errors"])
+            cells = [COLUMNS[c].format(**v) for c in columns] if v["runs"] else [
+                f"failed: {errors[:139] + '…' if len(errors) > 140 else errors}".replace("|", "/"),
+                *[""] * (len(columns) - 1)]
+            rows.append([_dataset_name(block), label(variant, 1), *cells,
+                         *([_each(runs, key, variant, 1)] if runs is not None else [])])
+    each = ["each run: records/s (window thirds; machine busy)"] if runs is not None else []
+    return table(["dataset", "variant", *columns, *each], rows, "ll" + "r" * len(columns))
+
+
+def _ratios_table(summary: dict[str, Any], ratios: dict[str, str]) -> list[str]:
+    return table(["dataset", *ratios], [[_dataset_name(b), *(_ratio(b["ratios"].get(k)) for k in ratios.values())]
+                                        for b in summary["datasets"].values()], "l" + "r" * len(ratios))
+
+
+def _worst(summary: dict[str, Any], key: str, highest: bool = False) -> tuple[str, str, str] | None:
+    """The least favourable ratio ``key`` over the datasets (the lowest, or the ``highest``; the first on a tie):
+    (ratio, dataset, " (the other datasets' ratios)" or ""); None when no dataset has it."""
+    found = {_dataset_name(b): r for b in summary["datasets"].values() if (r := b["ratios"].get(key))}
+    if not found:
+        return None
+    worst = (max if highest else min)(found, key=lambda k: found[k])
+    others = "; ".join(f"{_ratio(v)} at {k}" for k, v in found.items() if k != worst)
+    return _ratio(found[worst]), worst, f" ({others})" if others else ""
+
+
 def _headline(summary: dict[str, Any]) -> list[str]:
-    h = summary.get("headline")
-    if not h:
+    """Lowest rate ratio and highest CPU ratio (MirrorMaker 2 counted without its JIT compiler threads)."""
+    if not (rate := _worst(summary, "ureplicator/mm2 records_per_s")):
         return []
-    names = {k: _dataset_name(b) for k, b in summary["datasets"].items()}
-
-    def others(ratios: dict[str, float], chosen: str | None) -> str:
-        text = "; ".join(f"{_ratio(v)} at {names[k]}" for k, v in ratios.items() if k != chosen)
-        return f" ({text})" if text else ""
-
-    text = (f"**Headline (the least favourable fair reading): one ureplicator worker runs at "
-            f"{_ratio(h['rate_ratio'])} MirrorMaker 2's steady-state rate (one task) at {names[h['rate_dataset']]}**"
-            + others(h["rate_ratios"], h["rate_dataset"]))
-    if h.get("cpu_dataset"):
-        text += (f", and uses {_ratio(h['cpu_ratio_without_compiler'])} its CPU per record at "
-                 f"{names[h['cpu_dataset']]} counting MirrorMaker 2 without its JIT compiler threads"
-                 + others(h["cpu_ratios_without_compiler"], h["cpu_dataset"]))
+    text = ("**Headline (the least favourable fair reading): one ureplicator worker runs at {} MirrorMaker 2's "
+            "steady-state rate (one task) at {}**{}".format(*rate))
+    if cpu := _worst(summary, "ureplicator/mm2 cpu_s_per_m_without_compiler", highest=True):
+        text += (", and uses {} its CPU per record at {} counting MirrorMaker 2 without its JIT compiler "
+                 "threads{}".format(*cpu))
     return [text + ".", ""]
 
 
@@ -697,265 +649,150 @@ def _load_note(loads: list[float], before: float, cores: int) -> list[str]:
     return []
 
 
-def _each(runs: list[dict[str, Any]], dataset: str, variant: str, scale: int) -> str:
-    """Each run's records/s, its window thirds and the machine's busy share."""
-    def one(r: dict[str, Any]) -> str:
-        thirds = "/".join(f"{x / 1000:.0f}" for x in r["extra"].get("rate_thirds", []))
-        busy = r["extra"].get("machine_busy_pct")
-        return f"{r['records_per_s'] / 1000:.0f}k ({thirds}k" + (f"; {busy:.0f} %)" if busy is not None else ")")
-
-    return ", ".join(one(r) if r["ok"] else "failed" for r in runs
-                     if (r["dataset"], r["variant"], r["scale"]) == (dataset, variant, scale)) or "n/a"
-
-
-def _variant_row(runs: list[dict[str, Any]], key: str, variant: str, v: dict[str, Any]) -> list[Any]:
-    if not v["runs"]:
-        errors = "; ".join((e or "unknown error").splitlines()[0] for e in v["errors"])
-        return [label(variant, 1), f"failed: {errors[:139] + '…' if len(errors) > 140 else errors}".replace("|", "/"),
-                *[""] * 10]
-    return [label(variant, 1), f"{v['records_per_s']:,}", f"{v['mb_per_s']:.1f}", f"{v['cpu_s_per_m']:.2f}",
-            f"{v['cpu_s_per_m_without_compiler']:.2f}", f"{v['compiler_share_pct']:.0f} %", f"{v['cores_busy']:.2f}",
-            f"{v['peak_rss_mb']:.0f} MB", f"{v['first_record_s']:.1f} s", f"{v.get('records_checked', 0):,}",
-            _each(runs, key, variant, 1)]
-
-
 def _scaling(summary: dict[str, Any], s: dict[str, Any], cores: int, runs: list[dict[str, Any]]) -> list[str]:
     curve = summary["scaling"]
-    ds_block = summary["datasets"].get(curve["dataset"])
     rows = []
     for scale, point in curve["points"].items():
-        u, mm, rr = point.get("ureplicator"), point.get("mirrormaker2"), point["ratios"]
+        u, mm = point.get("ureplicator"), point.get("mirrormaker2")
         rows.append([scale, f"{u['records_per_s']:,}" if u else "n/a", f"{u['cpu_s_per_m']:.2f}" if u else "n/a",
                      f"{mm['records_per_s']:,}" if mm else "n/a",
                      f"{mm['cpu_s_per_m']:.2f} ({mm['cpu_s_per_m_without_compiler']:.2f})" if mm else "n/a",
-                     _ratio(rr["records_per_s"]), _ratio(rr["cpu_s_per_m_without_compiler"]),
-                     f"{_each(runs, curve['dataset'], 'ureplicator', int(scale))} / "
-                     f"{_each(runs, curve['dataset'], 'mirrormaker2', int(scale))}"])
-    return [
-        f"### Scaling: N ureplicator worker processes vs MirrorMaker 2 with `tasks.max` N "
-        f"({_dataset_name(ds_block) if ds_block else curve['dataset']}, one {s['partitions']}-partition topic)",
-        "",
-        f"The machine has **{cores} cores**, shared with both brokers and ZooKeeper; N = 1 is the run above.",
-        "",
-        *table(["N", "ureplicator records/s", "CPU-s per M", "MM2 records/s",
-                "CPU-s per M (without JIT compiler threads)", "records/s ratio", "CPU ratio (MM2 without JIT)",
-                "each run: records/s ureplicator / MM2"], rows, "rrrrrrr"),
-        "",
-    ]
+                     *(_ratio(point["ratios"][k]) for k in ("records_per_s", "cpu_s_per_m_without_compiler")),
+                     " / ".join(_each(runs, curve["dataset"], v, int(scale)) for v in SCALED)])
+    block = summary["datasets"].get(curve["dataset"])
+    return [f"### Scaling: N ureplicator worker processes vs MirrorMaker 2 with `tasks.max` N "
+            f"({_dataset_name(block) if block else curve['dataset']}, one {s['partitions']}-partition topic, "
+            f"{cores} cores shared with both brokers and ZooKeeper)", "",
+            *table(["N", "ureplicator records/s", "CPU-s per M", "MM2 records/s",
+                    "CPU-s per M (without JIT compiler threads)", "records/s ratio", "CPU ratio (MM2 without JIT)",
+                    "each run: records/s ureplicator / MM2"], rows, "rrrrrrr"), ""]
+
+
+def _thread_split(runs: list[dict[str, Any]]) -> list[str]:
+    """CPU-s per million records of each thread group in the window (median over the runs at scale 1)."""
+    split: dict[str, dict[str, list[float]]] = {}
+    for r in sorted((r for r in runs if r["ok"] and r["scale"] == 1), key=lambda r: (r["dataset"], r["variant"])):
+        folded: Counter[str] = Counter()
+        for name, cpu in r["extra"].get("thread_cpu_window_s", {}).items():
+            folded[next(group for group, hit in THREAD_FOLDS if hit(name))] += cpu
+        for group, cpu in folded.items():
+            split.setdefault(f"{label(r['variant'], 1)} {r['dataset']}", {}).setdefault(group, []).append(
+                cpu / (r["window_records"] / 1e6 or 1.0))
+    if not split:
+        return []
+    groups = [g for g, _ in THREAD_FOLDS if any(g in s for s in split.values())]
+    return ["CPU split in the window (median per run, CPU-s per million records):", "",
+            *table(["run", *groups], [[run, *(f"{statistics.median(s[g]):.2f}" if g in s else "" for g in groups)]
+                                      for run, s in split.items()], "l" + "r" * len(groups)), ""]
+
+
+def _section(entry: dict[str, Any], title: str, headline: list[str], body: list[str]) -> str:
+    """Title, headline, what was measured how and where, the load the runs met, ``body``, the run's notes."""
+    m, s, summary, runs = entry["machine"], entry["settings"], entry["summary"], entry["runs"]
+    loads = [x for r in runs for x in (r["load_before"][0], r["load_window"][0]) if x]
+    rounds, code = entry["rounds_done"], entry["code"]
+    backlogs = ", ".join(f"{b['records']:,} × ({b['key_bytes']} + {b['value_bytes']}) B"
+                         for b in summary["datasets"].values())
+    lines = [title, "", *headline,
+             f"Measured {entry['date']} with `{entry['command']}` on {machine(m)}; worker and controller from "
+             f"`{s['worker_repo']}` at commit `{code['commit']}`"
+             f"{' (worker/common modified)' if code['worker_common_modified'] else ''}; backlogs {backlogs} in "
+             f"{s['partitions']} partitions; {rounds} round{'s' if rounds != 1 else ''}, medians; warm-up "
+             f"{s['warmup_s']:.0f} s after the first destination record, then a {s['steady_s']:.0f} s window; total "
+             f"{entry['duration_s'] / 60:.1f} min. 1-minute load average at run starts and window ends "
+             f"{min(loads, default=0):.2f} – {max(loads, default=0):.2f} (before the benchmark: "
+             f"{entry['load_at_start'][0]:.2f}). Per-run numbers: `{entry['results_file']}`.", "",
+             *_load_note(loads, entry["load_at_start"][0], m["cores"] or 1), *body]
+    for note in entry.get("notes") or []:
+        lines += [note, ""]
+    return "\n".join(lines).rstrip("\n")
 
 
 def render_section(entry: dict[str, Any]) -> str:
     """Markdown for the throughput-bench section of docs/benchmarks.md, from one results entry."""
     entry = upgraded(entry)
     m, s, summary, runs = entry["machine"], entry["settings"], entry["summary"], entry["runs"]
-    loads = [x for r in runs for x in (r["load_before"][0], r["load_window"][0]) if x]
-    lines = ["## Throughput: ureplicator vs MirrorMaker 2 vs the raw client pair, steady state", "",
-             *_headline(summary),
-             f"Measured {entry['date']} with `{entry['command']}` on {machine(m)} (the cores shared by the "
-             f"brokers, ZooKeeper, the mirror and other jobs); worker and controller from `{s['worker_repo']}` "
-             f"({s.get('worker_ran_from', 'the checkout in place')}) at commit `{entry['code']['commit']}`"
-             f"{' (worker/common modified)' if entry['code']['worker_common_modified'] else ''}; "
-             f"{entry['rounds_done']} round{'s' if entry['rounds_done'] != 1 else ''}, medians; "
-             f"warm-up {s['warmup_s']:.0f} s after the first destination record, then a {s['steady_s']:.0f} s "
-             f"window; total {entry['duration_s'] / 60:.1f} min. 1-minute load average at run starts and window "
-             f"ends {min(loads, default=0):.2f} – {max(loads, default=0):.2f} (before the benchmark: "
-             f"{entry['load_at_start'][0]:.2f}).",
-             "",
-             *_load_note(loads, entry["load_at_start"][0], m["cores"] or 1)]
-    for key, block in summary["datasets"].items():
-        r = block["ratios"]
-        lines += [
-            f"### {_dataset_name(block)} values: backlog of {block['records']:,} records × "
-            f"({block['key_bytes']} + {block['value_bytes']}) B, {s['partitions']} partitions",
-            "",
-            *table(["variant", "records/s", "MB/s", "CPU-s per M records", "… without JIT compiler threads",
-                    "compiler threads' share", "cores busy", "peak RSS", "first record after",
-                    "records checked exactly", "each run: records/s (window thirds; machine busy)"],
-                   [_variant_row(runs, key, variant, v) for variant, v in block["variants"].items()], "lrrrrrrrrr"),
-            "",
-            f"ureplicator / MirrorMaker 2: **{_ratio(r['ureplicator/mm2 records_per_s'])}** the records/s, "
-            f"{_ratio(r['ureplicator/mm2 cpu_s_per_m'])} the CPU per record with MM2's JIT compiler threads, "
-            f"**{_ratio(r['ureplicator/mm2 cpu_s_per_m_without_compiler'])}** without them. "
-            f"ureplicator / raw pair: {_ratio(r['ureplicator/raw records_per_s'])} the records/s, "
-            f"{_ratio(r['ureplicator/raw cpu_s_per_m'])} the CPU per record.",
-            "",
-        ]
+    body = [*_variants(summary, tuple(c for c in COLUMNS if c != "runs ok / failed"), runs), "",
+            *_ratios_table(summary, RATIOS), ""]
     if (summary.get("scaling") or {}).get("points"):
-        lines += _scaling(summary, s, m["cores"], runs)
-    lines += [
-        f"Settings of this run: MirrorMaker 2 {' '.join(s['mirrormaker2_jvm'])}, producer overrides "
-        + ", ".join(f"`{k}={v}`" for k, v in s["mm2_producer"].items()) + "; every variant's producer: "
-        + ", ".join(f"`{k}={v}`" for k, v in s["producer"].items()) + f"; broker heap {s['broker_heap']}. "
-        f"Per-run numbers (window edges, per-thread CPU, rate thirds, load averages, CPU pressure): "
-        f"`{entry['results_file']}`.",
-        "",
-    ]
-    threads = _thread_split(runs)
-    if threads:
-        lines += ["CPU split in the window (median per run, CPU-s per million records): "
-                  + "; ".join(f"{name}: " + ", ".join(f"{k} {v:.2f}" for k, v in split.items())
-                              for name, split in threads.items())
-                  + ".", ""]
-    profile = entry.get("profile")
-    if profile and profile.get("rows"):
-        lines += [f"Where the worker's mirror thread spends its time: py-spy `--native` on one extra, untimed "
-                  f"{profile['dataset']} run ({profile['samples']:,} samples of the thread running "
-                  f"`MirrorWorker.run`; raw stacks in `{profile['raw_file']}`):", "",
-                  *table(["function", "inclusive", "self"], [
-                      ["`libc.so.6 (unsymbolized: memcpy, locks, ...)`" if name == "(libc.so.6)" else f"`{name}`",
-                       f"{share:.1f} %", f"{own:.1f} %"] for name, share, own in profile["rows"]], "lrr"), ""]
-    for note in entry.get("notes") or []:
-        lines += [note, ""]
-    return "\n".join(lines).rstrip("\n")
-
-
-def _fold(name: str) -> str:
-    groups = ((name == "main", "main"), (name.startswith("rdk:"), "rdk:*"), ("CompilerThre" in name, "JIT"),
-              (name.startswith(("GC Thread", "G1 ")), "GC"), (name.startswith("task-thread"), "Connect task"),
-              (name.startswith("kafka-"), "Kafka client I/O"))
-    return next((group for hit, group in groups if hit), "other")
-
-
-def _thread_split(runs: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
-    out: dict[str, dict[str, float]] = {}
-    for dataset, variant in sorted({(r["dataset"], r["variant"]) for r in runs if r["ok"] and r["scale"] == 1}):
-        groups: dict[str, list[float]] = {}
-        for r in runs:
-            if r["ok"] and r["scale"] == 1 and r["dataset"] == dataset and r["variant"] == variant:
-                folded: Counter[str] = Counter()
-                for name, cpu in r["extra"].get("thread_cpu_window_s", {}).items():
-                    folded[_fold(name)] += cpu
-                for name, cpu in folded.items():
-                    groups.setdefault(name, []).append(cpu / (r["window_records"] / 1e6 or 1.0))
-        out[f"{label(variant, 1)} {dataset}"] = {k: round(statistics.median(v), 2) for k, v in sorted(groups.items())}
-    return out
+        body += _scaling(summary, s, m["cores"], runs)
+    body += [f"Settings: MirrorMaker 2 {' '.join(s['mirrormaker2_jvm'])}, producer overrides "
+             + ", ".join(f"`{k}={v}`" for k, v in s["mm2_producer"].items()) + "; every variant's producer: "
+             + ", ".join(f"`{k}={v}`" for k, v in s["producer"].items()) + f"; broker heap {s['broker_heap']}.",
+             "", *_thread_split(runs)]
+    return _section(entry, "## Throughput: ureplicator vs MirrorMaker 2 vs the raw client pair, steady state",
+                    _headline(summary), body)
 
 
 def render_eos_section(entry: dict[str, Any]) -> str:
     """Markdown for the eos-bench section of docs/benchmarks.md, from one ``--exactly-once`` entry."""
-    m, s, datasets = entry["machine"], entry["settings"], entry["summary"]["datasets"].values()
-    parts = []
-    for key, text in (("ureplicator", "exactly-once runs at {} our own at-least-once rate at {}"),
-                      ("mm2-eos", "{} MirrorMaker 2's exactly-once rate at {}")):
-        found = [(r, _dataset_name(b)) for b in datasets
-                 if (r := b["ratios"].get(f"ureplicator-eos/{key} records_per_s"))]
-        if found:  # the least favourable: the lowest ratio, the first dataset on a tie
-            worst = min(found, key=lambda f: f[0])
-            parts.append(text.format(_ratio(worst[0]), worst[1]))
-    lines = ["## Throughput in exactly-once mode: ureplicator vs MirrorMaker 2 (KIP-618)", "",
-             *([f"**Headline (the least favourable reading over the datasets): {'; '.join(parts)}.**", ""]
-               if parts else []),
-             f"Measured {entry['date'][:10]} on {machine(m)}, "
-             f"load average {entry['load_at_start'][0]} at the start; command `{entry['command']}`; results "
-             f"`{entry['results_file']}`. Warm-up {s['warmup_s']:.0f} s, window {s['steady_s']:.0f} s, "
-             f"{s['partitions']} partitions, one worker or task; ours commits a transaction every "
-             f"{TRANSACTION_INTERVAL_MS} ms (`worker.transaction_interval_ms`).",
-             "",
-             *table(["dataset", "variant", "records/s", "MB/s", "CPU-s per M records", "… without JIT compiler threads",
-                     "peak RSS", "records checked", "runs ok / failed"],
-                    [[_dataset_name(block), label(variant, 1), f"{v['records_per_s']:,}", f"{v['mb_per_s']:.2f}",
-                      f"{v['cpu_s_per_m']:.2f}", f"{v['cpu_s_per_m_without_compiler']:.2f}",
-                      f"{v['peak_rss_mb']:.0f} MB", f"{v['records_checked']:,}", f"{v['runs']} / {v['failed']}"]
-                     for block in datasets for variant, v in block["variants"].items()]),
-             "",
-             *table(["dataset", "exactly-once / our at-least-once (rate)",
-                     "ours / MirrorMaker 2, both exactly-once (rate)", "(CPU per record)", "(CPU without JIT)"],
-                    [[_dataset_name(block), *(_ratio(block["ratios"].get(f"ureplicator-eos/{k}")) for k in (
-                        "ureplicator records_per_s", "mm2-eos records_per_s", "mm2-eos cpu_s_per_m",
-                        "mm2-eos cpu_s_per_m_without_compiler"))] for block in datasets])]
-    for note in entry.get("notes", []):
-        lines += ["", f"- {note}"]
-    return "\n".join(lines)
+    summary = entry["summary"]
+    parts = [text.format(*worst[:2]) for key, text in (
+        ("ureplicator-eos/ureplicator records_per_s", "exactly-once runs at {} our own at-least-once rate at {}"),
+        ("ureplicator-eos/mm2-eos records_per_s", "{} MirrorMaker 2's exactly-once rate at {}"))
+        if (worst := _worst(summary, key))]
+    return _section(entry, "## Throughput in exactly-once mode: ureplicator vs MirrorMaker 2 (KIP-618)",
+                    [f"**Headline (the least favourable reading over the datasets): {'; '.join(parts)}.**", ""]
+                    if parts else [],
+                    [f"One worker or task; ours commits a transaction every {TRANSACTION_INTERVAL_MS} ms "
+                     "(`worker.transaction_interval_ms`).", "", *_variants(summary, EOS_COLUMNS, None), "",
+                     *_ratios_table(summary, EOS_RATIOS), ""])
 
 
 # ----------------------------------------------------------------------------- main
 
+# Options whose default depends on --quick: flag -> (type, full run, --quick, help).
+SIZED = {"--records-100b": (int, 60_000_000, 4_000_000, "100 B backlog"),
+         "--records-1kb": (int, 20_000_000, 1_500_000, "1 KB backlog"),
+         "--warmup": (float, 40.0, 2.0, "seconds from the first destination record to the window"),
+         "--steady": (float, 60.0, 4.0, "window length in seconds")}
 
-def _ints(text: str) -> list[int]:
-    return sorted({int(x) for x in text.split(",") if x.strip()})
+
+def _names(text: str) -> list[str]:
+    return [x.strip() for x in text.split(",") if x.strip()]
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = cli_parser("python -m bench.throughput", __doc__, "1g", render=True)
     parser.add_argument("--quick", action="store_true",
                         help="smoke run: 4M x 100 B + 1.5M x 1 KB, warm-up 2 s, window 4 s, scaling 1,2")
-    parser.add_argument("--records-100b", type=int, default=None, help="100 B backlog (default 60,000,000)")
-    parser.add_argument("--records-1kb", type=int, default=None, help="1 KB backlog (default 20,000,000)")
-    parser.add_argument("--warmup", type=float, default=None,
-                        help="seconds from the first destination record to the window (default 40)")
-    parser.add_argument("--steady", type=float, default=None, help="window length in seconds (default 60)")
-    parser.add_argument("--scale", default=None, help="worker processes / tasks.max for the scaling curve on the "
-                                                      "first dataset (default 1,2,4; quick 1,2; 1 = no curve)")
+    for flag, (kind, full, quick, text) in SIZED.items():
+        parser.add_argument(flag, type=kind, help=f"{text} (default {full:,}; --quick {quick:,})")
+    parser.add_argument("--scale", type=_names, help="worker processes / tasks.max for the scaling curve on the "
+                                                     "first dataset (default 1,2,4; quick 1,2; 1 = no curve)")
     parser.add_argument("--rounds", type=int, default=1, help="rounds of every run (default 1)")
-    parser.add_argument("--variants", default=None,
-                        help=f"comma-separated subset of {','.join(ALL_VARIANTS)} (default {','.join(VARIANTS)}; "
-                             f"with --exactly-once {','.join(EOS_VARIANTS)})")
+    parser.add_argument("--variants", type=_names, help=f"comma-separated subset of {','.join(ALL_VARIANTS)} "
+                        f"(default {','.join(VARIANTS)}; with --exactly-once {','.join(EOS_VARIANTS)})")
     parser.add_argument("--exactly-once", action="store_true",
                         help="the exactly-once comparison: our at-least-once and exactly-once runs (1 s "
                              "transactions) against MirrorMaker 2 with exactly.once.source.support=enabled, "
                              "one worker / task; results in throughput-eos-<date>.json and the eos-bench section")
-    parser.add_argument("--datasets", default="100B,1KB", help="comma-separated subset of 100B,1KB")
-    parser.add_argument("--profile", action="store_true", help="py-spy the worker in one extra untimed run")
-    parser.add_argument("--stop-by", default=None, metavar="HH:MM",
-                        help="start no run that could end after this local time; the runs done are written")
+    parser.add_argument("--datasets", type=_names, default=["100B", "1KB"], help="comma-separated subset of 100B,1KB")
     parser.add_argument("--worker-repo", type=Path, default=common.REPO,
                         help="run controller and worker from this checkout (its .venv/bin/python if present)")
     args = parser.parse_args(argv)
-    for name, full, quick in (("records_100b", 60_000_000, 4_000_000), ("records_1kb", 20_000_000, 1_500_000),
-                              ("warmup", 40.0, 2.0), ("steady", 60.0, 4.0)):
-        if getattr(args, name) is None:
+    for flag, (_, full, quick, _) in SIZED.items():
+        if getattr(args, name := flag[2:].replace("-", "_")) is None:
             setattr(args, name, quick if args.quick else full)
-    args.scale = _ints(args.scale or ("1" if args.exactly_once else "1,2" if args.quick else "1,2,4"))
-    if not args.scale or args.scale[0] < 1:
+    scale = args.scale or (["1"] if args.exactly_once else ["1", "2"] if args.quick else ["1", "2", "4"])
+    if not all(x.isdigit() and int(x) > 0 for x in scale):
         parser.error("--scale takes positive integers, e.g. 1,2,4")
-    args.scale = sorted({1, *args.scale})
-    default = EOS_VARIANTS if args.exactly_once else VARIANTS
-    args.variants = [v.strip() for v in (args.variants or ",".join(default)).split(",") if v.strip()]
-    args.datasets = [d.strip() for d in args.datasets.split(",") if d.strip()]
+    args.scale = sorted({1, *map(int, scale)})
+    args.variants = args.variants or list(EOS_VARIANTS if args.exactly_once else VARIANTS)
     if unknown := set(args.variants) - set(ALL_VARIANTS):
         parser.error(f"unknown variant(s) {', '.join(sorted(unknown))}")
     if set(args.datasets) - {"100B", "1KB"}:
         parser.error("--datasets takes 100B and/or 1KB")
-    if args.stop_by is not None:
-        try:
-            hour, minute = (int(x) for x in args.stop_by.split(":"))
-        except ValueError:
-            parser.error(f"--stop-by takes a local time HH:MM, got {args.stop_by!r}")
-        args.stop_by = datetime.now().replace(hour=hour, minute=minute, second=0, microsecond=0).timestamp()
-    try:
-        Plan(args.warmup, args.steady)
-    except ValueError as exc:
-        parser.error(str(exc))
+    if args.warmup < 0 or args.steady <= 0:
+        parser.error(f"warm-up must be >= 0 and steady > 0 seconds, got {args.warmup}, {args.steady}")
     return args
-
-
-def snapshot(repo: Path, into: Path) -> Path:
-    """Copy ``repo``'s code (not its venv, caches, tests or docs) so every run uses the version of the start.
-
-    A checkout that is being edited while the benchmark runs would otherwise give each run
-    whatever its files held when that run's processes started.
-    """
-    skip = {".venv", ".cache", ".git", "bench", "tests", "docs", "helm", "jvm", "__pycache__", ".pytest_cache",
-            ".ruff_cache", ".hypothesis"}
-    target = into / "worker-snapshot"
-    shutil.copytree(repo, target, ignore=lambda _dir, names: [n for n in names if n in skip], symlinks=True)
-    return target
-
-
-def worker_python(repo: Path) -> str:
-    """The interpreter for controller and worker: the checkout's own venv when it has one."""
-    own = repo / ".venv" / "bin" / "python"
-    return str(own) if own.exists() else sys.executable
 
 
 def plan_runs(datasets: list[Dataset], variants: list[str], scales: list[int],
               rounds: int) -> list[tuple[int, Dataset, str, int]]:
-    """(round, dataset, variant, scale) in run order.
-
-    Per round and dataset the variants at scale 1; the scaling curve runs on the first
-    dataset before its raw run. The raw pair, the fastest, comes last for each dataset:
-    if it drains the backlog early, the top-up lengthens no other run's drain.
-    """
+    """(round, dataset, variant, scale) in run order: per round and dataset the variants at scale 1, then the
+    scaling curve on the first dataset; the raw pair, the fastest, comes last for each dataset, so a top-up
+    after it drained the backlog early lengthens no other run's drain."""
     order = []
     for rnd in range(1, rounds + 1):
         for i, ds in enumerate(datasets):
@@ -977,7 +814,7 @@ def attempt(bench: Bench, ds: Dataset, variant: str, scale: int, rnd: int, notes
             failed = Run(variant, scale, ds.label, rnd, bench.counter, ds.records, error=str(exc))
             if tries == 2:
                 return failed
-            bigger = top_up_size(ds.records, exc.rate, bench.plan)
+            bigger = top_up_size(ds.records, exc.rate, bench.warmup_s, bench.steady_s)
             say(f"  {exc}; topping the backlog up to {bigger:,} records and running it again")
             notes.append(f"{label(variant, scale)} {ds.label} drained the {ds.records:,}-record "
                          f"backlog before its window closed (at ~{exc.rate / 1000:.0f}k records/s); "
@@ -995,31 +832,25 @@ def attempt(bench: Bench, ds: Dataset, variant: str, scale: int, rnd: int, notes
 
 
 def run_all(args: argparse.Namespace, bench: Bench, datasets: list[Dataset], notes: list[str]) -> bool:
-    """Every planned run (and ``--profile``'s); False when interrupted (the completed runs are kept)."""
+    """Every planned run; False when interrupted (the completed runs are kept)."""
     order = plan_runs(datasets, args.variants, args.scale, args.rounds)
     say(f"{len(order)} runs; warm-up {args.warmup:.0f}s, window {args.steady:.0f}s; logs in {bench.workdir}")
     wall = time.monotonic()
     try:
         for rnd, ds, variant, scale in order:
-            if args.stop_by is not None and time.time() + args.warmup + args.steady + 120 > args.stop_by:
-                notes.append(f"Stopped before the {len(order) - len(bench.runs)} remaining run(s): they would "
-                             f"have ended after --stop-by {time.strftime('%H:%M', time.localtime(args.stop_by))}.")
-                say(notes[-1])
-                break
-            say(f"round {rnd}/{args.rounds}: {label(variant, scale)} {ds.label} ({ds.records:,} records) "
+            name = f"{label(variant, scale)} {ds.label}"
+            say(f"round {rnd}/{args.rounds}: {name} ({ds.records:,} records) "
                 f"[{(time.monotonic() - wall) / 60:.1f} min in, load {common.load_average()[0]}]")
             run = attempt(bench, ds, variant, scale, rnd, notes)
             bench.runs.append(run)
-            say(f"  {label(variant, scale)} {ds.label}: {run.records_per_s:,.0f} rec/s ({run.mb_per_s:.1f} MB/s) "
-                f"over {run.window_s:.1f}s, thirds {run.extra['rate_thirds']}; CPU {run.cpu_s_per_m:.2f} s/M "
+            say(f"  {name}: {run.records_per_s:,.0f} rec/s ({run.mb_per_s:.1f} MB/s) over {run.window_s:.1f}s, "
+                f"thirds {run.extra['rate_thirds']}; CPU {run.cpu_s_per_m:.2f} s/M "
                 f"({run.cpu_s_per_m_without_compiler:.2f} without JIT); first record after {run.first_record_s:.1f}s;"
                 f" machine busy {run.extra.get('machine_busy_pct')}%" if run.ok else f"  FAILED: {run.error}")
     except KeyboardInterrupt:
         notes.append(f"Interrupted after {len(bench.runs)} of {len(order)} runs.")
         say(notes[-1] + " Writing the completed runs.")
         return False
-    if args.profile and "ureplicator" in args.variants:
-        bench.profile = profile_run(bench, datasets[0], time.strftime("%Y-%m-%d", time.gmtime()))
     return True
 
 
@@ -1028,15 +859,12 @@ def run(args: argparse.Namespace, command: list[str]) -> dict[str, Any]:
     wall, now = time.monotonic(), datetime.now(timezone.utc)
     everything = {"100B": Dataset("100B", 100, args.records_100b), "1KB": Dataset("1KB", 1024, args.records_1kb)}
     datasets = [everything[d] for d in args.datasets]
-    drain_timeout = max(600.0, max(d.records for d in datasets) / 10_000)
     workdir = common.RESULTS_DIR / "tmp" / f"throughput-{now.strftime('%Y%m%d-%H%M%S')}"
     workdir.mkdir(parents=True, exist_ok=True)
     repo = args.worker_repo.resolve()
-    code_before = common.code_version(repo)
-    run_from = snapshot(repo, workdir) if repo != common.REPO else repo
-    load_at_start = common.load_average()
+    code_before, load_at_start = common.code_version(repo), common.load_average()
     say("backlogs: " + ", ".join(f"{d.records:,} x {d.value_bytes} B" for d in datasets)
-        + f"; worker from {repo} (running {run_from} with {worker_python(repo)}); load {load_at_start}")
+        + f"; worker from {repo} with {worker_python(repo)}; load {load_at_start}")
     try:
         jvm.classpath("mirrormaker")
         jvm.classpath("kafka")
@@ -1044,15 +872,14 @@ def run(args: argparse.Namespace, command: list[str]) -> dict[str, Any]:
         raise BenchError(str(exc)) from None
     notes: list[str] = []
     with harness.own_stack("throughput", args.broker_heap) as (services, _):
-        bench = Bench(services, workdir, now.strftime("%H%M%S"), Plan(args.warmup, args.steady), drain_timeout,
-                      repo=run_from, python=worker_python(repo), destination=Offsets(services["destination"]))
+        bench = Bench(services, workdir, now.strftime("%H%M%S"), args.warmup, args.steady,
+                      max(600.0, max(d.records for d in datasets) / 10_000), repo)
         for ds in datasets:
             preload(services, ds)
         warm_group_coordinator(services["source"], datasets[0].topic)
         completed = run_all(args, bench, datasets, notes)
-    code = common.code_version(run_from)
-    changed = code["sources_sha256"] != code_before["sources_sha256"]
-    if changed:
+    code = common.code_version(repo)
+    if changed := code["sources_sha256"] != code_before["sources_sha256"]:
         notes.append("The worker/common sources changed while this benchmark ran (commit "
                      f"{code_before['commit']} -> {code['commit']}); runs may mix both versions.")
         say(notes[-1])
@@ -1071,21 +898,17 @@ def run(args: argparse.Namespace, command: list[str]) -> dict[str, Any]:
             "broker_heap": args.broker_heap,
             "producer": {k: v for k, v in common.PRODUCER_SETTINGS.items() if not k.startswith("queue.")},
             "consumer": common.CONSUMER_SETTINGS, "mm2_producer": mm2.producer_overrides(),
-            "mirrormaker2_jvm": [*mm2.HEAP, "G1 (kafka-run-class.sh flags)"], "drain_timeout_s": drain_timeout,
-            "worker_repo": str(repo),
-            "worker_ran_from": "a copy taken at the start" if run_from != repo else "the checkout in place",
-            "worker_python": worker_python(repo),
+            "mirrormaker2_jvm": [*mm2.HEAP, "G1 (kafka-run-class.sh flags)"], "drain_timeout_s": bench.drain_timeout_s,
+            "worker_repo": str(repo), "worker_ran_from": "the checkout in place", "worker_python": worker_python(repo),
         },
         "summary": summarize(bench.runs, datasets, args.scale),
-        "runs": [r.to_json() for r in bench.runs], "profile": bench.profile, "notes": notes,
-        "results_file": f"bench/results/{prefix}-{now.strftime('%Y-%m-%d')}.json",
-        "completed": completed,
+        "runs": [asdict(r) for r in bench.runs], "profile": None, "notes": notes,
+        "results_file": f"bench/results/{prefix}-{now.strftime('%Y-%m-%d')}.json", "completed": completed,
     }
 
 
 def status(entry: dict[str, Any]) -> int:
-    """Print the section the run renders (a smoke run is recorded, never published over a full run's numbers);
-    130 when interrupted, 1 when a run failed."""
+    """Print the section the run renders; 130 when interrupted, 1 when a run failed."""
     print((render_eos_section if entry["exactly_once"] else render_section)(entry))
     if not entry.pop("completed"):
         return 130

@@ -1,8 +1,7 @@
 """The mirror under measurement (throughput and latency): its processes, their CPU per thread, the steady window.
 
 A :class:`Mirror` is a started replicator (ureplicator's controller and workers, or one MirrorMaker 2 or raw
-process); the throughput window opens ``warmup_s`` after the first destination record and closes ``steady_s``
-later, and its rates and CPU come from the two edge samples only.
+process); a window's rates and CPU come from its two edge samples only (:func:`measure`).
 """
 
 from __future__ import annotations
@@ -12,7 +11,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import psutil
 
@@ -45,7 +44,7 @@ class Mirror:
         with open(self.log, "rb") as handle:
             handle.seek(self._read)
             chunk = handle.read()
-        cut = chunk.rfind(b"\n") + 1
+        cut = chunk.rfind(b"\n") + 1  # whole lines only: the rest is read next time
         self._read += cut
         refused = [line for line in chunk[:cut].decode(errors="replace").splitlines()
                    if "Failed to configure MirrorSourceConnector" in line]
@@ -54,8 +53,7 @@ class Mirror:
     def cpu_s(self) -> float:
         """User + system seconds of every process (exited threads included); raises when one is gone."""
         samples = [proc_sample(proc.pid) for proc in self.procs]
-        problem = self.problem() or ("a mirroring process vanished" if None in samples else None)
-        if problem:
+        if problem := self.problem() or ("a mirroring process vanished" if None in samples else None):
             raise BenchError(problem)
         return sum(s.cpu_s for s in samples if s is not None)
 
@@ -144,30 +142,10 @@ def compiler_cpu(groups: dict[str, float]) -> float:
     return sum(cpu for name, cpu in groups.items() if is_compiler_thread(name))
 
 
-# ----------------------------------------------------------------------------- the throughput window
+# ----------------------------------------------------------------------------- the window
 
 
-@dataclass(frozen=True)
-class Plan:
-    """When the window opens (after the first destination record) and closes (after it opened)."""
-
-    warmup_s: float
-    steady_s: float
-
-    def __post_init__(self) -> None:
-        if self.warmup_s < 0 or self.steady_s <= 0:
-            raise ValueError(f"warm-up must be >= 0 and steady > 0 seconds, got {self.warmup_s}, {self.steady_s}")
-
-    def opens_at(self, first_record_at: float) -> float:
-        return first_record_at + self.warmup_s
-
-    def closes_at(self, opened_at: float) -> float:
-        """``steady_s`` after the sample that opened the window (polls land late, never early)."""
-        return opened_at + self.steady_s
-
-
-@dataclass(frozen=True)
-class Point:
+class Point(NamedTuple):
     """One sample at a window edge: time, destination records, CPU of the variant's processes."""
 
     t: float
@@ -175,30 +153,20 @@ class Point:
     cpu_s: float
 
 
-@dataclass(frozen=True)
-class Measured:
-    """What one window measured."""
-
-    seconds: float
-    records: int
-    records_per_s: float
-    cpu_s: float
-    compiler_cpu_s: float
-    cpu_s_per_m: float
-    cpu_s_per_m_without_compiler: float
-
-
-def measure(opened: Point, closed: Point, compiler_s: float) -> Measured:
-    """Rate and CPU per million records between the two edge samples."""
+def measure(opened: Point, closed: Point, compiler_s: float) -> dict[str, float]:
+    """The window's figures under the names a throughput run records them: length, records, rate, CPU
+    (of which the JIT compiler threads'), CPU per million records with and without them."""
     seconds, records = closed.t - opened.t, closed.records - opened.records
     if seconds <= 0:
         raise ValueError(f"the window closed {seconds:.3f}s after it opened")
     if records <= 0:
         raise ValueError(f"no records arrived in the {seconds:.1f}s window")
     cpu = max(closed.cpu_s - opened.cpu_s, 0.0)
-    compiler_s = min(max(compiler_s, 0.0), cpu)
-    per_m = records / 1e6
-    return Measured(seconds, records, records / seconds, cpu, compiler_s, cpu / per_m, (cpu - compiler_s) / per_m)
+    compiler_s = min(max(compiler_s, 0.0), cpu)  # thread samples are up to a second stale
+    return {"window_s": round(seconds, 3), "window_records": records, "records_per_s": round(records / seconds, 1),
+            "cpu_s": round(cpu, 3), "compiler_cpu_s": round(compiler_s, 3),
+            "cpu_s_per_m": round(cpu / records * 1e6, 3),
+            "cpu_s_per_m_without_compiler": round((cpu - compiler_s) / records * 1e6, 3)}
 
 
 def rate_spread(series: list[tuple[float, int]], parts: int = 3) -> list[float]:
@@ -206,12 +174,7 @@ def rate_spread(series: list[tuple[float, int]], parts: int = 3) -> list[float]:
     if len(series) < 2 or parts < 1 or series[-1][0] <= series[0][0]:
         return []
     t0, t1 = series[0][0], series[-1][0]
-
-    def at(t: float) -> tuple[float, int]:  # the last sample at or before t (the first sample if none is)
-        return next((s for s in reversed(series) if s[0] <= t), series[0])
-
-    out = []
-    for i in range(parts):
-        a, b = at(t0 + (t1 - t0) * i / parts), at(t0 + (t1 - t0) * (i + 1) / parts)
-        out.append((b[1] - a[1]) / (b[0] - a[0]) if b[0] > a[0] else 0.0)
-    return out
+    # Each slice's edges: the last sample at or before its time (the first sample if none is).
+    cuts = [next((x for x in reversed(series) if x[0] <= t0 + (t1 - t0) * i / parts), series[0])
+            for i in range(parts + 1)]
+    return [(b[1] - a[1]) / (b[0] - a[0]) if b[0] > a[0] else 0.0 for a, b in zip(cuts, cuts[1:], strict=False)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -44,7 +45,9 @@ def test_the_eos_section_leads_with_the_least_favourable_ratio_of_each_kind(tmp_
     summary = throughput.summarize([*runs, *kb], [Dataset("100B", 100, 1), Dataset("1KB", 1024, 1)], [1])
     entry = {"machine": {"cpu_model": "cpu", "cores": 2, "ram_bytes": 24 * 2**30, "python": "3.11", "java": "17",
                          "kafka_brokers": "3.9.1", "mirrormaker2": "3.9.1", "librdkafka": "2.12.1"},
-             "settings": {"warmup_s": 40, "steady_s": 60, "partitions": 16}, "summary": summary,
+             "settings": {"warmup_s": 40, "steady_s": 60, "partitions": 16, "worker_repo": "/work/main"},
+             "summary": summary, "runs": [asdict(r) for r in [*runs, *kb]], "rounds_done": 1, "duration_s": 600.0,
+             "code": {"commit": "abc1234", "worker_common_modified": False},
              "date": "2026-11-25T00:00:00+00:00", "load_at_start": [0.1, 0.1, 0.1], "command": "c",
              "results_file": "bench/results/throughput-eos-2026-11-25.json", "notes": []}
     text = throughput.render_eos_section(entry)
