@@ -623,7 +623,26 @@ def headline(entry: dict[str, Any]) -> str | None:
                    f"{mm2_default['p50_ms']:,.1f} ms, p99 {defaults['p99_ms']:,.1f} vs {mm2_default['p99_ms']:,.1f} ms")
     return (f"**Headline: goal {'met' if best['p99_ms'] < GOAL_P99_MS else 'missed'}** — ureplicator's best p99 at "
             f"{GOAL_RATE:,} records/s was {best['p99_ms']:,.1f} ms ({name}; goal < {GOAL_P99_MS:.0f} ms)"
-            f"{with_defaults}{versus}.")
+            f"{with_defaults}{versus}{pairwise(entry)}.")
+
+
+def pairwise(entry: dict[str, Any]) -> str:
+    """Issue 25's yardstick: at every rate, each setting against MirrorMaker 2's same setting, p50 and p99."""
+    rates = {(v["variant"], r["rate"]): r for v in entry["variants"] for r in v["rates"]}
+    behind, compared = [], 0
+    for setting in ("default", "low-latency"):
+        for (variant, rate), ours in sorted(rates.items(), key=lambda item: item[0][1]):
+            theirs = rates.get((f"mirrormaker2-{setting}", rate))
+            if variant != f"ureplicator-{setting}" or theirs is None:
+                continue
+            compared += 1
+            behind += [f"{setting} {rate:,}/s {q} {ours[f'{q}_ms']:,.1f} vs {theirs[f'{q}_ms']:,.1f} ms"
+                       for q in ("p50", "p99") if ours[f"{q}_ms"] > theirs[f"{q}_ms"]]
+    if not compared:
+        return ""
+    if not behind:
+        return "; at every rate and setting, ureplicator's p50 and p99 are at or below MirrorMaker 2's"
+    return "; **MirrorMaker 2 is lower at** " + ", ".join(behind)
 
 
 def analysis(entry: dict[str, Any]) -> list[str]:

@@ -180,16 +180,21 @@ def test_a_saturated_machine_is_called_out_above_the_verdicts() -> None:
     assert lines[1].startswith("**The machine was saturated**: the 1-minute load average reached 23 on 2 cores")
 
 
+def _without_pairwise(entry: dict) -> str:
+    """The headline without its every-rate comparison (tested on its own below)."""
+    return latency.headline(entry).replace(latency.pairwise(entry), "")
+
+
 def test_the_headline_names_a_winner_on_p99_only_beyond_the_tie_margin() -> None:
     entry = _entry()
     mm2 = entry["variants"][2]["rates"][1]  # type: ignore[index]
     mm2.update({"sustained": True, "p50_ms": 12.0, "p99_ms": 31.0})  # ureplicator-low-latency: 10.0 / 30.0 ms
-    assert latency.headline(entry).endswith("MirrorMaker 2's best: p99 31.0 ms (mirrormaker2-low-latency), "
+    assert _without_pairwise(entry).endswith("MirrorMaker 2's best: p99 31.0 ms (mirrormaker2-low-latency), "
                                             "a tie on p99 at this resolution.")
     mm2["p99_ms"] = 40.0
-    assert latency.headline(entry).endswith("MirrorMaker 2's best: p99 40.0 ms (mirrormaker2-low-latency).")
+    assert _without_pairwise(entry).endswith("MirrorMaker 2's best: p99 40.0 ms (mirrormaker2-low-latency).")
     mm2["p99_ms"] = 20.0
-    assert latency.headline(entry).endswith("MirrorMaker 2's best: p99 20.0 ms (mirrormaker2-low-latency), "
+    assert _without_pairwise(entry).endswith("MirrorMaker 2's best: p99 20.0 ms (mirrormaker2-low-latency), "
                                             "**lower than ours**.")
 
 
@@ -226,24 +231,24 @@ def test_a_starved_loop_thread_is_named_as_where_the_time_went() -> None:
 def test_the_headline_reads_the_goal_least_favourably() -> None:
     entry = _entry()
     # Met by the low-latency variant; MirrorMaker 2 did not sustain the rate, so it is not compared.
-    assert latency.headline(entry) == ("**Headline: goal met** — ureplicator's best p99 at 20,000 records/s was "
+    assert _without_pairwise(entry) == ("**Headline: goal met** — ureplicator's best p99 at 20,000 records/s was "
                                        "30.0 ms (ureplicator-low-latency; goal < 50 ms); with the defaults: p99 "
                                        "95.0 ms.")
     # A MirrorMaker 2 with a worse p99 but a lower median: the headline says so.
     theirs = entry["variants"][2]["rates"][1]  # type: ignore[index]
     theirs.update({"sustained": True, "p99_ms": 40.0, "p50_ms": 8.0})
-    assert latency.headline(entry) == ("**Headline: goal met** — ureplicator's best p99 at 20,000 records/s was "
+    assert _without_pairwise(entry) == ("**Headline: goal met** — ureplicator's best p99 at 20,000 records/s was "
                                        "30.0 ms (ureplicator-low-latency; goal < 50 ms); with the defaults: p99 "
                                        "95.0 ms; MirrorMaker 2's best: p99 40.0 ms (mirrormaker2-low-latency); "
                                        "its p50 is lower than ours (8.0 vs 10.0 ms).")
     theirs.update({"p99_ms": 60.0, "p50_ms": 40.0})
     low = entry["variants"][1]["rates"][1]  # type: ignore[index]
     low["sustained"] = False  # the best p99 does not count when the rate was not kept
-    assert latency.headline(entry) == ("**Headline: goal missed** — ureplicator's best p99 at 20,000 records/s "
+    assert _without_pairwise(entry) == ("**Headline: goal missed** — ureplicator's best p99 at 20,000 records/s "
                                        "was 95.0 ms (ureplicator-default; goal < 50 ms); MirrorMaker 2's best: "
                                        "p99 60.0 ms (mirrormaker2-low-latency), **lower than ours**.")
     entry["variants"][0]["rates"][1]["sustained"] = False  # type: ignore[index]
-    assert latency.headline(entry) == ("**Headline: goal missed** — no ureplicator variant sustained 20,000 "
+    assert _without_pairwise(entry) == ("**Headline: goal missed** — no ureplicator variant sustained 20,000 "
                                        "records/s; MirrorMaker 2's best: p99 60.0 ms (mirrormaker2-low-latency).")
 
 
@@ -261,3 +266,17 @@ def test_mirrormaker2s_producer_overrides_are_named_in_the_settings_table_not_ca
     assert latency.settings_cell(low) == ("`destination.producer.linger.ms=0`; the worker's producer settings: "
                                           "`acks=all`")
     assert "| ureplicator-default | defaults | 0.5 % |" in rows
+
+
+def test_the_headline_names_every_rate_and_setting_where_mirrormaker2_is_lower():
+    def variant(name, *rates):
+        return {"variant": name, "rates": [{"rate": r, "p50_ms": p50, "p99_ms": p99} for r, p50, p99 in rates]}
+
+    entry = {"variants": [variant("ureplicator-default", (20_000, 10.0, 38.5), (50_000, 11.8, 57.2)),
+                          variant("ureplicator-low-latency", (20_000, 9.1, 42.9)),
+                          variant("mirrormaker2-low-latency", (20_000, 13.0, 105.8)),
+                          variant("mirrormaker2-default", (20_000, 12.0, 69.8), (50_000, 13.4, 54.4))]}
+    assert latency.pairwise(entry) == "; **MirrorMaker 2 is lower at** default 50,000/s p99 57.2 vs 54.4 ms"
+    entry["variants"][0]["rates"][1]["p99_ms"] = 54.4
+    assert latency.pairwise(entry).startswith("; at every rate and setting, ureplicator's p50 and p99 are at or below")
+    assert latency.pairwise({"variants": entry["variants"][:2]}) == ""
