@@ -180,7 +180,7 @@ class TlsServer:
                 finally:
                     self._peers.pop(relay_port, None)
         except (OSError, ssl.SSLError) as exc:
-            self._log.debug("tls_connection_failed", client=str(peer[0]), error=str(exc))
+            self._log.debug("tls_connection_failed", client=str(peer[0]), error=logs.error_text(exc))
         finally:
             conn.close()
 

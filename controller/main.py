@@ -67,7 +67,7 @@ def run(config: Config) -> int:
     except OSError as exc:
         client.stop()
         client.close()
-        log.error("rest_port_unavailable", port=config.controller.rest_port, error=str(exc))
+        log.error("rest_port_unavailable", port=config.controller.rest_port, error=logs.error_text(exc))
         return 1
     leadership.start()
     log.info("controller_started", rest_port=server.server_port)

@@ -182,5 +182,5 @@ def _auto_whitelist(config: Config, client: KazooClient, source_admin: Any, dest
             register(config, client, source_admin, destination_admin, topic, automatic=True)
             added.append(topic)
         except TopicError as exc:
-            log.warning("auto_whitelist_skipped", topic=topic, error=str(exc))
+            log.warning("auto_whitelist_skipped", topic=topic, error=logs.error_text(exc))
     return added

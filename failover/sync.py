@@ -77,7 +77,7 @@ class GroupSync:
                 try:
                     self.round()
                 except UReplicatorError as exc:
-                    self._log.warning("group_sync_round_failed", error=str(exc))
+                    self._log.warning("group_sync_round_failed", error=logs.error_text(exc))
 
     def round(self) -> dict[str, str]:
         """Sync every eligible group once; returns group -> outcome (synced, unchanged, active, failed)."""
@@ -93,7 +93,7 @@ class GroupSync:
             except UReplicatorError as exc:
                 self.metrics.errors.inc()
                 outcomes[group] = "failed"
-                self._log.warning("group_sync_failed", group=group, error=str(exc))
+                self._log.warning("group_sync_failed", group=group, error=logs.error_text(exc))
                 continue
             ahead = [p for p in outcome.translation.partitions if p.state == AHEAD]
             ahead_partitions += len(ahead)

@@ -36,6 +36,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from tenacity import Retrying, retry_if_exception, retry_if_result, wait_exponential
 
+from ureplicator.common import logs
 from ureplicator.worker.acks import TP, AckLedger
 from ureplicator.worker.metrics import WorkerMetrics
 
@@ -335,4 +336,4 @@ class Committer:
             try:
                 old.close()
             except (KafkaException, RuntimeError) as exc:
-                self._log.warning("commit_client_close_failed", error=str(exc))
+                self._log.warning("commit_client_close_failed", error=logs.error_text(exc))

@@ -32,7 +32,7 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, TIMESTAMP_NOT_AVAILABLE, KafkaError, KafkaException, TopicPartition
 
-from ureplicator.common import provenance
+from ureplicator.common import logs, provenance
 from ureplicator.common.config import Config
 from ureplicator.worker import fetchwatch, transactions
 from ureplicator.worker.acks import EXACT_FOR_S, TP, AckLedger, PartitionAcks
@@ -586,7 +586,7 @@ def _close_consumer(holder: list[Any], log: Any) -> None:
     try:
         consumer.close()
     except (KafkaException, RuntimeError) as exc:
-        log.warning("consumer_close_failed", error=str(exc))
+        log.warning("consumer_close_failed", error=logs.error_text(exc))
 
 
 def _carries(headers: list[tuple[str, Any]], name: str) -> bool:

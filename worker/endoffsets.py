@@ -14,6 +14,8 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from ureplicator.common import logs
+
 TP = tuple[str, int]
 # The partitions asked about -> their end offsets; a partition whose answer failed is left out.
 Query = Callable[[list[TP], float], dict[TP, int]]
@@ -60,7 +62,7 @@ class EndOffsets:
             found = self._query(wanted, self._timeout_s)
         except Exception as exc:  # noqa: BLE001 - any failure only means "not known now"
             if not self._failing:
-                self._log.warning("end_offsets_unknown", partitions=len(wanted), error=str(exc))
+                self._log.warning("end_offsets_unknown", partitions=len(wanted), error=logs.error_text(exc))
             self._failing = True
             return
         if self._failing:

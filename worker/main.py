@@ -107,7 +107,7 @@ def run_pooled(config: Config) -> int:
         try:
             binding["route"] = PoolBinding.decode(data).route if data else None
         except SchemaError as exc:
-            log.error("pool_binding_unreadable", error=str(exc))
+            log.error("pool_binding_unreadable", error=logs.error_text(exc))
             binding["route"] = None
         changed.set()
         return not stop.is_set()
@@ -167,7 +167,7 @@ def run_pooled(config: Config) -> int:
                     serving = _Serving(config, wid, wanted, metrics_for(wanted))
                     face.current = serving
                 except UReplicatorError as exc:  # the route cannot be served from this file: say so, wait
-                    log.error("pool_route_not_served", route=wanted, error=str(exc))
+                    log.error("pool_route_not_served", route=wanted, error=logs.error_text(exc))
                     failed = (wanted, time.monotonic() + 10.0)
             changed.wait(1.0)
             changed.clear()
