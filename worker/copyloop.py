@@ -298,6 +298,17 @@ class CopyLoop:
                         self.destination.mark_broken(kerr.str())
                         self._abandon(messages[i - 1:])
                         return None
+                    if self._txn is not None and (kerr.code() == KafkaError._STATE or kerr.txn_requires_abort()):
+                        # Exactly-once: the open transaction failed (a purge, a sequence gap after a
+                        # destination restart) and librdkafka takes no record until it is aborted.
+                        # The producer's state, not a refusal of this record: the rest of the batch is
+                        # rewound, and the loop aborts the transaction before anything is sent again.
+                        self.log.warning("produce_refused_until_abort", topic=topic, partition=partition,
+                                         offset=offset, error=kerr.str())
+                        self.ledger.in_flight_bytes += fetched_bytes
+                        self.produced += produced
+                        self._abandon(messages[i - 1:])
+                        return None
                     self.handoff.stop_partition(acks, offset, kerr.str())
                     if nxt_route is route:
                         nxt_route = None  # the look-ahead saw the route before it was stopped

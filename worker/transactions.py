@@ -23,10 +23,13 @@ coordinator without a limit, and once its coordinator lookup waits on a broker s
 that never comes (the destination restarted, and nothing else changes state) it never
 returns, whatever its timeout (confluentinc/librdkafka#5456 and #5511, both open). That is
 what stalled exactly-once mirroring after two destination restarts. So that call runs on a
-helper thread and the loop waits ``timeout_s`` plus :data:`OVERRUN_S`; past that the outcome
-is ``FATAL``: the loop replaces the producer, whose successor's ``init_transactions`` fences
-the stuck one. The stuck call's thread keeps its producer alive until the call returns, so the
-client is never destroyed under it.
+helper thread and the loop waits :data:`OFFSETS_TIMEOUT_S` (or ``timeout_s`` when shorter) plus
+:data:`OVERRUN_S`; past that the outcome is ``FATAL``: the loop replaces the producer, whose
+successor's ``init_transactions`` fences the stuck one. That bound is short because every
+partition of the worker waits for it, and a healthy call takes two round trips: with the
+full 30 s + 5 s bound a destination restart paused every partition for the outage plus
+about 46 s (docs/operations.md, "Destination restarts"). The stuck call's thread keeps its
+producer alive until the call returns, so the client is never destroyed under it.
 
 A replaced producer is let go with :func:`retire`, never ``close()``: confluent-kafka's
 ``close()`` aborts the open transaction and flushes, neither bounded by anything the loop
@@ -53,6 +56,15 @@ FATAL = "fatal"
 # How much longer than its own timeout a transactional call may run before the loop gives up on
 # its producer: librdkafka's own timeout, when it works, always wins.
 OVERRUN_S = 5.0
+# librdkafka's own timeout for send_offsets_to_transaction: AddOffsetsToTxn and TxnOffsetCommit, two
+# round trips (a coordinator still loading answers "retry" within it). When it fires the call returns
+# a retriable error and the next turn sends the positions again; only a call that ignores it (the hang
+# above) costs the producer.
+OFFSETS_TIMEOUT_S = 5.0
+# An abort's own timeout (unless the caller gives one): one EndTxn round trip. One that times out costs
+# the producer, whose successor's init_transactions aborts the transaction on the coordinator anyway;
+# with the full 30 s the loop sat that long in an abort after a destination restart.
+ABORT_TIMEOUT_S = 5.0
 
 
 # The pipeline's delivery mode, recorded by the controller (controller/fencing.py writes the same node).
@@ -161,7 +173,7 @@ class Transactions:
         """Send ``offsets`` (destination topic/partition -> next source offset) and commit, all records included."""
         try:
             if offsets and not self._bounded(producer.send_offsets_to_transaction, offsets,
-                                             self._group_metadata(), self._timeout_s):
+                                             self._group_metadata(), min(self._timeout_s, OFFSETS_TIMEOUT_S)):
                 self.reset()
                 return FATAL
             producer.commit_transaction(self._timeout_s)
@@ -178,7 +190,8 @@ class Transactions:
         return COMMITTED
 
     def _bounded(self, call: Callable[..., None], *args: Any) -> bool:
-        """``call(*args)`` on a helper thread; False (logged) when it is still running past its timeout.
+        """``call(*args)`` on a helper thread; False (logged) when it is still running past its timeout
+        (the last argument) plus the overrun.
 
         The call's own exception is raised here, in the loop's thread. A call that does not
         return is left running: its thread holds the producer (``call`` is bound to it), so
@@ -194,20 +207,25 @@ class Transactions:
 
         thread = threading.Thread(target=run, name="transaction-call", daemon=True)
         thread.start()
-        thread.join(self._timeout_s + self._overrun_s)
+        waited_s = args[-1] + self._overrun_s
+        thread.join(waited_s)
         if thread.is_alive():
             self._log.error("transaction_call_hung", call=getattr(call, "__name__", str(call)),
-                            waited_s=self._timeout_s + self._overrun_s, outcome=FATAL)
+                            waited_s=waited_s, outcome=FATAL)
             return False
         if raised:
             raise raised[0]
         return True
 
     def abort(self, producer: Any, timeout_s: float | None = None) -> str:
-        """Abort the open transaction: none of its records is ever visible to a read_committed reader."""
+        """Abort the open transaction: none of its records is ever visible to a read_committed reader.
+
+        Waits at most ``timeout_s`` (default: :data:`ABORT_TIMEOUT_S`, or the transactional timeout when
+        shorter); an abort that did not finish by then is ``FATAL``.
+        """
         self.aborts += 1
         try:
-            producer.abort_transaction(self._timeout_s if timeout_s is None else timeout_s)
+            producer.abort_transaction(min(self._timeout_s, ABORT_TIMEOUT_S) if timeout_s is None else timeout_s)
         except KafkaException as exc:
             self._log.warning("transaction_abort_failed", error=str(exc.args[0]), outcome=classify(exc))
             self.reset()  # a new producer's init_transactions aborts it on the broker

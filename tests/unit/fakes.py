@@ -573,6 +573,14 @@ class FakeTransactions:
     def init_transactions(self, timeout: float) -> None:
         self.calls.append("init")
 
+    def produce(self, *args: Any, **kwargs: Any) -> None:
+        """As librdkafka: no record is taken while the open transaction can only be aborted."""
+        if self.abortable_error is not None:
+            raise KafkaException(KafkaError(KafkaError._STATE, "Unable to produce message: Erroneous state"))
+        produce = getattr(super(), "produce", None)  # the fake producer mixed in after this class, if any
+        if produce is not None:
+            produce(*args, **kwargs)
+
     def begin_transaction(self) -> None:
         """As librdkafka: a state error while one is open; the transaction's own error once it is abortable."""
         if self.abortable_error is not None:
@@ -582,9 +590,12 @@ class FakeTransactions:
         self.calls.append("begin")
         self.txn_open = True
 
+    offsets_timeout: float | None = None  # the timeout the last send_offsets_to_transaction was given
+
     def send_offsets_to_transaction(self, offsets: list[TopicPartition], metadata: Any, timeout: float) -> None:
         self.calls.append("offsets")
         self.offsets = offsets
+        self.offsets_timeout = timeout
         if self.offsets_answer is not None:
             self.offsets_answer.wait()
         if self.fail_offsets is not None:
@@ -596,8 +607,11 @@ class FakeTransactions:
             raise KafkaException(self.fail_commit)
         self.txn_open = False
 
+    abort_timeout: float | None = None  # the timeout the last abort_transaction was given
+
     def abort_transaction(self, timeout: float) -> None:
         self.calls.append("abort")
+        self.abort_timeout = timeout
         if self.fail_abort is not None:
             raise KafkaException(self.fail_abort)
         self.txn_open = False

@@ -323,3 +323,37 @@ def test_begin_transaction_tells_an_abortable_transaction_from_an_open_one() -> 
             client.begin_transaction()  # a new transaction opens after the abort
     finally:
         mock.close()
+
+
+def test_an_abortable_transaction_refuses_every_record_with_a_state_error_until_the_abort() -> None:
+    """What the copy loop's ``produce_refused_until_abort`` rests on, on librdkafka itself and on the fake.
+
+    Once the open transaction failed, ``produce`` raises ``_STATE`` ("Erroneous state") for
+    any record, whatever its partition: the producer's state, not a refusal of the record (the
+    exactly-once soak's destination restarts stopped a partition on it). After the abort the
+    same record is taken.
+    """
+    mock = MockCluster(TOPIC)
+    fake = FakeTransactions()
+    fake.calls = []
+    try:
+        producer = Producer({**SETTINGS, "bootstrap.servers": mock.bootstrap, "transactional.id": "t2",
+                             "error_cb": lambda err: None})
+        producer.init_transactions(10)
+        producer.begin_transaction()
+        mock.refuse_next_produce()
+        producer.produce(TOPIC, b"poison", partition=0)
+        producer.flush(2)
+        fake.begin_transaction()
+        fake.abortable_error = KafkaError(KafkaError.MSG_SIZE_TOO_LARGE, "refused", txn_requires_abort=True)
+        for client in (producer, fake):
+            with pytest.raises(KafkaException) as refused:
+                client.produce(TOPIC, b"fine", partition=0)
+            assert refused.value.args[0].code() == KafkaError._STATE
+            assert not refused.value.args[0].fatal()
+            client.abort_transaction(10)
+            client.begin_transaction()
+            client.produce(TOPIC, b"fine", partition=0)  # taken again after the abort
+        assert producer.flush(10) == 0
+    finally:
+        mock.close()

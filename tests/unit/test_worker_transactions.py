@@ -107,6 +107,36 @@ def test_sending_the_positions_that_never_returns_gives_the_producer_up():
         answer.set()
 
 
+def test_the_positions_get_a_few_seconds_however_long_the_other_calls_may_take(monkeypatch):
+    # Given the transactional calls' 30 s timeout
+    producer = Producer()
+    txn = opened(producer, timeout_s=30.0)
+    # When the positions are sent, librdkafka is given the short bound for that call alone
+    assert txn.commit(producer, [TopicPartition("dest", 0, 1)]) == COMMITTED
+    assert producer.offsets_timeout == transactions.OFFSETS_TIMEOUT_S < 30.0
+    # And a call that ignores it is given up after that bound (plus the overrun), not after 30 s
+    monkeypatch.setattr(transactions, "OFFSETS_TIMEOUT_S", 0.05)
+    answer, log = threading.Event(), Log()
+    stuck = Producer(offsets_answer=answer)
+    txn = opened(stuck, log=log, timeout_s=30.0)
+    try:
+        assert txn.commit(stuck, [TopicPartition("dest", 0, 1)]) == FATAL
+        assert "transaction_call_hung" in log.events and stuck.offsets_timeout == 0.05
+    finally:
+        answer.set()
+
+
+def test_an_abort_gets_a_few_seconds_and_one_that_times_out_costs_the_producer():
+    # Given the transactional calls' 30 s timeout and an abort that times out
+    producer = Producer(fail_abort=TxnError(KafkaError._TIMED_OUT, retriable=True))
+    txn = opened(producer, timeout_s=30.0)
+    # When the open transaction is aborted
+    outcome = txn.abort(producer)
+    # Then librdkafka was given the short bound, and the outcome asks for a new producer
+    assert producer.abort_timeout == transactions.ABORT_TIMEOUT_S < 30.0
+    assert outcome == FATAL and not txn.open
+
+
 def test_a_retired_producer_is_let_go_beside_the_loop_never_closed():
     closes: list[str] = []
 
