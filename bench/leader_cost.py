@@ -10,6 +10,7 @@ import argparse
 import itertools
 import json
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -293,7 +294,7 @@ def measure(args: argparse.Namespace, before: bool, routes: int, workers: int, p
         window_rounds = stats1["round_count"] - stats0["round_count"]
         window_reads = stats1["reads"] - stats0["reads"]
         recent = stats1["rounds"][-window_rounds:] if window_rounds else []
-        return {
+        measured = {
             "variant": "before" if before else "route_view",
             "routes": routes, "workers": len(everyone), "partitions": per_route * routes,
             "first_settle_s": round(first_settle_s, 3),
@@ -310,6 +311,8 @@ def measure(args: argparse.Namespace, before: bool, routes: int, workers: int, p
             "reads_per_round_inside": round(sum(r[2] for r in recent) / max(1, len(recent)), 2),
             "round_p50_s": round(sorted(r[1] for r in recent)[len(recent) // 2], 4) if recent else None,
         }
+        shutil.rmtree(workdir, ignore_errors=True)  # a failed scenario keeps its folder: the leader's log
+        return measured
     finally:
         if leader is not None:
             leader.proc.terminate()

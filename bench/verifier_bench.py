@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -366,6 +367,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "warm_new_topic": warm, "notes": args.note,
         }
         verifier.spark.stop()
+    shutil.rmtree(work, ignore_errors=True)  # reports and checkpoints of a finished run; a failed one keeps them
     return entry
 
 
