@@ -292,19 +292,19 @@ class CopyLoop:
                     ):
                         continue  # the destination just grew; the producer's metadata now knows it
                     run_count = run_bytes = 0  # the open run will never be reported
-                    if kerr.fatal() or kerr.code() == KafkaError._FATAL:
-                        self.ledger.in_flight_bytes += fetched_bytes
-                        self.produced += produced
-                        self.destination.mark_broken(kerr.str())
-                        self._abandon(messages[i - 1:])
-                        return None
-                    if self._txn is not None and (kerr.code() == KafkaError._STATE or kerr.txn_requires_abort()):
-                        # Exactly-once: the open transaction failed (a purge, a sequence gap after a
-                        # destination restart) and librdkafka takes no record until it is aborted.
-                        # The producer's state, not a refusal of this record: the rest of the batch is
-                        # rewound, and the loop aborts the transaction before anything is sent again.
-                        self.log.warning("produce_refused_until_abort", topic=topic, partition=partition,
-                                         offset=offset, error=kerr.str())
+                    fatal = kerr.fatal() or kerr.code() == KafkaError._FATAL
+                    # Exactly-once: the open transaction failed (a purge, a sequence gap after a
+                    # destination restart) and librdkafka takes no record until it is aborted. The
+                    # producer's state, not a refusal of this record: the rest of the batch is rewound,
+                    # and the loop aborts the transaction before anything is sent again.
+                    txn_failed = self._txn is not None and (kerr.code() == KafkaError._STATE
+                                                            or kerr.txn_requires_abort())
+                    if fatal or txn_failed:
+                        if fatal:
+                            self.destination.mark_broken(kerr.str())
+                        else:
+                            self.log.warning("produce_refused_until_abort", topic=topic, partition=partition,
+                                             offset=offset, error=kerr.str())
                         self.ledger.in_flight_bytes += fetched_bytes
                         self.produced += produced
                         self._abandon(messages[i - 1:])

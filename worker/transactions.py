@@ -172,8 +172,9 @@ class Transactions:
     def commit(self, producer: Any, offsets: list[TopicPartition]) -> str:
         """Send ``offsets`` (destination topic/partition -> next source offset) and commit, all records included."""
         try:
-            if offsets and not self._bounded(producer.send_offsets_to_transaction, offsets,
-                                             self._group_metadata(), min(self._timeout_s, OFFSETS_TIMEOUT_S)):
+            if offsets and not self._bounded(producer.send_offsets_to_transaction,
+                                             min(self._timeout_s, OFFSETS_TIMEOUT_S), offsets,
+                                             self._group_metadata()):
                 self.reset()
                 return FATAL
             producer.commit_transaction(self._timeout_s)
@@ -189,9 +190,9 @@ class Transactions:
         self.commits += 1
         return COMMITTED
 
-    def _bounded(self, call: Callable[..., None], *args: Any) -> bool:
-        """``call(*args)`` on a helper thread; False (logged) when it is still running past its timeout
-        (the last argument) plus the overrun.
+    def _bounded(self, call: Callable[..., None], timeout_s: float, *args: Any) -> bool:
+        """``call(*args, timeout_s)`` on a helper thread; False (logged) when it is still running past
+        ``timeout_s`` plus the overrun.
 
         The call's own exception is raised here, in the loop's thread. A call that does not
         return is left running: its thread holds the producer (``call`` is bound to it), so
@@ -201,13 +202,13 @@ class Transactions:
 
         def run() -> None:
             try:
-                call(*args)
+                call(*args, timeout_s)
             except BaseException as exc:  # handed over to the loop's thread below
                 raised.append(exc)
 
         thread = threading.Thread(target=run, name="transaction-call", daemon=True)
         thread.start()
-        waited_s = args[-1] + self._overrun_s
+        waited_s = timeout_s + self._overrun_s
         thread.join(waited_s)
         if thread.is_alive():
             self._log.error("transaction_call_hung", call=getattr(call, "__name__", str(call)),

@@ -616,3 +616,20 @@ class FakeTransactions:
             raise KafkaException(self.fail_abort)
         self.txn_open = False
         self.abortable_error = None
+
+
+class FakeTxnProducer(FakeTransactions, FakeProducer):
+    """A FakeProducer with librdkafka's transactional calls; ``fail_commit`` makes commit_transaction raise.
+    Its replacements (:meth:`fresh`) are transactional too and write to the same destination."""
+
+    def __init__(self, fail_commit: KafkaError | None = None, written: dict[TP, list[bytes]] | None = None,
+                 records: dict[TP, list[FakeMessage]] | None = None) -> None:
+        super().__init__(written=written, records=records)
+        self.fail_commit = fail_commit
+        self.calls: list[str] = []
+        self.offsets: list[TopicPartition] = []
+
+    def fresh(self) -> FakeTxnProducer:
+        new = FakeTxnProducer(written=self.written, records=self.records)
+        self.replacements.append(new)
+        return new

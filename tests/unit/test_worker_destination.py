@@ -6,7 +6,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, TopicPartition
 
-from tests.unit.fakes import FakeProducer, FakeTransactions
+from tests.unit.fakes import FakeProducer, FakeTxnProducer
 from tests.unit.test_worker_transactions import Log, TxnError
 from ureplicator.worker import transactions
 from ureplicator.worker.clients import FatalErrors
@@ -21,22 +21,12 @@ class Clock:
         return self.now
 
 
-class TxnProducer(FakeTransactions, FakeProducer):
-    """A FakeProducer with the transactional calls; ``fail_commit`` makes commit_transaction raise."""
-
-    def __init__(self, fail_commit: KafkaError | None = None) -> None:
-        super().__init__()
-        self.fail_commit = fail_commit
-        self.calls: list[str] = []
-        self.offsets: list[TopicPartition] = []
-
-
 def destination(producer: FakeProducer, clock: Clock | None = None, exactly_once: bool = False,
                 made: list[Any] | None = None) -> Destination:
     fresh = made if made is not None else []
 
     def make() -> Any:
-        fresh.append(TxnProducer() if exactly_once else producer.fresh())
+        fresh.append(FakeTxnProducer() if exactly_once else producer.fresh())
         return fresh[-1]
 
     txn = None
@@ -125,7 +115,7 @@ def test_a_replaced_producer_is_watched_from_its_replacement_on():
 
 
 def test_exactly_once_a_purge_with_no_open_transaction_does_nothing_and_an_open_one_is_aborted():
-    producer = TxnProducer()
+    producer = FakeTxnProducer()
     dest = destination(producer, exactly_once=True)
     assert dest.ready()
     assert dest.purge("fenced") is None
@@ -137,7 +127,7 @@ def test_exactly_once_a_purge_with_no_open_transaction_does_nothing_and_an_open_
 def test_exactly_once_each_commit_outcome_is_answered_and_a_fenced_producer_is_replaced():
     made: list[Any] = []
     # A retriable error: not committed yet
-    producer = TxnProducer(TxnError(KafkaError._TIMED_OUT, retriable=True))
+    producer = FakeTxnProducer(TxnError(KafkaError._TIMED_OUT, retriable=True))
     dest = destination(producer, exactly_once=True, made=made)
     assert dest.ready()
     dest.begin()

@@ -2,47 +2,22 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from confluent_kafka import KafkaError
 from structlog.testing import capture_logs
 
-from tests.unit.fakes import FakeCommitClient, FakeConsumer, FakeProducer, FakeTransactions, FakeZooKeeper
+from tests.unit.fakes import FakeCommitClient, FakeConsumer, FakeTxnProducer, FakeZooKeeper
+from tests.unit.test_worker_mirror import Clock
 from ureplicator.common import config as config_module
 from ureplicator.common.zkschema import Assignment, Paths, TopicRecord, WorkerStatus
 from ureplicator.worker.clients import WorkerClients
 from ureplicator.worker.mirror import MirrorWorker
 
 
-class Clock:
-    """The worker's clock: time passes only when a test says so."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-class TxnProducer(FakeTransactions, FakeProducer):
-    """The fake producer with librdkafka's transactional calls; its replacements are transactional too."""
-
-    def __init__(self, written: dict | None = None, records: dict | None = None) -> None:
-        super().__init__(written=written, records=records)
-        self.calls: list[str] = []
-        self.offsets: list[Any] = []
-
-    def fresh(self) -> TxnProducer:
-        new = TxnProducer(self.written, self.records)
-        self.replacements.append(new)
-        return new
-
-
 def values(n: int, partition: int, start: int = 0) -> list[bytes]:
     return [f"p{partition}-{i}".encode() for i in range(start, start + n)]
 
 
-def exactly_once_worker() -> tuple[MirrorWorker, FakeConsumer, TxnProducer, FakeZooKeeper, Paths, Clock]:
+def exactly_once_worker() -> tuple[MirrorWorker, FakeConsumer, FakeTxnProducer, FakeZooKeeper, Paths, Clock]:
     """One exactly-once worker (Python loop) on fake clients, topic t with 2 partitions of 10 records."""
     cfg = config_module.from_dict({
         "pipeline": "unit",
@@ -58,7 +33,7 @@ def exactly_once_worker() -> tuple[MirrorWorker, FakeConsumer, TxnProducer, Fake
     consumer = FakeConsumer({("t", 0): values(10, 0), ("t", 1): values(10, 1)})
     consumer.consumer_group_metadata = lambda: "group-metadata"  # type: ignore[attr-defined]
     destination_group = FakeConsumer({})  # the pipeline's group on the destination: nothing committed yet
-    producer = TxnProducer()
+    producer = FakeTxnProducer()
     clients = WorkerClients(consumer=consumer, producer=producer, zk=zk, make_producer=producer.fresh,
                             make_commit_client=lambda: FakeCommitClient(consumer),
                             make_offsets_client=lambda: FakeCommitClient(destination_group),
