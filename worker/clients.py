@@ -30,12 +30,48 @@ class FatalErrors:
             self.failed = err.str()
 
 
+def kafka_cause(exc: BaseException) -> KafkaException | None:
+    """The KafkaException behind ``exc`` (itself, or what it was raised from), or None.
+
+    confluent-kafka (2.16) raises a fatal error from its error callback by setting the
+    exception and going on serving: a delivery report served after it in the same
+    ``flush``/``poll`` calls our Python callback with that exception still set, and the
+    call ends in ``SystemError: ... returned a result with an exception set``, raised from
+    the fatal ``KafkaException``. Seen in the exactly-once soak (a fenced producer's
+    ``flush``: the worker process died); the fatal error is the news, not the SystemError.
+    """
+    seen: BaseException | None = exc
+    for _ in range(8):  # a short chain; never loop on a cycle
+        if seen is None:
+            return None
+        if isinstance(seen, KafkaException):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def _unwrapped(call: Callable[..., Any], *args: Any) -> Any:
+    """``call(*args)``, a SystemError raised from a KafkaException raised as that KafkaException.
+
+    The transaction calls may serve delivery reports too (:func:`kafka_cause`); their
+    callers classify KafkaErrors and know nothing of a SystemError.
+    """
+    try:
+        return call(*args)
+    except SystemError as exc:
+        cause = kafka_cause(exc)
+        if cause is None:
+            raise
+        raise cause from exc
+
+
 class GuardedProducer:
     """The destination producer, with fatal errors out of ``poll``/``flush``/``purge`` kept as state.
 
     confluent-kafka raises a fatal error from whichever call serves the error event,
-    error_cb or not; the hot path's ``produce`` is the client's own bound method (no
-    wrapper cost) and raises it as ``_FATAL``, which the loop handles itself.
+    error_cb or not (sometimes as a ``SystemError`` raised from it: :func:`kafka_cause`);
+    the hot path's ``produce`` is the client's own bound method (no wrapper cost) and
+    raises it as ``_FATAL``, which the loop handles itself.
     """
 
     def __init__(self, producer: Any, errors: FatalErrors, client_id: str = "") -> None:
@@ -47,30 +83,34 @@ class GuardedProducer:
         self.produce = producer.produce
         self.list_topics = producer.list_topics
 
-    def _fatal(self, exc: KafkaException) -> None:
-        err = exc.args[0]
-        if not (err.fatal() or err.code() == KafkaError._FATAL):
+    def _fatal(self, exc: KafkaException | SystemError) -> None:
+        """Keep a fatal error as state (the loop replaces the producer); anything else is raised."""
+        cause = kafka_cause(exc)
+        err = cause.args[0] if cause is not None and cause.args else None
+        if not isinstance(err, KafkaError) or not (err.fatal() or err.code() == KafkaError._FATAL):
             raise exc
+        # A report interrupted by the SystemError is not lost: after a fatal error every
+        # partition goes back to its acknowledged (exactly-once: committed) position.
         self._errors.failed = err.str()
 
     def poll(self, timeout: float = 0) -> int:
         try:
             return int(self._producer.poll(timeout))
-        except KafkaException as exc:
+        except (KafkaException, SystemError) as exc:
             self._fatal(exc)
             return 0
 
     def flush(self, timeout: float = -1) -> int:
         try:
             return int(self._producer.flush(timeout))
-        except KafkaException as exc:
+        except (KafkaException, SystemError) as exc:
             self._fatal(exc)
             return len(self._producer)
 
     def purge(self, in_queue: bool = True, in_flight: bool = True, blocking: bool = True) -> None:
         try:
             self._producer.purge(in_queue=in_queue, in_flight=in_flight, blocking=blocking)
-        except KafkaException as exc:
+        except (KafkaException, SystemError) as exc:
             self._fatal(exc)
 
     def close(self) -> None:
@@ -78,19 +118,19 @@ class GuardedProducer:
 
     # Exactly-once mode (worker/transactions.py): these raise; the caller classifies the error.
     def init_transactions(self, timeout: float) -> None:
-        self._producer.init_transactions(timeout)
+        _unwrapped(self._producer.init_transactions, timeout)
 
     def begin_transaction(self) -> None:
-        self._producer.begin_transaction()
+        _unwrapped(self._producer.begin_transaction)
 
     def send_offsets_to_transaction(self, offsets: list[Any], group_metadata: Any, timeout: float) -> None:
-        self._producer.send_offsets_to_transaction(offsets, group_metadata, timeout)
+        _unwrapped(self._producer.send_offsets_to_transaction, offsets, group_metadata, timeout)
 
     def commit_transaction(self, timeout: float) -> None:
-        self._producer.commit_transaction(timeout)
+        _unwrapped(self._producer.commit_transaction, timeout)
 
     def abort_transaction(self, timeout: float) -> None:
-        self._producer.abort_transaction(timeout)
+        _unwrapped(self._producer.abort_transaction, timeout)
 
     def __len__(self) -> int:
         return len(self._producer)

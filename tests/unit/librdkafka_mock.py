@@ -16,6 +16,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartiti
 
 PRODUCE_API = 0  # Kafka's ApiKey of a ProduceRequest
 MESSAGE_TOO_LARGE = 10  # the broker's MESSAGE_TOO_LARGE: a refusal of the record, not of the producer
+INVALID_PRODUCER_EPOCH = 47  # a newer instance of a transactional id exists: the producer is fenced
 BROKER = 1  # the one broker's id
 
 
@@ -65,6 +66,11 @@ class MockCluster:
     def refuse_next_produce(self) -> None:
         errors = (ctypes.c_int * 1)(MESSAGE_TOO_LARGE)
         self._lib.rd_kafka_mock_push_request_errors_array(self._cluster, PRODUCE_API, 1, errors)
+
+    def fence_next_produces(self, count: int) -> None:
+        """The next ``count`` produce requests answer "old epoch": a transactional producer is fenced (fatal)."""
+        errors = (ctypes.c_int * count)(*([INVALID_PRODUCER_EPOCH] * count))
+        self._lib.rd_kafka_mock_push_request_errors_array(self._cluster, PRODUCE_API, count, errors)
 
     def answer_after(self, rtt_ms: int) -> None:
         """The broker answers every request ``rtt_ms`` late (0: at once again)."""

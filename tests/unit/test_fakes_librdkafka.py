@@ -26,6 +26,7 @@ from tests.unit.librdkafka_mock import MockCluster
 from ureplicator.common import provenance
 from ureplicator.common.kafka import PRODUCER_INVARIANTS
 from ureplicator.worker.acks import resend
+from ureplicator.worker.clients import FatalErrors, GuardedProducer
 
 TOPIC = "orders"
 QUEUE_SIZE = 4  # queue.buffering.max.messages of the real producer, capacity of the fake
@@ -357,3 +358,75 @@ def test_an_abortable_transaction_refuses_every_record_with_a_state_error_until_
         assert producer.flush(10) == 0
     finally:
         mock.close()
+
+
+def test_a_fenced_producer_s_flush_leaves_the_fatal_error_as_state_not_a_system_error() -> None:
+    """confluent-kafka's fatal error can surface as a SystemError; the guarded producer keeps it as state.
+
+    The fatal error is raised from the error callback, and the delivery reports served after it
+    in the same ``flush`` call the worker's callback with that exception still set: the raw
+    ``flush`` ends in ``SystemError`` raised from the fatal ``KafkaException``. That killed a
+    worker in the exactly-once soak (2026-11-29). Through ``GuardedProducer`` the same ``flush``
+    returns, and the fatal error waits in ``FatalErrors.failed`` for the loop to replace the producer.
+    """
+
+    class Partition:  # the shape of worker.acks.PartitionAcks: its report reads a property
+        def __init__(self) -> None:
+            self.reports: list[KafkaError | None] = []
+
+        @property
+        def tp(self) -> tuple[str, int]:
+            return (TOPIC, 0)
+
+        def report(self, err: KafkaError | None, msg: Any) -> None:
+            assert self.tp
+            self.reports.append(err)
+
+    outcomes = []
+    for guarded in (False, True):
+        mock = MockCluster(TOPIC, partitions=2)
+        errors = FatalErrors()
+        try:
+            raw = Producer({**SETTINGS, "bootstrap.servers": mock.bootstrap, "transactional.id": "fenced",
+                            "linger.ms": 5, "queue.buffering.max.messages": 100, "error_cb": errors})
+            producer: Any = GuardedProducer(raw, errors) if guarded else raw
+            raw.init_transactions(10)
+            raw.begin_transaction()
+            mock.fence_next_produces(4)
+            partition = Partition()
+            for i in range(10):
+                raw.produce(TOPIC, b"r%d" % i, partition=i % 2, on_delivery=partition.report)
+            try:
+                producer.flush(5)
+                outcomes.append(("returned", errors.failed))
+            except (KafkaException, SystemError) as exc:
+                outcomes.append((type(exc).__name__, type(exc.__cause__).__name__))
+        finally:
+            mock.close()
+    assert outcomes[0] == ("SystemError", "KafkaException")  # why the guard exists (confluent-kafka 2.16)
+    assert outcomes[1][0] == "returned"
+    assert outcomes[1][1] is not None and "fenced" in outcomes[1][1]
+
+
+def test_a_transaction_call_s_system_error_is_raised_as_the_kafka_error_behind_it() -> None:
+    """The transaction calls serve delivery reports too; their callers classify KafkaErrors only."""
+    fenced = KafkaException(KafkaError(KafkaError._FENCED, "fenced", fatal=True))
+
+    class Raw:
+        produce = list_topics = None  # bound by GuardedProducer, not called here
+
+        def commit_transaction(self, timeout: float) -> None:
+            try:
+                raise fenced
+            except KafkaException as exc:
+                raise SystemError("returned a result with an exception set") from exc
+
+        def abort_transaction(self, timeout: float) -> None:
+            raise SystemError("not from Kafka")
+
+    producer = GuardedProducer(Raw(), FatalErrors())
+    with pytest.raises(KafkaException) as raised:
+        producer.commit_transaction(1)
+    assert raised.value is fenced
+    with pytest.raises(SystemError):  # a SystemError of our own making stays what it is
+        producer.abort_transaction(1)
