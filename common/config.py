@@ -207,8 +207,10 @@ class WorkerConfig:
     # A producer that holds records yet acknowledged none this long is purged and replaced.
     producer_stall_s: Number = 30.0
     # A source partition whose end offset grew while the consumer's position stayed put this long
-    # is re-assigned, then its consumer replaced (worker/fetchwatch.py, librdkafka #5153); 0: no watch.
-    fetch_stall_s: Number = 30.0
+    # gets a new source consumer (worker/fetchwatch.py, librdkafka #5153); 0: no watch. 10 s, not 30:
+    # a replacement costs a reconnect and nothing else, and every such stall in the soaks of
+    # 2026-11-28/29 (source restarts, destination restarts, freezes) lasted the whole 30 s.
+    fetch_stall_s: Number = 10.0
     # Deprecated: one value for all four above (what it meant before they were split). When
     # set (> 0) it sets all four; docs/configuration.md.
     shutdown_timeout_s: Number = 0.0
