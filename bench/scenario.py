@@ -195,6 +195,7 @@ class Runner:
         self.loads: list[Load] = []
         self.steps: list[Entry] = []  # each executed step's record
         self.starts: list[float] = []  # when each step acted (duplicates are attributed from there)
+        self.crashed: list[Entry] = []  # pipeline processes that exited without a step stopping them
         self.stop_timeout_s = stop_timeout_s
 
     def __enter__(self) -> Runner:
@@ -242,7 +243,13 @@ class Runner:
     def execute(self) -> list[Entry]:
         """Steady load, the fault script step by step, steady load again; the steps' records."""
         time.sleep(self.scenario.warm_s)
-        for step in self.scenario.script(self):
+        steps = iter(self.scenario.script(self))
+        while True:
+            # Before the script draws the next step: a step built on a crashed process (its pid) would miss.
+            self.check_processes(f"step {len(self.steps) + 1}")
+            step = next(steps, None)
+            if step is None:
+                break
             self.step(step)
             time.sleep(self.scenario.pause())
         time.sleep(self.scenario.tail_s)
@@ -267,6 +274,21 @@ class Runner:
     def gaps(self, t0: float, t1: float, before_s: float, tps: list[TP] | None = None) -> dict[TP, tuple[float, float]]:
         """Per partition the longest gap in ``[t0 - before_s, t1]`` and when it ended."""
         return {tp: longest_gap(self.arrivals.logs[tp].arrivals, t0, t1, before_s) for tp in tps or self.tps()}
+
+    def check_processes(self, before: str) -> None:
+        """Every controller and worker is running: every step's undo restarts what it stopped, so one that
+        exited did so on its own (a crash). Recorded (the verdict fails), and started again so the run goes on."""
+        pipeline = self.pipeline
+        for role, procs, start in (("worker", pipeline.workers, pipeline.start_worker),
+                                   ("controller", pipeline.controllers, pipeline.start_controller)):
+            for label, proc in list(procs.items()):
+                if proc.alive():
+                    continue
+                code = proc.popen.returncode
+                self.crashed.append({"process": label, "role": role, "exit_status": code, "before": before})
+                say(f"  {role} {label} exited on its own (status {code}) before {before}; starting it again "
+                    f"(its log: {proc.log})")
+                start(label)
 
     def step(self, step: Step) -> Entry:
         """Act, stay down, undo, wait until recovered and every partition flows again, observe; the record."""
@@ -319,6 +341,7 @@ class Runner:
         """Stop the load; wait until ``done`` (default: committed offsets and destination at every source end);
         stop the consumer and the pipeline; attribute the duplicates. The loads' results and why the catch-up
         failed (or raise, ``strict``)."""
+        self.check_processes("the end of the load")
         results = [load.stop() for load in self.loads]
         error = None
         try:
@@ -333,7 +356,9 @@ class Runner:
         self.pipeline.stop_all()
         for record, start, found in zip(self.steps, self.starts, self.duplicates(self.starts), strict=True):
             self.scenario.measure.duplicates(record, start, found)
-            record.pop("t0", None)  # for the attribution only: not recorded
+            # When the step acted, in UTC: what its gap is read against in the processes' logs.
+            if (t0 := record.pop("t0", None)) is not None:
+                record["at"] = datetime.fromtimestamp(t0, timezone.utc).isoformat(timespec="milliseconds")
             record.pop("t1", None)
         return results, error
 
@@ -371,6 +396,7 @@ class Runner:
                        "producer_replacements": result.producer_replacements,
                        "reader_replacements": self.arrivals.replacements, "first_error": result.first_error}
         out["steps"] = self.steps
+        out["crashed"] = self.crashed
         out["bad_headers"] = self.arrivals.bad_headers
         source, destination, cmp = compare_logs(self.services, topic, isolation=self.profile.isolation)
         out["comparison"] = cmp.to_json()
@@ -516,11 +542,19 @@ def verdict(out: Entry) -> tuple[int, str]:
     status = out.get("verifier", {}).get("exit_status")
     if lost:
         return 1, f"FAIL: {lost} records lost"
+    if out.get("crashed"):  # absent from runs before 2026-11-29
+        return 1, "FAIL: " + crashes(out["crashed"])
     if out.get("verifier", {}).get("skipped"):
         return 0, "OK (verifier skipped)"
     if status == 1:
         return 1, "FAIL: the verifier found a problem"
     return (0, "OK") if status == 0 else (2, f"verifier could not run (exit {status})")
+
+
+def crashes(crashed: list[Entry]) -> str:
+    """The processes that exited on their own, in words."""
+    return "exited on their own: " + ", ".join(
+        f"{c['role']} {c['process']} (status {c['exit_status']}) before {c['before']}" for c in crashed)
 
 
 def outcome_lines(entry: Entry, out: Entry, extra: str = "") -> list[str]:
@@ -537,4 +571,6 @@ def outcome_lines(entry: Entry, out: Entry, extra: str = "") -> list[str]:
             f"{load['failed']:,} failed), {c['records']:,} in the source log, **{c['mirrored']:,} mirrored**, "
             f"**lost {c['lost']}** (acknowledged but missing on the destination: "
             f"{out['acknowledged']['missing_on_destination']}), reordered **{c['reordered']}**{extra}, duplicated "
-            f"{c['duplicated']:,}.", "", f"Verifier: {verifier}.", "", f"**Verdict: {entry['verdict']}.**"]
+            f"{c['duplicated']:,}.", "", f"Verifier: {verifier}.", "",
+            *([f"Processes {crashes(out['crashed'])}.", ""] if out.get("crashed") else []),
+            f"**Verdict: {entry['verdict']}.**"]

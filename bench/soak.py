@@ -27,6 +27,7 @@ from bench.scenario import (
     Runner,
     Scenario,
     Step,
+    crashes,
     freeze,
     new_entry,
     outcome_lines,
@@ -125,6 +126,8 @@ def judge(soak: Entry) -> tuple[int, str]:
         problems.append(f"duplicates above {bound:,} after {', '.join(over)}")
     if soak.get("exactly_once") and c["duplicated"]:
         problems.append(f"{c['duplicated']:,} records duplicated in exactly-once mode")
+    if soak.get("crashed"):
+        problems.append(crashes(soak["crashed"]))
     return (1, "FAIL: " + "; ".join(problems)) if problems else verdict(soak)
 
 

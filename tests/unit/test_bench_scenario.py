@@ -39,3 +39,31 @@ def test_every_drawn_fault_recovers_once_the_assignment_settled(monkeypatch):
     runner = SimpleNamespace(pipeline=pipeline, root=Path("stack"), topics={"t": 16}, leader=lambda: "c1")
     step = next(soak.schedule(runner, random.Random(7), minutes=1))
     assert step.recovered is not None and step.recovered() and settled == [{"t": 16}]
+
+
+def test_a_process_that_exited_on_its_own_is_started_again_and_fails_the_verdict():
+    """A worker that crashed between steps (2026-11-29: nothing noticed for three steps) is named and restarted."""
+    from bench import scenario
+
+    class Proc:
+        def __init__(self, code):
+            self.popen = SimpleNamespace(returncode=code)
+            self.log = Path("w2.log")
+
+        def alive(self):
+            return self.popen.returncode is None
+
+    started = []
+    pipeline = SimpleNamespace(workers={"w1": Proc(None), "w2": Proc(1)}, controllers={"c1": Proc(None)},
+                               start_worker=lambda label: started.append(label) or Proc(None),
+                               start_controller=lambda label: started.append(label))
+    runner = SimpleNamespace(pipeline=pipeline, crashed=[])
+    scenario.Runner.check_processes(runner, "step 68")
+    assert started == ["w2"]
+    assert runner.crashed == [{"process": "w2", "role": "worker", "exit_status": 1, "before": "step 68"}]
+    out = {"comparison": {"lost": 0, "reordered": 0, "duplicated": 0}, "acknowledged": {"missing_on_destination": 0},
+           "verifier": {"exit_status": 0}, "crashed": runner.crashed}
+    status, text = scenario.verdict(out)
+    assert status == 1 and "worker w2 (status 1) before step 68" in text
+    assert soak.judge({**out, "steps": []})[0] == 1
+    assert scenario.verdict({**out, "crashed": []}) == (0, "OK")
