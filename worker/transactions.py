@@ -65,6 +65,11 @@ OFFSETS_TIMEOUT_S = 5.0
 # the producer, whose successor's init_transactions aborts the transaction on the coordinator anyway;
 # with the full 30 s the loop sat that long in an abort after a destination restart.
 ABORT_TIMEOUT_S = 5.0
+# A transactional call that took this long is logged (``transaction_call_slow``, with its duration):
+# every partition of the worker waits for it. In the exactly-once soak of 2026-11-29 two workers that
+# were not faulted logged nothing for about 12 s after a frozen destination came back; this says
+# which call held them next time.
+SLOW_CALL_S = 2.0
 
 
 # The pipeline's delivery mode, recorded by the controller (controller/fencing.py writes the same node).
@@ -131,7 +136,7 @@ class Transactions:
         if self._ready is producer:
             return True
         try:
-            producer.init_transactions(self._timeout_s)
+            self._timed(producer.init_transactions, self._timeout_s)
         except KafkaException as exc:
             self._log.warning("transactions_init_failed", error=str(exc.args[0]), outcome=classify(exc))
             return False
@@ -177,7 +182,7 @@ class Transactions:
                                              self._group_metadata()):
                 self.reset()
                 return FATAL
-            producer.commit_transaction(self._timeout_s)
+            self._timed(producer.commit_transaction, self._timeout_s)
         except KafkaException as exc:
             outcome = classify(exc)
             self._log.warning("transaction_commit_failed", error=str(exc.args[0]), outcome=outcome)
@@ -189,6 +194,17 @@ class Transactions:
         self.open = False
         self.commits += 1
         return COMMITTED
+
+    def _timed(self, call: Callable[..., None], *args: Any) -> None:
+        """``call(*args)``, logged as ``transaction_call_slow`` when it took :data:`SLOW_CALL_S` or more (raised or not)."""
+        started = self._clock()
+        try:
+            call(*args)
+        finally:
+            took_s = self._clock() - started
+            if took_s >= SLOW_CALL_S:
+                self._log.warning("transaction_call_slow", call=getattr(call, "__name__", str(call)),
+                                  took_s=round(took_s, 2))
 
     def _bounded(self, call: Callable[..., None], timeout_s: float, *args: Any) -> bool:
         """``call(*args, timeout_s)`` on a helper thread; False (logged) when it is still running past
@@ -209,7 +225,11 @@ class Transactions:
         thread = threading.Thread(target=run, name="transaction-call", daemon=True)
         thread.start()
         waited_s = timeout_s + self._overrun_s
+        started = self._clock()
         thread.join(waited_s)
+        if (took_s := self._clock() - started) >= SLOW_CALL_S and not thread.is_alive():
+            self._log.warning("transaction_call_slow", call=getattr(call, "__name__", str(call)),
+                              took_s=round(took_s, 2))
         if thread.is_alive():
             self._log.error("transaction_call_hung", call=getattr(call, "__name__", str(call)),
                             waited_s=waited_s, outcome=FATAL)
@@ -226,7 +246,8 @@ class Transactions:
         """
         self.aborts += 1
         try:
-            producer.abort_transaction(min(self._timeout_s, ABORT_TIMEOUT_S) if timeout_s is None else timeout_s)
+            self._timed(producer.abort_transaction,
+                        min(self._timeout_s, ABORT_TIMEOUT_S) if timeout_s is None else timeout_s)
         except KafkaException as exc:
             self._log.warning("transaction_abort_failed", error=str(exc.args[0]), outcome=classify(exc))
             self.reset()  # a new producer's init_transactions aborts it on the broker

@@ -137,6 +137,39 @@ def test_an_abort_gets_a_few_seconds_and_one_that_times_out_costs_the_producer()
     assert outcome == FATAL and not txn.open
 
 
+def test_a_slow_commit_or_abort_is_logged_with_how_long_it_took_a_quick_one_is_not():
+    # Given a commit that takes 3 s and an abort that fails after 2.5 s (the clock moves inside the calls)
+    clock = [0.0]
+
+    class Slow(Producer):
+        took = {"commit": 3.0, "abort": 2.5}
+
+        def commit_transaction(self, timeout: float) -> None:
+            clock[0] += self.took["commit"]
+            super().commit_transaction(timeout)
+
+        def abort_transaction(self, timeout: float) -> None:
+            clock[0] += self.took["abort"]
+            super().abort_transaction(timeout)
+
+    log = Log()
+    producer = Slow(fail_abort=TxnError(KafkaError._TIMED_OUT, retriable=True))
+    txn = opened(producer, clock, log)
+    # When one transaction commits and the next is aborted
+    assert txn.commit(producer, [TopicPartition("t", 0, 5)]) == COMMITTED
+    txn.begin(producer)
+    assert txn.abort(producer) == FATAL
+    # Then each slow call was logged, raised or not
+    assert log.events.count("transaction_call_slow") == 2
+    # And a quick commit is not
+    Slow.took = {"commit": 0.5, "abort": 0.0}
+    log.events.clear()
+    quick = Slow()
+    txn = opened(quick, clock, log)
+    assert txn.commit(quick, []) == COMMITTED
+    assert "transaction_call_slow" not in log.events
+
+
 def test_a_retired_producer_is_let_go_beside_the_loop_never_closed():
     closes: list[str] = []
 
