@@ -196,7 +196,7 @@ class Transactions:
         return COMMITTED
 
     def _timed(self, call: Callable[..., None], *args: Any) -> None:
-        """``call(*args)``, logged as ``transaction_call_slow`` when it took :data:`SLOW_CALL_S` or more (raised or not)."""
+        """``call(*args)``; logged as ``transaction_call_slow`` when it took :data:`SLOW_CALL_S` or more."""
         started = self._clock()
         try:
             call(*args)
