@@ -80,16 +80,22 @@ class Fencer:
         return kafka.transactional_id(worker_cfg.transactional_id_prefix, self._config.consumer_group, worker)
 
     def unfenced(self, departed: set[str], live: set[str]) -> set[str]:
-        """Of ``departed``, the workers whose transactional id is not fenced yet; starts the fences still needed.
+        """The workers to hold: ``departed`` ones not fenced yet, and ``live`` ones whose fence still runs.
 
-        A worker that registered again fenced its predecessor itself (``init_transactions``
-        with the same id), so its record here is forgotten: a later departure fences anew.
+        Starts the fences still needed. A worker that registered again fenced its predecessor
+        itself (``init_transactions`` with the same id), so its record here is forgotten: a
+        later departure fences anew. But a fence already running when it registered again goes
+        on, and is held until it ends: the fence's ``init_transactions`` meets the worker's
+        open transaction, and librdkafka retries it every 500 ms while the coordinator aborts
+        that transaction, fencing each new producer the worker takes (the exactly-once soak:
+        4 and 7 producers in a row after a worker and the destination were frozen together).
+        A worker without partitions opens no transaction, so the fence's next try ends it.
         """
         with self._lock:
             self._fenced -= live
             todo = departed - self._fenced - self._running
             self._running |= todo
-            waiting = departed - self._fenced
+            waiting = (departed - self._fenced) | (live & self._running)
         for worker in sorted(todo):
             self._spawn(functools.partial(self._fence, worker), f"fence-{worker}")
         return waiting

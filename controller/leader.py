@@ -419,12 +419,13 @@ class Leadership:
         gated = writable(desired, _reported(snap), {w: (a.generation, a.partitions) for w, a in written.items()})
         live = set(snap.registered)
         # --- exactly-once mode hook (issue 26, controller/fencing.py): a departed worker's partitions, and
-        # its assignment node, wait until its transactional id is fenced (a zombie cannot commit then) ---
+        # its assignment node, wait until its transactional id is fenced (a zombie cannot commit then);
+        # a worker that registered again while its fence runs gets nothing until the fence ends ---
         unfenced: set[str] = set()
         if self._fencer is not None:
             unfenced = self._fencer.unfenced({w for w in written if w not in live}, live)
-            held = frozenset().union(*(_partitions(written[w]) for w in unfenced))
-            gated = {w: tps - held for w, tps in gated.items()}
+            held = frozenset().union(*(_partitions(written.get(w)) for w in unfenced))
+            gated = {w: frozenset() if w in unfenced else tps - held for w, tps in gated.items()}
         changed = [w for w in snap.registered if gated.get(w, frozenset()) != _partitions(written.get(w))]
         departed = [w for w in written if w not in live and w not in in_grace and w not in unfenced]
         withheld = {tp for w in snap.registered for tp in desired.get(w, frozenset()) - gated.get(w, frozenset())}

@@ -83,6 +83,43 @@ def test_a_fence_that_fails_keeps_the_partitions_withheld_and_is_started_again_a
     assert len(pending) == 1
 
 
+def test_a_worker_back_while_its_fence_still_runs_gets_nothing_until_the_fence_ends():
+    # Given w1 departed and its fence started (the destination was frozen: the fence waits on it)
+    fenced: list[str] = []
+    leader, client, pending = exact_leader(fenced.append)
+    leader._plan(snapshot(["w2"], {"w1": Assignment(1, ALL)}), now=1000.0)
+    assert len(pending) == 1
+    # When w1 registers again (its session expired; it deleted its own assignment node) before the fence ends
+    back = leader._plan(snapshot(["w1", "w2"], {}), now=1001.0)
+    # Then w1 gets nothing and its share waits: the fence's retries would fence every producer w1
+    # opened a transaction with (the soak's cascade of producer replacements)
+    assert back.changed.get("w1", Assignment(0)).partitions == frozenset()
+    share = back.withheld
+    assert share and not share & back.changed.get("w2", Assignment(0)).partitions
+    assert len(pending) == 1  # no second fence: the one running is waited for
+    # When the fence ends
+    pending.pop()()
+    after = leader._plan(snapshot(["w1", "w2"], {}), now=1002.0)
+    # Then w1 gets its share
+    assert after.changed["w1"].partitions == share
+    assert not after.withheld
+
+
+def test_a_fence_that_fails_while_its_worker_is_back_lifts_the_hold_without_fencing_again():
+    def refuse(txn_id: str) -> None:
+        raise KafkaException(KafkaError(KafkaError._TRANSPORT))
+
+    leader, client, pending = exact_leader(refuse)
+    leader._fencer._sleep = lambda s: None
+    leader._plan(snapshot(["w2"], {"w1": Assignment(1, ALL)}), now=1000.0)
+    share = leader._plan(snapshot(["w1", "w2"], {}), now=1001.0).withheld
+    assert share
+    pending.pop()()  # the fence fails; w1 registered again meanwhile, so it fenced its predecessor itself
+    after = leader._plan(snapshot(["w1", "w2"], {}), now=1002.0)
+    assert after.changed["w1"].partitions == share
+    assert not after.withheld and not pending
+
+
 def test_at_least_once_pipelines_fence_nothing():
     from tests.unit.test_leader import leadership
     leader = leadership()
