@@ -201,10 +201,12 @@ class Transactions:
         try:
             call(*args)
         finally:
-            took_s = self._clock() - started
-            if took_s >= SLOW_CALL_S:
-                self._log.warning("transaction_call_slow", call=getattr(call, "__name__", str(call)),
-                                  took_s=round(took_s, 2))
+            self._note_slow(call, self._clock() - started)
+
+    def _note_slow(self, call: Callable[..., None], took_s: float) -> None:
+        if took_s >= SLOW_CALL_S:
+            self._log.warning("transaction_call_slow", call=getattr(call, "__name__", str(call)),
+                              took_s=round(took_s, 2))
 
     def _bounded(self, call: Callable[..., None], timeout_s: float, *args: Any) -> bool:
         """``call(*args, timeout_s)`` on a helper thread; False (logged) when it is still running past
@@ -227,9 +229,8 @@ class Transactions:
         waited_s = timeout_s + self._overrun_s
         started = self._clock()
         thread.join(waited_s)
-        if (took_s := self._clock() - started) >= SLOW_CALL_S and not thread.is_alive():
-            self._log.warning("transaction_call_slow", call=getattr(call, "__name__", str(call)),
-                              took_s=round(took_s, 2))
+        if not thread.is_alive():
+            self._note_slow(call, self._clock() - started)
         if thread.is_alive():
             self._log.error("transaction_call_hung", call=getattr(call, "__name__", str(call)),
                             waited_s=waited_s, outcome=FATAL)
