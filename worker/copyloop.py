@@ -109,6 +109,10 @@ class CopyLoop:
         self._fetch_from: dict[TP, tuple[PartitionAcks, int]] = {}
         # Whether a consume since the last look came back short: librdkafka's queue was empty then.
         self._queue_drained = False
+        # Exactly-once, after a replacement in doubt: the read of the committed positions under way
+        # (its job and the acquisitions it asked about), and when a failed read is tried again.
+        self._settling: tuple[Any, dict[TP, PartitionAcks]] | None = None
+        self._settle_retry_at = 0.0
 
     def close(self) -> None:
         """Stop reading the source's end offsets (the consumer is the worker's to close)."""
@@ -575,6 +579,50 @@ class CopyLoop:
             # only its partition stops (then the next transaction commits without it).
             self.ledger.exact_until = max(self.ledger.exact_until, self._clock() + EXACT_FOR_S)
         self.log.warning("transaction_aborted", reason=why, partitions_rewound=len(rewound), exact=exact)
+
+    def positions_known(self) -> bool:
+        """Exactly-once: whether every partition's last committed position is known, so rewinds may start.
+
+        A producer replaced while its commit was in doubt (``commit_transaction`` timed out,
+        then the abort met that commit still under way: ``_CONFLICT``, seen in the soak after a
+        frozen destination thawed) leaves ``txn_position`` possibly behind: if that commit's
+        EndTxn reached the coordinator, the successor's ``init_transactions`` completed it, and a
+        rewind to the in-memory position would send its records again, visible twice to a
+        ``read_committed`` reader. The destination's group knows, since the positions commit in
+        the same transaction: they are read back beside the loop (the successor is ready by
+        then, so the outcome is final), and the loop fetches nothing until they are in.
+        """
+        txn = self._txn
+        if txn is None or not txn.settle_due:
+            return True
+        if self._settling is None:
+            if self._clock() < self._settle_retry_at or not txn.ready_on(self.destination.producer):
+                return False  # the successor's init_transactions (next turn) settles the old transaction first
+            asked = {tp: acks for tp, acks in self.ledger.partitions.items() if acks.error is None}
+            job = self.handoff.read_positions({tp: (acks.destination, acks.txn_position)
+                                               for tp, acks in asked.items()})
+            self._settling = (job, asked)
+        job, asked = self._settling
+        if not job.done.is_set():
+            return False
+        self._settling = None
+        if job.error is not None:
+            self._settle_retry_at = self._clock() + 1.0
+            self.log.warning("positions_unsettled", partitions=len(asked), error=logs.error_text(job.error))
+            return False
+        moved = {}
+        for tp, offset in job.result.items():
+            acks = asked[tp]
+            # A committed position never goes back; the group saying less than the loop knows it
+            # committed (its offsets deleted meanwhile) must not send committed records again.
+            if self.ledger.partitions.get(tp) is acks and offset > acks.txn_position:
+                moved[f"{tp[0]}:{tp[1]}"] = [acks.txn_position, offset]
+                acks.txn_position = offset
+                if acks.position < offset:
+                    acks.position = offset
+        txn.settled()
+        self.log.warning("positions_settled", partitions=len(asked), moved=moved)
+        return True
 
     def _revert_uncommitted(self) -> set[TP]:
         """Every partition's position back to what its last transaction committed; returns those to rewind.

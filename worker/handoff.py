@@ -433,24 +433,51 @@ class Handoff:
         back, once, to the source group's offset: its first transaction writes the
         destination's, which rules from then on.
         """
+        starts, fallbacks = self._destination_positions(source, destinations)
+        if fallbacks:
+            self._log.info("transactional_start_from_source_group", partitions=fmt(fallbacks))
+        return starts
+
+    def _destination_positions(self, source: list[TopicPartition], destinations: dict[str, str],
+                               ) -> tuple[list[TopicPartition], list[TP]]:
+        """Beside the loop: ``source`` with each offset the destination's group committed, where it has one.
+
+        Returns the positions and the partitions the group has nothing for (their offset in
+        ``source`` is kept). The offsets client reads ``read_committed``, so librdkafka asks for
+        stable offsets: a transaction still completing is waited for, never read half-done.
+        """
         if self._offsets_client is None:
             assert self._make_offsets_client is not None
             self._offsets_client = self._make_offsets_client()
         asked = [TopicPartition(destinations[tp.topic], tp.partition) for tp in source]
         found = self._offsets_client.committed(asked, timeout=_COMMITTED_TIMEOUT_S)
-        starts = []
+        positions = []
         fallbacks = []
         for tp, there in zip(source, found, strict=True):
             if there.error is not None:
                 raise KafkaException(there.error)
             if there.offset >= 0:
-                starts.append(TopicPartition(tp.topic, tp.partition, there.offset))
+                positions.append(TopicPartition(tp.topic, tp.partition, there.offset))
             else:
-                starts.append(tp)
+                positions.append(tp)
                 fallbacks.append((tp.topic, tp.partition))
-        if fallbacks:
-            self._log.info("transactional_start_from_source_group", partitions=fmt(fallbacks))
-        return starts
+        return positions, fallbacks
+
+    def read_positions(self, positions: dict[TP, tuple[str, int]]) -> Job:
+        """Exactly-once: each partition's position as the destination's group has it committed, read beside the loop.
+
+        ``positions`` maps a source partition to its destination topic and the position kept
+        when the group has none. The job's result maps each partition to its position. Used
+        after a producer was replaced while its commit was in doubt (``CopyLoop.positions_known``).
+        """
+        source = [TopicPartition(t, p, position) for (t, p), (_, position) in sorted(positions.items())]
+        destinations = {t: destination for (t, _), (destination, _) in positions.items()}
+
+        def read() -> dict[TP, int]:
+            found, _ = self._destination_positions(source, destinations)
+            return {(tp.topic, tp.partition): tp.offset for tp in found}
+
+        return self._beside.submit(read)
 
     def _start(self, prepared: Prepared) -> list[TP]:
         """On the loop: a fresh acquisition per partition at the committed offset, assigned at once."""

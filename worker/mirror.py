@@ -402,6 +402,7 @@ class MirrorWorker:
             self._recover_session()
             return
         fenced = not self._may_write()
+        settling = False
         if fenced:
             self.loop.hold()
             if not self._purged:
@@ -426,14 +427,17 @@ class MirrorWorker:
             if self.ledger.needs_rewind:
                 if txn is not None and self.loop.rewinds_due() and txn.open:
                     self.loop.abort_transaction("rewind")  # an error taints the whole transaction
-                self.handoff.rewind(sorted(self.ledger.needs_rewind))
+                if self.loop.positions_known():
+                    self.handoff.rewind(sorted(self.ledger.needs_rewind))
+                else:
+                    settling = True  # a commit was in doubt: no rewind, and no fetch, before the positions are in
         owned = self.handoff.routes
         txn = self._txn
         destination = self.destination
         if txn is not None and not fenced and txn.due(now) and not self.loop.commit_transaction("interval"):
             self.loop.hold()
             destination.poll(0.05)  # reports still due, or a retriable error: no new records meanwhile
-        elif fenced or not owned or self.ledger.in_flight_bytes >= self.config.worker.max_in_flight_bytes:
+        elif fenced or settling or not owned or self.ledger.in_flight_bytes >= self.config.worker.max_in_flight_bytes:
             # Backpressure or fencing: no new fetches; keep serving delivery reports.
             self.loop.hold()
             destination.poll(0.05)

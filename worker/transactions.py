@@ -15,6 +15,15 @@ mirror loop does next:
 * ``FATAL``: the producer is fenced (another producer took its transactional id) or
   fatally broken: a new producer, ``init_transactions``, rewind.
 
+A commit whose outcome is not known (``commit_transaction`` timed out or failed, and
+nothing committed or aborted that transaction since) is *in doubt*: its EndTxn may have
+reached the coordinator, and then the successor producer's ``init_transactions`` completes
+the commit instead of aborting it. A producer replaced in doubt therefore leaves
+:attr:`Transactions.settle_due`: before any partition is rewound, the loop reads the
+positions back from the destination's group, which commits them in the same transaction
+(``CopyLoop.positions_known``); a rewind to the in-memory position would send the
+committed records a second time.
+
 Calls block the loop for at most ``timeout_s``; the loop calls them only at a transaction
 boundary (every ``worker.transaction_interval_ms``), on a release, a fence and a stop.
 
@@ -124,12 +133,29 @@ class Transactions:
         self.bytes = 0  # sent in the open transaction
         self.commits = 0
         self.aborts = 0
+        # commit_transaction was called, and since then neither a commit nor an abort succeeded
+        self.in_doubt = False
+        # A producer was replaced while in doubt: the committed positions must be read back
+        # from the destination's group before a rewind (cleared by settled()).
+        self.settle_due = False
 
     def reset(self) -> None:
-        """The producer was replaced: the new one needs ``init_transactions`` (which aborts what the old left open)."""
+        """The producer was replaced: the new one needs ``init_transactions`` (which completes or aborts
+        what the old one left open; a commit in doubt becomes :attr:`settle_due`)."""
         self._ready = None
         self.open = False
         self.bytes = 0
+        if self.in_doubt:
+            self.settle_due = True
+            self.in_doubt = False
+
+    def ready_on(self, producer: Any) -> bool:
+        """Whether ``init_transactions`` completed on ``producer`` (no call made)."""
+        return self._ready is producer
+
+    def settled(self) -> None:
+        """The positions were read back after a replacement in doubt: rewinds may start from them."""
+        self.settle_due = False
 
     def ready(self, producer: Any) -> bool:
         """``init_transactions`` on this producer, once; False (logged) when the destination did not answer."""
@@ -182,6 +208,7 @@ class Transactions:
                                              self._group_metadata()):
                 self.reset()
                 return FATAL
+            self.in_doubt = True  # from here the EndTxn may reach the coordinator whatever the call says
             self._timed(producer.commit_transaction, self._timeout_s)
         except KafkaException as exc:
             outcome = classify(exc)
@@ -192,6 +219,7 @@ class Transactions:
                 self.reset()
             return outcome
         self.open = False
+        self.in_doubt = False
         self.commits += 1
         return COMMITTED
 
@@ -254,6 +282,7 @@ class Transactions:
             self.reset()  # a new producer's init_transactions aborts it on the broker
             return FATAL
         self.open = False
+        self.in_doubt = False  # the coordinator aborted the transaction: nothing of it committed
         return ABORTED
 
 

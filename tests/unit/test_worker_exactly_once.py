@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from confluent_kafka import KafkaError
 from structlog.testing import capture_logs
 
@@ -17,8 +18,12 @@ def values(n: int, partition: int, start: int = 0) -> list[bytes]:
     return [f"p{partition}-{i}".encode() for i in range(start, start + n)]
 
 
-def exactly_once_worker() -> tuple[MirrorWorker, FakeConsumer, FakeTxnProducer, FakeZooKeeper, Paths, Clock]:
-    """One exactly-once worker (Python loop) on fake clients, topic t with 2 partitions of 10 records."""
+def exactly_once_worker(destination_group: FakeConsumer | None = None,
+                        ) -> tuple[MirrorWorker, FakeConsumer, FakeTxnProducer, FakeZooKeeper, Paths, Clock]:
+    """One exactly-once worker (Python loop) on fake clients, topic t with 2 partitions of 10 records.
+
+    ``destination_group``: the pipeline's group on the destination (default: a new one, nothing committed).
+    """
     cfg = config_module.from_dict({
         "pipeline": "unit",
         "zookeeper": {"connect": "127.0.0.1:1", "session_timeout_s": 600},
@@ -32,7 +37,8 @@ def exactly_once_worker() -> tuple[MirrorWorker, FakeConsumer, FakeTxnProducer, 
     zk.nodes[paths.topic("t")] = TopicRecord("t", "t", 2).encode()
     consumer = FakeConsumer({("t", 0): values(10, 0), ("t", 1): values(10, 1)})
     consumer.consumer_group_metadata = lambda: "group-metadata"  # type: ignore[attr-defined]
-    destination_group = FakeConsumer({})  # the pipeline's group on the destination: nothing committed yet
+    if destination_group is None:
+        destination_group = FakeConsumer({})  # the pipeline's group on the destination: nothing committed yet
     producer = FakeTxnProducer()
     clients = WorkerClients(consumer=consumer, producer=producer, zk=zk, make_producer=producer.fresh,
                             make_commit_client=lambda: FakeCommitClient(consumer),
@@ -83,3 +89,63 @@ def test_a_record_refused_because_the_transaction_failed_is_sent_again_after_the
     # And the next transaction commits positions that cover every record
     assert producer.calls.count("commit") == 2
     assert {(tp.topic, tp.partition): tp.offset for tp in producer.offsets} == {("t", 0): 16, ("t", 1): 16}
+
+
+@pytest.mark.parametrize("coordinator_committed", [True, False])
+def test_a_producer_replaced_while_its_commit_was_in_doubt_restarts_from_the_destination_group(coordinator_committed):
+    # Given an exactly-once worker that committed t's 20 records, then sent 3 more of each partition
+    destination_group = FakeConsumer({})
+    worker, consumer, producer, zk, paths, clock = exactly_once_worker(destination_group)
+    turns(worker, clock, 4, commit=True)
+    for p in (0, 1):
+        destination_group.group[("t", p)] = 10  # what that commit wrote to the destination's group
+        consumer.append(("t", p), *values(3, p, start=10))
+    turns(worker, clock, 2)
+    # And the commit of those 3 timed out (a retriable error: librdkafka goes on with it in the background)
+    producer.fail_commit = KafkaError(KafkaError._TIMED_OUT, "commit timed out", retriable=True)
+    turns(worker, clock, 1, commit=True)
+    assert producer.calls.count("commit") == 2 and producer.txn_open
+    # When the coordinator did complete that commit (or did not), and the producer is replaced
+    # before the loop heard of it (a fatal error; in the soak: the abort met the commit, _CONFLICT)
+    if coordinator_committed:
+        for p in (0, 1):
+            destination_group.group[("t", p)] = 13
+    worker.destination.mark_broken("fenced")
+    for p in (0, 1):
+        consumer.append(("t", p), *values(2, p, start=13))
+    with capture_logs() as logs:
+        turns(worker, clock, 4)
+        turns(worker, clock, 2, commit=True)
+    # Then the positions were read back from the destination's group before any rewind
+    settled = [e for e in logs if e["event"] == "positions_settled"]
+    assert len(settled) == 1
+    assert settled[0]["moved"] == ({"t:0": [10, 13], "t:1": [10, 13]} if coordinator_committed else {})
+    new = producer.replacements[-1]
+    assert new.calls.count("init") == 1 and new.calls.count("commit") == 1
+    assert {(tp.topic, tp.partition): tp.offset for tp in new.offsets} == {("t", 0): 15, ("t", 1): 15}
+    for p in (0, 1):
+        # the fake's log keeps every copy sent, committed or not: the records the coordinator
+        # committed are not sent again; the ones it aborted are
+        resent = [] if coordinator_committed else values(3, p, start=10)
+        assert producer.written[("t", p)] == values(13, p) + resent + values(2, p, start=13)
+
+
+def test_a_commit_that_succeeded_on_retry_leaves_nothing_in_doubt():
+    # Given a commit that timed out once, then went through when called again
+    worker, consumer, producer, zk, paths, clock = exactly_once_worker()
+    turns(worker, clock, 4, commit=True)
+    for p in (0, 1):
+        consumer.append(("t", p), *values(3, p, start=10))
+    turns(worker, clock, 2)
+    producer.fail_commit = KafkaError(KafkaError._TIMED_OUT, "commit timed out", retriable=True)
+    turns(worker, clock, 1, commit=True)
+    producer.fail_commit = None
+    turns(worker, clock, 1, commit=True)
+    assert producer.calls.count("commit") == 3 and not producer.txn_open
+    # When the producer is replaced afterwards
+    worker.destination.mark_broken("fenced")
+    with capture_logs() as logs:
+        turns(worker, clock, 2)
+    # Then the rewind starts from the positions the loop knows, without reading them back
+    assert "positions_settled" not in [e["event"] for e in logs]
+    assert "partitions_rewound" in [e["event"] for e in logs]

@@ -210,6 +210,37 @@ def test_an_abort_that_fails_is_fatal():
     assert txn.abort(producer) == FATAL
 
 
+def test_a_commit_that_timed_out_is_in_doubt_until_a_commit_or_an_abort_succeeds():
+    # Given a commit that timed out (librdkafka goes on with the EndTxn in the background)
+    producer = Producer(fail_commit=TxnError(KafkaError._TIMED_OUT, retriable=True))
+    txn = opened(producer)
+    assert txn.commit(producer, []) == RETRY and txn.in_doubt
+    # When the abort meets that commit still under way (the soak: _CONFLICT), which costs the producer
+    producer.fail_abort = TxnError(KafkaError._CONFLICT)
+    assert txn.abort(producer) == FATAL
+    # Then the successor must read the positions back: nothing says whether the commit landed
+    assert txn.settle_due and not txn.in_doubt
+    txn.settled()
+    assert not txn.settle_due
+    # And a commit that succeeds on its retry, or an abort that succeeds, leaves nothing in doubt
+    for ending in ("commit", "abort"):
+        producer = Producer(fail_commit=TxnError(KafkaError._TIMED_OUT, retriable=True))
+        txn = opened(producer)
+        assert txn.commit(producer, []) == RETRY
+        producer.fail_commit = None
+        assert (txn.commit(producer, []) == COMMITTED) if ending == "commit" else (txn.abort(producer) == ABORTED)
+        txn.reset()
+        assert not txn.in_doubt and not txn.settle_due
+
+
+def test_a_replacement_with_no_commit_in_doubt_reads_nothing_back():
+    # A producer lost while sending the positions (its commit never started) or fenced mid-transaction
+    producer = Producer(fail_offsets=TxnError(KafkaError._FENCED, fatal=True))
+    txn = opened(producer)
+    assert txn.commit(producer, [TopicPartition("t", 0, 5)]) == FATAL
+    assert not txn.settle_due
+
+
 def test_the_recorded_mode_decodes_or_says_nothing():
     assert transactions.decode_mode(b'{"exactly_once": true}') is True
     assert transactions.decode_mode(b'{"exactly_once": false}') is False
