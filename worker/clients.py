@@ -12,22 +12,39 @@ from confluent_kafka.admin import OffsetSpec
 from ureplicator.common import autherrors, kafka, zk
 from ureplicator.common.config import Config
 
+# The names librdkafka gives its coordinator connections (logical brokers), which start the
+# text of their connection errors: "TxnCoordinator: 127.0.0.1:9092: Connect to ... failed".
+_COORDINATORS = ("TxnCoordinator", "GroupCoordinator")
+
 
 class FatalErrors:
-    """Where librdkafka's error callback leaves a fatal producer error for the mirror loop.
+    """Where librdkafka's error callback leaves what the mirror loop must act on: a fatal producer
+    error, and (exactly-once mode) a lost connection to the destination's coordinators.
 
     With an ``error_cb`` set, ``poll()``/``flush()`` do not raise fatal errors; the loop
     reads :attr:`failed` on its next turn and replaces the producer.
+
+    :attr:`coordinator_lost`: every destination broker was down, or a coordinator's
+    connection failed. After that, librdkafka's ``send_offsets_to_transaction`` on that
+    producer waits for the group coordinator for ever (librdkafka #5456/#5511; reproduced
+    against a real broker: after one destination restart the old producer's call hung past
+    15 s while a fresh producer's ``init_transactions`` took 0.6 s and its call 0.02 s), so
+    the loop renews the producer at the next commit instead (``Destination.renew``).
     """
 
     def __init__(self) -> None:
         self.failed: str | None = None
+        self.coordinator_lost: str | None = None
         self.auth = autherrors.ErrorWatch()  # a refused credential: /ready says so (issue 27)
 
     def __call__(self, err: Any) -> None:
         self.auth(err)
         if err.fatal():
             self.failed = err.str()
+        code = err.code()
+        if code == KafkaError._ALL_BROKERS_DOWN or (
+                code == KafkaError._TRANSPORT and str(err.str()).startswith(_COORDINATORS)):
+            self.coordinator_lost = err.str()
 
 
 def kafka_cause(exc: BaseException) -> KafkaException | None:

@@ -530,6 +530,10 @@ class CopyLoop:
                 self.abort_transaction("abortable")
                 return True
             return False
+        renewed = self.destination.renew(why)
+        if renewed is not None:
+            self.aborted(renewed)  # the successor aborts the open transaction; every partition rewinds
+            return True
         moved = [(acks, acks.position) for acks in self.ledger.partitions.values()
                  if acks.position >= 0 and acks.position != acks.txn_position]
         offsets = [TopicPartition(acks.destination, acks.partition, position) for acks, position in moved]

@@ -177,7 +177,7 @@ class Destination:
             # The last reference: librdkafka's handle is destroyed here, so none of its reports can
             # arrive after the loop forgot what it awaited.
             del old
-        self._broken = self.errors.failed = None
+        self._broken = self.errors.failed = self.errors.coordinator_lost = None
         # The stall watch starts again with the new producer: counted from before the replacement,
         # it would call a producer stalled that has not had a turn yet (seen: an abort of its
         # first transaction right after transactions_ready).
@@ -236,7 +236,30 @@ class Destination:
 
     def ready(self) -> bool:
         """Exactly-once: ``init_transactions`` ran on the current producer (tried now if not)."""
-        return self.txn is None or self.txn.ready(self.producer)
+        if self.txn is None or self.txn.ready_on(self.producer):
+            return True
+        if not self.txn.ready(self.producer):
+            return False
+        # The connection errors of the way here (a destination still down while it was made)
+        # say nothing about the coordinators this producer found: serve them, then forget them.
+        self.producer.poll(0)
+        self.errors.coordinator_lost = None
+        return True
+
+    def renew(self, why: str) -> Aborted | None:
+        """Exactly-once, at a commit: a fresh producer if the destination's coordinators were lost since
+        the current one became ready (:attr:`FatalErrors.coordinator_lost`); None when they were not.
+
+        The old producer's ``send_offsets_to_transaction`` would wait for ever, costing the
+        bound of :data:`transactions.OFFSETS_TIMEOUT_S` plus the overrun (10 s, every partition
+        of the worker waiting) and then the producer anyway. Its open transaction is aborted by
+        the successor's ``init_transactions``; the loop rewinds to the last committed positions.
+        """
+        lost = self.errors.coordinator_lost
+        if self.txn is None or lost is None:
+            return None
+        return Aborted(why, transactions.FATAL, self.replace(f"transaction {why}: destination coordinators lost "
+                                                             f"({lost}); renewed before sending the positions"))
 
     def begin(self) -> None:
         """Exactly-once: open a transaction before the first record of an interval."""

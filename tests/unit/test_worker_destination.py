@@ -143,3 +143,39 @@ def test_exactly_once_each_commit_outcome_is_answered_and_a_fenced_producer_is_r
     dest.begin()
     assert dest.commit(offsets, "interval") == Committed()
     assert made[0].calls == ["init", "begin", "offsets", "commit"]
+
+
+def test_the_error_callback_keeps_a_lost_coordinator_and_nothing_else_of_the_connection_errors():
+    errors = FatalErrors()
+    errors(KafkaError(KafkaError._TRANSPORT, "127.0.0.1:9092/1: Disconnected (after 5000ms in state UP)"))
+    errors(KafkaError(KafkaError._MSG_TIMED_OUT, "a record timed out"))
+    assert errors.coordinator_lost is None and errors.failed is None
+    for text in ("TxnCoordinator: 127.0.0.1:9092: Connect to ipv4#127.0.0.1:9092 failed: Connection refused",
+                 "GroupCoordinator: 127.0.0.1:9092: Disconnected"):
+        errors.coordinator_lost = None
+        errors(KafkaError(KafkaError._TRANSPORT, text))
+        assert errors.coordinator_lost == text
+    errors.coordinator_lost = None
+    errors(KafkaError(KafkaError._ALL_BROKERS_DOWN, "1/1 brokers are down"))
+    assert errors.coordinator_lost == "1/1 brokers are down" and errors.failed is None
+
+
+def test_exactly_once_a_producer_that_lost_the_coordinators_is_renewed_at_the_commit_not_asked_to_send():
+    # Given an exactly-once destination whose producer is ready
+    made: list[Any] = []
+    producer = FakeTxnProducer()
+    dest = destination(producer, exactly_once=True, made=made)
+    assert dest.ready()
+    assert dest.renew("interval") is None  # nothing lost: the commit goes on as usual
+    # When the destination went down after that (the producer's error callback said so)
+    dest.errors(KafkaError(KafkaError._ALL_BROKERS_DOWN, "1/1 brokers are down"))
+    renewed = dest.renew("interval")
+    # Then the commit gets a fresh producer instead of sending the positions on the old one
+    assert isinstance(renewed, Aborted) and renewed.outcome == transactions.FATAL
+    assert renewed.replaced is not None and not renewed.replaced.fatal
+    assert dest.producer is made[0] and "offsets" not in producer.calls
+    assert dest.errors.coordinator_lost is None
+    # And errors seen while the fresh producer was being made ready do not renew it again
+    dest.errors(KafkaError(KafkaError._ALL_BROKERS_DOWN, "1/1 brokers are down"))
+    assert dest.ready() and made[0].calls == ["init"]
+    assert dest.renew("interval") is None

@@ -149,3 +149,29 @@ def test_a_commit_that_succeeded_on_retry_leaves_nothing_in_doubt():
     # Then the rewind starts from the positions the loop knows, without reading them back
     assert "positions_settled" not in [e["event"] for e in logs]
     assert "partitions_rewound" in [e["event"] for e in logs]
+
+
+def test_after_the_destination_went_down_the_commit_renews_the_producer_and_sends_the_transaction_again():
+    # Given an exactly-once worker that committed t's 20 records and has 3 more of each partition sent
+    worker, consumer, producer, zk, paths, clock = exactly_once_worker()
+    turns(worker, clock, 4, commit=True)
+    for p in (0, 1):
+        consumer.append(("t", p), *values(3, p, start=10))
+    turns(worker, clock, 2)
+    offsets_sent = producer.calls.count("offsets")
+    # When the producer's error callback said every destination broker was down (a restart)
+    worker.destination.errors(KafkaError(KafkaError._ALL_BROKERS_DOWN, "1/1 brokers are down"))
+    with capture_logs() as logs:
+        turns(worker, clock, 1, commit=True)
+        turns(worker, clock, 3)
+        turns(worker, clock, 1, commit=True)
+    # Then the old producer was never asked to send the positions (librdkafka would hang there)
+    assert producer.calls.count("offsets") == offsets_sent
+    replaced = [e for e in logs if e["event"] == "producer_replaced"]
+    assert len(replaced) == 1 and "coordinators lost" in replaced[0]["reason"]
+    # And its successor sent the open transaction's records again and committed them
+    new = producer.replacements[-1]
+    assert new.calls.count("commit") == 1
+    assert {(tp.topic, tp.partition): tp.offset for tp in new.offsets} == {("t", 0): 13, ("t", 1): 13}
+    for p in (0, 1):  # the fake keeps the aborted copies too
+        assert producer.written[("t", p)] == values(13, p) + values(3, p, start=10)
