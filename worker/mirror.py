@@ -437,8 +437,11 @@ class MirrorWorker:
         if txn is not None and not fenced and txn.due(now) and not self.loop.commit_transaction("interval"):
             self.loop.hold()
             destination.poll(0.05)  # reports still due, or a retriable error: no new records meanwhile
-        elif fenced or settling or not owned or self.ledger.in_flight_bytes >= self.config.worker.max_in_flight_bytes:
-            # Backpressure or fencing: no new fetches; keep serving delivery reports.
+        elif (fenced or settling or not owned or self.ledger.in_flight_bytes >= self.config.worker.max_in_flight_bytes
+              or (txn is not None and not txn.ready_on(destination.producer))):
+            # Backpressure or fencing: no new fetches; keep serving delivery reports. Exactly-once:
+            # a commit above that cost the producer left one without init_transactions (the next
+            # turn's), on which begin_transaction fails (_STATE) and the records wait for a rewind.
             self.loop.hold()
             destination.poll(0.05)
             if not owned and not fenced and self.handoff.change is None:

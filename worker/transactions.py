@@ -9,7 +9,11 @@ it is committed. librdkafka's transactional producer sorts errors into three cla
 mirror loop does next:
 
 * ``COMMITTED``: the positions sent are durable; copy them to the source group (best effort).
-* ``RETRY``: a retriable error (a coordinator moving, a timeout): the same call again later.
+* ``RETRY``: a retriable error sending the positions (a coordinator moving, a timeout): the
+  same call again later. A *commit* that times out (:data:`COMMIT_TIMEOUT_S`) is ``FATAL``
+  instead: after a frozen destination thawed, two commits sat their full 30 s although the
+  coordinator answered new producers within a second, and asking again resumes the same
+  stuck call. Its outcome is in doubt, which the successor settles (below).
 * ``ABORTED``: an abortable error; the transaction was aborted: rewind every partition to
   its last committed position and go on.
 * ``FATAL``: the producer is fenced (another producer took its transactional id) or
@@ -70,6 +74,11 @@ OVERRUN_S = 5.0
 # a retriable error and the next turn sends the positions again; only a call that ignores it (the hang
 # above) costs the producer.
 OFFSETS_TIMEOUT_S = 5.0
+# A commit's own timeout: EndTxn, one round trip once the records are acknowledged (the loop flushes
+# first). In the exactly-once soak of 2026-11-29 no healthy commit took 2 s; the two that hit the
+# 30 s transactional timeout were stuck. One that times out costs the producer, and the successor
+# reads the positions back (the commit is in doubt), so a short bound is safe.
+COMMIT_TIMEOUT_S = 10.0
 # An abort's own timeout (unless the caller gives one): one EndTxn round trip. One that times out costs
 # the producer, whose successor's init_transactions aborts the transaction on the coordinator anyway;
 # with the full 30 s the loop sat that long in an abort after a destination restart.
@@ -202,16 +211,19 @@ class Transactions:
 
     def commit(self, producer: Any, offsets: list[TopicPartition]) -> str:
         """Send ``offsets`` (destination topic/partition -> next source offset) and commit, all records included."""
+        committing = False
         try:
             if offsets and not self._bounded(producer.send_offsets_to_transaction,
                                              min(self._timeout_s, OFFSETS_TIMEOUT_S), offsets,
                                              self._group_metadata()):
                 self.reset()
                 return FATAL
-            self.in_doubt = True  # from here the EndTxn may reach the coordinator whatever the call says
-            self._timed(producer.commit_transaction, self._timeout_s)
+            self.in_doubt = committing = True  # from here the EndTxn may reach the coordinator, whatever the call says
+            self._timed(producer.commit_transaction, min(self._timeout_s, COMMIT_TIMEOUT_S))
         except KafkaException as exc:
             outcome = classify(exc)
+            if outcome == RETRY and committing:
+                outcome = FATAL  # the commit timed out: asking again resumes the same call (see above)
             self._log.warning("transaction_commit_failed", error=str(exc.args[0]), outcome=outcome)
             if outcome == ABORTED:
                 return self.abort(producer)

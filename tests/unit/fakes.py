@@ -582,7 +582,10 @@ class FakeTransactions:
             produce(*args, **kwargs)
 
     def begin_transaction(self) -> None:
-        """As librdkafka: a state error while one is open; the transaction's own error once it is abortable."""
+        """As librdkafka: a state error before ``init_transactions`` or while one is open; the
+        transaction's own error once it is abortable."""
+        if "init" not in self.calls:
+            raise KafkaException(KafkaError(KafkaError._STATE, "Operation not valid in state Init"))
         if self.abortable_error is not None:
             raise KafkaException(self.abortable_error)
         if self.txn_open:

@@ -303,7 +303,11 @@ def test_begin_transaction_tells_an_abortable_transaction_from_an_open_one() -> 
     try:
         producer = Producer({**SETTINGS, "bootstrap.servers": mock.bootstrap, "transactional.id": "t1",
                              "error_cb": lambda err: None})
-        producer.init_transactions(10)
+        for client in (producer, fake):  # before init_transactions: a state error, nothing opened
+            with pytest.raises(KafkaException) as uninitialised:
+                client.begin_transaction()
+            assert uninitialised.value.args[0].code() == KafkaError._STATE
+            client.init_transactions(10)
         for client in (producer, fake):
             client.begin_transaction()
             with pytest.raises(KafkaException) as healthy:
@@ -345,6 +349,7 @@ def test_an_abortable_transaction_refuses_every_record_with_a_state_error_until_
         mock.refuse_next_produce()
         producer.produce(TOPIC, b"poison", partition=0)
         producer.flush(2)
+        fake.init_transactions(10)
         fake.begin_transaction()
         fake.abortable_error = KafkaError(KafkaError.MSG_SIZE_TOO_LARGE, "refused", txn_requires_abort=True)
         for client in (producer, fake):

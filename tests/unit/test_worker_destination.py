@@ -126,13 +126,15 @@ def test_exactly_once_a_purge_with_no_open_transaction_does_nothing_and_an_open_
 
 def test_exactly_once_each_commit_outcome_is_answered_and_a_fenced_producer_is_replaced():
     made: list[Any] = []
-    # A retriable error: not committed yet
-    producer = FakeTxnProducer(TxnError(KafkaError._TIMED_OUT, retriable=True))
+    # A retriable error sending the positions: not committed yet, the same call later
+    producer = FakeTxnProducer()
+    producer.fail_offsets = TxnError(KafkaError._TIMED_OUT, retriable=True)
     dest = destination(producer, exactly_once=True, made=made)
     assert dest.ready()
     dest.begin()
     offsets = [TopicPartition("t", 0, 5)]
     assert dest.commit(offsets, "interval") == Retry()
+    producer.fail_offsets = None
     # A fenced producer: a new one, which needs init_transactions again
     producer.fail_commit = TxnError(KafkaError._FENCED, fatal=True)
     outcome = dest.commit(offsets, "interval")

@@ -11,7 +11,7 @@ from confluent_kafka import KafkaError, TopicPartition
 
 from tests.unit.fakes import FakeTransactions
 from ureplicator.worker import transactions
-from ureplicator.worker.transactions import ABORTED, COMMITTED, FATAL, RETRY, Transactions
+from ureplicator.worker.transactions import ABORTED, COMMITTED, FATAL, Transactions
 
 
 class Log:
@@ -72,7 +72,8 @@ def test_a_commit_sends_the_positions_then_commits():
 
 
 @pytest.mark.parametrize(("error", "outcome", "calls"), [
-    (TxnError(KafkaError._TIMED_OUT, retriable=True), RETRY, ["init", "begin", "offsets", "commit"]),
+    # a commit that timed out costs the producer (resumed, it stays stuck); its outcome is in doubt
+    (TxnError(KafkaError._TIMED_OUT, retriable=True), FATAL, ["init", "begin", "offsets", "commit"]),
     (TxnError(KafkaError._STATE, abortable=True), ABORTED, ["init", "begin", "offsets", "commit", "abort"]),
     (TxnError(KafkaError._FENCED, fatal=True), FATAL, ["init", "begin", "offsets", "commit"]),
 ])
@@ -210,27 +211,38 @@ def test_an_abort_that_fails_is_fatal():
     assert txn.abort(producer) == FATAL
 
 
-def test_a_commit_that_timed_out_is_in_doubt_until_a_commit_or_an_abort_succeeds():
-    # Given a commit that timed out (librdkafka goes on with the EndTxn in the background)
-    producer = Producer(fail_commit=TxnError(KafkaError._TIMED_OUT, retriable=True))
+@pytest.mark.parametrize("error", [TxnError(KafkaError._TIMED_OUT, retriable=True),
+                                   TxnError(KafkaError._FENCED, fatal=True)])
+def test_a_commit_that_failed_leaves_its_outcome_in_doubt_for_the_successor_to_settle(error):
+    # Given a commit that timed out (librdkafka goes on with the EndTxn in the background) or was fenced
+    producer = Producer(fail_commit=error)
     txn = opened(producer)
-    assert txn.commit(producer, []) == RETRY and txn.in_doubt
-    # When the abort meets that commit still under way (the soak: _CONFLICT), which costs the producer
-    producer.fail_abort = TxnError(KafkaError._CONFLICT)
-    assert txn.abort(producer) == FATAL
+    # When it costs the producer
+    assert txn.commit(producer, []) == FATAL
     # Then the successor must read the positions back: nothing says whether the commit landed
     assert txn.settle_due and not txn.in_doubt
     txn.settled()
     assert not txn.settle_due
-    # And a commit that succeeds on its retry, or an abort that succeeds, leaves nothing in doubt
-    for ending in ("commit", "abort"):
-        producer = Producer(fail_commit=TxnError(KafkaError._TIMED_OUT, retriable=True))
-        txn = opened(producer)
-        assert txn.commit(producer, []) == RETRY
-        producer.fail_commit = None
-        assert (txn.commit(producer, []) == COMMITTED) if ending == "commit" else (txn.abort(producer) == ABORTED)
-        txn.reset()
-        assert not txn.in_doubt and not txn.settle_due
+
+
+def test_an_abort_that_meets_a_commit_still_under_way_leaves_it_in_doubt():
+    # Given a commit whose call failed while its EndTxn may be under way (the state a timeout left
+    # before commits that time out cost the producer; an abortable error whose abort then fails)
+    producer = Producer(fail_commit=TxnError(KafkaError._STATE, abortable=True),
+                        fail_abort=TxnError(KafkaError._CONFLICT))
+    txn = opened(producer)
+    assert txn.commit(producer, []) == FATAL
+    assert txn.settle_due
+
+
+@pytest.mark.parametrize("ending", ["commit", "abort"])
+def test_a_commit_or_an_abort_that_succeeds_leaves_nothing_in_doubt(ending):
+    producer = Producer()
+    txn = opened(producer)
+    txn.in_doubt = True  # a commit call under way
+    assert (txn.commit(producer, []) == COMMITTED) if ending == "commit" else (txn.abort(producer) == ABORTED)
+    txn.reset()
+    assert not txn.in_doubt and not txn.settle_due
 
 
 def test_a_replacement_with_no_commit_in_doubt_reads_nothing_back():
