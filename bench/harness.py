@@ -22,10 +22,19 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    IsolationLevel,
+    KafkaError,
+    KafkaException,
+    Message,
+    TopicPartition,
+)
+from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from bench.common import load_average
-from devtools.harness import REPO, Proc, Processes, end_offsets, say, wait_for
+from devtools.harness import REPO, Proc, Processes, admin_client, end_offsets, say, wait_for
 from devtools.harness import HarnessError as BenchError
 from devtools.ports import free_port
 from ureplicator.common import provenance
@@ -394,6 +403,10 @@ class Arrivals:
             # Not left leaderless for minutes after a destination restart.
             "topic.metadata.refresh.interval.ms": 5000,
         }
+        self._bootstrap = bootstrap
+        self._isolation = (IsolationLevel.READ_COMMITTED if isolation == "read_committed"
+                           else IsolationLevel.READ_UNCOMMITTED)
+        self._admin: AdminClient | None = None  # the stall check's own client (_ends)
         self.consumer = Consumer(self._config)
         self.logs: dict[TP, PartitionLog] = {}
         self.replacements = 0  # the reader's own consumer replaced after it stopped fetching (_watch)
@@ -469,15 +482,13 @@ class Arrivals:
         ``assign()`` consumer can stop fetching after its broker restarts (#5153). Its gaps include the stall."""
         with self._lock:
             assigned = list(self.logs)
+        quiet = [tp for tp in assigned if now - self._read_at.setdefault(tp, now) >= READER_STALL_S]
+        ends = self._ends(quiet) if quiet else {}
+        if ends is None:
+            return  # the destination does not answer: nothing to decide yet
         behind = []
-        for tp in assigned:
-            if now - self._read_at.setdefault(tp, now) < READER_STALL_S:
-                continue
-            try:
-                _, high = self.consumer.get_watermark_offsets(TopicPartition(*tp), timeout=2, cached=False)
-            except KafkaException:
-                return  # the destination does not answer: nothing to decide yet
-            if high > self._next.get(tp, 0) + 1:
+        for tp in quiet:
+            if ends.get(tp, -1) > self._next.get(tp, 0) + 1:
                 behind.append(tp)
             else:
                 self._read_at[tp] = now  # idle, not stuck: check it again a stall period from now
@@ -489,6 +500,33 @@ class Arrivals:
         self.consumer.assign([TopicPartition(t, p, self._next.get((t, p), OFFSET_BEGINNING)) for t, p in assigned])
         say(f"the destination reader fetched nothing for {READER_STALL_S:.0f} s with {len(behind)} "
             f"partition(s) behind their end; replaced its consumer ({self.replacements} so far)")
+
+
+    def next_offset(self, tp: TP) -> int:
+        """The offset after the last record read from ``tp`` (0: none yet)."""
+        return self._next.get(tp, 0)
+
+    def readable_ends(self, tps: list[TP]) -> dict[TP, int]:
+        """:meth:`_ends`, for a diagnosis: empty when the destination did not answer."""
+        return self._ends(tps) or {}
+
+    def _ends(self, tps: list[TP]) -> dict[TP, int] | None:
+        """The end of each partition as this reader can read it (read_committed: the last stable offset, so an
+        open transaction is not taken for a stall), asked through a client of its own; None when not answered.
+
+        Not through the reader's consumer: the stuck one's own questions failed with it, so the check
+        returned before deciding, every time (an exactly-once soak step waited its 180 s on a reader that
+        had stopped after a destination restart while the workers copied on).
+        """
+        wanted = {TopicPartition(t, p): OffsetSpec.latest() for t, p in tps}
+        try:
+            if self._admin is None:
+                self._admin = admin_client(self._bootstrap)
+            futures = self._admin.list_offsets(wanted, isolation_level=self._isolation, request_timeout=5)
+            return {(tp.topic, tp.partition): future.result().offset for tp, future in futures.items()}
+        except KafkaException:
+            self._admin = None  # a failed question: the next one starts with fresh metadata
+            return None
 
 
 def longest_gap(arrivals: array, t0: float, t1: float, before_s: float = 1.0) -> tuple[float, float]:

@@ -329,6 +329,12 @@ class Runner:
         for topic in sorted({t for t, _ in stalled}):
             ends = stalled_ends(self.services, topic, [p for t, p in stalled if t == topic])
             say(f"  {name}: {topic}: partitions without an arrival for 10 s: {ends}")
+        # The reader's position against what it may read (read_committed: the last stable offset) tells a
+        # reader that stopped (behind a readable end) from transactions that stopped committing (at it).
+        readable = self.arrivals.readable_ends(stalled) if stalled else {}
+        say(f"  {name}: destination reader: " + ("; ".join(
+            f"{t}:{p} read to {self.arrivals.next_offset((t, p))}, readable to {readable.get((t, p), '?')}"
+            for t, p in stalled) or "nothing stalled") + f"; {self.arrivals.replacements} reader replacements")
         for proc in [*self.pipeline.workers.values(), *self.pipeline.controllers.values()]:
             with contextlib.suppress(OSError):
                 os.kill(proc.pid, signal.SIGUSR1)  # faulthandler: thread stacks into the process's log
