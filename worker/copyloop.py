@@ -529,6 +529,13 @@ class CopyLoop:
                 # all its records, and librdkafka holds the rest): nothing more will come.
                 self.abort_transaction("abortable")
                 return True
+            if txn.overdue_s(self._clock()) >= transactions.RENEW_AFTER_S:
+                # The destination went away under this producer: its reports may never come
+                # (seen: 30 s until the stalled-producer watch), and none of its records is visible.
+                renewed = self.destination.renew(why)
+                if renewed is not None:
+                    self.aborted(renewed)
+                    return True
             return False
         renewed = self.destination.renew(why)
         if renewed is not None:

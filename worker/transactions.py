@@ -79,6 +79,16 @@ OFFSETS_TIMEOUT_S = 5.0
 # 30 s transactional timeout were stuck. One that times out costs the producer, and the successor
 # reads the positions back (the commit is in doubt), so a short bound is safe.
 COMMIT_TIMEOUT_S = 10.0
+# init_transactions' own timeout. One that times out is asked again on the next turn and resumes the
+# same initialisation (checked on librdkafka's mock cluster: 1 s timeout at a 2.5 s round trip, then
+# 0.05 s to complete), so while the destination is away the loop turns every few seconds instead of
+# sitting in the call for the full transactional timeout.
+INIT_TIMEOUT_S = 5.0
+# Exactly-once: a producer that lost the destination's coordinators (FatalErrors.coordinator_lost) and
+# still owes delivery reports this long after its transaction was due is renewed without them. Its
+# records are in a transaction the successor aborts, so this costs one rewind; waiting cost up to the
+# stalled-producer watch (30 s) in the soak of 2026-11-29 05:50 (steps 60 and 76).
+RENEW_AFTER_S = 3.0
 # An abort's own timeout (unless the caller gives one): one EndTxn round trip. One that times out costs
 # the producer, whose successor's init_transactions aborts the transaction on the coordinator anyway;
 # with the full 30 s the loop sat that long in an abort after a destination restart.
@@ -171,7 +181,7 @@ class Transactions:
         if self._ready is producer:
             return True
         try:
-            self._timed(producer.init_transactions, self._timeout_s)
+            self._timed(producer.init_transactions, min(self._timeout_s, INIT_TIMEOUT_S))
         except KafkaException as exc:
             self._log.warning("transactions_init_failed", error=str(exc.args[0]), outcome=classify(exc))
             return False
@@ -205,6 +215,10 @@ class Transactions:
             err = exc.args[0]
             return isinstance(err, KafkaError) and err.txn_requires_abort()
         return False  # librdkafka had no open transaction: it has one now, as this object thinks
+
+    def overdue_s(self, now: float) -> float:
+        """How long past its interval the open transaction is (0 when not yet due or none is open)."""
+        return max(0.0, now - self.opened_at - self.interval_s) if self.open else 0.0
 
     def due(self, now: float) -> bool:
         return self.open and (now - self.opened_at >= self.interval_s or self.bytes >= self.max_bytes)

@@ -152,3 +152,46 @@ def test_after_the_destination_went_down_the_commit_renews_the_producer_and_send
     assert {(tp.topic, tp.partition): tp.offset for tp in new.offsets} == {("t", 0): 13, ("t", 1): 13}
     for p in (0, 1):  # the fake keeps the aborted copies too
         assert producer.written[("t", p)] == values(13, p) + values(3, p, start=10)
+
+
+def test_a_producer_that_lost_the_coordinators_and_owes_reports_is_renewed_a_few_seconds_after_its_commit_was_due():
+    # Given an exactly-once worker that committed t's 20 records and sent 3 more of each partition
+    # into a transaction, whose reports do not come (the destination went away under the producer)
+    worker, consumer, producer, zk, paths, clock = exactly_once_worker()
+    turns(worker, clock, 4, commit=True)
+    producer.hold = True
+    for p in (0, 1):
+        consumer.append(("t", p), *values(3, p, start=10))
+    turns(worker, clock, 2)
+    worker.destination.errors(KafkaError(KafkaError._ALL_BROKERS_DOWN, "1/1 brokers are down"))
+    # When the commit is due: first the reports are waited for
+    with capture_logs() as logs:
+        turns(worker, clock, 1, commit=True)
+        clock.now += 2.0
+        worker.turn()
+    assert not producer.replacements and "producer_replaced" not in [e["event"] for e in logs]
+    # Then, RENEW_AFTER_S past due, the producer is renewed without them
+    with capture_logs() as logs:
+        clock.now += 1.5
+        worker.turn()
+        turns(worker, clock, 3)
+        turns(worker, clock, 1, commit=True)
+    replaced = [e for e in logs if e["event"] == "producer_replaced"]
+    assert len(replaced) == 1 and "coordinators lost" in replaced[0]["reason"]
+    # And its successor sent the transaction's records again and committed them
+    new = producer.replacements[-1]
+    assert new.calls.count("commit") == 1
+    assert {(tp.topic, tp.partition): tp.offset for tp in new.offsets} == {("t", 0): 13, ("t", 1): 13}
+
+
+def test_a_producer_that_owes_reports_is_waited_for_when_nothing_says_the_destination_went_away():
+    worker, consumer, producer, zk, paths, clock = exactly_once_worker()
+    turns(worker, clock, 4, commit=True)
+    producer.hold = True
+    for p in (0, 1):
+        consumer.append(("t", p), *values(3, p, start=10))
+    turns(worker, clock, 2)
+    turns(worker, clock, 1, commit=True)
+    clock.now += 10.0
+    worker.turn()
+    assert not producer.replacements and producer.txn_open

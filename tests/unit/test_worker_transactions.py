@@ -7,7 +7,7 @@ import weakref
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from tests.unit.fakes import FakeTransactions
 from ureplicator.worker import transactions
@@ -293,3 +293,20 @@ def test_exactly_once_accepts_the_c_loop():
     # Both loops serve exactly-once mode: 'on' is no longer refused with it.
     cfg = _config(exactly_once=True, native_loop="on")
     assert cfg.worker.exactly_once and cfg.worker.native_loop == "on"
+
+
+def test_init_transactions_gets_a_few_seconds_and_is_asked_again_after_a_timeout():
+    class Slow(Producer):
+        timeouts: list[float] = []
+
+        def init_transactions(self, timeout: float) -> None:
+            self.timeouts.append(timeout)
+            if len(self.timeouts) == 1:
+                raise KafkaException(TxnError(KafkaError._TIMED_OUT, retriable=True))
+            super().init_transactions(timeout)
+
+    producer, log = Slow(), Log()
+    txn = Transactions(1.0, 1000, lambda: "group-metadata", log, timeout_s=30.0)
+    assert not txn.ready(producer) and "transactions_init_failed" in log.events
+    assert txn.ready(producer) and txn.ready_on(producer)
+    assert producer.timeouts == [transactions.INIT_TIMEOUT_S] * 2
