@@ -154,15 +154,21 @@ def test_after_the_destination_went_down_the_commit_renews_the_producer_and_send
         assert producer.written[("t", p)] == values(13, p) + values(3, p, start=10)
 
 
-def test_a_producer_that_lost_the_coordinators_and_owes_reports_is_renewed_a_few_seconds_after_its_commit_was_due():
-    # Given an exactly-once worker that committed t's 20 records and sent 3 more of each partition
-    # into a transaction, whose reports do not come (the destination went away under the producer)
+def owing_reports() -> tuple[MirrorWorker, FakeTxnProducer, Clock]:
+    """An exactly-once worker that committed t's 20 records and sent 3 more of each partition into a
+    transaction whose reports do not come."""
     worker, consumer, producer, zk, paths, clock = exactly_once_worker()
     turns(worker, clock, 4, commit=True)
     producer.hold = True
     for p in (0, 1):
         consumer.append(("t", p), *values(3, p, start=10))
     turns(worker, clock, 2)
+    return worker, producer, clock
+
+
+def test_a_producer_that_lost_the_coordinators_and_owes_reports_is_renewed_a_few_seconds_after_its_commit_was_due():
+    # Given a transaction whose reports do not come, because the destination went away under the producer
+    worker, producer, clock = owing_reports()
     worker.destination.errors(KafkaError(KafkaError._ALL_BROKERS_DOWN, "1/1 brokers are down"))
     # When the commit is due: first the reports are waited for
     with capture_logs() as logs:
@@ -185,12 +191,7 @@ def test_a_producer_that_lost_the_coordinators_and_owes_reports_is_renewed_a_few
 
 
 def test_a_producer_that_owes_reports_is_waited_for_when_nothing_says_the_destination_went_away():
-    worker, consumer, producer, zk, paths, clock = exactly_once_worker()
-    turns(worker, clock, 4, commit=True)
-    producer.hold = True
-    for p in (0, 1):
-        consumer.append(("t", p), *values(3, p, start=10))
-    turns(worker, clock, 2)
+    worker, producer, clock = owing_reports()
     turns(worker, clock, 1, commit=True)
     clock.now += 10.0
     worker.turn()
