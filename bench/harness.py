@@ -27,14 +27,12 @@ from confluent_kafka import (
     Consumer,
     IsolationLevel,
     KafkaError,
-    KafkaException,
     Message,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from bench.common import load_average
-from devtools.harness import REPO, Proc, Processes, admin_client, end_offsets, say, wait_for
+from devtools.harness import REPO, Offsets, Proc, Processes, end_offsets, say, wait_for
 from devtools.harness import HarnessError as BenchError
 from devtools.ports import free_port
 from ureplicator.common import provenance
@@ -406,7 +404,7 @@ class Arrivals:
         self._bootstrap = bootstrap
         self._isolation = (IsolationLevel.READ_COMMITTED if isolation == "read_committed"
                            else IsolationLevel.READ_UNCOMMITTED)
-        self._admin: AdminClient | None = None  # the stall check's own client (_ends)
+        self._offsets: Offsets | None = None  # the stall check's own client (_ends)
         self.consumer = Consumer(self._config)
         self.logs: dict[TP, PartitionLog] = {}
         self.replacements = 0  # the reader's own consumer replaced after it stopped fetching (_watch)
@@ -518,15 +516,9 @@ class Arrivals:
         returned before deciding, every time (an exactly-once soak step waited its 180 s on a reader that
         had stopped after a destination restart while the workers copied on).
         """
-        wanted = {TopicPartition(t, p): OffsetSpec.latest() for t, p in tps}
-        try:
-            if self._admin is None:
-                self._admin = admin_client(self._bootstrap)
-            futures = self._admin.list_offsets(wanted, isolation_level=self._isolation, request_timeout=5)
-            return {(tp.topic, tp.partition): future.result().offset for tp, future in futures.items()}
-        except KafkaException:
-            self._admin = None  # a failed question: the next one starts with fresh metadata
-            return None
+        if self._offsets is None:
+            self._offsets = Offsets(self._bootstrap)
+        return self._offsets.ends(tps, self._isolation, timeout_s=5)
 
 
 def longest_gap(arrivals: array, t0: float, t1: float, before_s: float = 1.0) -> tuple[float, float]:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 from devtools import jvm, stack
@@ -219,14 +219,19 @@ class Offsets:
 
     def end(self, topic: str, partitions: int) -> list[int] | None:
         """Per partition high watermark, or None while the topic does not exist (yet)."""
-        wanted = {TopicPartition(topic, p): OffsetSpec.latest() for p in range(partitions)}
+        found = self.ends([(topic, p) for p in range(partitions)])
+        return None if found is None else [max(found[(topic, p)], 0) for p in range(partitions)]
+
+    def ends(self, tps: list[tuple[str, int]], isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
+             timeout_s: float = 10) -> dict[tuple[str, int], int] | None:
+        """Each partition's end at ``isolation`` (read_committed: the last stable offset); None when not answered."""
+        wanted = {TopicPartition(t, p): OffsetSpec.latest() for t, p in tps}
         try:
-            futures = self.admin.list_offsets(wanted, request_timeout=10)
-            found = {tp.partition: future.result().offset for tp, future in futures.items()}
+            futures = self.admin.list_offsets(wanted, isolation_level=isolation, request_timeout=timeout_s)
+            return {(tp.topic, tp.partition): future.result().offset for tp, future in futures.items()}
         except KafkaException:
             self.admin = admin_client(self.bootstrap)
             return None
-        return [max(found[p], 0) for p in range(partitions)]
 
 # A group coordinator that is moving or still loading its offsets (a broker just started): ask again.
 _COORDINATOR_BUSY = frozenset({KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,

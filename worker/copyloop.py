@@ -529,18 +529,16 @@ class CopyLoop:
                 # all its records, and librdkafka holds the rest): nothing more will come.
                 self.abort_transaction("abortable")
                 return True
-            if txn.overdue_s(self._clock()) >= transactions.RENEW_AFTER_S:
-                # The destination went away under this producer: its reports may never come
-                # (seen: 30 s until the stalled-producer watch), and none of its records is visible.
-                renewed = self.destination.renew(why)
-                if renewed is not None:
-                    self.aborted(renewed)
-                    return True
-            return False
+            if txn.overdue_s(self._clock()) < transactions.RENEW_AFTER_S:
+                return False
+            # Overdue: if the destination went away under this producer its reports may never come
+            # (seen: 30 s until the stalled-producer watch), and none of its records is visible.
         renewed = self.destination.renew(why)
         if renewed is not None:
             self.aborted(renewed)  # the successor aborts the open transaction; every partition rewinds
             return True
+        if remaining:
+            return False
         moved = [(acks, acks.position) for acks in self.ledger.partitions.values()
                  if acks.position >= 0 and acks.position != acks.txn_position]
         offsets = [TopicPartition(acks.destination, acks.partition, position) for acks, position in moved]
