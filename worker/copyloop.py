@@ -100,7 +100,9 @@ class CopyLoop:
         self._ends: EndOffsets | None = None
         if stall_s > 0 and end_offsets is not None and make_consumer is not None:
             self._fetch_watch = fetchwatch.FetchWatch(stall_s)
-            self._ends = EndOffsets(end_offsets, interval_s=min(5.0, stall_s / 3), log=log, clock=clock,
+            # One ListOffsets a second: growth is seen within about a second, so a stall is acted on
+            # about fetch_stall_s after it began (every 3.3 s until 2026-11-29: up to 6.6 s later).
+            self._ends = EndOffsets(end_offsets, interval_s=min(1.0, stall_s / 3), log=log, clock=clock,
                                     timeout_s=min(10.0, max(1.0, stall_s / 2)), background=watch_thread)
         self._watch_every_s = min(1.0, stall_s / 4)
         self._watch_at = 0.0
@@ -109,6 +111,9 @@ class CopyLoop:
         self._fetch_from: dict[TP, tuple[PartitionAcks, int]] = {}
         # Whether a consume since the last look came back short: librdkafka's queue was empty then.
         self._queue_drained = False
+        # Since when the loop has held back fetching (None: it fetched since): the fetch watch's
+        # stall clocks stop for that time.
+        self._held_from: float | None = None
         # Exactly-once, after a replacement in doubt: the read of the committed positions under way
         # (its job and the acquisitions it asked about), and when a failed read is tried again.
         self._settling: tuple[Any, dict[TP, PartitionAcks]] | None = None
@@ -130,6 +135,8 @@ class CopyLoop:
         record, then a non-blocking drain of what arrived with it (a fetch brings many).
         Under load the first drain is a full batch, so throughput is unchanged.
         """
+        if self._held_from is not None:
+            self._end_hold(self._clock())
         consume = self.consumer.consume
         messages = consume(limit, 0)
         if len(messages) < limit:
@@ -358,9 +365,15 @@ class CopyLoop:
         self.log.warning("consume_error", topic=msg.topic(), partition=msg.partition(), error=err.str())
 
     def hold(self) -> None:
-        """This turn held back fetching on purpose (backpressure, a fence): the fetch watch starts its clocks again."""
-        if self._fetch_watch is not None:
-            self._fetch_watch.hold()
+        """This turn held back fetching on purpose (backpressure, a fence): the fetch watch's clocks stop meanwhile."""
+        if self._fetch_watch is not None and self._held_from is None:
+            self._held_from = self._clock()
+
+    def _end_hold(self, now: float) -> None:
+        """Tell the fetch watch how long the loop held back fetching, up to ``now``."""
+        if self._fetch_watch is not None and self._held_from is not None:
+            self._fetch_watch.hold(now - self._held_from)
+        self._held_from = None
 
     def watch(self, now: float) -> None:
         """About once a second: compare the positions with the source's end offsets and remedy a silent stall.
@@ -374,6 +387,9 @@ class CopyLoop:
         if watch is None or self._ends is None or now < self._watch_at:
             return
         self._watch_at = now + self._watch_every_s
+        if self._held_from is not None:
+            self._end_hold(now)
+            self._held_from = now  # still holding: the rest counts towards the next look
         if not self._queue_drained:
             # The loop is behind its consumer's queue (up to queued.max.messages.kbytes): a record
             # fetched now waits its turn there, which is lag, not a stall.
@@ -533,7 +549,8 @@ class CopyLoop:
                 return False
             # Overdue: if the destination went away under this producer its reports may never come
             # (seen: 30 s until the stalled-producer watch), and none of its records is visible.
-        renewed = self.destination.renew(why)
+        silent_s = self.destination.silent_s(self._clock(), self.ledger.acks) if remaining else 0.0
+        renewed = self.destination.renew(why, silent_s)
         if renewed is not None:
             self.aborted(renewed)  # the successor aborts the open transaction; every partition rewinds
             return True

@@ -246,9 +246,16 @@ class Destination:
         self.errors.coordinator_lost = None
         return True
 
-    def renew(self, why: str) -> Aborted | None:
+    def silent_s(self, now: float, acks: int) -> float:
+        """How long the producer has held records without a delivery report (0: one came since the last look)."""
+        if self._acks_seen is None or acks != self._acks_seen or not len(self.producer):
+            return 0.0
+        return now - self._acks_moved_at
+
+    def renew(self, why: str, silent_s: float = 0.0) -> Aborted | None:
         """Exactly-once, at a commit: a fresh producer if the destination's coordinators were lost since
-        the current one became ready (:attr:`FatalErrors.coordinator_lost`); None when they were not.
+        the current one became ready (:attr:`FatalErrors.coordinator_lost`), or if it owes reports and
+        has had none for :data:`transactions.RENEW_SILENT_S` (``silent_s``); None otherwise.
 
         The old producer's ``send_offsets_to_transaction`` would wait for ever, costing the
         bound of :data:`transactions.OFFSETS_TIMEOUT_S` plus the overrun (10 s, every partition
@@ -256,10 +263,15 @@ class Destination:
         the successor's ``init_transactions``; the loop rewinds to the last committed positions.
         """
         lost = self.errors.coordinator_lost
-        if self.txn is None or lost is None:
+        if self.txn is None:
             return None
-        return Aborted(why, transactions.FATAL, self.replace(f"transaction {why}: destination coordinators lost "
-                                                             f"({lost}); renewed before sending the positions"))
+        if lost is not None:
+            reason = f"destination coordinators lost ({lost}); renewed before sending the positions"
+        elif silent_s >= transactions.RENEW_SILENT_S:
+            reason = f"no delivery report for {silent_s:.1f} s; renewed instead of waited for"
+        else:
+            return None
+        return Aborted(why, transactions.FATAL, self.replace(f"transaction {why}: {reason}"))
 
     def begin(self) -> None:
         """Exactly-once: open a transaction before the first record of an interval."""

@@ -20,10 +20,13 @@ Nothing is decided while
   or was read before the position last moved;
 * the worker holds the partition back itself (:func:`watched`): stopped after a refused
   record, being released, waiting for a rewind, not routed (an abandoned batch);
-* the loop held back fetching at all since the last look (:meth:`FetchWatch.hold`): the
-  in-flight cap, the rate limit, a fence, a transaction that cannot commit yet, a full
-  producer queue, or a consumer queue the loop never emptied (it is behind: a record fetched
-  now waits its turn there). Every clock starts again then, so backpressure is never a stall.
+* the loop held back fetching (:meth:`FetchWatch.hold`): the in-flight cap, the rate limit,
+  a fence, a transaction that cannot commit yet, a full producer queue, or a consumer queue
+  the loop never emptied (it is behind: a record fetched now waits its turn there). The
+  stall clocks *stop* for the time held, so backpressure is never a stall. Until
+  2026-11-29 every clock started again at any hold; an exactly-once loop, whose commit
+  waits a few milliseconds for delivery reports every second, then only decided when ten
+  seconds in a row had no commit wait (the exactly-once soak's step 85: 28.7 s, not 10 s).
 
 The remedy is :data:`REPLACE`: a new source consumer for every partition, again every
 ``fetch_stall_s`` while the stall lasts. Assigning the partition again on the same consumer
@@ -102,16 +105,28 @@ class FetchWatch:
             raise ValueError("stall_s must be positive (0 disables the watch: do not build one)")
         self.stall_s = stall_s
         self._tracks: dict[TP, _Track] = {}
-        self._held = False
+        self._held_s = 0.0  # seconds the loop held back fetching since the last look
+        self._held_throughout = False
+        self._looked_at: float | None = None
 
-    def hold(self) -> None:
-        """The loop held back fetching for its own reasons: no position is expected to move, so every clock restarts."""
-        self._held = True
+    def hold(self, seconds: float | None = None) -> None:
+        """The loop held back fetching for its own reasons, for ``seconds`` (None: since the last look).
+
+        No position is expected to move meanwhile, so every stall clock stops for that long.
+        """
+        if seconds is None:
+            self._held_throughout = True
+        else:
+            self._held_s += max(0.0, seconds)
 
     def observe(self, now: float, partitions: Mapping[TP, Watched],
                 ends: Mapping[TP, tuple[int, float]]) -> list[Stall]:
         """Compare the positions with the end offsets (``tp -> (end, when read)``); the remedies due now."""
-        held, self._held = self._held, False
+        since_look = now - self._looked_at if self._looked_at is not None else 0.0
+        held_s = since_look if self._held_throughout else min(self._held_s, since_look)
+        self._looked_at, self._held_s, self._held_throughout = now, 0.0, False
+        # Growth first seen in this look counts from no earlier than its un-held end.
+        counts_from = now - (since_look - held_s) if held_s > 0 else float("-inf")
         for tp in [tp for tp in self._tracks if tp not in partitions]:
             del self._tracks[tp]
         due = []
@@ -122,17 +137,24 @@ class FetchWatch:
                 # Moved or newly owned: watch from here, against the first end read from now on.
                 self._tracks[tp] = _Track(seen.acquisition, seen.position, now)
                 continue
-            if held or seen.paused:
-                # Not expected to move now: the clock starts again once it is, but the end it grew
-                # past is still the one read when the position last moved.
+            if seen.paused:
+                # The worker holds this partition back: its clock starts again once it is not, but
+                # the end it grew past is still the one read when the position last moved.
                 track.since, track.grew_at, track.acted_at = now, None, None
                 continue
-            stall = self._judge(tp, track, now, ends.get(tp))
+            if held_s > 0:
+                # The whole loop held back fetching that long: not a second of the stall.
+                if track.grew_at is not None:
+                    track.grew_at = min(now, track.grew_at + held_s)
+                if track.acted_at is not None:
+                    track.acted_at = min(now, track.acted_at + held_s)
+            stall = self._judge(tp, track, now, ends.get(tp), counts_from)
             if stall is not None:
                 due.append(stall)
         return due
 
-    def _judge(self, tp: TP, track: _Track, now: float, end_read: tuple[int, float] | None) -> Stall | None:
+    def _judge(self, tp: TP, track: _Track, now: float, end_read: tuple[int, float] | None,
+               counts_from: float) -> Stall | None:
         if end_read is None:
             return None
         end, read_at = end_read
@@ -145,7 +167,7 @@ class FetchWatch:
             track.baseline, track.grew_at = end, None  # nothing to fetch (a truncated or recreated log)
             return None
         if end > track.baseline and track.grew_at is None:
-            track.grew_at = read_at
+            track.grew_at = max(read_at, counts_from)
         if track.grew_at is None:
             return None
         stalled_s = now - track.grew_at

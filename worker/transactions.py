@@ -89,6 +89,14 @@ INIT_TIMEOUT_S = 5.0
 # records are in a transaction the successor aborts, so this costs one rewind; waiting cost up to the
 # stalled-producer watch (30 s) in the soak of 2026-11-29 05:50 (steps 60 and 76).
 RENEW_AFTER_S = 3.0
+# Exactly-once: a producer that owes delivery reports and has had none for this long is renewed the
+# same way, even though nothing said the coordinators were lost. A destination frozen and resumed
+# keeps its connections, so no error comes until librdkafka's request timeout (30 s): in the soak
+# of 2026-11-29 06:49 (step 65) two workers' producers stayed silent that long after the freeze.
+# No commit was asked for that transaction, so the successor's init_transactions aborts it and
+# the loop rewinds to the committed positions; at-least-once keeps worker.producer_stall_s (30 s),
+# where a replacement re-sends records a reader has seen.
+RENEW_SILENT_S = 10.0
 # An abort's own timeout (unless the caller gives one): one EndTxn round trip. One that times out costs
 # the producer, whose successor's init_transactions aborts the transaction on the coordinator anyway;
 # with the full 30 s the loop sat that long in an abort after a destination restart.

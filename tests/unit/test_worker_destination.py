@@ -181,3 +181,28 @@ def test_exactly_once_a_producer_that_lost_the_coordinators_is_renewed_at_the_co
     dest.errors(KafkaError(KafkaError._ALL_BROKERS_DOWN, "1/1 brokers are down"))
     assert dest.ready() and made[0].calls == ["init"]
     assert dest.renew("interval") is None
+
+
+def test_exactly_once_a_producer_silent_for_renew_silent_s_is_renewed_at_the_commit():
+    # Given an exactly-once destination whose ready producer holds a record without a report
+    clock = Clock()
+    made: list[Any] = []
+    producer = FakeTxnProducer()
+    producer.hold = True
+    dest = destination(producer, clock=clock, exactly_once=True, made=made)
+    assert dest.ready()
+    dest.begin()
+    producer.produce("t", b"a", partition=0)
+    dest.watch(clock(), acks=0, in_flight_bytes=1)
+    # When no report came for less than RENEW_SILENT_S, and nothing said the destination went away
+    clock.now += transactions.RENEW_SILENT_S - 1
+    assert dest.silent_s(clock(), acks=0) == transactions.RENEW_SILENT_S - 1
+    assert dest.renew("interval", dest.silent_s(clock(), acks=0)) is None
+    # Then a report since the last look means it is not silent
+    assert dest.silent_s(clock(), acks=1) == 0.0
+    # And once silent for RENEW_SILENT_S the commit gets a fresh producer, named for its silence
+    clock.now += 1
+    renewed = dest.renew("interval", dest.silent_s(clock(), acks=0))
+    assert isinstance(renewed, Aborted) and renewed.outcome == transactions.FATAL
+    assert renewed.replaced is not None and "no delivery report for 10.0 s" in renewed.replaced.reason
+    assert dest.producer is made[0] and "offsets" not in producer.calls

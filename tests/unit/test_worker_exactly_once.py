@@ -10,6 +10,7 @@ from tests.unit.fakes import FakeCommitClient, FakeConsumer, FakeTxnProducer, Fa
 from tests.unit.test_worker_mirror import Clock
 from ureplicator.common import config as config_module
 from ureplicator.common.zkschema import Assignment, Paths, TopicRecord, WorkerStatus
+from ureplicator.worker import transactions
 from ureplicator.worker.clients import WorkerClients
 from ureplicator.worker.mirror import MirrorWorker
 
@@ -190,9 +191,25 @@ def test_a_producer_that_lost_the_coordinators_and_owes_reports_is_renewed_a_few
     assert {(tp.topic, tp.partition): tp.offset for tp in new.offsets} == {("t", 0): 13, ("t", 1): 13}
 
 
-def test_a_producer_that_owes_reports_is_waited_for_when_nothing_says_the_destination_went_away():
+def test_a_silent_producer_is_waited_for_then_renewed_when_nothing_says_the_destination_went_away():
+    # Given a transaction whose reports do not come, with no error from the destination (a frozen
+    # destination keeps its connections: nothing comes until librdkafka's request timeout)
     worker, producer, clock = owing_reports()
+    silent_from = clock.now - 0.004  # the first of owing_reports' two turns sent the records
+    # When its commit is due: the reports are waited for while the silence is shorter than RENEW_SILENT_S
     turns(worker, clock, 1, commit=True)
-    clock.now += 10.0
+    clock.now = silent_from + transactions.RENEW_SILENT_S - 0.5
     worker.turn()
     assert not producer.replacements and producer.txn_open
+    # Then, silent that long, the producer is renewed without them
+    with capture_logs() as logs:
+        clock.now = silent_from + transactions.RENEW_SILENT_S + 0.5
+        worker.turn()
+        turns(worker, clock, 3)
+        turns(worker, clock, 1, commit=True)
+    replaced = [e for e in logs if e["event"] == "producer_replaced"]
+    assert len(replaced) == 1 and "no delivery report for 10." in replaced[0]["reason"]
+    # And its successor sent the transaction's records again and committed them
+    new = producer.replacements[-1]
+    assert new.calls.count("commit") == 1
+    assert {(tp.topic, tp.partition): tp.offset for tp in new.offsets} == {("t", 0): 13, ("t", 1): 13}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 import pytest
 from confluent_kafka import OFFSET_INVALID, TopicPartition
@@ -30,13 +31,19 @@ class Clock:
 
 
 def run(watch: FetchWatch, clock: Clock, seconds: int, position: int, end: int | None,
-        paused: bool = False, hold: bool = False, acquisition: object = ACQ) -> list[fetchwatch.Stall]:
-    """``seconds`` one-second looks at TP, the end read just before each look; every decision made."""
+        paused: bool = False, hold: bool = False, acquisition: object = ACQ,
+        held_s: float = 0.0) -> list[fetchwatch.Stall]:
+    """``seconds`` one-second looks at TP, the end read just before each look; every decision made.
+
+    ``hold``: the loop held back fetching throughout each second; ``held_s``: that long in each.
+    """
     decided = []
     for _ in range(seconds):
         clock.now += 1.0
         if hold:
             watch.hold()
+        if held_s:
+            watch.hold(held_s)
         ends = {} if end is None else {TP: (end, clock.now - 0.1)}
         decided += watch.observe(clock.now, {TP: Watched(acquisition, position, paused)}, ends)
     return decided
@@ -107,14 +114,42 @@ def test_a_partition_the_worker_pauses_itself_is_never_stalled():
     assert [s.action for s in run(watch, clock, 4, position=10, end=600)] == [REPLACE]
 
 
-def test_backpressure_restarts_every_clock():
+def test_backpressure_stops_every_clock():
     # Given the loop holding back fetching (in-flight cap, rate limit, fence, full producer queue)
     clock, watch = Clock(), FetchWatch(stall_s=5)
     run(watch, clock, 2, position=10, end=10)
     assert run(watch, clock, 30, position=10, end=900, hold=True) == []
     # When the hold ends, the stall is timed from then
-    decided = run(watch, clock, 8, position=10, end=1000)
+    assert run(watch, clock, 4, position=10, end=1000) == []
+    decided = run(watch, clock, 4, position=10, end=1000)
     assert [s.action for s in decided] == [REPLACE]
+
+
+def test_a_stall_is_timed_by_the_seconds_the_loop_did_not_hold():
+    # Given a partition whose source grows while its position stands still, in a loop that holds
+    # back fetching for 50 ms of every second (an exactly-once commit waiting for its reports)
+    clock, watch = Clock(), FetchWatch(stall_s=10)
+    run(watch, clock, 2, position=10, end=10)
+    early = run(watch, clock, 10, position=10, end=900, held_s=0.05)
+    # Then the 50 ms are not counted, but the rest is: the remedy comes after about 10.5 s
+    late = run(watch, clock, 2, position=10, end=900, held_s=0.05)
+    assert early == []
+    assert [s.action for s in late] == [REPLACE]
+    assert 10 <= late[0].stalled_s < 11
+
+
+def test_held_seconds_between_looks_push_the_remedy_back_by_as_much():
+    # Given the same stall, with the whole loop held 3 s out of every 4 s
+    clock, watch = Clock(), FetchWatch(stall_s=10)
+    run(watch, clock, 2, position=10, end=10)
+    decided: list[fetchwatch.Stall] = []
+    looks = 0
+    while not decided and looks < 100:
+        decided = run(watch, clock, 1, position=10, end=900, hold=looks % 4 != 3)
+        looks += 1
+    # Then the remedy comes once ten un-held seconds have passed (forty seconds), not never
+    assert [s.action for s in decided] == [REPLACE]
+    assert 36 <= looks <= 44
 
 
 def test_a_new_acquisition_starts_the_watch_again():
@@ -217,8 +252,13 @@ def records(n: int, partition: int, start: int = 0) -> list[bytes]:
     return [f"p{partition}-{i}".encode() for i in range(start, start + n)]
 
 
-def test_the_worker_replaces_the_consumer_of_a_silent_partition_and_loses_nothing():
-    # Given a worker mirroring t:0 and t:1 with a 3 s fetch watch
+def silent_worker(held_s: float = 0.0) -> tuple[MirrorWorker, Callable[[float], None], dict, list, FakeProducer]:
+    """A worker mirroring t:0 and t:1 with a 3 s fetch watch, on fake clients that can go silent.
+
+    Returns the worker, ``turns(seconds)`` (quarter-second turns on its clock; each first held
+    back fetching for ``held_s``, as an exactly-once commit waiting for its reports does), the
+    source logs, the consumers it had so far and the producer.
+    """
     cfg = config_module.from_dict({
         "pipeline": "unit",
         "zookeeper": {"connect": "127.0.0.1:1", "session_timeout_s": 600},
@@ -251,9 +291,19 @@ def test_the_worker_replaces_the_consumer_of_a_silent_partition_and_loses_nothin
 
     def turns(seconds: float) -> None:
         for _ in range(int(seconds / 0.25)):
-            clock.now += 0.25
+            clock.now += 0.25 - held_s
+            if held_s:
+                worker.loop.hold()
+                clock.now += held_s
             worker.turn()
 
+    return worker, turns, logs, consumers, producer
+
+
+def test_the_worker_replaces_the_consumer_of_a_silent_partition_and_loses_nothing():
+    # Given a worker mirroring t:0 and t:1 with a 3 s fetch watch
+    worker, turns, logs, consumers, producer = silent_worker()
+    first = consumers[0]
     turns(2)
     assert producer.written == {("t", 0): records(10, 0), ("t", 1): records(10, 1)}
     with capture_logs() as logged:
@@ -282,3 +332,22 @@ def test_the_worker_replaces_the_consumer_of_a_silent_partition_and_loses_nothin
     assert [registry.get_sample_value("ureplicator_worker_fetch_stalls_total",
                                       {"route": "default", "action": action})
             for action in ("replace_consumer",)] == [1.0]
+
+
+def test_a_loop_that_holds_briefly_every_turn_still_replaces_a_silent_consumer():
+    # Given the same worker, whose loop holds back fetching for 50 ms before every turn (as an
+    # exactly-once loop does while its commit waits for delivery reports)
+    worker, turns, logs, consumers, producer = silent_worker(held_s=0.05)
+    turns(2)
+    assert producer.written == {("t", 0): records(10, 0), ("t", 1): records(10, 1)}
+    with capture_logs() as logged:
+        # When t:0 stops fetching without a word while both partitions grow
+        consumers[0].silent.add(("t", 0))
+        for p in (0, 1):
+            logs[("t", p)].extend(records(5, p, start=10))
+        turns(6)
+    # Then the holds do not hide the stall: its consumer is replaced, and t:0 goes on from 10
+    stalled = [(e["partition"], e["position"], e["action"]) for e in logged if e["event"] == "fetch_stalled"]
+    assert stalled == [(0, 10, "replace_consumer")]
+    turns(1)
+    assert producer.written == {("t", 0): records(15, 0), ("t", 1): records(15, 1)}
