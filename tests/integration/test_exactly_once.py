@@ -12,9 +12,18 @@ import time
 import urllib.request
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    IsolationLevel,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
 from prometheus_client.parser import text_string_to_metric_families
 
+from devtools.harness import Offsets
 from devtools.ports import free_port
 from tests.support import kafka_io, verifier_env
 from tests.support.kafka_io import wait_for
@@ -203,8 +212,21 @@ def test_a_departed_workers_transactional_id_is_fenced_before_its_partitions_mov
     with ContinuousProducer(services["source"], topic, partitions, rate_per_s=1000) as load:
         wait_for(lambda: sum(kafka_io.end_offsets(dst, topic, partitions, settle_s=20).values()) > 3000, 90,
                  "both workers mirroring")
-        # When w1 is killed with kill -9 in the middle of a transaction, and not restarted
-        time.sleep(1.0)
+        # When w1 is killed with kill -9 in the middle of a transaction, and not restarted: right
+        # after one of its partitions showed an open transaction with records written (its end
+        # past its last stable offset). A kill at a fixed time can land in a commit on a loaded
+        # machine (seen once in a parallel run: no aborted copies).
+        offsets = Offsets(dst)
+        tps = [(topic, p) for p in range(partitions)]
+
+        def open_on_w1() -> bool:
+            body = pipeline.api("GET", f"/topics/{topic}")[1]
+            applied = {p["partition"]: p["applied_by"] for p in body["assignment"]}
+            ends, stable = offsets.ends(tps), offsets.ends(tps, IsolationLevel.READ_COMMITTED)
+            return ends is not None and stable is not None and any(
+                applied.get(p) == "w1" and ends[(topic, p)] > stable[(topic, p)] for p in range(partitions))
+
+        wait_for(open_on_w1, 30, "an open transaction of w1 with records written", interval_s=0.05)
         os.kill(doomed.popen.pid, signal.SIGKILL)
         doomed.popen.wait(10)
         # Then the leader fences w1's transactional id before w2 gets its partitions
