@@ -5,13 +5,13 @@ VENV := .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: help install venv jars helm promtool browser image image-test test test-parallel unit integration lint demo stack-up stack-down \
+.PHONY: help install venv jars helm promtool browser image image-test test test-parallel test-serial unit integration lint demo stack-up stack-down \
 	sanitize clean bench bench-throughput bench-eos bench-controller-scale bench-verifier bench-latency bench-stalls drill soak
 
 help:
 	@echo "make install      venv (.venv, editable, dev + verifier extras) + pinned JVM jars (.cache/jvm)"
-	@echo "make test         unit + integration tests against a real local ZooKeeper/Kafka stack (+ helm, promtool)"
-	@echo "make test-parallel  the same on one stack, TEST_WORKERS=2 xdist workers, then the disruptive tests alone"
+	@echo "make test         unit + integration tests against a real local ZooKeeper/Kafka stack (+ helm, promtool), on TEST_WORKERS=2 xdist workers"
+	@echo "make test-serial  the same tests in one pytest process (make test: one stack, TEST_WORKERS=2 xdist workers, then the disruptive tests alone)"
 	@echo "make demo         end-to-end demo: mirror 100,000 records and compare per partition"
 	@echo "make lint         ruff + import-linter (the layers)"
 	@echo "make sanitize     worker/_native.c built with AddressSanitizer + UBSan, and the native-loop tests run on it"
@@ -88,15 +88,18 @@ unit: venv helm promtool
 integration: venv jars browser
 	$(BIN)/python -m pytest tests/integration -q $(PYTEST_ARGS)
 
-test: venv jars helm promtool browser
-	$(BIN)/python -m pytest tests -q -ra --durations=30 $(PYTEST_ARGS)
-
-# On trial, not yet what CI runs (docs/development.md): one stack of its own (3 clusters, SASL_SSL),
-# always stopped after; the tests that leave its services alone on TEST_WORKERS pytest-xdist workers
-# (0: one process), then the `disruptive` ones one at a time.
+# What CI runs (docs/development.md): one stack of its own (3 clusters, SASL_SSL), always stopped
+# after; the tests that leave its services alone on TEST_WORKERS pytest-xdist workers (0: one
+# process), then the `disruptive` ones one at a time. `make test-serial`: one pytest process on the
+# session fixtures' stack, as `make test` was until 2026-11-29.
 TEST_WORKERS ?= 2
-test-parallel: venv jars helm promtool browser
+test: venv jars helm promtool browser
 	$(BIN)/python -m devtools.testrun --workers $(TEST_WORKERS) $(PYTEST_ARGS)
+
+test-parallel: test
+
+test-serial: venv jars helm promtool browser
+	$(BIN)/python -m pytest tests -q -ra --durations=30 $(PYTEST_ARGS)
 
 lint: venv
 	$(BIN)/ruff check .
