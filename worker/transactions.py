@@ -28,10 +28,11 @@ positions back from the destination's group, which commits them in the same tran
 (``CopyLoop.positions_known``); a rewind to the in-memory position would send the
 committed records a second time.
 
-Each call has a bound of its own, and never more than ``timeout_s``: ``init_transactions``
+Each call has a bound of its own, capped at ``timeout_s``: ``init_transactions``
 :data:`INIT_TIMEOUT_S` (5 s; resumed on the next turn), the positions :data:`OFFSETS_TIMEOUT_S`
-plus :data:`OVERRUN_S` (5 + 5 s), the commit :data:`COMMIT_TIMEOUT_S` (10 s) and an abort
-:data:`ABORT_TIMEOUT_S` (5 s). The loop calls them only at a transaction boundary (every
+(5 s, and the loop waits :data:`OVERRUN_S` more for its helper thread), the commit
+:data:`COMMIT_TIMEOUT_S` (10 s) and an abort :data:`ABORT_TIMEOUT_S` (5 s, unless its caller
+gives another bound). The loop calls them only at a transaction boundary (every
 ``worker.transaction_interval_ms``), on a release, a fence and a stop.
 
 ``send_offsets_to_transaction`` is the exception librdkafka makes: it waits for the group
