@@ -177,15 +177,21 @@ def test_a_producer_that_lost_the_coordinators_and_owes_reports_is_renewed_a_few
         clock.now += 2.0
         worker.turn()
     assert not producer.replacements and "producer_replaced" not in [e["event"] for e in logs]
-    # Then, RENEW_AFTER_S past due, the producer is renewed without them
+    # Then, RENEW_AFTER_S past due, the producer is renewed without them, and its successor sends
+    # the transaction's records again and commits them
+    renewed_then_committed(worker, producer, clock, clock.now + 1.5, "coordinators lost")
+
+
+def renewed_then_committed(worker: MirrorWorker, producer: FakeTxnProducer, clock: Clock, at: float,
+                           reason: str) -> None:
+    """At ``at`` the owed-reports producer is renewed once (``reason``); its successor commits the 3 records again."""
     with capture_logs() as logs:
-        clock.now += 1.5
+        clock.now = at
         worker.turn()
         turns(worker, clock, 3)
         turns(worker, clock, 1, commit=True)
     replaced = [e for e in logs if e["event"] == "producer_replaced"]
-    assert len(replaced) == 1 and "coordinators lost" in replaced[0]["reason"]
-    # And its successor sent the transaction's records again and committed them
+    assert len(replaced) == 1 and reason in replaced[0]["reason"]
     new = producer.replacements[-1]
     assert new.calls.count("commit") == 1
     assert {(tp.topic, tp.partition): tp.offset for tp in new.offsets} == {("t", 0): 13, ("t", 1): 13}
@@ -201,15 +207,6 @@ def test_a_silent_producer_is_waited_for_then_renewed_when_nothing_says_the_dest
     clock.now = silent_from + transactions.RENEW_SILENT_S - 0.5
     worker.turn()
     assert not producer.replacements and producer.txn_open
-    # Then, silent that long, the producer is renewed without them
-    with capture_logs() as logs:
-        clock.now = silent_from + transactions.RENEW_SILENT_S + 0.5
-        worker.turn()
-        turns(worker, clock, 3)
-        turns(worker, clock, 1, commit=True)
-    replaced = [e for e in logs if e["event"] == "producer_replaced"]
-    assert len(replaced) == 1 and "no delivery report for 10." in replaced[0]["reason"]
-    # And its successor sent the transaction's records again and committed them
-    new = producer.replacements[-1]
-    assert new.calls.count("commit") == 1
-    assert {(tp.topic, tp.partition): tp.offset for tp in new.offsets} == {("t", 0): 13, ("t", 1): 13}
+    # Then, silent that long, the producer is renewed without them, and its successor commits them
+    renewed_then_committed(worker, producer, clock, silent_from + transactions.RENEW_SILENT_S + 0.5,
+                           "no delivery report for 10.")
