@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
 .PHONY: help install venv jars helm promtool browser image image-test test test-parallel test-serial unit integration lint demo stack-up stack-down \
-	sanitize clean bench bench-throughput bench-eos bench-controller-scale bench-verifier bench-latency bench-stalls drill soak
+	sanitize clean bench bench-throughput bench-eos bench-controller-scale bench-verifier bench-latency bench-ack-latency bench-stalls drill soak
 
 help:
 	@echo "make install      venv (.venv, editable, dev + verifier extras) + pinned JVM jars (.cache/jvm)"
@@ -141,7 +141,7 @@ stack-down: venv
 # its section of docs/benchmarks.md. BENCH_ARGS=--quick gives smoke runs.
 BENCH_ARGS ?=
 
-bench: bench-throughput bench-eos bench-controller-scale bench-verifier bench-latency bench-stalls drill
+bench: bench-throughput bench-eos bench-controller-scale bench-verifier bench-latency bench-ack-latency bench-stalls drill
 
 # Benchmarks share the machine's cores: never run them in parallel (make -j).
 .NOTPARALLEL: bench
@@ -166,6 +166,11 @@ bench-verifier: install
 # same rates; `python -m bench.latency --render FILE` re-renders the section from a results file.
 bench-latency: install
 	$(BIN)/python -m bench.latency $(BENCH_ARGS)
+
+# The producer clients alone (librdkafka from C, kafka-clients from Java; needs cc and javac): where the
+# latency benchmark's replicator legs differ.
+bench-ack-latency: install
+	$(BIN)/python -m bench.ack_latency $(BENCH_ARGS)
 
 bench-stalls: install
 	$(BIN)/python -m bench.stalls $(BENCH_ARGS)

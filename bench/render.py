@@ -100,6 +100,7 @@ SECTIONS: tuple[Section, ...] = (
     Section("verifier-bench", "verifier", "bench.verifier_bench", "render",
             lambda path, entry: ({**entry, "results_file": path.name}, ())),
     Section("latency-bench", "latency", "bench.latency", "render"),
+    Section("ack-latency", "ack-latency", "bench.ack_latency", "render"),
     Section("stalls-bench", "stalls", "bench.stalls", "render", _stalls),
     Section("drill", "drill", "bench.drill", "render"),
     Section("throughput-bench", "throughput", "bench.throughput", "render_section"),
