@@ -141,7 +141,7 @@ stack-down: venv
 # its section of docs/benchmarks.md. BENCH_ARGS=--quick gives smoke runs.
 BENCH_ARGS ?=
 
-bench: bench-throughput bench-eos bench-controller-scale bench-verifier bench-latency bench-ack-latency bench-stalls drill
+bench: bench-throughput bench-eos bench-controller-scale bench-verifier bench-latency bench-stalls drill bench-ack-latency
 
 # Benchmarks share the machine's cores: never run them in parallel (make -j).
 .NOTPARALLEL: bench
@@ -167,8 +167,8 @@ bench-verifier: install
 bench-latency: install
 	$(BIN)/python -m bench.latency $(BENCH_ARGS)
 
-# The producer clients alone (librdkafka from C, kafka-clients from Java; needs cc and javac): where the
-# latency benchmark's replicator legs differ.
+# The producer clients alone (librdkafka from C, kafka-clients from Java): where the latency benchmark's
+# replicator legs differ. Needs cc and javac, so it runs last in `make bench`.
 bench-ack-latency: install
 	$(BIN)/python -m bench.ack_latency $(BENCH_ARGS)
 

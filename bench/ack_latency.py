@@ -1,6 +1,6 @@
 """Measure the two producers alone: librdkafka's and the Java client's produce-to-acknowledgement latency.
 
-    .venv/bin/python -m bench.ack_latency            # 20k, 50k/s x 1, 16 partitions x linger 0, 1 (~10 min)
+    .venv/bin/python -m bench.ack_latency            # 20k, 50k/s x 1, 4, 16 partitions x linger 0, 1 (~16 min)
     .venv/bin/python -m bench.ack_latency --quick    # 20k records/s, 5 s each
     .venv/bin/python -m bench.ack_latency --render bench/results/ack-latency-2026-11-29.json
 
@@ -143,7 +143,7 @@ def render(entry: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     cli = parser("python -m bench.ack_latency", __doc__, heap="512m", render=True)
     cli.add_argument("--rates", type=lambda s: [int(x) for x in s.split(",")], default=[20_000, 50_000])
-    cli.add_argument("--partitions", type=lambda s: [int(x) for x in s.split(",")], default=[1, 16])
+    cli.add_argument("--partitions", type=lambda s: [int(x) for x in s.split(",")], default=[1, 4, 16])
     cli.add_argument("--lingers", type=lambda s: [int(x) for x in s.split(",")], default=[0, 1],
                      help="producer linger.ms values (default 0,1: the low-latency setting and the worker's default)")
     cli.add_argument("--duration", type=float, default=15.0, help="measured seconds per run (default 15)")
