@@ -64,7 +64,11 @@ def measure(command: list[str], client: str, bootstrap: str, topic: str, rate: i
             args: argparse.Namespace) -> dict[str, Any]:
     """One client at one setting: its JSON line, plus ProduceRequests per second over the whole run."""
     cmd = [*command, bootstrap, topic, str(rate), str(args.duration), str(args.warmup), str(partitions), str(linger)]
-    done = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=args.duration + args.warmup + 120)
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, check=False,
+                              timeout=args.duration + args.warmup + 120)
+    except subprocess.TimeoutExpired as exc:
+        raise BenchError(f"{client} at {rate:,}/s, {partitions} partitions: no result in {exc.timeout:.0f}s") from exc
     lines = done.stdout.splitlines()
     if done.returncode or not lines:
         raise BenchError(f"{client} at {rate:,}/s, {partitions} partitions, linger {linger} exited "

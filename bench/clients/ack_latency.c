@@ -30,6 +30,8 @@ typedef struct {
     void *_private;
 } message_t;
 
+enum { QUEUE_FULL = -184 }; /* RD_KAFKA_RESP_ERR__QUEUE_FULL */
+
 static double *sent_at, *latency;
 static long counted, failed;
 static volatile int done;
@@ -98,8 +100,10 @@ int main(int argc, char **argv) {
     int (*produce)(void *, int32_t, int, void *, size_t, const void *, size_t, void *) =
         (int (*)(void *, int32_t, int, void *, size_t, const void *, size_t, void *))dlsym(lib, "rd_kafka_produce");
     int (*flush)(void *, int) = (int (*)(void *, int))dlsym(lib, "rd_kafka_flush");
+    int (*last_error)(void) = (int (*)(void))dlsym(lib, "rd_kafka_last_error");
     poll_fn = (int (*)(void *, int))dlsym(lib, "rd_kafka_poll");
-    if (!conf_new || !conf_set || !set_dr || !set_stats || !kafka_new || !topic_new || !produce || !flush || !poll_fn) {
+    if (!conf_new || !conf_set || !set_dr || !set_stats || !kafka_new || !topic_new || !produce || !flush || !poll_fn ||
+        !last_error) {
         fprintf(stderr, "librdkafka lacks a symbol this program needs\n");
         return 2;
     }
@@ -147,7 +151,12 @@ int main(int argc, char **argv) {
             sent_at[n] = created;
             while (produce(rkt, (int32_t)(n % partitions), 2, value, sizeof value, NULL, 0,
                            (void *)(intptr_t)(created - start >= warmup ? n : -1)) != 0) {
-                struct timespec wait = {0, 100000}; /* queue full: the schedule slips, and the latency shows it */
+                if (last_error() != QUEUE_FULL) {
+                    fprintf(stderr, "produce to partition %ld failed: librdkafka error %d\n", n % partitions,
+                            last_error());
+                    return 2;
+                }
+                struct timespec wait = {0, 100000}; /* the schedule slips, and the latency shows it */
                 nanosleep(&wait, NULL);
             }
         }
