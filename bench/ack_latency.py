@@ -26,23 +26,20 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import confluent_kafka
-
 from bench import common
 from bench.harness import BenchError
 from bench.recording import parser, rendered, run_and_record
 from bench.render import machine, section, table
 from devtools import jvm
-from devtools.harness import bench_dir, create_topic, own_stack, say
+from devtools.harness import bench_dir, create_topic, librdkafka_path, own_stack, say
 
 CLIENTS = Path(__file__).resolve().parent / "clients"
 CLIENT_NAMES = ("librdkafka", "java")
 
 
-def librdkafka_path() -> str:
-    """The librdkafka confluent-kafka runs with: the copy its wheel bundles, else the system's."""
-    bundled = sorted((Path(confluent_kafka.__file__).parent.parent / "confluent_kafka.libs").glob("librdkafka*.so*"))
-    return str(bundled[0]) if bundled else "librdkafka.so.1"
+def int_list(text: str) -> list[int]:
+    """A comma-separated list of integers (``20000,50000``)."""
+    return [int(x) for x in text.split(",")]
 
 
 def build(out: Path) -> dict[str, list[str]]:
@@ -146,9 +143,9 @@ def render(entry: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     cli = parser("python -m bench.ack_latency", __doc__, heap="512m", render=True)
-    cli.add_argument("--rates", type=lambda s: [int(x) for x in s.split(",")], default=[20_000, 50_000])
-    cli.add_argument("--partitions", type=lambda s: [int(x) for x in s.split(",")], default=[1, 4, 16])
-    cli.add_argument("--lingers", type=lambda s: [int(x) for x in s.split(",")], default=[0, 1],
+    cli.add_argument("--rates", type=int_list, default=[20_000, 50_000])
+    cli.add_argument("--partitions", type=int_list, default=[1, 4, 16])
+    cli.add_argument("--lingers", type=int_list, default=[0, 1],
                      help="producer linger.ms values (default 0,1: the low-latency setting and the worker's default)")
     cli.add_argument("--duration", type=float, default=15.0, help="measured seconds per run (default 15)")
     cli.add_argument("--warmup", type=float, default=3.0, help="seconds not counted at the start of each run")

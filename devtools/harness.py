@@ -8,6 +8,7 @@
 * :class:`Offsets` / :func:`end_offsets` are the one way to read end offsets: a failed
   question returns None and replaces the client (librdkafka remembers a topic asked
   about before it existed as unknown).
+* :func:`librdkafka_path` names the librdkafka confluent-kafka runs with, for code that loads it itself.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import confluent_kafka
 from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
@@ -254,6 +256,13 @@ def committed(bootstrap: Cluster, group: str, topic: str, partitions: int,
                 time.sleep(0.5)
     finally:
         consumer.close()
+
+
+def librdkafka_path() -> str:
+    """The librdkafka confluent-kafka runs with: the copy its wheel bundles, else the system's."""
+    bundled = sorted((Path(confluent_kafka.__file__).resolve().parent.parent / "confluent_kafka.libs")
+                     .glob("librdkafka*.so*"))
+    return str(bundled[0]) if bundled else "librdkafka.so.1"
 
 
 def end_offsets(bootstrap: Cluster, topic: str, partitions: int) -> dict[int, int] | None:

@@ -9,10 +9,10 @@ confluent-kafka loaded. Clients join the cluster through :attr:`MockCluster.boot
 from __future__ import annotations
 
 import ctypes
-from pathlib import Path
 
-import confluent_kafka
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+
+from devtools.harness import librdkafka_path
 
 PRODUCE_API = 0  # Kafka's ApiKey of a ProduceRequest
 MESSAGE_TOO_LARGE = 10  # the broker's MESSAGE_TOO_LARGE: a refusal of the record, not of the producer
@@ -21,11 +21,7 @@ BROKER = 1  # the one broker's id
 
 
 def _library() -> ctypes.CDLL:
-    libs = Path(confluent_kafka.__file__).resolve().parent.parent / "confluent_kafka.libs"
-    found = sorted(libs.glob("librdkafka*.so*"))
-    if not found:  # a confluent-kafka built against a system librdkafka
-        found = [Path("librdkafka.so.1")]
-    lib = ctypes.CDLL(str(found[0]))
+    lib = ctypes.CDLL(librdkafka_path())
     lib.rd_kafka_conf_new.restype = ctypes.c_void_p
     lib.rd_kafka_conf_set.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p,
                                       ctypes.c_size_t]
