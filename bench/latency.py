@@ -465,6 +465,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "rates": args.rates, "source_leg": True, "schedule": "alone", "code": str(REPO),
             # HEAD of the checkout whose controller and worker ran, +dirty when its worker/ or common/ differ
             "code_commit": version["commit"] + ("+dirty" if version["worker_common_modified"] else ""),
+            "code_sha256": version["sources_sha256"],  # the worker's sources: runs of the same code compare
             "probe": "own process; fetch.wait.max.ms=5; poll() for the first record, then consume(n, 0); "
                      "assigned from offset 0 before producing",
             "load_producer": "own process; idempotent, acks=all, linger.ms=2, timestamp=now",
