@@ -532,7 +532,8 @@ def _cell(fmt: str, values: dict[str, Any]) -> str:
         return "–"
 
 
-def render(entry: dict[str, Any]) -> str:
+def render(entry: dict[str, Any], others: list[dict[str, Any]] | None = None) -> str:
+    """The section: set-up, variants, per-rate figures, the reading; ``others``: the other stored runs."""
     entry = upgraded(entry)
     s, quick, workers = entry["setup"], entry["mode"] == "quick", entry["setup"]["ureplicator_workers"]
     lines = [
@@ -559,7 +560,8 @@ def render(entry: dict[str, Any]) -> str:
                [_rate_row(v, r) for v in entry["variants"] for r in v["rates"]], "l" + "r" * (len(RATE_COLUMNS) - 1)),
         "",
     ]
-    return "\n".join(lines + [f"- {line}" for line in analysis(entry)])
+    return "\n".join(lines + [f"- {line}" for line in analysis(entry)]
+                     + runs_compared(entry, [upgraded(o) for o in others or []]))
 
 
 def _rate_row(v: dict[str, Any], r: dict[str, Any]) -> list[str]:
@@ -624,23 +626,56 @@ def headline(entry: dict[str, Any]) -> str | None:
             f"{with_defaults}{versus}{pairwise(entry)}.")
 
 
-def pairwise(entry: dict[str, Any]) -> str:
-    """Issue 25's yardstick: at every rate, each setting against MirrorMaker 2's same setting, p50 and p99."""
+def pairs(entry: dict[str, Any]) -> dict[tuple[str, int], tuple[dict[str, Any], dict[str, Any]]]:
+    """Issue 25's yardstick: per (setting, rate), ureplicator's figures and MirrorMaker 2's at the same setting."""
     rates = {(v["variant"], r["rate"]): r for v in entry["variants"] for r in v["rates"]}
-    behind, compared = [], 0
-    for setting in ("default", "low-latency"):
-        for (variant, rate), ours in sorted(rates.items(), key=lambda item: item[0][1]):
-            theirs = rates.get((f"mirrormaker2-{setting}", rate))
-            if variant != f"ureplicator-{setting}" or theirs is None:
-                continue
-            compared += 1
-            behind += [f"{setting} {rate:,}/s {q} {ours[f'{q}_ms']:,.1f} vs {theirs[f'{q}_ms']:,.1f} ms"
-                       for q in ("p50", "p99") if ours[f"{q}_ms"] > theirs[f"{q}_ms"]]
+    return {(setting, rate): (ours, rates[f"mirrormaker2-{setting}", rate])
+            for setting in ("default", "low-latency")
+            for (variant, rate), ours in sorted(rates.items(), key=lambda item: item[0][1])
+            if variant == f"ureplicator-{setting}" and (f"mirrormaker2-{setting}", rate) in rates}
+
+
+def pairwise(entry: dict[str, Any]) -> str:
+    """At every rate, each setting against MirrorMaker 2's same setting, p50 and p99: where ours is higher."""
+    compared = pairs(entry)
+    behind = [f"{setting} {rate:,}/s {q} {ours[f'{q}_ms']:,.1f} vs {theirs[f'{q}_ms']:,.1f} ms"
+              for (setting, rate), (ours, theirs) in compared.items() for q in ("p50", "p99")
+              if ours[f"{q}_ms"] > theirs[f"{q}_ms"]]
     if not compared:
         return ""
     if not behind:
         return "; at every rate and setting, ureplicator's p50 and p99 are at or below MirrorMaker 2's"
     return "; **MirrorMaker 2 is lower at** " + ", ".join(behind)
+
+
+def runs_compared(entry: dict[str, Any], others: list[dict[str, Any]], most: int = 10) -> list[str]:
+    """The yardstick over the stored full runs with the shown run's pairs (newest first, at most ``most``), and per
+    figure how many of the runs of the shown run's worker sources had ours at or below MirrorMaker 2's."""
+    shown = list(pairs(entry))
+    runs = sorted([entry, *(o for o in others if o.get("mode") == "full" and set(shown) <= set(pairs(o)))],
+                  key=lambda e: e["date"], reverse=True)[:most]
+    if not shown or len(runs) < 2:
+        return []
+    digest = entry["setup"].get("code_sha256")
+    same = [e for e in runs if digest and e["setup"].get("code_sha256") == digest]
+    figures = [(pair, f"{q}_ms") for pair in shown for q in ("p50", "p99")]
+
+    def cell(e: dict[str, Any], pair: tuple[str, int], key: str) -> str:
+        ours, theirs = pairs(e)[pair]
+        return f"{ours[key]:,.1f} / {theirs[key]:,.1f}"
+
+    header = [f"{setting} {rate // 1000:,}k {key[:3]}" for (setting, rate), key in figures]
+    rows = [[e["date"][:16].replace("T", " ") + (" (shown)" if e is entry else ""),
+             f"`{e['setup'].get('code_commit', '?')}`" + (" ·" if e in same else ""), f"{e['load_at_start'][0]:.1f}",
+             *(cell(e, pair, key) for pair, key in figures)] for e in runs]
+    lines = ["", "The same yardstick over the stored full runs with these pairs (ms, ureplicator / MirrorMaker 2; "
+             "· marks a run of the shown run's worker sources, `code_sha256`):", "",
+             *table(["run (UTC)", "commit", "load at start", *header], rows, "llr" + "r" * len(header))]
+    if len(same) > 1:
+        counts = [sum(1 for e in same if pairs(e)[pair][0][key] <= pairs(e)[pair][1][key]) for pair, key in figures]
+        lines += ["", f"In how many of the {len(same)} runs of the shown run's worker sources ureplicator was at or "
+                  "below MirrorMaker 2: " + ", ".join(f"{h} {n}" for h, n in zip(header, counts, strict=True)) + "."]
+    return lines
 
 
 def analysis(entry: dict[str, Any]) -> list[str]:

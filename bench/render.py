@@ -83,10 +83,13 @@ class Section:
         return getattr(importlib.import_module(self.module), self.function)(entry, *args)
 
 
-def _stalls(path: Path, entry: Entry) -> tuple[Entry, tuple[Any, ...]]:
-    # Every other stored run is listed under the newest one.
-    runs = [run for other in sorted(path.parent.glob("stalls-[0-9]*.json")) for run in entries(other)]
-    return entry, ([r for r in runs if r.get("date") != entry.get("date")],)
+def _others(prefix: str) -> Callable[[Path, Entry], tuple[Entry, tuple[Any, ...]]]:
+    """Every other stored run of ``<prefix>-*.json``, for a section that lists them under the one it shows."""
+    def extra(path: Path, entry: Entry) -> tuple[Entry, tuple[Any, ...]]:
+        runs = [run for other in sorted(path.parent.glob(f"{prefix}-[0-9]*.json")) for run in entries(other)]
+        return entry, ([r for r in runs if r.get("date") != entry.get("date")],)
+
+    return extra
 
 
 def _controller_scale(path: Path, entry: Entry) -> tuple[Entry, tuple[Any, ...]]:
@@ -99,9 +102,9 @@ SECTIONS: tuple[Section, ...] = (
     Section("controller-scale", "controller-scale", "bench.controller_scale", "render", _controller_scale),
     Section("verifier-bench", "verifier", "bench.verifier_bench", "render",
             lambda path, entry: ({**entry, "results_file": path.name}, ())),
-    Section("latency-bench", "latency", "bench.latency", "render"),
+    Section("latency-bench", "latency", "bench.latency", "render", _others("latency")),
     Section("ack-latency", "ack-latency", "bench.ack_latency", "render"),
-    Section("stalls-bench", "stalls", "bench.stalls", "render", _stalls),
+    Section("stalls-bench", "stalls", "bench.stalls", "render", _others("stalls")),
     Section("drill", "drill", "bench.drill", "render"),
     Section("throughput-bench", "throughput", "bench.throughput", "render_section"),
     Section("failover-bench", "failover", "bench.failover", "render"),

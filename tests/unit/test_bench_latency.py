@@ -280,3 +280,29 @@ def test_the_headline_names_every_rate_and_setting_where_mirrormaker2_is_lower()
     entry["variants"][0]["rates"][1]["p99_ms"] = 54.4
     assert latency.pairwise(entry).startswith("; at every rate and setting, ureplicator's p50 and p99 are at or below")
     assert latency.pairwise({"variants": entry["variants"][:2]}) == ""
+
+
+def _run(date: str, digest: str | None, ours_p50: float, mode: str = "full") -> dict:
+    def variant(name: str, p50: float) -> dict:
+        return {"variant": name, "rates": [{"rate": 20_000, "p50_ms": p50, "p99_ms": 40.0}]}
+
+    return {"date": date, "mode": mode, "load_at_start": [0.5, 0.4, 0.3],
+            "setup": {"code_commit": date[-2:], **({"code_sha256": digest} if digest else {})},
+            "variants": [variant("ureplicator-default", ours_p50), variant("mirrormaker2-default", 10.0)]}
+
+
+def test_the_stored_runs_are_listed_newest_first_and_counted_only_when_they_ran_the_shown_worker_sources():
+    shown = _run("2026-11-29T15:00", "abc", 9.0)
+    others = [_run("2026-11-29T14:00", "abc", 11.0), _run("2026-11-28T10:00", "old", 8.0),
+              _run("2026-11-29T13:00", "abc", 9.5, mode="quick"),  # a smoke run is not a measurement
+              {**_run("2026-11-29T12:00", "abc", 9.0), "variants": []}]  # without the shown pairs
+    lines = latency.runs_compared(shown, others)
+    rows = [line for line in lines if line.startswith("| 2026")]
+    assert rows == ["| 2026-11-29 15:00 (shown) | `00` · | 0.5 | 9.0 / 10.0 | 40.0 / 40.0 |",
+                    "| 2026-11-29 14:00 | `00` · | 0.5 | 11.0 / 10.0 | 40.0 / 40.0 |",
+                    "| 2026-11-28 10:00 | `00` | 0.5 | 8.0 / 10.0 | 40.0 / 40.0 |"]
+    # p50: at or below in the shown run only; p99: a tie counts as at or below, in both.
+    assert lines[-1] == ("In how many of the 2 runs of the shown run's worker sources ureplicator was at or below "
+                         "MirrorMaker 2: default 20k p50 1, default 20k p99 2.")
+    assert latency.runs_compared(shown, []) == []  # one run: nothing to compare across
+    assert not latency.runs_compared({**shown, "setup": {}}, others)[-1].startswith("In how many")
