@@ -667,10 +667,10 @@ def runs_compared(entry: dict[str, Any], others: list[dict[str, Any]], most: int
     header = [f"{setting} {rate // 1000:,}k {key[:3]}" for (setting, rate), key in figures]
     rows = [[e["date"][:16].replace("T", " ") + (" (shown)" if e is entry else ""),
              f"`{e['setup'].get('code_commit', '?')}`" + (" ·" if e in same else ""), f"{e['load_at_start'][0]:.1f}",
-             *(cell(e, pair, key) for pair, key in figures)] for e in runs]
+             e["variants"][0]["variant"], *(cell(e, pair, key) for pair, key in figures)] for e in runs]
     lines = ["", "The same yardstick over the stored full runs with these pairs (ms, ureplicator / MirrorMaker 2; "
              "· marks a run of the shown run's worker sources, `code_sha256`):", "",
-             *table(["run (UTC)", "commit", "load at start", *header], rows, "llr" + "r" * len(header))]
+             *table(["run (UTC)", "commit", "load at start", "ran first", *header], rows, "llrl" + "r" * len(header))]
     if len(same) > 1:
         counts = [sum(1 for e in same if pairs(e)[pair][0][key] <= pairs(e)[pair][1][key]) for pair, key in figures]
         lines += ["", f"In how many of the {len(same)} runs of the shown run's worker sources ureplicator was at or "

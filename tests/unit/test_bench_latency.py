@@ -298,9 +298,10 @@ def test_the_stored_runs_are_listed_newest_first_and_counted_only_when_they_ran_
               {**_run("2026-11-29T12:00", "abc", 9.0), "variants": []}]  # without the shown pairs
     lines = latency.runs_compared(shown, others)
     rows = [line for line in lines if line.startswith("| 2026")]
-    assert rows == ["| 2026-11-29 15:00 (shown) | `00` · | 0.5 | 9.0 / 10.0 | 40.0 / 40.0 |",
-                    "| 2026-11-29 14:00 | `00` · | 0.5 | 11.0 / 10.0 | 40.0 / 40.0 |",
-                    "| 2026-11-28 10:00 | `00` | 0.5 | 8.0 / 10.0 | 40.0 / 40.0 |"]
+    first = "ureplicator-default"  # the variants' order in the run
+    assert rows == [f"| 2026-11-29 15:00 (shown) | `00` · | 0.5 | {first} | 9.0 / 10.0 | 40.0 / 40.0 |",
+                    f"| 2026-11-29 14:00 | `00` · | 0.5 | {first} | 11.0 / 10.0 | 40.0 / 40.0 |",
+                    f"| 2026-11-28 10:00 | `00` | 0.5 | {first} | 8.0 / 10.0 | 40.0 / 40.0 |"]
     # p50: at or below in the shown run only; p99: a tie counts as at or below, in both.
     assert lines[-1] == ("In how many of the 2 runs of the shown run's worker sources ureplicator was at or below "
                          "MirrorMaker 2: default 20k p50 1, default 20k p99 2.")
