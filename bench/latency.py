@@ -32,11 +32,12 @@ from typing import Any
 import yaml
 
 from bench import mm2, window
-from bench.common import REPO, code_version, fmt_load, load_average, machine_info
+from bench.common import REPO, code_version, fmt_load, load_average, machine_info, proc_sample
 from bench.harness import KEY, MEASURING, BenchError, Child, Flow, Load, load_line
 from bench.recording import parser, rendered, run_and_record
 from bench.render import machine, table
 from bench.window import Mirror, Threads
+from devtools import stack
 from devtools.harness import Offsets, bench_dir, create_topic, own_stack, say, wait_for
 
 PARTITIONS = 16
@@ -365,14 +366,21 @@ def contestant(variant: Variant, services: dict[str, str], workdir: Path, topic:
         c.out["mm2_logged"] = mm2_effective(Path(c.out["log"]))
 
 
-def measure_rate(services: dict[str, str], c: Contestant, rate: int, tag: int,
-                 args: argparse.Namespace) -> dict[str, Any]:
-    """Produce ``rate`` records/s for warm-up + duration, wait for the destination, compute the numbers."""
+def brokers_cpu_s(pids: dict[str, int]) -> dict[str, float]:
+    """CPU seconds so far of each broker's JVM (``pids``: service -> pid); a broker that is gone is left out."""
+    return {name: sample.cpu_s for name, pid in pids.items() if (sample := proc_sample(pid)) is not None}
+
+
+def measure_rate(services: dict[str, str], c: Contestant, rate: int, tag: int, args: argparse.Namespace,
+                 brokers: dict[str, int] | None = None) -> dict[str, Any]:
+    """Produce ``rate`` records/s for warm-up + duration, wait for the destination, compute the numbers;
+    ``brokers`` (service -> pid): their CPU over the window too."""
     mirror, destination, planned = c.mirror, c.destination, args.warmup + args.duration
     load_before = load_average()
     producer = start_load(services["source"], c.topic, rate, tag, planned)
     say(f"  {rate:,}/s: producing for {planned:.0f}s (first {args.warmup:.0f}s not counted)")
     start: tuple[float, float, Threads] | None = None
+    brokers_at_start: dict[str, float] = {}
     measured_from = last = time.monotonic()
     measured_from += args.warmup
     try:
@@ -380,11 +388,13 @@ def measure_rate(services: dict[str, str], c: Contestant, rate: int, tag: int,
             time.sleep(0.2)
             if start is None and time.monotonic() >= measured_from:
                 start = (time.monotonic(), mirror.cpu_s(), mirror.threads())
+                brokers_at_start = brokers_cpu_s(brokers or {})
             if time.monotonic() - last >= 10:
                 last = time.monotonic()
                 say(f"    sent {producer.sent:,}, received {destination.count(tag):,}, load {load_line()}")
         result = producer.wait(120)
         end = (time.monotonic(), mirror.cpu_s(), mirror.threads())
+        brokers_at_end = brokers_cpu_s(brokers or {})
     except BaseException:
         producer.kill()
         raise
@@ -418,6 +428,8 @@ def measure_rate(services: dict[str, str], c: Contestant, rate: int, tag: int,
         seconds = end[0] - start[0]
         entry.update(cpu_figures(end[1] - start[1], seconds, round(rate * seconds)))
         entry["cpu_window_s"] = round(seconds, 1)
+        entry.update({f"{name}_broker_cpu_percent": round(100.0 * (used - brokers_at_start[name]) / seconds, 1)
+                      for name, used in brokers_at_end.items() if name in brokers_at_start})
         entry.update(run_queue_figures(start[2], end[2], [p.pid for p in mirror.loop], c.variant.system, seconds))
     entry.update({"latency_growth_s": round(growth, 3), "drain_s": round(drain_s, 2),
                   **is_sustained(planned, result.elapsed_s, result.failed, result.acked, received, drain_s, growth),
@@ -478,7 +490,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         f"{', '.join(f'{r:,}' for r in args.rates)}/s, {args.warmup:.0f}s + {args.duration:.0f}s each; "
         f"load {load_line()}")
     wall = time.monotonic()
-    with own_stack("latency", heap=args.broker_heap) as (services, _root):
+    with own_stack("latency", heap=args.broker_heap) as (services, root):
+        brokers = {name: int(svc["pid"]) for name, svc in stack.status(root).items()
+                   if name in ("source", "destination") and svc.get("pid")}
         workdir = bench_dir("latency") / f"run-{now.strftime('%Y%m%dT%H%M%SZ')}"
         workdir.mkdir(parents=True, exist_ok=True)
         warm_stack(services, stamp, args)
@@ -492,7 +506,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 c.out["idle_cpu_percent"] = round(100 * (c.mirror.cpu_s() - cpu0) / (time.monotonic() - t0), 1)
                 say(f"{variant.name}: idle {IDLE_S:.0f}s at {c.out['idle_cpu_percent']} % CPU; load {load_line()}")
                 for tag, rate in enumerate(args.rates, start=1):
-                    c.out["rates"].append(measure_rate(services, c, rate, tag, args))
+                    c.out["rates"].append(measure_rate(services, c, rate, tag, args, brokers))
                     time.sleep(2)
             entry["variants"].append(c.out)
     entry["elapsed_s"] = round(time.monotonic() - wall, 1)
@@ -519,6 +533,7 @@ RATE_COLUMNS = (
     ("max", "{max_ms:,.0f} ms"), ("source leg p50 / p99", "{source_leg_p50_ms:,.0f} / {source_leg_p99_ms:,.0f} ms"),
     ("replicator leg p50 / p99", "{replicator_p50_ms:,.0f} / {replicator_p99_ms:,.0f} ms"),
     ("replicator CPU", "{cpu_percent:.0f} %"), ("CPU per record", "{cpu_us_per_record:.0f} µs"),
+    ("broker CPU: source / destination", "{source_broker_cpu_percent:.0f} % / {destination_broker_cpu_percent:.0f} %"),
     ("loop thread: on a CPU / waiting for one",
      "{loop_cpu_s:.1f} s / {loop_runq_wait_s:.1f} s ({loop_runq_wait_percent:.0f} %)"),
     ("load average before → after", "{load}"), ("sustained", "{verdict}"),

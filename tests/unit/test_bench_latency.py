@@ -167,7 +167,7 @@ def test_the_section_has_one_row_per_variant_and_rate_and_says_why_a_rate_was_no
     assert len(rows) == 3 + 6  # the settings table, then the numbers
     assert "| ureplicator-low-latency | `worker.fetch_wait_ms=5` | 2.0 % |" in rows
     assert ("| ureplicator-low-latency | 20,000/s | 10.0 ms | 15.0 ms | **30.0 ms** | 60 ms | 2 / 9 ms | 8 / 25 ms "
-            "| 12 % | 6 µs | – | 1.0/1.0/1.0 → 2.0/1.0/1.0 | yes |") in rows  # no loop figures recorded: "–"
+            "| 12 % | 6 µs | – | – | 1.0/1.0/1.0 → 2.0/1.0/1.0 | yes |") in rows  # no broker, no loop figures: "–"
     assert "| no (producer fell behind) |" in text
     assert "saturated" not in text  # load average 2 on 2 cores
 
@@ -307,3 +307,20 @@ def test_the_stored_runs_are_listed_newest_first_and_counted_only_when_they_ran_
                          "MirrorMaker 2: default 20k p50 1, default 20k p99 2.")
     assert latency.runs_compared(shown, []) == []  # one run: nothing to compare across
     assert not latency.runs_compared({**shown, "setup": {}}, others)[-1].startswith("In how many")
+
+
+def test_a_brokers_cpu_is_read_from_its_process_and_a_broker_that_is_gone_is_left_out():
+    import os
+    import subprocess
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    used = latency.brokers_cpu_s({"source": os.getpid(), "destination": gone.pid})
+    assert set(used) == {"source"} and used["source"] > 0
+
+
+def test_the_rate_table_shows_the_brokers_cpu_and_a_dash_for_runs_that_did_not_record_it():
+    values = {"source_broker_cpu_percent": 41.26, "destination_broker_cpu_percent": 55.0}
+    fmt = dict(latency.RATE_COLUMNS)["broker CPU: source / destination"]
+    assert latency._cell(fmt, values) == "41 % / 55 %"
+    assert latency._cell(fmt, {}) == "–"
