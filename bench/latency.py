@@ -375,6 +375,7 @@ def measure_rate(services: dict[str, str], c: Contestant, rate: int, tag: int, a
                  brokers: dict[str, int] | None = None) -> dict[str, Any]:
     """Produce ``rate`` records/s for warm-up + duration, wait for the destination, compute the numbers;
     ``brokers`` (service -> pid): their CPU over the window too."""
+    brokers = brokers or {}
     mirror, destination, planned = c.mirror, c.destination, args.warmup + args.duration
     load_before = load_average()
     producer = start_load(services["source"], c.topic, rate, tag, planned)
@@ -388,13 +389,13 @@ def measure_rate(services: dict[str, str], c: Contestant, rate: int, tag: int, a
             time.sleep(0.2)
             if start is None and time.monotonic() >= measured_from:
                 start = (time.monotonic(), mirror.cpu_s(), mirror.threads())
-                brokers_at_start = brokers_cpu_s(brokers or {})
+                brokers_at_start = brokers_cpu_s(brokers)
             if time.monotonic() - last >= 10:
                 last = time.monotonic()
                 say(f"    sent {producer.sent:,}, received {destination.count(tag):,}, load {load_line()}")
         result = producer.wait(120)
         end = (time.monotonic(), mirror.cpu_s(), mirror.threads())
-        brokers_at_end = brokers_cpu_s(brokers or {})
+        brokers_at_end = brokers_cpu_s(brokers)
     except BaseException:
         producer.kill()
         raise
@@ -666,28 +667,26 @@ def pairwise(entry: dict[str, Any]) -> str:
 def runs_compared(entry: dict[str, Any], others: list[dict[str, Any]], most: int = 10) -> list[str]:
     """The yardstick over the stored full runs with the shown run's pairs (newest first, at most ``most``), and per
     figure how many of the runs of the shown run's worker sources had ours at or below MirrorMaker 2's."""
-    shown = list(pairs(entry))
-    runs = sorted([entry, *(o for o in others if o.get("mode") == "full" and set(shown) <= set(pairs(o)))],
-                  key=lambda e: e["date"], reverse=True)[:most]
+    shown = pairs(entry)
+    stored = ((o, p) for o in others if o.get("mode") == "full" and set(shown) <= set(p := pairs(o)))
+    runs = sorted([(entry, shown), *stored], key=lambda run: run[0]["date"], reverse=True)[:most]
     if not shown or len(runs) < 2:
         return []
     digest = entry["setup"].get("code_sha256")
-    same = [e for e in runs if digest and e["setup"].get("code_sha256") == digest]
+    same = [paired for e, paired in runs if digest and e["setup"].get("code_sha256") == digest]
+    marked = {id(paired) for paired in same}
     figures = [(pair, f"{q}_ms") for pair in shown for q in ("p50", "p99")]
-
-    def cell(e: dict[str, Any], pair: tuple[str, int], key: str) -> str:
-        ours, theirs = pairs(e)[pair]
-        return f"{ours[key]:,.1f} / {theirs[key]:,.1f}"
-
     header = [f"{setting} {rate // 1000:,}k {key[:3]}" for (setting, rate), key in figures]
     rows = [[e["date"][:16].replace("T", " ") + (" (shown)" if e is entry else ""),
-             f"`{e['setup'].get('code_commit', '?')}`" + (" ·" if e in same else ""), f"{e['load_at_start'][0]:.1f}",
-             e["variants"][0]["variant"], *(cell(e, pair, key) for pair, key in figures)] for e in runs]
+             f"`{e['setup'].get('code_commit', '?')}`" + (" ·" if id(paired) in marked else ""),
+             f"{e['load_at_start'][0]:.1f}", e["variants"][0]["variant"],
+             *(f"{paired[pair][0][key]:,.1f} / {paired[pair][1][key]:,.1f}" for pair, key in figures)]
+            for e, paired in runs]
     lines = ["", "The same yardstick over the stored full runs with these pairs (ms, ureplicator / MirrorMaker 2; "
              "· marks a run of the shown run's worker sources, `code_sha256`):", "",
              *table(["run (UTC)", "commit", "load at start", "ran first", *header], rows, "llrl" + "r" * len(header))]
     if len(same) > 1:
-        counts = [sum(1 for e in same if pairs(e)[pair][0][key] <= pairs(e)[pair][1][key]) for pair, key in figures]
+        counts = [sum(1 for paired in same if paired[pair][0][key] <= paired[pair][1][key]) for pair, key in figures]
         lines += ["", f"In how many of the {len(same)} runs of the shown run's worker sources ureplicator was at or "
                   "below MirrorMaker 2: " + ", ".join(f"{h} {n}" for h, n in zip(header, counts, strict=True)) + "."]
     return lines
