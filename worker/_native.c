@@ -32,9 +32,11 @@
 #include <Python.h>
 
 #include <dlfcn.h>
+#include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* librdkafka's ABI, as declared in rdkafka.h (stable since 0.11): opaque handles, the
  * rd_kafka_producev() argument tags and the flags and codes used here. */
@@ -67,6 +69,11 @@ static rd_kafka_resp_err_t (*rk_header_get_last)(const rd_kafka_headers_t *hdrs,
                                                  const void **valuep, size_t *sizep);
 static int (*rk_type)(const rd_kafka_t *rk);
 static const char *(*rk_name)(const rd_kafka_t *rk);
+static void *(*rk_opaque)(const rd_kafka_t *rk);
+
+/* confluent-kafka's extension module, opened by init() (RTLD_NOLOAD) and kept open while the
+ * functions above, resolved through it, may be called: a dlsym on a closed handle is undefined. */
+static void *cimpl_lib;
 
 /* confluent-kafka's objects, as laid out in its confluent_kafka.h; init() checks them. */
 typedef struct {
@@ -395,20 +402,21 @@ static PyObject *init(PyObject *module, PyObject *args) {
                 PyErr_SetString(PyExc_ValueError, "bad header name");
                 return NULL;
         }
+        rk_producev = NULL; /* uninitialised until every check below passed */
         lib = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
         if (!lib) {
                 PyErr_Format(PyExc_RuntimeError, "confluent-kafka's extension is not loaded from %s: %s", path,
                              dlerror());
                 return NULL;
         }
-        dlclose(lib); /* RTLD_NOLOAD took a reference of its own; the module stays loaded by Python */
+        /* RTLD_NOLOAD took a reference of its own: kept in cimpl_lib (the previous one, from an
+         * earlier init, released) once every check passed, released on the way out otherwise. */
 #define RESOLVE(var, sym)                                                                       \
         do {                                                                                    \
                 *(void **)(&var) = dlsym(lib, sym);                                             \
                 if (!var) {                                                                     \
                         PyErr_Format(PyExc_RuntimeError, "librdkafka has no %s", sym);          \
-                        rk_producev = NULL;                                                     \
-                        return NULL;                                                            \
+                        goto fail;                                                              \
                 }                                                                               \
         } while (0)
         RESOLVE(rk_headers_new, "rd_kafka_headers_new");
@@ -418,10 +426,10 @@ static PyObject *init(PyObject *module, PyObject *args) {
         RESOLVE(rk_header_get_last, "rd_kafka_header_get_last");
         RESOLVE(rk_type, "rd_kafka_type");
         RESOLVE(rk_name, "rd_kafka_name");
-        rk_producev = NULL;
+        RESOLVE(rk_opaque, "rd_kafka_opaque");
         if (Py_TYPE(sample) != (PyTypeObject *)mtype) {
                 PyErr_SetString(PyExc_RuntimeError, "sample is not a Message");
-                return NULL;
+                goto fail;
         }
         m = (CflMessage *)sample;
         if (!m->topic || !PyUnicode_Check(m->topic) || PyUnicode_CompareWithASCIIString(m->topic, "layout") != 0 ||
@@ -431,16 +439,16 @@ static PyObject *init(PyObject *module, PyObject *args) {
             m->timestamp != 987654321012LL || m->tstype != 1) {
                 PyErr_SetString(PyExc_RuntimeError,
                                 "confluent_kafka.Message is not laid out as worker/_native.c expects");
-                return NULL;
+                goto fail;
         }
         functools = PyImport_ImportModule("functools");
         if (!functools)
-                return NULL;
+                goto fail;
         Py_XDECREF(partial_type);
         partial_type = PyObject_GetAttrString(functools, "partial");
         Py_DECREF(functools);
         if (!partial_type)
-                return NULL;
+                goto fail;
         Py_XDECREF(message_type);
         Py_XDECREF(producer_type);
         Py_INCREF(mtype);
@@ -452,13 +460,40 @@ static PyObject *init(PyObject *module, PyObject *args) {
         stamp_name_len       = name_len;
         RESOLVE(rk_producev, "rd_kafka_producev"); /* last: it is the "initialised" flag */
 #undef RESOLVE
+        if (cimpl_lib)
+                dlclose(cimpl_lib);
+        cimpl_lib = lib;
         Py_RETURN_NONE;
+fail:
+        rk_producev = NULL;
+        dlclose(lib); /* nothing resolved through it is called: rk_producev is the gate */
+        return NULL;
+}
+
+/* Whether n bytes at p can be read, without reading them here: the kernel copies them into a
+ * pipe and answers EFAULT for an unmapped address, where a plain read would crash the worker. */
+static int readable(const void *p, size_t n) {
+        int fds[2], ok;
+        char sink[64];
+
+        if (!p || ((uintptr_t)p % sizeof(void *)) != 0 || n > sizeof(sink))
+                return 0;
+        if (pipe(fds) != 0)
+                return 0;
+        do
+                ok = (size_t)write(fds[1], p, n) == n;
+        while (!ok && errno == EINTR);
+        close(fds[0]);
+        close(fds[1]);
+        return ok;
 }
 
 PyDoc_STRVAR(is_producer_doc,
 "is_producer(obj, client_id) -> whether obj is a live confluent_kafka.Producer this file can drive.\n\n"
-"Its Handle's rk must be a producer whose librdkafka name is `client_id#producer-N`: reading the\n"
-"right field of the right object is proven by librdkafka naming the client the worker configured.");
+"Its Handle's rk is used only once validated: a readable, aligned address whose librdkafka\n"
+"opaque is obj itself (confluent-kafka sets the Handle as the opaque), a producer, named\n"
+"`client_id#producer-N`: reading the right field of the right object is proven by librdkafka\n"
+"naming the client the worker configured.");
 
 static PyObject *is_producer(PyObject *module, PyObject *args) {
         PyObject *obj;
@@ -472,17 +507,58 @@ static PyObject *is_producer(PyObject *module, PyObject *args) {
         if (!rk_producev || Py_TYPE(obj) != producer_type)
                 Py_RETURN_FALSE;
         rk = ((CflHandle *)obj)->rk;
-        if (!rk || rk_type(rk) != TYPE_PRODUCER)
+        /* Validated before any librdkafka call dereferences it: an address the kernel can read,
+         * then one whose opaque points back at this very Handle. */
+        if (!readable(rk, sizeof(void *)) || rk_opaque(rk) != (void *)obj || rk_type(rk) != TYPE_PRODUCER)
                 Py_RETURN_FALSE;
         name = rk_name(rk);
         return PyBool_FromLong(name && strncmp(name, client_id, (size_t)id_len) == 0 &&
                                strncmp(name + id_len, suffix, sizeof(suffix) - 1) == 0);
 }
 
+PyDoc_STRVAR(probe_doc,
+"probe(message, header_name) -> (topic, value, key, headers, has_c_headers, c_header, error, partition,\n"
+"offset, timestamp, tstype): every field of a Message as mirror() reads it, for the start-up self-test\n"
+"(worker/selftest.py), which compares them with the Message's own accessors. c_header is the last\n"
+"value of header_name in the consumed headers, read through librdkafka, or None.");
+
+static PyObject *probe(PyObject *module, PyObject *args) {
+        PyObject *obj, *c_header;
+        const char *name;
+        CflMessage *m;
+        const void *value = NULL;
+        size_t size       = 0;
+
+        if (!PyArg_ParseTuple(args, "Os", &obj, &name))
+                return NULL;
+        if (!rk_producev) {
+                PyErr_SetString(PyExc_RuntimeError, "worker._native is not initialised");
+                return NULL;
+        }
+        if (Py_TYPE(obj) != message_type) {
+                PyErr_SetString(PyExc_TypeError, "not a confluent_kafka.Message");
+                return NULL;
+        }
+        m = (CflMessage *)obj;
+        if (m->c_headers && rk_header_get_last(m->c_headers, name, &value, &size) == 0)
+                c_header = PyBytes_FromStringAndSize(value ? (const char *)value : "", (Py_ssize_t)size);
+        else {
+                c_header = Py_None;
+                Py_INCREF(c_header);
+        }
+        if (!c_header)
+                return NULL;
+        return Py_BuildValue("(OOOOiNOiLLi)", m->topic ? m->topic : Py_None, m->value ? m->value : Py_None,
+                             m->key ? m->key : Py_None, m->headers ? m->headers : Py_None, m->c_headers != NULL,
+                             c_header, m->error ? m->error : Py_None, (int)m->partition, (long long)m->offset,
+                             (long long)m->timestamp, m->tstype);
+}
+
 static PyMethodDef methods[] = {
     {"init", init, METH_VARARGS, init_doc},
     {"mirror", mirror, METH_VARARGS, mirror_doc},
     {"is_producer", is_producer, METH_VARARGS, is_producer_doc},
+    {"probe", probe, METH_VARARGS, probe_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -67,9 +67,9 @@ from ureplicator.worker.ratelimit import RateLimiter
 from ureplicator.worker.status import StatusReporter
 
 VERSION = "0.1.0"
-# How often the lease is renewed (one ZooKeeper ``exists``): the lease starts when the last answered
-# renewal was asked, so at a disconnection it is up to this much older than it could be, and a
-# ZooKeeper restart has that much less time before it pauses the copy.
+# How often the lease is renewed (one ZooKeeper ``exists``), by a timer thread of its own: the lease
+# starts when the last answered renewal was asked, so at a disconnection it is up to this much older
+# than it could be, and a ZooKeeper restart has that much less time before it pauses the copy.
 LEASE_RENEW_S = 0.5
 LEASE_MARGIN_SHARE = 0.1  # of the session: see lease_s
 LEASE_MARGIN_MIN_S = 1.0
@@ -97,7 +97,7 @@ def _load_native(mode: str) -> tuple[Any, str]:
     if mode == "off":
         return None, "worker.native_loop is off"
     try:
-        return native.load(), "built and checked against this confluent-kafka"
+        return native.load(), "built, and its self-test passed on this confluent-kafka"
     except native.Unavailable as exc:
         if mode == "on":
             raise ConfigError("worker.native_loop", f"is 'on' but the C loop cannot run here: {exc}") from None
@@ -140,6 +140,11 @@ class MirrorWorker:
         self._lease_at = clock()
         self._lease_asked = 0.0
         self._lease_s = lease_s(config.zookeeper.session_timeout_s)  # the granted session's, once known
+        # Renewed by a timer thread (run() starts it), not by the loop: a loop that waits longer than
+        # the lease (a destination's metadata, a rewind's reports, a slow commit) while ZooKeeper
+        # answers would otherwise fence itself, purge and send everything in flight again.
+        self._lease_timer: threading.Thread | None = None
+        self._lease_timer_stop = threading.Event()
         self.last_turn = time.monotonic()  # when the loop last came round (/healthz)
         self.registered = threading.Event()  # /ready: registered and not fenced
         self.limiter = RateLimiter(config.worker.max_records_per_s, config.worker.max_bytes_per_s)
@@ -385,6 +390,7 @@ class MirrorWorker:
         gc.set_threshold(50_000, 20, 20)
         try:
             self.register()
+            self.start_lease_timer()
             while not self._stop.is_set():
                 self.turn()
         finally:
@@ -492,21 +498,59 @@ class MirrorWorker:
         return not self._fenced and self._lease_valid()
 
     def _lease_valid(self) -> bool:
-        """Renew the ZooKeeper lease asynchronously; valid while younger than :func:`lease_s`."""
+        """Whether the ZooKeeper lease is younger than :func:`lease_s`; asks for a renewal when one is overdue.
+
+        The timer thread (:meth:`start_lease_timer`) renews on schedule, so the loop's own ask
+        only fills a gap: right after a reconnection, or when no timer runs (unit tests).
+        """
         now = self._clock()
-        if now - self._lease_asked >= LEASE_RENEW_S:
-            self._lease_asked = now
-            asked = now
-
-            def renewed(result: Any) -> None:
-                if result.successful() and result.get() is not None:
-                    self._lease_at = max(self._lease_at, asked)
-
-            try:
-                self.zk.exists_async(self.paths.worker(self.worker_id)).rawlink(renewed)
-            except KazooException:
-                pass
+        self._renew_lease(now)
         return now - self._lease_at < self._lease_s
+
+    def _renew_lease(self, now: float) -> None:
+        """Ask ZooKeeper, asynchronously, whether our registration exists, unless asked within LEASE_RENEW_S.
+
+        An answer moves the lease's start to when it was asked. Called from the loop and the
+        timer thread without a lock: a race costs at most one extra ``exists``.
+        """
+        if now - self._lease_asked < LEASE_RENEW_S:
+            return
+        self._lease_asked = now
+
+        def renewed(result: Any) -> None:
+            if result.successful() and result.get() is not None:
+                self._lease_at = max(self._lease_at, now)
+
+        try:
+            self.zk.exists_async(self.paths.worker(self.worker_id)).rawlink(renewed)
+        except KazooException:
+            pass
+
+    def start_lease_timer(self) -> None:
+        """Renew the lease every LEASE_RENEW_S on a daemon thread until the worker stops (:meth:`_shutdown`).
+
+        The lease then reflects ZooKeeper's answers, not the loop's pace. A paused process
+        pauses this thread too, so it still wakes with a stale lease and fences itself.
+        """
+        if self._lease_timer is not None:
+            return
+        self._lease_timer_stop.clear()
+        self._lease_timer = threading.Thread(target=self._renew_on_schedule, name=f"lease-{self.worker_id}",
+                                             daemon=True)
+        self._lease_timer.start()
+
+    def _renew_on_schedule(self) -> None:
+        while not self._lease_timer_stop.wait(LEASE_RENEW_S / 2):  # a renewal is at most LEASE_RENEW_S / 2 late
+            try:
+                self._renew_lease(self._clock())
+            except Exception as exc:  # noqa: BLE001 - the thread must outlive any one failed ask
+                self.log.warning("lease_renewal_failed", error=logs.error_text(exc))
+
+    def _stop_lease_timer(self) -> None:
+        timer, self._lease_timer = self._lease_timer, None
+        if timer is not None:
+            self._lease_timer_stop.set()
+            timer.join(5.0)
 
     def _observe_latency(self, ts_ms: int) -> None:
         self.metrics.latency.observe(max(0.0, time.time() - ts_ms / 1000.0))
@@ -610,6 +654,7 @@ class MirrorWorker:
         finally:
             self.committer.close()
             self.handoff.close()
+            self._stop_lease_timer()  # before deregistering: nothing renews a lease we are giving up
             self._deregister()
             self.loop.close()
             self.consumer.close()

@@ -1,20 +1,23 @@
-"""Load the optional C mirror loop (worker/_native.c) and check it against the confluent-kafka in use.
+"""Load the optional C mirror loop (worker/_native.c) once it has proven itself against the confluent-kafka in use.
 
 The C loop reads confluent-kafka's ``Producer`` and ``Message`` objects directly, hands
 confluent-kafka's own delivery-report callback a per-record state laid out like its private
-``struct Producer_msgstate``, and calls the librdkafka copy that confluent-kafka links. So it
-is only used when:
+``struct Producer_msgstate``, and calls the librdkafka copy that confluent-kafka links. No list
+of reviewed releases decides whether that is safe: :func:`load` runs the self-test
+(:mod:`worker.selftest`) in a child process, which proves every field and offset the C code
+reads on real records (non-null headers, errors, keys and timestamps) of librdkafka's
+in-process mock cluster, and the C loop's delivery reports. Then:
 
-* confluent-kafka is one of :data:`REVIEWED_VERSIONS`, whose ``Handle``, ``Message`` and
-  ``Producer_msgstate`` layouts were read against worker/_native.c;
-* :func:`worker._native.init` resolved librdkafka's functions through confluent-kafka's own
-  extension module (``dlopen`` with ``RTLD_NOLOAD``: the copy already loaded) and checked
-  the ``Message`` layout against a real ``Message``;
-* and, per producer, ``is_producer`` found that librdkafka names the handle it reads after
-  the worker's client id (the ``Handle.rk`` check).
+* :func:`worker._native.init` resolves librdkafka's functions through confluent-kafka's own
+  extension module (``dlopen`` with ``RTLD_NOLOAD``: the copy already loaded) and checks the
+  ``Message`` layout against a real ``Message`` once more, in this process;
+* and, per producer, ``is_producer`` validates the ``Handle``'s ``rk`` (a readable address whose
+  librdkafka opaque is that ``Handle``) and that librdkafka names it after the worker's client id.
 
-Anything else gives :class:`Unavailable` with the reason: the worker then runs its Python
-loop, which has the same semantics, and its start-up log line ``mirror_loop`` says why.
+Anything else gives :class:`Unavailable` naming the field and the reason: with
+``worker.native_loop: auto`` the worker then runs its Python loop, which has the same
+semantics, and says so (start-up log ``mirror_loop``, gauge ``ureplicator_worker_native_loop``,
+``ureplicator status``); with ``on`` it refuses to start.
 """
 
 from __future__ import annotations
@@ -28,16 +31,11 @@ import confluent_kafka
 from confluent_kafka import Message, Producer
 
 from ureplicator.common import provenance
-
-# confluent-kafka releases whose struct layouts worker/_native.c was reviewed against: 2.13.0
-# to 2.15.0 from their sources (Handle.rk first, Message fields up to tstype, Producer_msgstate
-# {self, dr_cb} freed with free(): unchanged; later additions are appended after what is read),
-# and 2.16.1, the release the C loop is built and tested with here (test_native_loop.py).
-REVIEWED_VERSIONS = frozenset({"2.13.0", "2.13.2", "2.14.0", "2.14.2", "2.15.0", "2.16.1"})
+from ureplicator.worker import selftest
 
 # A build of worker/_native.c to use instead of the one next to this file: `make sanitize` points
 # it at its AddressSanitizer/UBSan build so the native-loop tests run that one.
-MODULE_ENV = "UREPLICATOR_NATIVE_MODULE"
+MODULE_ENV = selftest.MODULE_ENV
 
 _LAYOUT_SAMPLE = {"topic": "layout", "partition": 7, "offset": 1234567890123, "key": b"k", "value": b"vv",
                   "timestamp": (1, 987654321012)}
@@ -63,14 +61,33 @@ def installed_version() -> str:
     return str(found[0] if isinstance(found, tuple) else found)
 
 
-def load(version: str | None = None) -> object:
-    """The initialised ``worker._native`` module; raises :class:`Unavailable` with the reason."""
-    version = version or installed_version()
-    if version not in REVIEWED_VERSIONS:
-        raise Unavailable(f"confluent-kafka {version} is not a release whose layout worker/_native.c was "
-                          f"reviewed against ({', '.join(sorted(REVIEWED_VERSIONS))})")
+# The self-test's verdict per (build of worker/_native.c, confluent-kafka extension, release):
+# proven once per process, however many workers or producers it starts.
+_verdicts: dict[tuple[str, str, str], selftest.Outcome] = {}
+
+
+def load() -> ModuleType:
+    """The proven, initialised ``worker._native`` module; raises :class:`Unavailable` with the reason."""
+    version = installed_version()
     try:
-        _native = _import()
+        module = _import()
+    except ImportError as exc:
+        raise Unavailable(f"worker._native is not built ({exc}); `make install` compiles it") from None
+    key = (str(module.__file__), extension_path(), version)
+    verdict = _verdicts.get(key)
+    if verdict is None:
+        verdict = _verdicts[key] = selftest.run(key[0])
+    if not verdict.ok:
+        raise Unavailable(f"the C loop's self-test failed on {verdict.field or 'a check'} "
+                          f"(confluent-kafka {version}): {verdict.reason}")
+    return initialised()
+
+
+def initialised() -> ModuleType:
+    """``worker._native`` with :func:`init` run in this process (the self-test's first step); :class:`Unavailable`."""
+    version = installed_version()
+    try:
+        module = _import()
     except ImportError as exc:
         raise Unavailable(f"worker._native is not built ({exc}); `make install` compiles it") from None
     try:
@@ -78,10 +95,10 @@ def load(version: str | None = None) -> object:
     except TypeError as exc:
         raise Unavailable(f"confluent-kafka {version} cannot build a Message ({exc})") from None
     try:
-        _native.init(extension_path(), Message, Producer, sample, provenance.HEADER.encode())
+        module.init(extension_path(), Message, Producer, sample, provenance.HEADER.encode())
     except RuntimeError as exc:
         raise Unavailable(f"{exc} (confluent-kafka {version})") from None
-    return _native
+    return module
 
 
 def _import() -> ModuleType:

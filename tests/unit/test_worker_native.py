@@ -1,6 +1,8 @@
-"""Choosing the worker's copy loop: the C loop only where it is built and matches confluent-kafka."""
+"""Choosing the worker's copy loop: the C loop only where it is built and its self-test passes on this confluent-kafka."""
 
 from __future__ import annotations
+
+import sys
 
 import confluent_kafka
 import confluent_kafka.cimpl
@@ -12,7 +14,7 @@ from tests.unit.fakes import FakeCommitClient, FakeConsumer, FakeProducer, FakeZ
 from ureplicator.common import config as config_module
 from ureplicator.common import provenance
 from ureplicator.common.errors import ConfigError
-from ureplicator.worker import mirror, native
+from ureplicator.worker import mirror, native, selftest
 from ureplicator.worker.clients import WorkerClients
 from ureplicator.worker.mirror import MirrorWorker
 
@@ -32,8 +34,8 @@ def worker_with(loop: str) -> MirrorWorker:
     return MirrorWorker(cfg, "w1", clients=clients)
 
 
-def test_make_install_built_the_c_loop_and_it_matches_this_confluent_kafka():
-    # `make install` compiles worker/_native.c; the layout check passes against the real Message
+def test_make_install_built_the_c_loop_and_it_proves_itself_on_this_confluent_kafka():
+    # `make install` compiles worker/_native.c; the self-test passes on the installed binding
     module = native.load()
     producer = Producer({"bootstrap.servers": "127.0.0.1:1", "client.id": "ureplicator-unit-w1"})
     # and a producer is driven only when librdkafka names its handle after the worker's client id
@@ -43,10 +45,55 @@ def test_make_install_built_the_c_loop_and_it_matches_this_confluent_kafka():
     assert not module.is_producer(object(), "ureplicator-unit-w1")
 
 
-def test_a_confluent_kafka_release_whose_layout_was_not_reviewed_falls_back_to_the_python_loop():
-    with pytest.raises(native.Unavailable, match="confluent-kafka 3.0.0 is not a release whose layout"):
-        native.load("3.0.0")
-    assert native.installed_version() in native.REVIEWED_VERSIONS  # the one installed here was
+def test_the_self_test_runs_every_check_in_a_child_process_and_passes_here():
+    verdict = selftest.run(str(native.initialised().__file__))
+    assert verdict.ok, verdict.reason
+    fields = [check.split(":")[0] for check in verdict.checks]
+    assert fields == ["init", "Handle.rk", "Message", "Message.error", "Producer_msgstate", "mirror",
+                      "Message.headers"]
+
+
+def test_a_binding_whose_layout_differs_is_refused_with_the_field_named(monkeypatch):
+    # What a changed struct layout reads: the C code's value field holding the key. The child is given
+    # a probe() that answers so; the verdict names the field, and load() refuses with it.
+    shifted = ("import sys; from ureplicator.worker import native, selftest; m = native.initialised(); probe = m.probe; "
+               "m.probe = lambda msg, h: (lambda t: (t[0], t[2], t[2]) + t[3:])(probe(msg, h)); "
+               "sys.exit(selftest.main())")
+    verdict = selftest.run(str(native.initialised().__file__), command=[sys.executable, "-c", shifted])
+    assert not verdict.ok
+    assert verdict.field == "Message.value"
+    assert "the C loop reads b'key'" in verdict.reason
+
+    monkeypatch.setattr(native, "_verdicts", {})
+    monkeypatch.setattr(selftest, "run", lambda module_file: verdict)
+    with pytest.raises(native.Unavailable, match=r"self-test failed on Message.value \(confluent-kafka "):
+        native.load()
+
+
+def test_a_self_test_that_crashes_is_a_refusal_naming_the_signal_not_the_workers_death():
+    crash = "import ctypes; ctypes.string_at(0)"  # what reading a moved pointer field does
+    verdict = selftest.run("unused.so", command=[sys.executable, "-c", crash])
+    assert (verdict.ok, verdict.field) == (False, "crash")
+    assert "SIGSEGV" in verdict.reason
+    silent = selftest.run("unused.so", command=[sys.executable, "-c", "import sys; sys.exit(3)"])
+    assert (silent.ok, silent.field) == (False, "exit")
+    slow = selftest.run("unused.so", command=[sys.executable, "-c", "import time; time.sleep(5)"], timeout_s=0.5)
+    assert (slow.ok, slow.field) == (False, "timeout")
+
+
+def test_compare_names_the_first_field_the_c_code_reads_wrong():
+    key, value = b"key", b"a value"
+    good = ("t", value, key, None, 1, b"h", None, 0, 5, 10, 1)
+    expected = {"topic": "t", "value": value, "key": key, "partition": 0, "offset": 5}
+    selftest.compare("Message", good, expected, frozenset({"value", "key"}))
+    with pytest.raises(selftest.Refused) as refused:
+        selftest.compare("Message", good[:7] + (0, 6) + good[9:], expected, frozenset())
+    assert refused.value.field == "Message.offset"
+    # an equal but different object is not the field the accessor returns
+    with pytest.raises(selftest.Refused, match="Message.value"):
+        selftest.compare("Message", ("t", bytes(bytearray(value)), key) + good[3:], expected, frozenset({"value"}))
+    with pytest.raises(selftest.Refused, match="returned 3 fields"):
+        selftest.compare("Message", good[:3], expected, frozenset())
 
 
 def test_librdkafka_is_resolved_through_confluent_kafkas_own_extension_module():
@@ -57,7 +104,7 @@ def test_librdkafka_is_resolved_through_confluent_kafkas_own_extension_module():
     with pytest.raises(RuntimeError, match="extension is not loaded"):
         module.init("/nonexistent/cimpl.so", Message, Producer, Message(**native._LAYOUT_SAMPLE),
                     provenance.HEADER.encode())
-    native.load()
+    native.initialised()
 
 
 def test_the_layout_check_refuses_a_message_that_does_not_read_back():
@@ -69,7 +116,7 @@ def test_the_layout_check_refuses_a_message_that_does_not_read_back():
     # and the module stays unusable until a check passes (no half-initialised C loop)
     with pytest.raises(RuntimeError, match="not initialised"):
         module.mirror(Producer({"bootstrap.servers": "127.0.0.1:1"}), [], 0, {}, b"src")
-    native.load()  # a passing check makes it usable again
+    native.initialised()  # a passing check makes it usable again
 
 
 def test_auto_falls_back_to_the_python_loop_for_a_producer_the_c_loop_cannot_drive():
