@@ -31,13 +31,13 @@ crash; the child's crash is a refusal naming its signal, never the worker's deat
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
-import dataclasses
 from dataclasses import dataclass
 from typing import Any
 

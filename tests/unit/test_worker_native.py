@@ -1,4 +1,4 @@
-"""Choosing the worker's copy loop: the C loop only where it is built and its self-test passes on this confluent-kafka."""
+"""Choosing the worker's copy loop: the C loop only where it is built and its self-test passes here."""
 
 from __future__ import annotations
 
@@ -56,8 +56,8 @@ def test_the_self_test_runs_every_check_in_a_child_process_and_passes_here():
 def test_a_binding_whose_layout_differs_is_refused_with_the_field_named(monkeypatch):
     # What a changed struct layout reads: the C code's value field holding the key. The child is given
     # a probe() that answers so; the verdict names the field, and load() refuses with it.
-    shifted = ("import sys; from ureplicator.worker import native, selftest; m = native.initialised(); probe = m.probe; "
-               "m.probe = lambda msg, h: (lambda t: (t[0], t[2], t[2]) + t[3:])(probe(msg, h)); "
+    shifted = ("import sys; from ureplicator.worker import native, selftest; m = native.initialised(); "
+               "probe = m.probe; m.probe = lambda msg, h: (lambda t: (t[0], t[2], t[2]) + t[3:])(probe(msg, h)); "
                "sys.exit(selftest.main())")
     verdict = selftest.run(str(native.initialised().__file__), command=[sys.executable, "-c", shifted])
     assert not verdict.ok
