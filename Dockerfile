@@ -9,8 +9,10 @@
 # container registry can be reached (devtools/images.py), and puts the connector jars that
 # `make install` fetched into jvm/jars/spark-kafka/ first, so no Maven runs in the build.
 #
-# Both install the package the way `make install` does (pip, from setup.cfg) but not editable
-# and without the dev extras (the verifier image adds the `verifier` extra: pyspark), and run
+# Both install the tested set the way `make install` does: every dependency from the lock files
+# (lock/image-runtime.txt, lock/image-verifier.txt: the same pins as lock/py3.11.txt, with hashes,
+# devtools/pylock.py), then the package itself without resolving anything; not editable and
+# without the dev extras (the verifier image adds the `verifier` extra: pyspark), and run
 # as uid/gid 10001, which the chart's security contexts expect. The entrypoint is
 # `ureplicator`, so a container's args are a subcommand: `controller --config F`,
 # `worker --config F`, `verify --config F --output D --master M`.
@@ -29,9 +31,11 @@ RUN apt-get update \
  && { python -c "import os, sysconfig; raise SystemExit(not os.path.exists(sysconfig.get_paths()['include'] + '/Python.h'))" \
       || apt-get install -y --no-install-recommends python3-dev; } \
  && rm -rf /var/lib/apt/lists/* \
- && python -m venv /opt/ureplicator/venv \
- && /opt/ureplicator/venv/bin/pip install --upgrade pip
+ && python -m venv /opt/ureplicator/venv
 WORKDIR /src
+# The locked dependencies first (their own layer: it changes only with the lock), build tools included.
+COPY lock/image-runtime.txt lock/image-verifier.txt lock/
+RUN /opt/ureplicator/venv/bin/pip install --progress-bar off --require-hashes --no-deps -r lock/image-runtime.txt
 # setup.cfg reads README.md as the long description.
 COPY setup.cfg setup.py pyproject.toml README.md ./
 COPY ureplicator/ ureplicator/
@@ -43,11 +47,13 @@ COPY worker/ worker/
 COPY verifier/ verifier/
 COPY failover/ failover/
 # pip byte-compiles while installing: the containers run on a read-only root filesystem.
-RUN /opt/ureplicator/venv/bin/pip install --progress-bar off .
+RUN /opt/ureplicator/venv/bin/pip install --progress-bar off --no-deps --no-build-isolation . \
+ && /opt/ureplicator/venv/bin/pip check
 
 # --- build-verifier: the same virtualenv plus the `verifier` extra (pyspark) ------------------
 FROM build AS build-verifier
-RUN /opt/ureplicator/venv/bin/pip install --progress-bar off '.[verifier]'
+RUN /opt/ureplicator/venv/bin/pip install --progress-bar off --require-hashes --no-deps -r lock/image-verifier.txt \
+ && /opt/ureplicator/venv/bin/pip check
 
 # --- jars: the Spark Kafka connector and the verifier's digest reader -------------------------
 FROM build AS jars

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+from devtools import pylock
 from tests.unit.helm_chart import REPO, chart_values, dockerfile_stages, image_user
 from ureplicator.verifier import connector
 
@@ -59,4 +60,9 @@ def test_only_the_verifier_image_carries_pyspark() -> None:
     assert venvs == {"runtime": ["--from=build"], "verifier": ["--from=build-verifier"]}
     installs = {name: " ".join(i.args for i in stages[name] if i.keyword == "RUN" and "pip install" in i.args)
                 for name in ("build", "build-verifier")}
-    assert "[verifier]" not in installs["build"] and "'.[verifier]'" in installs["build-verifier"]
+    # both install from the lock files (hashes required), and only the verifier's pins pyspark
+    assert "--require-hashes --no-deps -r lock/image-runtime.txt" in installs["build"]
+    assert "--require-hashes --no-deps -r lock/image-verifier.txt" in installs["build-verifier"]
+    assert "--no-deps --no-build-isolation ." in installs["build"]  # the package resolves nothing of its own
+    assert "pyspark" not in pylock.pins(REPO / "lock" / "image-runtime.txt")
+    assert "pyspark" in pylock.pins(REPO / "lock" / "image-verifier.txt")
