@@ -25,7 +25,7 @@ from confluent_kafka.admin import (
 )
 
 from ureplicator.common import autherrors, logs
-from ureplicator.common.config import ClusterConfig
+from ureplicator.common.config import IMPLICIT_ROUTE, ClusterConfig
 from ureplicator.common.errors import ClusterUnavailable, ConfigError, UReplicatorError
 
 # Topic configs that describe the source cluster rather than the data; never copied.
@@ -210,13 +210,23 @@ class TopicNotFound(UReplicatorError):
     """The topic does not exist on the cluster that was asked."""
 
 
-def transactional_id(prefix: str, consumer_group: str, worker_id: str) -> str:
-    """Exactly-once mode: a worker's transactional id (``worker.transactional_id_prefix`` + worker id).
+def transactional_id(prefix: str, consumer_group: str, worker_id: str, route_id: str) -> str:
+    """Exactly-once mode: a worker's transactional id, unique per route and worker id.
 
     The worker's producer uses it, and the leader fences it when the worker departs
-    (controller/fencing.py); an empty prefix means ``<consumer group>.``.
+    (controller/fencing.py). An empty prefix means ``<consumer group>.``, and the group
+    names the route already. A set prefix is followed by the route's id (``<prefix><route>.``),
+    except on the implicit route (a config without ``routes``, or a route ``default``),
+    whose ids stay ``<prefix><worker id>`` as before routes existed: without the route,
+    two routes' workers with one id into one destination fenced each other, and a pool
+    worker that moved could be fenced by its old route's leader. The prefix comes first,
+    so a prefixed ACL on it still covers every route's ids.
     """
-    return (prefix or f"{consumer_group}.") + worker_id
+    if not prefix:
+        return f"{consumer_group}.{worker_id}"
+    if not route_id or route_id == IMPLICIT_ROUTE:
+        return prefix + worker_id
+    return f"{prefix}{route_id}.{worker_id}"
 
 
 def consumer(cluster: ClusterConfig, group_id: str, client_id: str, pinned: Mapping[str, Any] | None = None,

@@ -77,7 +77,8 @@ class Fencer:
 
     def transactional_id(self, worker: str) -> str:
         worker_cfg = self._config.worker
-        return kafka.transactional_id(worker_cfg.transactional_id_prefix, self._config.consumer_group, worker)
+        return kafka.transactional_id(worker_cfg.transactional_id_prefix, self._config.consumer_group, worker,
+                                      self._config.route_id)  # the route's own: never another route's worker
 
     def unfenced(self, departed: set[str], live: set[str]) -> set[str]:
         """The workers to hold: ``departed`` ones not fenced yet, and ``live`` ones whose fence still runs.

@@ -201,8 +201,13 @@ def pins(config: Config) -> Pins:
 
 
 def transactional_id(config: Config, worker_id: str) -> str:
-    """Exactly-once mode: the worker's transactional id; a restart with the same id fences its predecessor."""
-    return kafka.transactional_id(config.worker.transactional_id_prefix, config.consumer_group, worker_id)
+    """Exactly-once mode: the worker's transactional id on its route (``config`` is a route view).
+
+    A restart with the same id on the same route fences its predecessor; another route's
+    worker with the same id never does (:func:`common.kafka.transactional_id`).
+    """
+    return kafka.transactional_id(config.worker.transactional_id_prefix, config.consumer_group, worker_id,
+                                  config.route_id)
 
 
 def connect(config: Config, worker_id: str) -> WorkerClients:
