@@ -20,6 +20,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         cfg = config_module.load(args.config)
+        _worker_refusals(cfg)
     except ConfigError as exc:
         if args.json:
             print(json.dumps({"ok": False, "findings": [{"target": "config", "level": "fail", "message": str(exc)}]},
@@ -42,3 +43,16 @@ def run(args: argparse.Namespace) -> int:
             print(f"{f.level.upper():<5} {f.target:<{width}}  {f.message}")
         print("ready to run" if ok else "not ready: fix the FAIL lines above")
     return 0 if ok else 1
+
+
+def _worker_refusals(cfg: config_module.Config) -> None:
+    """The settings a worker refuses at start beyond the config's own checks, for any route it may serve.
+
+    Its clients' pinned properties (worker.clients.pins: ``acks``, ``enable.idempotence``, ...)
+    are checked only when a worker opens them; a check that passed them would be a check the
+    worker then fails, with the same ConfigError.
+    """
+    from ureplicator.worker import clients
+
+    for route in cfg.routes:
+        clients.pins(config_module.route_view(cfg, route=route))

@@ -54,6 +54,20 @@ _PIPELINE_RE = re.compile(r"^[A-Za-z0-9._-]{1,100}$")
 _ALIAS_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 
+# Client properties a cluster's ``properties`` may not set (issue 44): each would override what a
+# guarantee rests on, for every client of that cluster. Name -> (the one value allowed, if any; why
+# and what to set instead). The producer's and consumers' pinned invariants are in common.kafka.
+_REFUSED_PROPERTIES: dict[str, tuple[str | None, str]] = {
+    "transactional.id": (None, "one id shared by the worker's producers (and the controller's fence) would "
+                               "fence them against each other; exactly-once mode names one per route and worker: "
+                               "set worker.exactly_once, and worker.transactional_id_prefix for its prefix"),
+    "auto.offset.reset": (None, "it would override where a partition with no committed offset starts: "
+                                "set worker.auto_offset_reset instead"),
+    "isolation.level": ("read_committed", "read_uncommitted would mirror records of aborted or still open source "
+                                          "transactions, and read exactly-once offsets before they commit; the "
+                                          "worker reads read_committed, so remove it"),
+}
+
 
 # --- the value types of the sections below: pydantic validates a section against its dataclass's
 # annotations (``_build``), and ``_problem`` words a failure as the message this module has always
@@ -740,6 +754,10 @@ def _check(config: Config) -> None:
             raise ConfigError(f"{name}.alias", "use 1-64 letters, digits, '_' or '-'")
         if "bootstrap.servers" in cluster.properties:
             raise ConfigError(f"{name}.properties.bootstrap.servers", f"set {name}.bootstrap_servers instead")
+        for prop, (allowed, why) in _REFUSED_PROPERTIES.items():
+            value = cluster.properties.get(prop)
+            if value is not None and (allowed is None or value.strip().lower() != allowed):
+                raise ConfigError(f"{name}.properties.{prop}", f"refused: {why}")
     if config.forward not in topology.FORWARD_POLICIES:
         raise ConfigError("forward", f"must be 'origin' or 'transit', got {config.forward!r}")
     if config.source.alias == config.destination.alias:
