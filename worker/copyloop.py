@@ -320,7 +320,15 @@ class CopyLoop:
                         self.produced += produced
                         self._abandon(messages[i - 1:])
                         return None
-                    self.handoff.stop_partition(acks, offset, kerr.str())
+                    if self._txn is not None and run_first != offset:
+                        # Exactly-once: the run's earlier records are in the open transaction, and
+                        # no report will ever move the position over them; committed so, a restart
+                        # would send them again, visible twice. As for a failed run: abort (the
+                        # loop does, before any rewind), send again with a report per record, and
+                        # the partition stops exactly at this record.
+                        self._refused_in_run(acks, run_first, offset, kerr.str())
+                    else:
+                        self.handoff.stop_partition(acks, offset, kerr.str())
                     if nxt_route is route:
                         nxt_route = None  # the look-ahead saw the route before it was stopped
                     break
@@ -350,6 +358,22 @@ class CopyLoop:
                 self.ledger.needs_rewind.add(tp)
         self.log.warning("batch_abandoned", records=len(messages), partitions=fmt(list(abandoned)),
                          stopping=self._stopping.is_set())
+
+    def _refused_in_run(self, acks: PartitionAcks, first: int, offset: int, reason: str) -> None:
+        """Exactly-once: ``produce()`` refused the record at ``offset`` with the run from ``first`` open in front of it.
+
+        The partition is not stopped here, where its position stands in front of the run: it
+        is rewound, which aborts the open transaction first (the run's records go with it), and
+        sent again with a report per record, so it stops at ``offset`` with everything before it
+        acknowledged and committed once. Nothing after the refused record is sent meanwhile.
+        """
+        tp = acks.tp
+        if self.handoff.routes.get(tp, (None, None))[1] is acks:
+            del self.handoff.routes[tp]
+        self.ledger.needs_rewind.add(tp)
+        self.ledger.go_exact(acks, first, reason)
+        self.log.warning("produce_refused_in_run", topic=tp[0], partition=tp[1], run_first=first, offset=offset,
+                         error=reason)
 
     def _on_consume_error(self, msg: Any, err: KafkaError) -> None:
         if err.code() == KafkaError._PARTITION_EOF:
