@@ -34,7 +34,7 @@ from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, KafkaException, TopicP
 
 from ureplicator.common import zk
 from ureplicator.common.config import Config
-from ureplicator.common.zkschema import Assignment, Paths
+from ureplicator.common.zkschema import Assignment, Paths, TopicRecord
 from ureplicator.worker.acks import TP, AckLedger, PartitionAcks
 from ureplicator.worker.commits import Committer, ReleaseCommit
 from ureplicator.worker.metrics import WorkerMetrics
@@ -112,6 +112,8 @@ class Prepared:
     destinations: dict[str, str]  # source topic -> destination topic
     initial: dict[str, int]  # source topic -> partitions when it was registered
     committed: list[TopicPartition]
+    # Exactly-once mode: source topic -> why it is not mirrored (another source topic shares its destination)
+    refused: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -381,11 +383,17 @@ class Handoff:
         """Beside the loop: the topics' destinations, the group's committed offsets, the destination's metadata."""
         destinations: dict[str, str] = {}
         initial: dict[str, int] = {}
-        for topic in sorted({t for t, _ in partitions}):
-            record = zk.read_topic(self._zk, self._paths, topic)
+        wanted_topics = sorted({t for t, _ in partitions})
+        eos = self._make_offsets_client is not None
+        # Exactly-once mode reads every record: whether another topic shares a destination (below).
+        records = zk.read_topics(self._zk, self._paths) if eos else {
+            topic: record for topic in wanted_topics if (record := zk.read_topic(self._zk, self._paths, topic))}
+        for topic in wanted_topics:
+            record = records.get(topic)
             if record is not None:
                 destinations[topic] = record.destination
                 initial[topic] = int(record.options.get("initial_partitions", record.partitions))
+        refused = _shared_destinations(records, destinations) if eos else {}
         wanted = [TopicPartition(t, p) for t, p in partitions if t in destinations]
         committed = self._committer.committed(wanted, timeout_s=_COMMITTED_TIMEOUT_S) if wanted else []
         if wanted and self._make_offsets_client is not None:
@@ -397,7 +405,7 @@ class Handoff:
             highest = max((p for t, p in partitions if t == topic), default=-1)
             if highest >= 0:
                 self.await_partition(destination, highest, timeout_s=10.0, serve_reports=False)
-        return Prepared(destinations, initial, committed)
+        return Prepared(destinations, initial, committed, refused)
 
     def _resolve_ends(self, committed: list[TopicPartition], initial: dict[str, int]) -> list[TopicPartition]:
         """Beside the loop: the end offset, as a number, of the partitions that start at the end.
@@ -426,17 +434,32 @@ class Handoff:
         return resolved
 
     def _transactional_starts(self, source: list[TopicPartition], destinations: dict[str, str]) -> list[TopicPartition]:
-        """Exactly-once mode: each partition starts where the destination's group says (stable offsets).
+        """Exactly-once mode: each partition starts at the later of the destination's and the source's group.
 
-        Positions commit there in the same transaction as the records. A partition the
-        destination's group has nothing for (the pipeline ran at-least-once until now) falls
-        back, once, to the source group's offset: its first transaction writes the
-        destination's, which rules from then on.
+        Positions commit in the destination's group in the same transaction as the records, and
+        each committed transaction's are copied to the source group afterwards (best effort),
+        so while the pipeline runs exactly-once the source group is never ahead. It is ahead
+        when the pipeline ran at-least-once since (which commits there only): exactly-once ->
+        at-least-once -> exactly-once would otherwise send that whole period again from the
+        stale destination position. A partition the destination's group has nothing for (the
+        pipeline ran at-least-once until now) starts at the source group's offset too; its first
+        transaction writes the destination's.
         """
         starts, fallbacks = self._destination_positions(source, destinations)
-        if fallbacks:
-            self._log.info("transactional_start_from_source_group", partitions=fmt(fallbacks))
-        return starts
+        missing = set(fallbacks)
+        chosen = []
+        from_source: dict[str, list[int | None]] = {}
+        for there, here in zip(starts, source, strict=True):
+            none_there = (here.topic, here.partition) in missing
+            if none_there or here.offset > there.offset:
+                chosen.append(here)
+                from_source[f"{here.topic}:{here.partition}"] = [None if none_there else there.offset, here.offset]
+            else:
+                chosen.append(there)
+        if from_source:
+            # Per partition [the destination's position (None: none), the source group's offset]
+            self._log.info("transactional_start_from_source_group", partitions=from_source)
+        return chosen
 
     def _destination_positions(self, source: list[TopicPartition], destinations: dict[str, str],
                                ) -> tuple[list[TopicPartition], list[TP]]:
@@ -483,6 +506,7 @@ class Handoff:
         """On the loop: a fresh acquisition per partition at the committed offset, assigned at once."""
         reset = OFFSET_BEGINNING if self._config.worker.auto_offset_reset == "earliest" else OFFSET_END
         assign = []
+        stopped: list[tuple[PartitionAcks, int, str]] = []
         for tp in prepared.committed:
             # Partitions added after the topic was registered hold only new data: mirror them
             # from their first record whatever auto_offset_reset says, so growth loses nothing.
@@ -492,11 +516,17 @@ class Handoff:
             # A fresh acquisition: no error, report or purge of an earlier one applies to it.
             key = (tp.topic, tp.partition)
             acks = self._ledger.acquire(key, destination, tp.offset if tp.offset >= 0 else -1)
+            if tp.topic in prepared.refused:
+                stopped.append((acks, start, prepared.refused[tp.topic]))
             self.routes[key] = (destination, acks, tp.topic, tp.partition)
             self._starts[key] = start
             assign.append(TopicPartition(tp.topic, tp.partition, start))
         if assign:
             self._consumer.incremental_assign(assign)
+            for acks, start, reason in stopped:
+                # Owned (the leader counts it) and assigned like the others, but stopped at once,
+                # with the reason in its status: nothing of it is sent.
+                self.stop_partition(acks, start, reason)
             committed = [tp for tp in prepared.committed if tp.offset >= 0]
             if committed:
                 self._beside.submit(lambda: self._report_expired(committed))
@@ -558,6 +588,24 @@ class Handoff:
                 self._metrics.expired.labels(tp.topic).inc(low - tp.offset)
                 self._log.error("records_expired_before_mirroring", topic=tp.topic, partition=tp.partition,
                                 committed=tp.offset, log_start=low, records=low - tp.offset)
+
+
+def _shared_destinations(records: dict[str, TopicRecord], destinations: dict[str, str]) -> dict[str, str]:
+    """Exactly-once mode: each topic of ``destinations`` whose destination topic another registered topic shares.
+
+    Mapped so while the pipeline ran at-least-once (the controller refuses it in exactly-once
+    mode): the positions committed with a transaction are keyed by destination topic and
+    partition, so the topics would overwrite each other's positions, losing or repeating
+    records. Returns source topic -> the error its partitions stop with.
+    """
+    refused = {}
+    for topic, destination in destinations.items():
+        sharing = sorted(t for t, record in records.items() if record.destination == destination)
+        if len(sharing) > 1:
+            refused[topic] = (f"exactly-once: destination topic {destination!r} receives topics {', '.join(sharing)}; "
+                              "its committed positions are keyed by destination topic, so they would overwrite "
+                              "each other's: give each source topic a destination topic of its own")
+    return refused
 
 
 def fmt(partitions: list[TP]) -> list[str]:
