@@ -289,7 +289,7 @@ class GroupOffsets:
                         raise cluster_failure(
                             f"the destination cluster {self._config.destination.alias} reading {topic}:{partition}",
                             error)
-                    origin = _source_offset(msg.headers(), source_partition)
+                    origin = _source_offset(msg.headers(), source_partition, self._config.source.alias)
                     if origin is not None:
                         seen.append(Seen(msg.offset(), origin))
                 if eof:
@@ -299,14 +299,22 @@ class GroupOffsets:
         return seen
 
 
-def _source_offset(headers: list[tuple[str, bytes]] | None, source_partition: int) -> int | None:
+def _source_offset(headers: list[tuple[str, bytes]] | None, source_partition: int, source: str) -> int | None:
+    """The source offset of a copy of ``source_partition`` read from cluster ``source``, else None.
+
+    A destination topic can gather several routes' copies (``shared: true``), each numbered
+    by its own source cluster's offsets: only this route's copies say where its group stands.
+    A version 1 header names no source cluster; it is taken as this route's (written before routes).
+    """
     for key, value in headers or ():
         if key == provenance.HEADER:
             try:
                 decoded = provenance.decode(value)
             except provenance.ProvenanceError:
                 return None
-            return decoded.source_offset if decoded.source_partition == source_partition else None
+            if decoded.source_partition != source_partition or decoded.source not in (None, source):
+                return None
+            return decoded.source_offset
     return None
 
 
