@@ -517,6 +517,7 @@ def from_dict(raw: Mapping[str, Any]) -> Config:
         config = replace(config, routes=(_implicit(config),))
     _check(config)
     _check_routes(config)
+    _check_one_to_one(config, declared)
     # Loaded as a view of one route, so root, group, clusters and forwarding always agree: the
     # worker's route when the file declares it, else the first (a config without routes: the
     # implicit route, whose paths and group are today's). route_view / zk.route_config pick another.
@@ -602,6 +603,26 @@ def _check_routes(config: Config) -> None:
     if config.controller.pool_hysteresis < 0:
         raise ConfigError("controller.pool_hysteresis", "must not be negative")
     check_topology(config.clusters, config.routes)
+
+
+def _check_one_to_one(config: Config, declared: bool) -> None:
+    """Exactly-once mode: no topic mapping may send two source topics onto one destination topic.
+
+    The positions a transaction commits are keyed by destination topic and partition
+    (worker/copyloop.py), so two source topics there would overwrite each other's: records
+    lost or sent twice. (The REST API refuses the same with an explicit destination.)
+    """
+    if not config.worker.exactly_once:
+        return
+    for i, route in enumerate(config.routes):
+        seen: dict[str, str] = {}
+        for src, dst in sorted(route.topic_mapping.items()):
+            if dst in seen:
+                key = f"routes[{i}].topic_mapping" if declared else "controller.topic_mapping"
+                raise ConfigError(key, f"maps {seen[dst]!r} and {src!r} onto one destination topic {dst!r}: "
+                                       "exactly-once mode keys its committed positions by destination topic, so "
+                                       "each destination topic takes one source topic")
+            seen[dst] = src
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:

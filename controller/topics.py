@@ -73,6 +73,8 @@ def register(
     if zk.read_topic(client, paths, topic) is not None:
         raise TopicError(409, f"topic {topic!r} is already mirrored")
     target = destination_name(config, topic, destination)
+    if config.worker.exactly_once:
+        _one_source_per_destination(client, paths, topic, target)
     try:
         info = kafka.describe_topic(source_admin, config.source, topic)
     except kafka.TopicNotFound as exc:
@@ -101,6 +103,19 @@ def register(
         raise TopicError(409, f"topic {topic!r} is already mirrored")
     log.info("topic_registered", topic=topic, destination=target, partitions=info.partitions, created=outcome)
     return record, outcome
+
+
+def _one_source_per_destination(client: KazooClient, paths: Paths, topic: str, target: str) -> None:
+    """Exactly-once mode: refuse a second source topic onto one destination topic (409).
+
+    The positions a transaction commits are keyed by destination topic and partition
+    (worker/copyloop.py): two source topics there would overwrite each other's.
+    """
+    for other in zk.read_topics(client, paths).values():
+        if other.destination == target and other.topic != topic:
+            raise TopicError(409, f"refusing to mirror {topic!r} onto destination topic {target!r}: {other.topic!r} "
+                                  "is mirrored there already, and exactly-once mode keys its committed positions "
+                                  f"by destination topic; give {topic!r} a destination topic of its own")
 
 
 def expand(config: Config, client: KazooClient, source_admin: Any, destination_admin: Any, topic: str,
