@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+from typing import Any
 
 from ureplicator.common import config as config_module
 from ureplicator.common import logs
@@ -33,6 +34,7 @@ def run(args: argparse.Namespace) -> int:
     logging.getLogger("librdkafka").setLevel(logging.CRITICAL)
     findings = [preflight.Finding("config", "ok", f"{args.config or 'environment'}: pipeline {cfg.pipeline}, "
                                   f"{cfg.source.alias} -> {cfg.destination.alias}")]
+    findings.append(_copy_loop(cfg))
     findings += preflight.run(cfg, timeout_s=args.timeout)
     ok = not preflight.failed(findings)
     if args.json:
@@ -56,3 +58,18 @@ def _worker_refusals(cfg: config_module.Config) -> None:
 
     for route in cfg.routes:
         clients.pins(config_module.route_view(cfg, route=route))
+
+
+def _copy_loop(cfg: config_module.Config) -> Any:
+    """Which copy loop a worker started from this install would run, and why (its self-test, run here)."""
+    from ureplicator.controller.preflight import Finding
+    from ureplicator.worker import mirror, native
+
+    mode = cfg.worker.native_loop
+    try:
+        module, reason = mirror._load_native(mode)
+    except ConfigError as exc:  # native_loop: on, and the C loop cannot run: the worker refuses to start
+        return Finding("worker", "fail", f"copy loop: none, the worker refuses to start: {exc}")
+    if module is None:
+        return Finding("worker", "warn", f"copy loop: Python (slower; ureplicator_worker_native_loop 0): {reason}")
+    return Finding("worker", "ok", f"copy loop: C (worker/_native.c), {reason} {native.installed_version()}")

@@ -32,6 +32,8 @@ def render(body: dict[str, Any], every_partition: bool = False) -> None:
           f"zookeeper {body['zookeeper']}")
     for problem in body["problems"]:
         print(f"  ! {problem}")
+    for warning in body.get("warnings", ()):
+        print(f"  ~ warning: {warning}")
     freshness = body.get("freshness")
     if freshness:
         age = "unknown (no heartbeat seen yet)" if freshness["age_s"] is None else f"{freshness['age_s']:.0f}s"

@@ -19,7 +19,15 @@ from kazoo.security import ACL, Permissions, make_acl, make_digest_acl
 from ureplicator.common import logs, zkclient, zktls
 from ureplicator.common.config import Config, parse_route, route_view
 from ureplicator.common.errors import ClusterUnavailable, ConfigError, UReplicatorError
-from ureplicator.common.zkschema import Assignment, Paths, RouteRecord, SchemaError, TopicRecord, WorkerStatus
+from ureplicator.common.zkschema import (
+    Assignment,
+    Paths,
+    RouteRecord,
+    SchemaError,
+    TopicRecord,
+    WorkerInfo,
+    WorkerStatus,
+)
 
 log = logs.get(__name__)
 T = TypeVar("T")
@@ -244,6 +252,11 @@ def remove_topic(client: KazooClient, paths: Paths, name: str, attempts: int = 3
 
 def live_workers(client: KazooClient, paths: Paths) -> list[str]:
     return sorted(client.get_children(paths.workers))
+
+
+def read_worker_infos(client: KazooClient, paths: Paths) -> dict[str, WorkerInfo]:
+    """Every live worker's registration (host, version, the copy loop it runs)."""
+    return _read_children(client, paths.workers, WorkerInfo.decode, "worker_registration_unreadable")
 
 
 def read_statuses(client: KazooClient, paths: Paths) -> dict[str, WorkerStatus]:

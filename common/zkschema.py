@@ -253,6 +253,10 @@ class WorkerInfo:
     version: str
     started_at: str
     metrics_port: int = 0
+    # The copy loop it runs: "native" (worker/_native.c) or "python", and why not the C loop
+    # ("" from a worker older than these fields, or a pool worker not yet bound to a route).
+    loop: str = ""
+    loop_reason: str = ""
 
     def encode(self) -> bytes:
         return _WORKER.dump_json(self)

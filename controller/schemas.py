@@ -490,6 +490,7 @@ class RouteStatus(_Response):
 
     healthy: bool
     problems: list[str]
+    warnings: list[str] = []
     withheld: list[str] | None = None
     unowned: list[str] = []
     stuck: list[str] = []
@@ -513,6 +514,8 @@ class Status(_Response):
     generated_at: str
     healthy: bool
     problems: list[str]
+    # Healthy but worth a look (a worker on the Python copy loop): not counted in ``healthy``.
+    warnings: list[str]
     zookeeper: str
     leader: str | None
     workers: list[dict[str, Any]]

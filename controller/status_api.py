@@ -71,6 +71,8 @@ class View:
     freshness_routes: dict[str, float | None] = field(default_factory=dict)
     rpo_s: float = 300.0
     route: str = IMPLICIT_ROUTE  # the route whose topics, workers and partitions this view holds
+    # live worker -> (copy loop, why not the C loop), from its registration ("" from older workers)
+    loops: dict[str, tuple[str, str]] = field(default_factory=dict)
 
 
 def evaluate(view: View, now: float) -> dict[str, Any]:
@@ -92,6 +94,7 @@ def evaluate_routes(views: list[View], now: float, unreadable: dict[str, str] | 
     first = views[0]
     several = len(views) + len(unreadable) > 1
     problems: list[str] = []
+    warnings: list[str] = []
     if first.zookeeper != "connected":
         problems.append(f"this controller's ZooKeeper session is {first.zookeeper}")
     if first.leader is None:
@@ -104,6 +107,7 @@ def evaluate_routes(views: list[View], now: float, unreadable: dict[str, str] | 
     keys: dict[str, list[str]] = {"withheld": [], "unowned": [], "stuck": []}
     for route, section in sections.items():
         problems += [f"route {route}: {p}" if several else p for p in section["problems"]]
+        warnings += [f"route {route}: {w}" if several else w for w in section["warnings"]]
         workers += [{**w, "route": route} for w in section.pop("workers")]
         partitions += [{**p, "route": route} for p in section.pop("partitions")]
         for name, found in keys.items():
@@ -121,6 +125,7 @@ def evaluate_routes(views: list[View], now: float, unreadable: dict[str, str] | 
         "generated_at": _iso(now),
         "healthy": not problems,
         "problems": problems,
+        "warnings": warnings,
         "zookeeper": first.zookeeper,
         "leader": first.leader,
         "workers": workers,
@@ -155,6 +160,10 @@ def _route_section(view: View, now: float) -> dict[str, Any]:
 
     workers = _workers(view, owners, now)
     problems += [f"worker {w['worker']} is {w['health']}: {w['detail']}" for w in workers if w["problem"]]
+    # Healthy, but slower than it should be: every record through the Python loop (docs/operations.md,
+    # "Which loop am I on").
+    warnings = [f"worker {w['worker']} runs the Python copy loop, not the C loop: "
+                f"{w['loop_reason'] or 'no reason given'}" for w in workers if w["loop"] == "python"]
 
     partitions, withheld, unowned, stuck = [], [], [], []
     for name, record in sorted(view.topics.items()):
@@ -201,6 +210,7 @@ def _route_section(view: View, now: float) -> dict[str, Any]:
             problems.append(f"the last verification ({verification['run_id']}) is {verification['status']}")
     return {
         "problems": problems,
+        "warnings": warnings,
         "workers": workers,
         "partitions": partitions,
         "withheld": withheld if view.withheld is not None else None,
@@ -267,6 +277,9 @@ def _workers(view: View, owners: dict[tuple[str, int], str], now: float) -> list
             "generation": status.generation if status else None,
             "records_per_s": round(sum(s.records_per_s for s in status.partitions.values()), 1) if status else 0.0,
             "lag": sum(max(s.lag, 0) for s in status.partitions.values()) if status else None,
+            # "native", "python", or None: not running, or registered by a worker older than the field
+            "loop": (view.loops.get(worker, ("", ""))[0] or None) if live else None,
+            "loop_reason": view.loops.get(worker, ("", ""))[1] if live else "",
         })
     return rows
 
@@ -393,6 +406,7 @@ class _Reader:
         self.reports_dir = reports_dir(ctl)
         topics = zk.read_topics(client, paths)
         live = frozenset(zk.live_workers(client, paths))
+        loops = {w: (info.loop, info.loop_reason) for w, info in zk.read_worker_infos(client, paths).items()}
         assignments = zk.read_assignments(client, paths)
         statuses = zk.read_statuses(client, paths)
         with self._lock:
@@ -433,7 +447,7 @@ class _Reader:
             report_url=report_url, auth_failures=auth_failures(ctl),
             heartbeat_enabled=config.controller.heartbeat_interval_s > 0,
             freshness_s=_stalest(route_ages), freshness_routes=route_ages,
-            rpo_s=config.controller.rpo_s, route=route_id,
+            rpo_s=config.controller.rpo_s, route=route_id, loops=loops,
         )
 
     def _verification(self, route_id: str) -> tuple[dict[str, Any] | None, str | None]:

@@ -91,6 +91,8 @@ class Destination:
         stall_s: float,
         native: Any = None,
         native_mode: str = "off",
+        native_reason: str = "",
+        on_loop: Callable[[bool, str], None] | None = None,
         txn: transactions.Transactions | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -101,6 +103,9 @@ class Destination:
         self._stall_s = stall_s
         self._native = native
         self._native_mode = native_mode
+        self._native_reason = native_reason  # why there is no C loop, when ``native`` is None
+        self._on_loop = on_loop  # told the loop at every (re)bind: the gauge and the registration follow
+        self.loop_reason = ""  # why the current producer is served by the Python loop ("" on the C loop)
         self._clock = clock
         self._broken: str | None = None  # produce() said the producer is fatally broken
         self.native_target: Any = None  # the confluent_kafka.Producer the C loop drives, if any
@@ -118,6 +123,14 @@ class Destination:
         if self._native is not None and not usable and self._native_mode == "on":
             raise ConfigError("worker.native_loop", "is 'on' but the producer is not a confluent_kafka.Producer")
         self.native_target = client if usable else None
+        if usable:
+            self.loop_reason = ""
+        elif self._native is None:
+            self.loop_reason = self._native_reason or "no C loop"
+        else:
+            self.loop_reason = "the destination producer is not one the C loop can drive (is_producer refused it)"
+        if self._on_loop is not None:
+            self._on_loop(usable, self.loop_reason)
 
     # --- plain calls ---------------------------------------------------------------------------
 

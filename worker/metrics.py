@@ -108,6 +108,12 @@ class _Families:
             "a count of the worker's own rounds to wait for, and flat while the loop is stuck",
             labelled(), registry=r,
         )
+        self.native_loop = Gauge(
+            "ureplicator_worker_native_loop",
+            "1: records are copied by the C loop (worker/_native.c); 0: by the Python loop, slower, for the "
+            "reason in the label (docs/operations.md, 'Which loop am I on')",
+            labelled("reason"), registry=r,
+        )
         self.commit_client_replacements = Counter(
             "ureplicator_worker_commit_client_replacements",
             "Commit clients (the worker's group-coordinator connection) opened anew after failed commits",
@@ -169,6 +175,18 @@ class WorkerMetrics:
         self.producer_replacements = f.producer_replacements.labels(route)
         self.commit_client_replacements = f.commit_client_replacements.labels(route)
         self.turns = f.turns.labels(route)
+        self._loop_reason: str | None = None  # the reason label of this route's native_loop series
+
+    def show_loop(self, native: bool, reason: str) -> None:
+        """``ureplicator_worker_native_loop``: 1 on the C loop, else 0 with ``reason``; one series per route."""
+        label = "" if native else reason[:200]
+        if self._loop_reason is not None and self._loop_reason != label:
+            try:
+                self._families.native_loop.remove(self.route, self._loop_reason)
+            except KeyError:
+                pass
+        self._families.native_loop.labels(self.route, label).set(1 if native else 0)
+        self._loop_reason = label
 
     def forget(self) -> None:
         """Drop this route's gauges: the worker stopped serving it (a scrape shows no stale lag or ownership)."""
@@ -178,6 +196,12 @@ class WorkerMetrics:
                 family.remove(self.route)
             except KeyError:
                 pass
+        if self._loop_reason is not None:
+            try:
+                f.native_loop.remove(self.route, self._loop_reason)
+            except KeyError:
+                pass
+            self._loop_reason = None
         for values in list(self.lag.handed):
             try:
                 self.lag.remove(*values)

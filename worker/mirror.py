@@ -182,14 +182,18 @@ class MirrorWorker:
         self._native, native_reason = _load_native(config.worker.native_loop)
         self.destination = Destination(clients.producer, clients.make_producer, clients.producer_errors,
                                        stall_s=config.worker.producer_stall_s, native=self._native,
-                                       native_mode=config.worker.native_loop, txn=txn, clock=clock)
+                                       native_mode=config.worker.native_loop, native_reason=native_reason,
+                                       on_loop=self.metrics.show_loop, txn=txn, clock=clock)
         self._txn = txn
         self.loop = CopyLoop(config, clients.consumer, self.destination, self.handoff, self.ledger, self.committer,
                              self.status, self.limiter, self.metrics, self.log, may_write=self._may_write,
                              stopping=self._stop, native=self._native, make_consumer=clients.make_consumer,
                              end_offsets=clients.end_offsets, watch_thread=clients.watch_thread, clock=clock)
-        self.log.info("mirror_loop", loop="native" if self.destination.native_target is not None else "python",
-                      reason=native_reason, exactly_once=txn is not None)
+        if self.destination.native_target is not None:
+            self.log.info("mirror_loop", loop="native", reason=native_reason, exactly_once=txn is not None)
+        else:  # a warning: every record through the Python loop is the slow path (docs/operations.md)
+            self.log.warning("mirror_loop", loop="python", reason=self.destination.loop_reason,
+                             exactly_once=txn is not None)
         if config.worker.shutdown_timeout_s > 0:
             self.log.warning("config_deprecated", key="worker.shutdown_timeout_s",
                              replaced_by=["worker.stop_timeout_s", "worker.release_ack_timeout_s",
@@ -287,6 +291,8 @@ class MirrorWorker:
             version=VERSION,
             started_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
             metrics_port=self.config.worker.metrics_port,
+            loop="native" if self.destination.native_target is not None else "python",
+            loop_reason=self.destination.loop_reason,
         )
         self._check_mode()
         # An assignment left from an earlier life of this id may already be given away:

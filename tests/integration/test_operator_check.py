@@ -55,6 +55,34 @@ def test_check_passes_with_the_right_credentials_and_names_what_it_checked(pipel
     assert any(f"group {pipeline.group} grants DESCRIBE, READ" in f["message"] for f in findings)
     assert any("IDEMPOTENT_WRITE" in f["message"] and f["level"] == "ok" for f in findings)
     assert services["secure"]["password"] not in human.stdout + human.stderr + machine.stdout
+    # and it says which copy loop a worker started from this install runs: the C loop, proven here
+    loop = [f for f in findings if f["target"] == "worker"]
+    assert [f["level"] for f in loop] == ["ok"] and "copy loop: C" in loop[0]["message"], loop
+
+
+def test_check_says_a_worker_would_run_the_python_loop_and_why_or_refuse_to_start(pipeline, services, tmp_path):
+    # Given an install whose C loop cannot load (what a missing compiler leaves)
+    import os
+
+    env = {**os.environ, "UREPLICATOR_NATIVE_MODULE": str(tmp_path / "missing_native.so")}
+
+    def check(mode: str) -> subprocess.CompletedProcess:
+        pipeline.overrides["worker"] = {"native_loop": mode}
+        config = pipeline.write_config(f"loop-{mode}")
+        return subprocess.run([sys.executable, "-m", "ureplicator", "check", "--config", str(config), "--timeout",
+                               "6", "--json"], capture_output=True, text=True, timeout=120, env=env)
+
+    # When the preflight runs with native_loop auto, then on
+    auto, on = check("auto"), check("on")
+
+    # Then auto warns (the worker would run, slower) naming the reason, and on fails: that worker refuses to start
+    assert auto.returncode == 0, auto.stdout + auto.stderr
+    worker = [f for f in json.loads(auto.stdout)["findings"] if f["target"] == "worker"]
+    assert [f["level"] for f in worker] == ["warn"]
+    assert "copy loop: Python" in worker[0]["message"] and "worker._native is not built" in worker[0]["message"]
+    assert on.returncode == 1, on.stdout + on.stderr
+    worker = [f for f in json.loads(on.stdout)["findings"] if f["target"] == "worker"]
+    assert [f["level"] for f in worker] == ["fail"] and "refuses to start" in worker[0]["message"]
 
 
 def test_check_with_a_wrong_sasl_password_names_the_cluster_and_the_error_and_exits_non_zero(pipeline, services):

@@ -128,3 +128,21 @@ def test_two_routes_each_have_their_rows_problems_and_group_sync():
     assert "route x2y: this controller cannot read it: its clusters are not in this file" in doc["problems"]
     assert doc["group_sync"]["route"] == "a2c" and doc["group_sync"]["stale"] is True
     assert doc["healthy"] is False
+
+
+def test_a_worker_on_the_python_loop_is_a_warning_with_its_reason_not_a_problem(capsys):
+    from ureplicator.cli.status import render
+
+    slow = {"w1": ("python", "the C loop's self-test failed on Message.value (confluent-kafka 9.9.9): ...")}
+    doc = evaluate(_view(loops=slow), NOW)
+    assert doc["healthy"] is True and doc["problems"] == []
+    assert doc["warnings"] == ["worker w1 runs the Python copy loop, not the C loop: the C loop's self-test failed "
+                               "on Message.value (confluent-kafka 9.9.9): ..."]
+    assert (doc["workers"][0]["loop"], doc["workers"][0]["loop_reason"]) == slow["w1"]
+    render(doc)
+    assert "~ warning: worker w1 runs the Python copy loop, not the C loop: the C loop's self-test failed" in (
+        capsys.readouterr().out)
+    # the C loop, and a worker registered before the field existed, warn of nothing
+    assert evaluate(_view(loops={"w1": ("native", "")}), NOW)["warnings"] == []
+    legacy = evaluate(_view(loops={}), NOW)
+    assert legacy["warnings"] == [] and legacy["workers"][0]["loop"] is None

@@ -41,3 +41,21 @@ def test_a_pool_worker_keeps_its_counters_per_route_and_drops_a_left_routes_gaug
     assert value("ureplicator_worker_source_lag_records", {"route": "a", "topic": "orders", "partition": "0"}) is None
     assert value("ureplicator_worker_partitions_owned", {"route": "a"}) is None
     assert value("ureplicator_worker_partitions_owned", {"route": "b"}) == 0
+
+
+def test_the_native_loop_gauge_is_one_series_per_route_with_the_reason_when_it_is_the_python_loop():
+    from prometheus_client import generate_latest
+
+    metrics = WorkerMetrics("r1")
+    metrics.show_loop(False, "worker.native_loop is off")
+    metrics.show_loop(True, "")
+    text = generate_latest(metrics.registry).decode()
+    assert 'ureplicator_worker_native_loop{reason="",route="r1"} 1.0' in text
+    assert "native_loop is off" not in text  # the earlier series is gone, not left at 0
+    metrics.show_loop(False, "the C loop's self-test failed on Message.key")
+    text = generate_latest(metrics.registry).decode()
+    assert ('ureplicator_worker_native_loop{reason="the C loop\'s self-test failed on Message.key",route="r1"} 0.0'
+            in text)
+    assert 'reason="",route="r1"' not in text
+    metrics.forget()
+    assert "ureplicator_worker_native_loop{" not in generate_latest(metrics.registry).decode()

@@ -123,7 +123,12 @@ def test_auto_falls_back_to_the_python_loop_for_a_producer_the_c_loop_cannot_dri
     with capture_logs() as logs:
         worker = worker_with("auto")
     assert worker.destination.native_target is None
-    assert [e["loop"] for e in logs if e["event"] == "mirror_loop"] == ["python"]
+    assert [(e["loop"], e["log_level"]) for e in logs if e["event"] == "mirror_loop"] == [("python", "warning")]
+    # and says so where an operator looks: the gauge, with the reason, and the registration `status` reads
+    reason = "the destination producer is not one the C loop can drive (is_producer refused it)"
+    assert worker.metrics.registry.get_sample_value(
+        "ureplicator_worker_native_loop", {"route": "default", "reason": reason}) == 0.0
+    assert worker.destination.loop_reason == reason
 
 
 def test_on_refuses_to_start_without_a_c_loop(monkeypatch):
@@ -140,3 +145,7 @@ def test_on_refuses_to_start_without_a_c_loop(monkeypatch):
         mirror._load_native("on")
     assert mirror._load_native("auto") == (None, "worker._native is not built")
     assert mirror._load_native("off") == (None, "worker.native_loop is off")
+    with capture_logs():
+        off = worker_with("off")
+    assert off.metrics.registry.get_sample_value(
+        "ureplicator_worker_native_loop", {"route": "default", "reason": "worker.native_loop is off"}) == 0.0
