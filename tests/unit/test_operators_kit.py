@@ -240,6 +240,9 @@ def test_each_alert_fires_in_its_scenario_and_stays_quiet_when_healthy(helm: Pat
     every_10m = " ".join(str(4 * (minute // 10)) for minute in range(61))
     election_errors = f'ureplicator_controller_election_errors_total{{{controller}, pod="c-0"}}'
     replacements = f'ureplicator_worker_producer_replacements_total{{{workers}, pod="w-1", route="east"}}'
+    python_loop = (f'ureplicator_worker_native_loop{{{workers}, pod="w-1", route="east", '
+                   'reason="worker.native_loop is off"}')
+    native_loop = f'ureplicator_worker_native_loop{{{workers}, pod="w-1", route="east", reason=""}}'
     expired = f'ureplicator_worker_records_expired_total{{{workers}, pod="w-1", route="east", topic="orders"}}'
     mirrored = f'ureplicator_worker_records_mirrored_total{{{workers}, pod="w-1", route="east", topic="orders"}}'
     other_mirrored = mirrored.replace('route="east"', 'route="west"')
@@ -282,6 +285,13 @@ def test_each_alert_fires_in_its_scenario_and_stays_quiet_when_healthy(helm: Pat
               {**_annotations(groups, "UReplicatorProducerReplaced"),
                "summary": "Worker w-1 replaced its destination producer for route east after a fatal error"}),
         alert("UReplicatorProducerReplaced", "60m", [(replacements, "0 1x60")], None),
+        # When a worker has copied on the Python loop for 15 minutes, with its reason; not on the C loop
+        alert("UReplicatorPythonCopyLoop", "20m", [(python_loop, "0x20")],
+              {**severity["warning"], "pod": "w-1", "route": "east", "reason": "worker.native_loop is off"},
+              {**_annotations(groups, "UReplicatorPythonCopyLoop"),
+               "summary": "Worker w-1 copies route east on the Python loop: worker.native_loop is off"}),
+        alert("UReplicatorPythonCopyLoop", "20m", [(native_loop, "1x20")], None),
+        alert("UReplicatorPythonCopyLoop", "10m", [(python_loop, "0x10")], None),
         # When the election thread survived an error lately; not when it never failed
         alert("UReplicatorElectionErrors", "10m", [(election_errors, "0x5 1x5")],
               {**severity["warning"], "pod": "c-0"},
