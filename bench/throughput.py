@@ -792,14 +792,19 @@ def plan_runs(datasets: list[Dataset], variants: list[str], scales: list[int],
               rounds: int) -> list[tuple[int, Dataset, str, int]]:
     """(round, dataset, variant, scale) in run order: per round and dataset the variants at scale 1, then the
     scaling curve on the first dataset; the raw pair, the fastest, comes last for each dataset, so a top-up
-    after it drained the backlog early lengthens no other run's drain."""
+    after it drained the backlog early lengthens no other run's drain. Even rounds run the compared variants
+    in reverse order, so neither side always runs first (on a cooler machine, a fresher page cache)."""
     order = []
     for rnd in range(1, rounds + 1):
+        compared = [variant for variant in variants if variant != "raw"]
+        scaled = [variant for variant in SCALED if variant in variants]
+        if rnd % 2 == 0:
+            compared.reverse()
+            scaled.reverse()
         for i, ds in enumerate(datasets):
-            order += [(rnd, ds, variant, 1) for variant in variants if variant != "raw"]
+            order += [(rnd, ds, variant, 1) for variant in compared]
             if i == 0:
-                order += [(rnd, ds, variant, scale) for scale in scales if scale != 1
-                          for variant in SCALED if variant in variants]
+                order += [(rnd, ds, variant, scale) for scale in scales if scale != 1 for variant in scaled]
             if "raw" in variants:
                 order.append((rnd, ds, "raw", 1))
     return order

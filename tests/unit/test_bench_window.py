@@ -116,6 +116,15 @@ def test_plan_runs_puts_the_raw_pair_last_for_each_dataset() -> None:
     ]
 
 
+def test_plan_runs_alternates_which_side_runs_first_from_round_to_round() -> None:
+    a = Dataset("100B", 100, 10)
+    order = throughput.plan_runs([a], ["ureplicator", "mirrormaker2"], [1], 3)
+    assert [(rnd, v) for rnd, _, v, _ in order] == [
+        (1, "ureplicator"), (1, "mirrormaker2"), (2, "mirrormaker2"), (2, "ureplicator"),
+        (3, "ureplicator"), (3, "mirrormaker2"),
+    ]
+
+
 def _run(variant: str, dataset: str, rate: float, cpu_per_m: float, without: float, scale: int = 1,
          ok: bool = True) -> Run:
     run = Run(variant, scale, dataset, 1, 1, 1_000_000, ok=ok, records_per_s=rate, window_s=60.0,
