@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
 import time
+import urllib.request
 
 import pytest
 from confluent_kafka import Producer
 
+from devtools.ports import free_port
 from tests.support import kafka_io
 from tests.support.kafka_io import wait_for
 from ureplicator.common import provenance
@@ -49,9 +52,14 @@ def produce_mixed(bootstrap: str, topic: str, base_ts: int) -> None:
     assert producer.flush(60) == 0
 
 
-def mirror_with(pipeline, services, topic: str, worker_id: str, loop: str, **extra: object) -> str:
-    """Mirror ``topic`` with one worker whose ``worker.native_loop`` is ``loop``; return its log."""
-    worker = pipeline.start_worker(worker_id, worker={"native_loop": loop}, **extra)
+def mirror_with(pipeline, services, topic: str, worker_id: str, loop: str, **extra: object) -> tuple[str, dict]:
+    """Mirror ``topic`` with one worker whose ``worker.native_loop`` is ``loop``; its log, and what it showed.
+
+    Shown while it ran: its ``ureplicator_worker_native_loop`` series ({reason: value}) and its row
+    and warnings in ``GET /status``.
+    """
+    port = free_port()
+    worker = pipeline.start_worker(worker_id, worker={"native_loop": loop, "metrics_port": port}, **extra)
     status, body = pipeline.api("POST", "/topics", {"topic": topic})
     assert status == 201, body
     source_end = kafka_io.end_offsets(services["source"], topic, PARTITIONS)
@@ -59,8 +67,15 @@ def mirror_with(pipeline, services, topic: str, worker_id: str, loop: str, **ext
     # reaches the source end, and the destination holds the rest.
     wait_for(lambda: kafka_io.committed(services["source"], pipeline.group, topic, PARTITIONS) == source_end, 90,
              f"{loop} loop commits the source end")
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    gauge = {reason: float(value) for reason, value in
+             re.findall(r'^ureplicator_worker_native_loop{reason="([^"]*)",route="default"} (\S+)$', text, re.M)}
+    _, doc = pipeline.api("GET", "/status")
+    shown = {"gauge": gauge, "row": next(w for w in doc["workers"] if w["worker"] == worker_id),
+             "warnings": doc["warnings"]}
     assert worker.terminate(30) == 0, worker.tail()
-    return worker.tail(400)
+    return worker.tail(400), shown
 
 
 def loop_line(log: str) -> dict:
@@ -81,13 +96,19 @@ def test_native_loop_writes_exactly_what_the_python_loop_writes(pipeline, servic
     # When one is mirrored by a worker on the C loop, with a destination queue so small that
     # produce fails with a full queue again and again (the C loop hands over mid-run), and the
     # other by a worker on the Python loop
-    native_log = mirror_with(pipeline, services, native_topic, "w-native", "on",
-                             destination={"properties": {"queue.buffering.max.messages": "200"}})
-    python_log = mirror_with(pipeline, services, python_topic, "w-python", "off")
+    native_log, native_shown = mirror_with(pipeline, services, native_topic, "w-native", "on",
+                                           destination={"properties": {"queue.buffering.max.messages": "200"}})
+    python_log, python_shown = mirror_with(pipeline, services, python_topic, "w-python", "off")
 
-    # Then each worker said which loop it ran
+    # Then each worker said which loop it ran: in its log, its gauge and the status document
     assert loop_line(native_log)["loop"] == "native"
     assert loop_line(python_log)["loop"] == "python"
+    assert native_shown["gauge"] == {"": 1.0}
+    assert (native_shown["row"]["loop"], native_shown["warnings"]) == ("native", [])
+    assert python_shown["gauge"] == {"worker.native_loop is off": 0.0}
+    assert python_shown["row"]["loop"] == "python"
+    assert python_shown["warnings"] == ["worker w-python runs the Python copy loop, not the C loop: "
+                                        "worker.native_loop is off"]
     # and both destinations hold the same records, byte for byte, headers and timestamps included
     total = skipped = 0
     for p in range(PARTITIONS):
