@@ -55,6 +55,8 @@ def _without_preflight(template: dict[str, Any]) -> dict[str, Any]:
 def _intended(doc: dict[str, Any]) -> dict[str, Any]:
     """``doc`` with the changes issue 27 makes on purpose taken out (applied to old and new alike)."""
     doc = json.loads(json.dumps(doc))
+    # 13. (issue 45) The chart's version is bumped with each chart change: every `helm.sh/chart` label.
+    _without_chart_version(doc)
     kind, labels = doc["kind"], doc["metadata"].get("labels", {})
     if kind in ("Deployment", "StatefulSet") and labels.get("app.kubernetes.io/component") == "worker":
         # 1. Workers are a StatefulSet: the pod template is today's; only the workload's kind and its
@@ -111,8 +113,10 @@ def _intended(doc: dict[str, Any]) -> dict[str, Any]:
         # 8. (issue 24) Controller series carry `route`: the controller's alerts fire per route, and a
         #    route without workers has an alert of its own (then it is not "partitions without owner").
         # 11. The fetch watch's alert (librdkafka #5153, worker/fetchwatch.py).
+        # 12. A worker on the Python copy loop (ureplicator_worker_native_loop 0, commit 1b140fd).
         new = {"UReplicatorRecordsExpired", "UReplicatorFreshnessAboveRpo", "UReplicatorNotMirroring",
-               "UReplicatorGroupSyncStale", "UReplicatorRouteWaitingForWorkers", "UReplicatorFetchStalled"}
+               "UReplicatorGroupSyncStale", "UReplicatorRouteWaitingForWorkers", "UReplicatorFetchStalled",
+               "UReplicatorPythonCopyLoop"}
         # 10. (issue 24) Worker series carry `route` too: the worker alerts group by it and name it.
         per_route = {"UReplicatorVerificationFailed", "UReplicatorVerificationMissing", "UReplicatorNoLeader",
                      "UReplicatorPartitionsWithoutOwner", "UReplicatorLagGrowing", "UReplicatorProduceErrors",
@@ -127,6 +131,17 @@ def _intended(doc: dict[str, Any]) -> dict[str, Any]:
                 if rule.get("alert") in renamed:
                     rule["annotations"] = "<changed on purpose>"
     return doc
+
+
+def _without_chart_version(node: Any) -> None:
+    if isinstance(node, dict):
+        if "helm.sh/chart" in node:
+            node["helm.sh/chart"] = "ureplicator-<chart version>"
+        for value in node.values():
+            _without_chart_version(value)
+    elif isinstance(node, list):
+        for value in node:
+            _without_chart_version(value)
 
 
 def _keyed(docs: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:

@@ -188,6 +188,11 @@ Call with (dict "role" "source" "cluster" $cluster); prints YAML.
       "destination" (default $route.destination (index $.Values.clusters $route.destination).alias) -}}
 {{- with $route.topic_naming }}{{ $_ := set $entry "topic_naming" . }}{{ end -}}
 {{- with $route.forward }}{{ $_ := set $entry "forward" . }}{{ end -}}
+{{- /* RouteConfig's other keys (common/config.py): without them topic_naming: mapping ran on an
+       empty map. shared is set only when given: false is the loader's default. */ -}}
+{{- with $route.topic_mapping }}{{ $_ := set $entry "topic_mapping" . }}{{ end -}}
+{{- with $route.workers }}{{ $_ := set $entry "workers" . }}{{ end -}}
+{{- if hasKey $route "shared" }}{{ $_ := set $entry "shared" $route.shared }}{{ end -}}
 {{- $routes = append $routes $entry -}}
 {{- end -}}
 {{- $_ := set $config "clusters" $clusters -}}

@@ -19,6 +19,12 @@ looks up a cluster calls first, so no template trips over a missing cluster befo
 {{- fail (printf "routes[%d].%s: %q is not a key of clusters (clusters has: %s)" $i $side (index $route $side) $names) -}}
 {{- end -}}
 {{- end -}}
+{{- /* common/config.py parse_route refuses this at start: the pods would crash-loop. */ -}}
+{{- with $route.workers -}}
+{{- if and .max (gt (int (.min | default 1)) (int .max)) -}}
+{{- fail (printf "routes[%d].workers: min %d is above max %d (max 0: no upper bound)" $i (int (.min | default 1)) (int .max)) -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 {{- range $i, $pool := $v.workerPools | default list -}}
 {{- if and $pool.route $pool.pool -}}
