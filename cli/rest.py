@@ -113,9 +113,12 @@ def add_parsers(sub: Any) -> None:
     rate = sub.add_parser("rate-limit", help="every worker's throughput ceiling (/admin/rate_limit)")
     rsub = rate.add_subparsers(dest="action", required=True, metavar="ACTION")
     rsub.add_parser("show", help="the current limit (0 = unlimited)")
-    setter = rsub.add_parser("set", help="change the limit at runtime (0 = unlimited)")
-    setter.add_argument("--records-per-s", type=int, default=0, help="records per second per worker")
-    setter.add_argument("--bytes-per-s", type=int, default=0, help="bytes per second per worker")
+    setter = rsub.add_parser("set", help="change the limit at runtime (0 = unlimited); a limit not named "
+                                         "keeps its current value")
+    # default None, not 0: POST /admin/rate_limit replaces the whole limit, so a 0 sent for a
+    # flag the user left out would silently lift that limit (_rate_limit merges instead).
+    setter.add_argument("--records-per-s", type=int, default=None, help="records per second per worker")
+    setter.add_argument("--bytes-per-s", type=int, default=None, help="bytes per second per worker")
     rate.set_defaults(func=_rate_limit)
 
     verification = sub.add_parser("verification", help="the verifier's newest verdict and run history "
@@ -125,6 +128,9 @@ def add_parsers(sub: Any) -> None:
     history = vsub.add_parser("history", help="recent runs, newest first")
     history.add_argument("--limit", type=int, default=20, help="how many runs (default 20)")
     verification.set_defaults(func=_verification)
+
+    openapi = sub.add_parser("openapi", help="the controller's OpenAPI document (GET /openapi.json), as JSON")
+    openapi.set_defaults(func=_openapi)
 
     health = sub.add_parser("health", help="ZooKeeper connected and a leader known (/health); exits 1 when not")
     health.set_defaults(func=_health)
@@ -301,8 +307,16 @@ def _rate_limit(args: argparse.Namespace) -> int:
     if args.action == "show":
         body = call(args, "GET", "/admin/rate_limit")
     else:
+        named = {k: v for k, v in (("records_per_s", args.records_per_s), ("bytes_per_s", args.bytes_per_s))
+                 if v is not None}
+        if not named:
+            raise UReplicatorError("rate-limit set: name --records-per-s N, --bytes-per-s N or both (0 = unlimited)")
+        # The endpoint replaces the whole limit (a missing field is 0 = unlimited): read the current
+        # one first, so the limit the user did not name keeps its value.
+        current = call(args, "GET", "/admin/rate_limit") if len(named) < 2 else {}
         body = call(args, "POST", "/admin/rate_limit",
-                    {"records_per_s": args.records_per_s, "bytes_per_s": args.bytes_per_s})
+                    {"records_per_s": current.get("records_per_s", 0), "bytes_per_s": current.get("bytes_per_s", 0),
+                     **named})
     if args.json:
         _print_json(body)
     else:
@@ -328,6 +342,11 @@ def _verification(args: argparse.Namespace) -> int:
     else:
         print(f"run {body.get('run_id')}: {body.get('status')} (finished {body.get('finished_at')})")
     return 1 if body.get("status") in ("FAIL", "ERROR") else 0
+
+
+def _openapi(args: argparse.Namespace) -> int:
+    _print_json(call(args, "GET", "/openapi.json", routed=False))
+    return 0
 
 
 def _health(args: argparse.Namespace) -> int:
