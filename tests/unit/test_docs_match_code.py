@@ -166,3 +166,55 @@ def test_security_md_lists_every_acl_the_preflight_checks():
             for operation in operations:
                 assert any(f"| {cluster} |" in row and f"| {resource.capitalize()}" in row and f"`{operation}`" in row
                            for row in rows), f"security.md lacks {operation} on the {cluster}'s {resource}"
+
+
+# --- issue 45: curl examples, pinned client properties, the chart's alerts ----------------------
+
+
+def test_every_curl_example_names_a_full_url():
+    # `curl -XPOST :9000/topics` is refused by curl ("bad/illegal format"): a URL needs its host.
+    for doc in DOCS:
+        for line in doc.read_text().splitlines():
+            for command in re.findall(r"\bcurl\b[^`#\n]*", line):
+                urls = [w.strip("'\"") for w in command.split()[1:] if not w.startswith("-") and "/" in w
+                        and not w.startswith(("'{", "{", "\"{"))]
+                for url in urls:
+                    if re.match(r"^\S*:\d+/", url) or url.startswith("/"):
+                        assert re.match(r"^https?://[^/:\s]+", url), f"{doc.name}: {command.strip()!r}: {url}"
+
+
+def test_configuration_md_names_every_client_property_the_worker_pins():
+    from ureplicator.worker import clients
+
+    cfg = config.from_dict({"pipeline": "unit", "zookeeper": {"connect": "127.0.0.1:1"},
+                            "source": {"alias": "src", "bootstrap_servers": "127.0.0.1:1"},
+                            "destination": {"alias": "dst", "bootstrap_servers": "127.0.0.1:2"}})
+    pinned = clients.pins(cfg)
+    assert len(pinned.producer) >= 7 and len(pinned.consumer) >= 3  # the walk sees the pins
+    text = (REPO / "docs" / "configuration.md").read_text()
+    rows = {key: next(line for line in text.splitlines() if line.startswith(f"| `{key}` |"))
+            for key in ("source.properties", "destination.properties")}
+    missing = [f"{key}: {name}" for key, names in (("destination.properties", pinned.producer),
+                                                   ("source.properties", pinned.consumer))
+               for name in names if f"`{name}`" not in rows[key]]
+    assert missing == [], "configuration.md does not name these pinned properties"
+
+
+def chart_alerts() -> set[str]:
+    text = (REPO / "helm" / "ureplicator" / "templates" / "prometheusrule.yaml").read_text()
+    return set(re.findall(r"^\s*- alert: (\w+)\s*$", text, flags=re.M))
+
+
+def test_operations_and_deploy_docs_name_every_alert_the_chart_ships():
+    alerts = chart_alerts()
+    assert len(alerts) >= 17, alerts  # the parse found the rules
+    operations = (REPO / "docs" / "operations.md").read_text()
+    paragraph = operations[operations.index("On Kubernetes the chart turns these into a PrometheusRule"):]
+    paragraph = paragraph[:paragraph.index("\n\n")]
+    deploy_rows = {m for m in re.findall(r"^\| `(UReplicator\w+)` \|", (REPO / "docs" / "deploy.md").read_text(),
+                                         flags=re.M)}
+    assert sorted(a for a in alerts if f"`{a}`" not in paragraph) == [], "missing from operations.md's alert list"
+    assert sorted(alerts - deploy_rows) == [], "missing from deploy.md's alert table"
+    # and neither names an alert the chart does not ship
+    assert sorted(set(re.findall(r"`(UReplicator\w+)`", paragraph)) - alerts) == []
+    assert sorted(deploy_rows - alerts) == []
