@@ -9,6 +9,9 @@ partitions when the destination side changed:
   one partition that need no decision, and only its last record carries a delivery callback.
 * A consume error stops its partition when nothing else can help; a batch that cannot be
   sent (a stop or a fence while the local queue is full) is abandoned and its partitions rewound.
+* A record whose destination partition the producer does not know yet (``_UNKNOWN_PARTITION``)
+  pauses its partition while that is awaited beside the loop (:meth:`Handoff.await_beside`);
+  the others keep flowing.
 * The fetch watch (``worker.fetch_stall_s``, :mod:`worker.fetchwatch`): a partition whose source
   end offset grew while the consumer's position stood still (librdkafka #5153, after a source
   broker restart) gets a new source consumer, assigned at the offsets the loop consumes next.
@@ -118,6 +121,10 @@ class CopyLoop:
         # (its job and the acquisitions it asked about), and when a failed read is tried again.
         self._settling: tuple[Any, dict[TP, PartitionAcks]] | None = None
         self._settle_retry_at = 0.0
+        # A partition whose destination partition appeared restarts from its position: exactly-once,
+        # not before the positions of a commit in doubt are read back (positions_known).
+        txn = self._txn
+        handoff.may_resume = lambda: txn is None or not txn.settle_due
 
     def close(self) -> None:
         """Stop reading the source's end offsets (the consumer is the worker's to close)."""
@@ -298,10 +305,6 @@ class CopyLoop:
                     continue
                 except KafkaException as exc:
                     kerr = exc.args[0]
-                    if kerr.code() == KafkaError._UNKNOWN_PARTITION and self.handoff.await_partition(
-                        destination, partition
-                    ):
-                        continue  # the destination just grew; the producer's metadata now knows it
                     run_count = run_bytes = 0  # the open run will never be reported
                     fatal = kerr.fatal() or kerr.code() == KafkaError._FATAL
                     # Exactly-once: the open transaction failed (a purge, a sequence gap after a
@@ -326,7 +329,14 @@ class CopyLoop:
                         # would send them again, visible twice. As for a failed run: abort (the
                         # loop does, before any rewind), send again with a report per record, and
                         # the partition stops exactly at this record.
+                        # An unknown partition too: the exact resend comes back here with no run open.
                         self._refused_in_run(acks, run_first, offset, kerr.str())
+                    elif kerr.code() == KafkaError._UNKNOWN_PARTITION:
+                        # The destination was just grown (or is still to be): its partition is awaited
+                        # beside the loop, so the other partitions keep flowing, and this one restarts
+                        # from its acknowledged position once the producer knows it. At-least-once, an
+                        # open run's records are sent again then: duplicates, as after any rewind.
+                        self.handoff.await_beside(acks, offset, kerr.str())
                     else:
                         self.handoff.stop_partition(acks, offset, kerr.str())
                     if nxt_route is route:
@@ -492,9 +502,11 @@ class CopyLoop:
             new = self._make_consumer()
             if assign:
                 new.incremental_assign(assign)
-            stopped = [TopicPartition(t, p) for t, p in assigned if partitions[(t, p)].error is not None]
+            waiting = self.handoff.waiting
+            stopped = [TopicPartition(t, p) for t, p in assigned
+                       if partitions[(t, p)].error is not None or (t, p) in waiting]
             if stopped:
-                new.pause(stopped)  # a refused record stopped them: they stay stopped
+                new.pause(stopped)  # a refused record stopped them, or they wait for a destination partition
         except KafkaException as exc:
             self.log.error("consumer_replace_failed", error=str(exc.args[0]))
             return

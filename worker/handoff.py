@@ -17,6 +17,11 @@ that do not move keep flowing while a coordinator or a metadata request hangs:
   :class:`~worker.acks.PartitionAcks` per partition and assigns them. The
   expired-records report is one offsets request after the assignment, beside the loop too.
 
+A partition whose destination partition the producer does not know yet (``produce()``
+refused a record with ``_UNKNOWN_PARTITION``: the destination topic was grown moments ago,
+or not yet) is paused and awaited beside the loop too (:meth:`Handoff.await_beside`): the
+loop rewinds it once the producer's metadata has the partition, or stops it after 30 s.
+
 When both halves are done the change's generation is the worker's and its status says
 so. One change at a time: the leader writes a worker no newer generation before its
 status confirmed the last one (docs/architecture.md), so nothing queues up.
@@ -32,7 +37,7 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, KafkaException, TopicPartition
 
-from ureplicator.common import zk
+from ureplicator.common import logs, zk
 from ureplicator.common.config import Config
 from ureplicator.common.zkschema import Assignment, Paths, TopicRecord
 from ureplicator.worker.acks import TP, AckLedger, PartitionAcks
@@ -45,6 +50,7 @@ Route = tuple[str, PartitionAcks, str, int]
 
 _RETRY_PREPARE_S = 1.0  # an acquisition whose reads failed asks again after this long
 _COMMITTED_TIMEOUT_S = 30.0
+AWAIT_PARTITION_S = 30.0  # how long a destination partition the producer does not know is awaited
 
 
 class Job:
@@ -59,9 +65,10 @@ class Job:
 class Beside:
     """Run calls that wait for a cluster on one thread of their own, in order (unit tests: inline)."""
 
-    def __init__(self, background: bool = True, log: Any = None) -> None:
+    def __init__(self, background: bool = True, log: Any = None, name: str = "handoff-beside") -> None:
         self._background = background
         self._log = log
+        self._name = name
         self._jobs: list[tuple[Callable[[], Any], Job]] = []
         self._ready = threading.Condition()
         self._thread: threading.Thread | None = None
@@ -74,11 +81,15 @@ class Beside:
             return job
         with self._ready:
             if self._thread is None:
-                self._thread = threading.Thread(target=self._serve, name="handoff-beside", daemon=True)
+                self._thread = threading.Thread(target=self._serve, name=self._name, daemon=True)
                 self._thread.start()
             self._jobs.append((call, job))
             self._ready.notify()
         return job
+
+    @property
+    def background(self) -> bool:
+        return self._background
 
     def close(self) -> None:
         with self._ready:
@@ -114,6 +125,18 @@ class Prepared:
     committed: list[TopicPartition]
     # Exactly-once mode: source topic -> why it is not mirrored (another source topic shares its destination)
     refused: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class PartitionWait:
+    """A partition paused while the producer's metadata learns its destination partition (beside the loop)."""
+
+    acks: PartitionAcks  # the acquisition that was refused; a later one makes the wait moot
+    offset: int  # the refused record: where the partition stops if the partition never appears
+    reason: str  # librdkafka's refusal
+    since: float  # the loop's clock
+    job: Job
+    given_up: threading.Event = field(default_factory=threading.Event)  # the wait is not wanted any more
 
 
 @dataclass
@@ -168,6 +191,17 @@ class Handoff:
         self._metrics = metrics
         self._log = log
         self._beside = beside or Beside(log=log)
+        # Destination partitions being awaited: a thread of their own, so an acquisition's reads
+        # never queue behind a wait of up to AWAIT_PARTITION_S.
+        self._waits = Beside(background=self._beside.background, log=log, name="partition-wait")
+        self.waiting: dict[TP, PartitionWait] = {}  # read by the loop (pauses) and the fetch watch
+        # Partitions paused for a wait and not resumed since: librdkafka keeps a pause through an
+        # unassign and a new assignment, so whichever assigns such a partition next resumes it.
+        self._held: set[TP] = set()
+        self.await_partition_s = AWAIT_PARTITION_S
+        # Whether a partition whose destination partition appeared may restart now (exactly-once:
+        # not while the committed positions are being read back after a commit in doubt).
+        self.may_resume: Callable[[], bool] = lambda: True
         self.routes: dict[TP, Route] = {}  # read by the hot loop: partitions it may produce
         self.generation = 0
         self.change: Change | None = None
@@ -229,7 +263,9 @@ class Handoff:
         return True
 
     def advance(self) -> bool:
-        """Move the change under way on without waiting; True when it just finished."""
+        """Move the change under way and the partitions' waits on, never waiting; True when the change just finished."""
+        if self.waiting:
+            self._end_waits()
         change = self.change
         if change is None:
             return False
@@ -263,6 +299,7 @@ class Handoff:
             return
         change.commit.finish()
         for tp in partitions:
+            self._drop_wait(tp)
             self._ledger.release(tp)
             self._starts.pop(tp, None)
             self._status.forget(tp)
@@ -293,7 +330,9 @@ class Handoff:
                                                                    partitions=fmt(change.acquired))
 
     def close(self) -> None:
-        """Close the exactly-once offsets client, if one was opened (stopping)."""
+        """Close the exactly-once offsets client, if one was opened, and the partition waits' thread (stopping)."""
+        self._give_up_waits()
+        self._waits.close()
         client, self._offsets_client = self._offsets_client, None
         if client is not None:
             client.close()
@@ -334,6 +373,7 @@ class Handoff:
             self._consumer.incremental_unassign([TopicPartition(t, p) for t, p in assigned])
         self.routes.clear()
         self._starts.clear()
+        self._give_up_waits()  # their partitions stay paused in _held: whichever assigns them next resumes them
         self._ledger.release_all()
         for tp in dropped:
             self._status.forget(tp)
@@ -355,9 +395,14 @@ class Handoff:
         session and assignment hold.
         """
         releasing = self.releasing
+        for tp in partitions:
+            if tp in self.waiting:
+                # Its wait's end rewinds it (from the position as it is then): restarted now, it
+                # would only be refused again. Left in needs_rewind, it would come back every turn.
+                self._ledger.needs_rewind.discard(tp)
         owned = [tp for tp in partitions
-                 if tp not in releasing and (acks := self._ledger.partitions.get(tp)) is not None
-                 and acks.error is None]
+                 if tp not in releasing and tp not in self.waiting
+                 and (acks := self._ledger.partitions.get(tp)) is not None and acks.error is None]
         if not owned:
             return []
         self._await_reports(owned)
@@ -375,6 +420,7 @@ class Handoff:
             self.routes[tp] = (old.destination, acks, tp[0], tp[1])
             assign.append(TopicPartition(tp[0], tp[1], start))
         self._consumer.incremental_assign(assign)
+        self._resume_held(assign)
         self._metrics.rewinds.inc(len(assign))
         self._log.info("partitions_rewound", partitions=fmt(owned))
         return [(tp.topic, tp.partition) for tp in assign]
@@ -513,8 +559,9 @@ class Handoff:
             fallback = OFFSET_BEGINNING if tp.partition >= prepared.initial[tp.topic] else reset
             start = tp.offset if tp.offset >= 0 else fallback
             destination = prepared.destinations[tp.topic]
-            # A fresh acquisition: no error, report or purge of an earlier one applies to it.
+            # A fresh acquisition: no error, report, purge or wait of an earlier one applies to it.
             key = (tp.topic, tp.partition)
+            self._drop_wait(key)
             acks = self._ledger.acquire(key, destination, tp.offset if tp.offset >= 0 else -1)
             if tp.topic in prepared.refused:
                 stopped.append((acks, start, prepared.refused[tp.topic]))
@@ -523,6 +570,7 @@ class Handoff:
             assign.append(TopicPartition(tp.topic, tp.partition, start))
         if assign:
             self._consumer.incremental_assign(assign)
+            self._resume_held(assign)
             for acks, start, reason in stopped:
                 # Owned (the leader counts it) and assigned like the others, but stopped at once,
                 # with the reason in its status: nothing of it is sent.
@@ -550,14 +598,90 @@ class Handoff:
             pass
         self._status.soon()
 
+    def await_beside(self, acks: PartitionAcks, offset: int, reason: str) -> None:
+        """On the loop: ``produce()`` refused the record at ``offset``, its destination partition unknown to it.
+
+        The destination topic was grown moments ago (or is still to be): the producer's
+        metadata learns it within its refresh interval, or never if nobody grows it. Waiting
+        on the loop held every other partition of the worker (up to 30 s until 2026-12). Here
+        the partition stops producing (its later records of the batch are dropped, as after
+        a stop), is paused, and its destination partition is awaited on a thread of its own;
+        :meth:`advance` then rewinds it to its acknowledged position, or stops it at ``offset``
+        after :attr:`await_partition_s`. The caller left no record of it unreported in front of
+        ``offset`` that a rewind could not send again (exactly-once: no open run).
+        """
+        tp = acks.tp
+        if self.routes.get(tp, (None, None))[1] is acks:
+            del self.routes[tp]
+        try:
+            self._consumer.pause([TopicPartition(tp[0], tp[1])])
+            self._held.add(tp)
+        except KafkaException:
+            pass  # not assigned any more (released meanwhile): nothing to hold back
+        self._drop_wait(tp)
+        destination, partition, timeout_s = acks.destination, acks.partition, self.await_partition_s
+        given_up = threading.Event()
+        job = self._waits.submit(lambda: self.await_partition(destination, partition, timeout_s,
+                                                              serve_reports=False, given_up=given_up))
+        self.waiting[tp] = PartitionWait(acks, offset, reason, self._clock(), job, given_up)
+        self._log.warning("destination_partition_awaited", topic=tp[0], partition=tp[1], offset=offset,
+                          destination=destination, timeout_s=timeout_s, error=reason)
+
+    def _end_waits(self) -> None:
+        """On the loop: rewind the partitions whose destination partition appeared; stop those whose wait timed out."""
+        found = []
+        for tp, wait in list(self.waiting.items()):
+            acks = wait.acks
+            if self._ledger.partitions.get(tp) is not acks or acks.error is not None:
+                self._drop_wait(tp)  # released, dropped or stopped meanwhile: nothing to restart
+            elif not wait.job.done.is_set() or tp in self.releasing:
+                continue  # a release commits the acknowledged position and forgets the wait
+            elif wait.job.result is True:
+                if self.may_resume():
+                    del self.waiting[tp]
+                    found.append(tp)
+                    self._log.info("destination_partition_found", topic=tp[0], partition=tp[1],
+                                   destination=acks.destination, waited_s=round(self._clock() - wait.since, 1))
+            else:
+                del self.waiting[tp]
+                error = logs.error_text(wait.job.error) if wait.job.error is not None else "not in its metadata"
+                self.stop_partition(acks, wait.offset,
+                                    f"{wait.reason}: destination topic {acks.destination!r} has no partition "
+                                    f"{acks.partition} after {self.await_partition_s:g}s of metadata refreshes "
+                                    f"({error}); grow the destination topic to the source's partition count")
+        if found:
+            # From the acknowledged position: every record in front of it is in the destination,
+            # none after it was sent (the partition produced nothing since the refusal). Exactly-once:
+            # the open transaction holds exactly the records in front of it, so no abort is needed.
+            self.rewind(found)
+
+    def _drop_wait(self, tp: TP) -> None:
+        """Forget ``tp``'s wait, if any (its thread gives up at its next look); ``tp`` stays held until assigned."""
+        wait = self.waiting.pop(tp, None)
+        if wait is not None:
+            wait.given_up.set()
+
+    def _give_up_waits(self) -> None:
+        for tp in list(self.waiting):
+            self._drop_wait(tp)
+
+    def _resume_held(self, assigned: list[TopicPartition]) -> None:
+        """Resume the partitions just assigned that a wait paused: the pause outlives an unassign."""
+        held = [tp for tp in assigned if (tp.topic, tp.partition) in self._held]
+        if not held:
+            return
+        self._consumer.resume([TopicPartition(tp.topic, tp.partition) for tp in held])
+        self._held.difference_update((tp.topic, tp.partition) for tp in held)
+
     def await_partition(self, destination: str, partition: int, timeout_s: float = 30.0,
-                        serve_reports: bool = True) -> bool:
+                        serve_reports: bool = True, given_up: threading.Event | None = None) -> bool:
         """Refresh the producer's metadata until ``destination`` has ``partition`` (it was just grown).
 
         Beside the loop (``serve_reports=False``) it only asks: delivery reports are the loop's.
+        ``given_up``, once set, ends the wait (False): nobody waits for its answer any more.
         """
         deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and not (given_up is not None and given_up.is_set()):
             try:
                 found = self._producer.list_topics(topic=destination, timeout=5).topics.get(destination)
             except (KafkaException, RuntimeError):
@@ -566,6 +690,8 @@ class Handoff:
                 return True
             if serve_reports:
                 self._producer.poll(0.5)
+            elif given_up is not None:
+                given_up.wait(0.5)
             else:
                 time.sleep(0.5)
         return False
