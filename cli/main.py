@@ -57,6 +57,9 @@ def _parser() -> argparse.ArgumentParser:
                                          "clusters with its credentials, check the ACLs; non-zero when not")
     check.add_argument("--config", "-c", help="YAML config file (UREPLICATOR_* variables override it)")
     check.add_argument("--timeout", type=float, default=15.0, help="seconds to wait for each service (default 15)")
+    check.add_argument("--role", choices=["any", "controller", "worker"], default="any",
+                       help="the process this host runs: worker skips the controller's REST API check (a worker "
+                            "serves no API, so needs no admin token); default any: every check")
     check.set_defaults(func=_check)
 
     stack = sub.add_parser("stack", help="(source checkout) local ZooKeeper + source/destination Kafka")

@@ -25,7 +25,7 @@ from kazoo.exceptions import AuthFailedError, KazooException, NoAuthError, NoNod
 from kazoo.handlers.threading import KazooTimeoutError
 
 from ureplicator.common import autherrors, kafka, zk, zktls
-from ureplicator.common.config import ClusterConfig, Config
+from ureplicator.common.config import ClusterConfig, Config, route_view
 from ureplicator.common.errors import ClusterUnavailable
 from ureplicator.common.zkschema import Paths
 
@@ -55,10 +55,30 @@ class Finding:
 
 
 def run(config: Config, timeout_s: float = 15.0) -> list[Finding]:
-    """Every finding for ``config``: ZooKeeper first (it names the topics), then both clusters."""
-    findings, topics = check_zookeeper(config, timeout_s)
-    findings += check_cluster("source", config.source, config, topics, timeout_s)
-    findings += check_cluster("destination", config.destination, config, topics, timeout_s)
+    """Every finding for ``config``: ZooKeeper first (it names the topics), then every cluster of every route.
+
+    Each cluster is checked once per role it plays (a cluster that is the source of two routes is
+    connected to once, with both routes' topics and offsets groups); a loaded config is the view
+    of its first route, so checking only ``config.source`` and ``config.destination`` left the
+    other routes' clusters and credentials unchecked.
+    """
+    views = [route_view(config, route=route) for route in config.routes] or [config]
+    findings, topics = _check_zookeeper(config, views, timeout_s)
+    sources: dict[str, tuple[ClusterConfig, dict[str, str], list[str]]] = {}
+    destinations: dict[str, tuple[ClusterConfig, dict[str, str]]] = {}
+    for view in views:
+        routed = topics.get(view.route_id, {})
+        _, mirrored, groups = sources.setdefault(view.source.alias, (view.source, {}, []))
+        mirrored.update(routed)
+        if view.consumer_group not in groups:
+            groups.append(view.consumer_group)
+        # The destination role reads only the destination names (the map's values).
+        destinations.setdefault(view.destination.alias, (view.destination, {}))[1].update(
+            {name: name for name in routed.values()})
+    for cluster, mirrored, groups in sources.values():
+        findings += check_cluster("source", cluster, config, mirrored, timeout_s, groups=groups)
+    for cluster, mirrored in destinations.values():
+        findings += check_cluster("destination", cluster, config, mirrored, timeout_s)
     return findings
 
 
@@ -71,6 +91,13 @@ def failed(findings: Iterable[Finding]) -> bool:
 
 def check_zookeeper(config: Config, timeout_s: float) -> tuple[list[Finding], dict[str, str]]:
     """Connect, find the pipeline, prove the credential may write; returns findings and {topic: destination}."""
+    findings, topics = _check_zookeeper(config, [config], timeout_s)
+    return findings, topics.get(config.route_id, {})
+
+
+def _check_zookeeper(config: Config, views: list[Config],
+                     timeout_s: float) -> tuple[list[Finding], dict[str, dict[str, str]]]:
+    """One connection for every route in ``views``: findings and {route id: {topic: destination}}."""
     zkc = config.zookeeper
     target = "zookeeper"
     auth = zkc.auth
@@ -90,22 +117,31 @@ def check_zookeeper(config: Config, timeout_s: float) -> tuple[list[Finding], di
         client.close()
         return [Finding(target, "fail", f"ZooKeeper at {zkc.connect} refused authentication: {exc}")], {}
     findings: list[Finding] = []
-    topics: dict[str, str] = {}
+    topics: dict[str, dict[str, str]] = {}
+    several = len(views) > 1
+    if several:
+        findings.append(Finding(target, "ok", f"connected to {zkc.connect}; pipeline {config.pipeline}, "
+                                f"{len(views)} routes"))
+    root = views[0].root
+    probe_parent: str | None = None
     try:
-        paths = Paths(config.root)
-        if client.exists(config.root):
-            topics = {name: r.destination for name, r in zk.read_topics(client, paths).items()}
-            findings.append(Finding(target, "ok", f"connected to {zkc.connect}; pipeline {config.pipeline} exists "
-                                    f"at {config.root} with {len(topics)} mirrored topic(s)"))
-            probe_parent = config.root
-        else:
-            findings.append(Finding(target, "ok", f"connected to {zkc.connect}; pipeline {config.pipeline} is new "
-                                    f"({config.root} is created at the first start)"))
+        for view in views:
+            root = view.root
+            # one route: the pipeline's own line, as before; several: one line per route
+            what = f"route {view.route_id}" if several else f"connected to {zkc.connect}; pipeline {config.pipeline}"
+            if client.exists(root):
+                routed = {name: r.destination for name, r in zk.read_topics(client, Paths(root)).items()}
+                topics[view.route_id] = routed
+                findings.append(Finding(target, "ok", f"{what} exists at {root} with {len(routed)} mirrored topic(s)"))
+                probe_parent = probe_parent or root
+            else:
+                findings.append(Finding(target, "ok", f"{what} is new ({root} is created at the first start)"))
+        if probe_parent is None:
             probe_parent = zkc.root if client.exists(zkc.root) else None
         if probe_parent is not None:
             findings.append(_write_probe(client, probe_parent, bool(auth)))
     except NoAuthError:
-        findings.append(Finding(target, "fail", f"ZooKeeper refused to read {config.root}: not authorized "
+        findings.append(Finding(target, "fail", f"ZooKeeper refused to read {root}: not authorized "
                                 "(check zookeeper.auth)"))
     except KazooException as exc:
         findings.append(Finding(target, "fail", f"ZooKeeper at {zkc.connect} failed: {type(exc).__name__} {exc}"))
@@ -133,8 +169,11 @@ def _write_probe(client: KazooClient, parent: str, has_auth: bool) -> Finding:
 
 
 def check_cluster(role: str, cluster: ClusterConfig, config: Config, topics: dict[str, str],
-                  timeout_s: float) -> list[Finding]:
-    """Connect to one cluster with its properties and check the operations ``role`` needs."""
+                  timeout_s: float, groups: Iterable[str] | None = None) -> list[Finding]:
+    """Connect to one cluster with its properties and check the operations ``role`` needs.
+
+    ``groups``: the offsets groups a source cluster holds (one per route reading it); default the config's.
+    """
     target = f"{role} {cluster.alias}"
     admin = kafka.admin(cluster)
     try:  # a refused login fails at once rather than after timeout_s: it is not transient
@@ -156,7 +195,8 @@ def check_cluster(role: str, cluster: ClusterConfig, config: Config, topics: dic
     if present:
         findings += _topic_operations(role, target, admin, present, timeout_s)
     if role == "source":
-        findings.append(_group_operations(target, admin, config.consumer_group, timeout_s))
+        for group in groups if groups is not None else [config.consumer_group]:
+            findings.append(_group_operations(target, admin, group, timeout_s))
     return findings
 
 

@@ -224,10 +224,14 @@ def test_preflight_runs_as_an_init_container_and_a_helm_test_with_each_pods_conf
         assert init["name"] == "preflight" and init["image"] == main["image"]
         args = parser.parse_args(init["args"])
         assert args.command == "check" and args.config == CONFIG_PATH
-        # the same credentials (SASL password Secret) and the same mounted files as the process it guards
+        # (issue 45) each checks as its process: the controller's the admin-token rule it starts under
+        assert args.role == component
+        # the same credentials (SASL password Secret, the controller's admin token) and the same mounted
+        # files as the process it guards
         assert [e for e in init["env"] if e["name"] != "UREPLICATOR_LOG_LEVEL"] == [
             e for e in main["env"] if e["name"].startswith(("UREPLICATOR_SOURCE", "UREPLICATOR_DESTINATION",
-                                                            "UREPLICATOR_ZOOKEEPER"))]
+                                                            "UREPLICATOR_ZOOKEEPER",
+                                                            "UREPLICATOR_CONTROLLER_ADMIN_TOKEN"))]
         assert {m["mountPath"] for m in init["volumeMounts"]} <= {m["mountPath"] for m in main["volumeMounts"]}
     (test_pod,) = of_kind(docs, "Pod")
     assert test_pod["metadata"]["annotations"]["helm.sh/hook"] == "test"

@@ -201,6 +201,17 @@ Call with (dict "role" "source" "cluster" $cluster); prints YAML.
 {{- toYaml $config -}}
 {{- end -}}
 
+{{/* The controller's admin token (controller.adminToken), for its container and its checks. */}}
+{{- define "ureplicator.adminTokenEnv" -}}
+{{- with .Values.controller.adminToken.existingSecret }}
+- name: UREPLICATOR_CONTROLLER_ADMIN_TOKEN
+  valueFrom:
+    secretKeyRef:
+      name: {{ . }}
+      key: {{ $.Values.controller.adminToken.key }}
+{{- end }}
+{{- end -}}
+
 {{/*
 `ureplicator check` before the process starts (preflight.initContainer): same image, config,
 environment and mounts as the container it guards. Call with the component's context.
@@ -211,9 +222,14 @@ initContainers:
   - name: preflight
     image: {{ include "ureplicator.image" (dict "root" .root "image" .root.Values.image) }}
     imagePullPolicy: {{ .root.Values.image.pullPolicy }}
-    args: ["check", "--config", {{ include "ureplicator.configPath" .root | quote }}, "--timeout", {{ .root.Values.preflight.timeoutSeconds | toString | quote }}]
+    {{- /* --role: a worker serves no REST API, so its check skips the controller's admin-token rule;
+           the controller's check gets the token the controller gets, to pass that rule as it will. */}}
+    args: ["check", "--config", {{ include "ureplicator.configPath" .root | quote }}, "--timeout", {{ .root.Values.preflight.timeoutSeconds | toString | quote }}, "--role", {{ ternary "worker" "controller" (eq .component "worker") | quote }}]
     env:
       {{- include "ureplicator.commonEnv" . | nindent 6 }}
+      {{- if ne .component "worker" }}
+      {{- include "ureplicator.adminTokenEnv" .root | trim | nindent 6 }}
+      {{- end }}
     {{- with .root.Values.preflight.resources }}
     resources:
       {{- toYaml . | nindent 6 }}
