@@ -117,8 +117,12 @@ class Leadership:
         route_node: str | None = None,
         cache: bool = True,
         max_workers: int | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._config = config
+        # Durations (restart grace, rebalance interval, hand-off times) are measured on this clock:
+        # a wall-clock step (NTP, a VM resumed) must not end a restarting worker's grace early.
+        self._clock = clock
         self._client = client
         self._paths = Paths(config.root)
         self._identifier = identifier
@@ -221,7 +225,7 @@ class Leadership:
         self._session_lost.clear()
         self.fenced = False
         self._last_desired = {}  # a new term starts from what ZooKeeper holds
-        self._last_balance = time.time()
+        self._last_balance = self._clock()
         self.state.is_leader = True
         self.metrics.leader.labels(self._route_label).set(1)
         self._log.info("leadership_acquired", fence=fence)
@@ -341,7 +345,7 @@ class Leadership:
         if self._view is not None and not self._view.ready:
             return  # planning from a half-loaded view would take partitions from their owners
         snapshot = self._read()
-        plan = self._plan(snapshot, time.time())
+        plan = self._plan(snapshot, self._clock())
         self._write(plan, snapshot, fence)
         self.metrics.reconcile_rounds.labels(self._route_label).inc()
 
