@@ -190,6 +190,9 @@ class ControllerConfig:
     # at most, and how much more work per worker the receiving route must have (0.5: 1.5x the donor's).
     pool_max_moves: Integer = 1
     pool_hysteresis: Number = 0.5
+    # --- rollouts (issue 48): at most this many partitions are on their way from one live worker to
+    # another at once (0 = no cap); the rest wait for later rounds, so a rollout is no hand-off storm.
+    max_moves_per_round: Integer = 100
 
 
 @dataclass(frozen=True)
@@ -877,7 +880,8 @@ def _check(config: Config) -> None:
     for key in ("topic_sync_interval_s", "lag_rounds", "noprogress_threshold_s", "rebalance_interval_s"):
         if getattr(ctl, key) <= 0:
             raise ConfigError(f"controller.{key}", "must be positive")
-    for key in ("max_partitions_per_worker", "worker_restart_grace_s", "lag_threshold_records"):
+    for key in ("max_partitions_per_worker", "worker_restart_grace_s", "lag_threshold_records",
+                "max_moves_per_round"):
         if getattr(ctl, key) < 0:
             raise ConfigError(f"controller.{key}", "must not be negative")
     if config.controller.admin_token is not None and len(config.controller.admin_token) < 8:

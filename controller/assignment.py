@@ -43,6 +43,7 @@ def assign(
     lagging: Iterable[TopicPartition] = (),
     max_per_worker: int = 0,
     rebalance: bool = True,
+    max_moves: int | None = None,
 ) -> Plan:
     """Desired owner of each partition among ``workers`` (every worker gets a key).
 
@@ -51,7 +52,10 @@ def assign(
     spread first, at most ``ceil(L/W)`` per worker; ``max_per_worker`` caps a
     worker's count (0 = no cap; partitions beyond capacity stay unassigned).
     ``rebalance=False`` (auto-balancing off) keeps sticky partitions where they
-    are even when weights or lag say they should move.
+    are even when weights or lag say they should move. ``max_moves`` caps how many partitions
+    leave a live owner in ``current`` for another worker (None = no cap): the others stay where
+    they are, a little out of balance, until a later call. A partition nobody live owns (new, or
+    a departed worker's) is placed, not moved, and is never held back by it.
     """
     live = sorted(set(workers))
     wanted = set(partitions)
@@ -91,6 +95,7 @@ def assign(
     topic_count = {w: Counter(t for t, _ in kept[w]) for w in live}
     if not hot and not weight:
         _place_by_count(sorted(pool), kept, target, topic_count)
+        _cap_moves(current, live, wanted, kept, max_moves)
         return {w: frozenset(kept[w]) for w in live}
     hot_count = {w: len(kept[w] & hot) for w in live}
     load = {w: sum(weight.get(tp, 0.0) for tp in kept[w]) for w in live}
@@ -111,7 +116,49 @@ def assign(
     #    the heavier side (counts stay balanced; bounded so a reconcile stays cheap).
     if rebalance and weight and len(live) > 1:
         _swap_for_weight(kept, load, weight, hot, rounds=4 * len(live))
+    _cap_moves(current, live, wanted, kept, max_moves)
     return {w: frozenset(kept[w]) for w in live}
+
+
+def _cap_moves(
+    current: Mapping[str, Iterable[TopicPartition]],
+    live: list[str],
+    wanted: set[TopicPartition],
+    kept: dict[str, set[TopicPartition]],
+    max_moves: int | None,
+) -> None:
+    """Give moves beyond ``max_moves`` back to their owners in ``current``, in place.
+
+    Every move is a hand-off (a release, a commit, an acquisition): a rollout of many workers at
+    once must not start them all in one round. The moves kept go round-robin to the receivers
+    that hold fewest, so each newcomer gets work in the first round rather than one all of it.
+    """
+    if max_moves is None:
+        return
+    before: dict[TopicPartition, str] = {}
+    for worker in live:  # the same first-owner-wins rule as stickiness
+        for tp in sorted(current.get(worker, ())):
+            if tp in wanted:
+                before.setdefault(tp, worker)
+    after = {tp: w for w, tps in kept.items() for tp in tps}
+    incoming: dict[str, list[TopicPartition]] = {}
+    for tp, old in sorted(before.items()):
+        new = after.get(tp)
+        if new is not None and new != old:
+            incoming.setdefault(new, []).append(tp)
+    total = sum(len(tps) for tps in incoming.values())
+    if total <= max_moves:
+        return
+    receivers = sorted(incoming, key=lambda w: (len(kept[w]) - len(incoming[w]), w))
+    allowed: set[TopicPartition] = set()
+    while len(allowed) < max_moves:
+        for worker in receivers:
+            if incoming[worker] and len(allowed) < max_moves:
+                allowed.add(incoming[worker].pop(0))
+    for worker, tps in incoming.items():
+        for tp in tps:  # not allowed this time: back to its owner
+            kept[worker].discard(tp)
+            kept[before[tp]].add(tp)
 
 
 def _shed(owned: set[TopicPartition], count: int, hot: set[TopicPartition]) -> list[TopicPartition]:

@@ -417,6 +417,7 @@ class Leadership:
             weights=weights, lagging=lagging,
             max_per_worker=ctl.max_partitions_per_worker,
             rebalance=balance_now,
+            max_moves=self._move_budget(base, snap),
         )
         self._force_rebalance = False
         self._last_desired = desired
@@ -470,6 +471,30 @@ class Leadership:
             partitions=plan.partitions,
             withheld=len(plan.withheld),
         )
+
+    def _move_budget(self, base: dict[str, frozenset[TopicPartition]], snap: Snapshot) -> int | None:
+        """How many more partitions may start a move this round (None: no cap).
+
+        ``controller.max_moves_per_round`` bounds the moves *under way*, not only those a round starts:
+        rounds run on every status change, so a per-round count alone would let them pile up. A move
+        is under way while a live worker other than the one the last plan chose for the partition still
+        has it written or in its status (its release is not written yet, or not confirmed).
+        """
+        cap = self._config.controller.max_moves_per_round
+        if not cap:
+            return None
+        live = set(snap.registered)
+        held: dict[TopicPartition, set[str]] = {}
+        for worker, assignment in snap.written.items():
+            if worker in live:
+                for tp in assignment.partitions:
+                    held.setdefault(tp, set()).add(worker)
+        for worker, status in snap.statuses.items():
+            if worker in live:
+                for tp in status.owned:
+                    held.setdefault(tp, set()).add(worker)
+        under_way = sum(1 for w, tps in base.items() for tp in tps if held.get(tp, set()) - {w})
+        return max(0, cap - under_way)
 
     def _spare(self, snap: Snapshot) -> set[str]:
         """Workers beyond the route's ``workers.max``: they get nothing (drained like blacklisted ones).
