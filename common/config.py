@@ -193,6 +193,9 @@ class ControllerConfig:
     # --- rollouts (issue 48): at most this many partitions are on their way from one live worker to
     # another at once (0 = no cap); the rest wait for later rounds, so a rollout is no hand-off storm.
     max_moves_per_round: Integer = 100
+    # Workers joining a route where nobody holds partitions (or several at once, or at a term's start)
+    # wait until none joined for this long, at most 5x it: a rollout's first worker is not written all.
+    initial_assignment_delay_s: Number = 3.0
 
 
 @dataclass(frozen=True)
@@ -881,7 +884,7 @@ def _check(config: Config) -> None:
         if getattr(ctl, key) <= 0:
             raise ConfigError(f"controller.{key}", "must be positive")
     for key in ("max_partitions_per_worker", "worker_restart_grace_s", "lag_threshold_records",
-                "max_moves_per_round"):
+                "max_moves_per_round", "initial_assignment_delay_s"):
         if getattr(ctl, key) < 0:
             raise ConfigError(f"controller.{key}", "must not be negative")
     if config.controller.admin_token is not None and len(config.controller.admin_token) < 8:

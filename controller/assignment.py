@@ -322,3 +322,52 @@ def moves(before: Mapping[str, Iterable[TopicPartition]], after: Mapping[str, It
     owner_before = {tp: w for w, tps in before.items() for tp in tps}
     owner_after = {tp: w for w, tps in after.items() for tp in tps}
     return sum(1 for tp in owner_before.keys() & owner_after.keys() if owner_before[tp] != owner_after[tp])
+
+
+class Settle:
+    """Whether workers joining now should wait for more joins before they get partitions (issue 48 §2).
+
+    Pure bookkeeping over the live workers each round sees; the leader passes its clock's ``now``.
+    A settle starts when workers join (a) a route where no other live worker holds anything — the
+    first assignment, which would otherwise go whole to whichever worker registered first — or (b)
+    at the start of a leadership term, or (c) several at once. While it lasts, the live workers that
+    hold nothing are held back; each further join restarts the ``delay_s`` wait, but never past
+    ``max_s`` after the settle began, so a rollout that trickles in cannot postpone assignment for
+    ever. Workers that already hold partitions are never held, so departures and crashes are handled
+    as usual meanwhile. Kafka's ``group.initial.rebalance.delay.ms`` is the same idea.
+    """
+
+    def __init__(self, delay_s: float, max_s: float | None = None) -> None:
+        self.delay_s = delay_s
+        self.max_s = 5 * delay_s if max_s is None else max_s
+        self._known: frozenset[str] | None = None  # live workers of the previous round; None: a new term
+        self._since: float | None = None  # when the settle under way began
+        self._until = 0.0
+
+    @property
+    def since(self) -> float | None:
+        return self._since
+
+    def hold(self, live: Iterable[str], holding: Iterable[str], now: float) -> frozenset[str]:
+        """The workers to keep without partitions this round (empty when not settling)."""
+        live_now = frozenset(live)
+        holders = frozenset(holding) & live_now
+        term_start = self._known is None
+        joined = live_now - (holders if self._known is None else self._known)
+        self._known = live_now
+        if self.delay_s <= 0:
+            return frozenset()
+        if self._since is None:
+            if joined and (term_start or len(joined) > 1 or not holders - joined):
+                self._since = now
+                self._until = now + self.delay_s
+        elif joined:
+            self._until = max(self._until, min(now + self.delay_s, self._since + self.max_s))
+        if self._since is None or now >= self._until:
+            self._since = None
+            return frozenset()
+        return live_now - holders
+
+    def remaining(self, now: float) -> float | None:
+        """Seconds until the settle under way ends (None: none under way), so the leader wakes then."""
+        return None if self._since is None else max(0.0, self._until - now)

@@ -27,7 +27,7 @@ from ureplicator.common.config import Config
 from ureplicator.common.errors import UReplicatorError
 from ureplicator.common.zkschema import Assignment, Paths, TopicPartition, TopicRecord, WorkerStatus
 from ureplicator.controller import fencing, topics
-from ureplicator.controller.assignment import assign, writable
+from ureplicator.controller.assignment import Settle, assign, writable
 from ureplicator.controller.metrics import ControllerMetrics
 from ureplicator.controller.zkview import RouteView
 
@@ -123,6 +123,7 @@ class Leadership:
         # Durations (restart grace, rebalance interval, hand-off times) are measured on this clock:
         # a wall-clock step (NTP, a VM resumed) must not end a restarting worker's grace early.
         self._clock = clock
+        self._settle = Settle(config.controller.initial_assignment_delay_s)
         self._client = client
         self._paths = Paths(config.root)
         self._identifier = identifier
@@ -226,6 +227,7 @@ class Leadership:
         self.fenced = False
         self._last_desired = {}  # a new term starts from what ZooKeeper holds
         self._last_balance = self._clock()
+        self._settle = Settle(self._config.controller.initial_assignment_delay_s)  # a term's first round settles
         self.state.is_leader = True
         self.metrics.leader.labels(self._route_label).set(1)
         self._log.info("leadership_acquired", fence=fence)
@@ -256,7 +258,7 @@ class Leadership:
                         self._wake.set()
                     except KazooException as exc:
                         self._log.warning("reconcile_failed", error=logs.error_text(exc))
-                self._wake.wait(self._config.controller.reconcile_interval_s)
+                self._wake.wait(self._wait_s())
                 self._wake.clear()
         finally:
             term_over.set()
@@ -345,7 +347,8 @@ class Leadership:
         if self._view is not None and not self._view.ready:
             return  # planning from a half-loaded view would take partitions from their owners
         snapshot = self._read()
-        plan = self._plan(snapshot, self._clock())
+        now = self._clock()
+        plan = self._plan(snapshot, now, held=self._settling(snapshot, now))
         self._write(plan, snapshot, fence)
         self.metrics.reconcile_rounds.labels(self._route_label).inc()
 
@@ -378,8 +381,31 @@ class Leadership:
     def _route_paused(self) -> bool:
         return self._paused
 
-    def _plan(self, snap: Snapshot, now: float) -> Plan:
-        """Desired and gated assignment from a snapshot; updates the leader's memory, no I/O."""
+    def _wait_s(self) -> float:
+        """Until the next round: the reconcile interval, or less when a settle ends sooner."""
+        interval = self._config.controller.reconcile_interval_s
+        remaining = self._settle.remaining(self._clock())
+        return interval if remaining is None else min(interval, remaining + 0.01)
+
+    def _settling(self, snap: Snapshot, now: float) -> frozenset[str]:
+        """Joining workers kept without partitions while a rollout settles (:class:`Settle`)."""
+        live = set(snap.registered) - snap.blacklisted
+        holding = {w for w in live if _partitions(snap.written.get(w)) or self._memory.get(w)
+                   or (w in snap.statuses and snap.statuses[w].owned)}
+        was = self._settle.since
+        held = self._settle.hold(live, holding, now)
+        if was is None and self._settle.since is not None:
+            self._log.info("assignment_settling", joining=len(held), holding=len(holding),
+                           delay_s=self._settle.delay_s)
+        elif was is not None and self._settle.since is None:
+            self._log.info("assignment_settled", waited_s=round(now - was, 3), joined=len(live - holding))
+        return held
+
+    def _plan(self, snap: Snapshot, now: float, held: frozenset[str] = frozenset()) -> Plan:
+        """Desired and gated assignment from a snapshot; updates the leader's memory, no I/O.
+
+        ``held``: live workers that get nothing this round (a rollout settling; :meth:`_settling`).
+        """
         ctl = self._config.controller
         partitions = snap.partitions()
         self._prune(partitions)
@@ -397,7 +423,7 @@ class Leadership:
         for worker in [w for w, t in self._departed.items() if now - t >= grace]:
             del self._departed[worker]
             self._memory.pop(worker, None)
-        assignable = sorted((set(snap.registered) - snap.blacklisted - self._spare(snap)) | in_grace)
+        assignable = sorted((set(snap.registered) - snap.blacklisted - self._spare(snap) - held) | in_grace)
 
         base = {w: self._memory.get(w, frozenset()) for w in assignable}
         base.update({w: a.partitions for w, a in written.items()})

@@ -49,8 +49,9 @@ class Pipeline:
             "source": {"alias": "src", "bootstrap_servers": self.services["source"]},
             "destination": {"alias": "dst", "bootstrap_servers": self.services["destination"]},
             # No heartbeat topic unless a test asks for one: tests count their pipeline's topics.
+            # A short rollout settle (3 s by default): every test's first assignment waits for it.
             "controller": {"rest_host": "127.0.0.1", "rest_port": self.rest_port, "reconcile_interval_s": 1,
-                           "heartbeat_interval_s": 0},
+                           "heartbeat_interval_s": 0, "initial_assignment_delay_s": 0.5},
             "worker": {"commit_interval_s": 1, "shutdown_timeout_s": 20},
         }
         for section, values in {**self.overrides, **extra}.items():
