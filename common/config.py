@@ -210,6 +210,9 @@ class WorkerConfig:
     metrics_port: Integer = 0
     health_stall_s: Number = 120.0  # /healthz fails when the loop has not turned for this long
     commit_interval_s: Number = 5.0
+    # A committed position that did not move is committed again this often: the broker expires
+    # a group's offsets offsets.retention.minutes (7 days by default) after their last commit.
+    offset_recommit_s: Number = 86400.0
     auto_offset_reset: Text = "earliest"
     max_in_flight_bytes: Integer = 64 * 1024 * 1024
     batch_size: Integer = 1000
@@ -822,6 +825,7 @@ def _check(config: Config) -> None:
         ("controller.request_timeout_s", config.controller.request_timeout_s),
         ("controller.group_sync.timeout_s", config.controller.group_sync.timeout_s),
         ("worker.commit_interval_s", config.worker.commit_interval_s),
+        ("worker.offset_recommit_s", config.worker.offset_recommit_s),
         ("worker.stop_timeout_s", config.worker.stop_timeout_s),
         ("worker.release_ack_timeout_s", config.worker.release_ack_timeout_s),
         ("worker.release_commit_timeout_s", config.worker.release_commit_timeout_s),

@@ -217,8 +217,13 @@ def connect(config: Config, worker_id: str) -> WorkerClients:
     client_id = f"ureplicator-{config.pipeline}-{worker_id}"
 
     def make_consumer() -> Any:
+        # Never reset a position by itself: librdkafka's reset jumped silently over records deleted
+        # before they were mirrored (uncounted), past records still there ("latest"), or back to the
+        # start after a truncation. Every start is explicit (worker/handoff.py: a committed offset, or
+        # worker.auto_offset_reset's end as a number or logical offset), and a position the source
+        # no longer holds arrives as an _AUTO_OFFSET_RESET error that Handoff.out_of_range resolves.
         return kafka.consumer(config.source, config.consumer_group, client_id, pinned=pinned.consumer,
-                              **{"auto.offset.reset": config.worker.auto_offset_reset})
+                              **{"auto.offset.reset": "error"})
 
     consumer = make_consumer()
     errors = FatalErrors()

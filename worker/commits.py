@@ -22,6 +22,13 @@ release, or after this worker was fenced) cannot lose a record: at worst the nex
 owner starts at an older or a newer *acknowledged* position — duplicates, no gap.
 Queued work is still dropped when the worker is fenced, so a fenced worker sends
 no commit it has not already sent.
+
+A position that does not move is committed again every ``worker.offset_recommit_s``
+(:attr:`Committer.recommit_s`; first at the first periodic commit after this worker took
+the partition, whose group commit may be days old): the broker expires a standalone
+group's offsets ``offsets.retention.minutes`` (7 days by default) after their last commit,
+and an idle partition whose offset expired would start again from
+``worker.auto_offset_reset`` — the whole log again, or its end.
 """
 
 from __future__ import annotations
@@ -66,6 +73,7 @@ class _Call:
     result: list[TopicPartition] | None = None  # committed: the group's offsets
     error: BaseException | None = None
     cancelled: bool = False
+    sent_at: float = 0.0  # commit: the clock when it was handed over (a re-commit counts from here)
 
 
 @dataclass
@@ -111,8 +119,12 @@ class Committer:
         log: Any,
         background: bool = True,
         clock: Callable[[], float] = time.monotonic,
+        recommit_s: float = 86400.0,
     ) -> None:
         self._make_client = make_client
+        self.recommit_s = recommit_s  # worker.offset_recommit_s: an unmoved position is committed again this often
+        # When this worker last committed each partition's position (the commit's send time, by the clock)
+        self._committed_at: dict[TP, float] = {}
         self._client: Any = None
         self._failures = 0
         self._ledger = ledger
@@ -228,17 +240,42 @@ class Committer:
 
     def _commit_call(self, only: list[TP] | None, attempts: int, timeout_s: float) -> _Call | None:
         positions = self._ledger.to_commit(only)
+        if only is None:
+            positions.update(self._due_again())
         if not positions:
             return None
         epochs = {tp: acks.epoch for tp in positions if (acks := self._ledger.get(tp)) is not None}
-        offsets = [TopicPartition(t, p, pos) for (t, p), pos in positions.items()]
-        return _Call("commit", offsets, self._clock() + timeout_s, attempts, epochs=epochs)
+        offsets = [TopicPartition(t, p, pos) for (t, p), pos in sorted(positions.items())]
+        return _Call("commit", offsets, self._clock() + timeout_s, attempts, epochs=epochs, sent_at=self._clock())
+
+    def _due_again(self) -> dict[TP, int]:
+        """Committed positions that did not move and were not committed by this worker for ``recommit_s``.
+
+        Only moved positions are committed otherwise, so an idle partition's offset would
+        expire with the group's offset retention; one this worker never committed is due at
+        once (its last commit may be as old as the retention). Forgotten partitions are pruned.
+        """
+        now = self._clock()
+        due = {}
+        for tp in [tp for tp in self._committed_at if self._ledger.get(tp) is None]:
+            del self._committed_at[tp]  # released: the next acquisition counts from its own first commit
+        for tp, acks in self._ledger.partitions.items():
+            if acks.committed < 0 or acks.position != acks.committed:
+                continue  # nothing committed yet, or moved (to_commit has it)
+            last = self._committed_at.get(tp)
+            if last is None or now - last >= self.recommit_s:
+                due[tp] = acks.committed
+        if due:
+            self._log.debug("offsets_recommitted", partitions=len(due), recommit_s=self.recommit_s)
+        return due
 
     def _account(self, call: _Call) -> dict[TP, int]:
         """Mark what went through (for the same acquisition only); count and return what did not."""
         done = {tp: pos for tp, pos in call.committed.items()
                 if (acks := self._ledger.get(tp)) is not None and acks.epoch == call.epochs.get(tp)}
         self._ledger.mark_committed(done)
+        for tp in call.committed:
+            self._committed_at[tp] = call.sent_at  # the group's retention counts from this commit
         failed = {(tp.topic, tp.partition): tp.offset for tp in call.offsets
                   if (tp.topic, tp.partition) not in call.committed}
         if not isinstance(call.error, CommitCancelled):

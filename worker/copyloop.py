@@ -48,6 +48,10 @@ from ureplicator.worker.ratelimit import RateLimiter
 from ureplicator.worker.status import StatusReporter
 
 FENCING = frozenset({"fenced", "session_lost", "stopping_while_fenced"})  # purges that mean "not ours any more"
+# A fetch position the source does not hold: librdkafka's error with auto.offset.reset=error
+# (_AUTO_OFFSET_RESET, naming the broker's OFFSET_OUT_OF_RANGE or a detected truncation), or the
+# broker's own code should a client report it unwrapped. Handoff.out_of_range resolves them.
+_OUT_OF_RANGE = frozenset({KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE})
 
 
 class CopyLoop:
@@ -389,8 +393,15 @@ class CopyLoop:
         if err.code() == KafkaError._PARTITION_EOF:
             return
         tp = (msg.topic(), msg.partition()) if msg.topic() else None
+        if tp and not err.fatal() and err.code() in _OUT_OF_RANGE:
+            # The consumer never resets a position by itself (auto.offset.reset=error): the
+            # partition's fetch stopped at msg.offset(); its log bounds decide where it goes on.
+            acks = self.ledger.get(tp)
+            if acks is not None:
+                self.handoff.out_of_range(acks, msg.offset(), err.str())
+                return
         if err.fatal() or (tp and not err.retriable() and err.code() in (
-            KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.OFFSET_OUT_OF_RANGE,
+            KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.UNKNOWN_TOPIC_OR_PART,
         )):
             acks = self.ledger.get(tp) if tp is not None else None
             if acks is not None:

@@ -22,6 +22,13 @@ refused a record with ``_UNKNOWN_PARTITION``: the destination topic was grown mo
 or not yet) is paused and awaited beside the loop too (:meth:`Handoff.await_beside`): the
 loop rewinds it once the producer's metadata has the partition, or stops it after 30 s.
 
+A position the source no longer holds (the fetching consumer never resets by itself:
+``auto.offset.reset=error``, so librdkafka delivers ``_AUTO_OFFSET_RESET`` for it) is
+resolved beside the loop too (:meth:`Handoff.out_of_range`): the partition's log start and
+end are read, and the partition continues from the log start when records were deleted
+before they were mirrored (counted, logged, in its status), or from the log's new end when
+the log was truncated below it (logged, in its status; never the whole log again).
+
 When both halves are done the change's generation is the worker's and its status says
 so. One change at a time: the leader writes a worker no newer generation before its
 status confirmed the last one (docs/architecture.md), so nothing queues up.
@@ -140,6 +147,17 @@ class PartitionWait:
 
 
 @dataclass
+class OutOfRange:
+    """A partition whose position the source no longer holds, its log bounds being read beside the loop."""
+
+    acks: PartitionAcks  # the acquisition that hit it; a later one makes this moot
+    offset: int  # the position librdkafka could not fetch
+    reason: str  # librdkafka's error
+    job: Job | None  # the log bounds (low, high); None: asked again at retry_at
+    retry_at: float = 0.0
+
+
+@dataclass
 class Change:
     """One assignment change under way."""
 
@@ -212,6 +230,14 @@ class Handoff:
         # (committed or aborted); until then the release waits, so the status drops nothing uncommitted.
         self.before_release: Callable[[], bool] = lambda: True
         ledger.on_failure = self.stop_partition
+        # Positions the source no longer holds, being resolved (out_of_range); read by the loop
+        self.out_of_range_at: dict[TP, OutOfRange] = {}
+        # Per partition, the log start up to which deleted records were counted as expired:
+        # the acquisition's report and an out-of-range position may both see one gap (once).
+        self._expired_through: dict[TP, int] = {}
+        self._expired_lock = threading.Lock()
+        # worker.offset_recommit_s: the committer has no config of its own
+        committer.recommit_s = config.worker.offset_recommit_s
 
     def use_producer(self, producer: Any) -> None:
         """Send through ``producer`` from now on (the worker replaced a purged or failed one)."""
@@ -266,6 +292,8 @@ class Handoff:
         """Move the change under way and the partitions' waits on, never waiting; True when the change just finished."""
         if self.waiting:
             self._end_waits()
+        if self.out_of_range_at:
+            self._resolve_out_of_range()
         change = self.change
         if change is None:
             return False
@@ -598,6 +626,96 @@ class Handoff:
             pass
         self._status.soon()
 
+    def out_of_range(self, acks: PartitionAcks, offset: int, reason: str) -> None:
+        """On the loop: the source does not hold ``offset``, the partition's fetch position (librdkafka stopped it).
+
+        The fetching consumer never resets a position by itself (``auto.offset.reset=error``):
+        librdkafka's reset moved it silently, past records still there (``latest``) or over
+        records deleted before they were mirrored without counting them (``earliest``), and
+        after a truncation mirrored the whole partition again. Its log bounds are read beside
+        the loop; :meth:`_resolve_out_of_range` decides where it continues.
+        """
+        tp = acks.tp
+        pending = self.out_of_range_at.get(tp)
+        if acks.retired or acks.error is not None or (pending is not None and pending.acks is acks):
+            return  # an earlier acquisition, stopped, or already being resolved
+        self._log.warning("source_offset_out_of_range", topic=tp[0], partition=tp[1], offset=offset, error=reason)
+        self.out_of_range_at[tp] = OutOfRange(acks, offset, reason, self._bounds_beside(tp))
+
+    def _bounds_beside(self, tp: TP) -> Job:
+        consumer = self._consumer
+        return self._beside.submit(
+            lambda: consumer.get_watermark_offsets(TopicPartition(tp[0], tp[1]), timeout=10, cached=False))
+
+    def _resolve_out_of_range(self) -> None:
+        """On the loop: continue each out-of-range partition whose log bounds are known (see :meth:`out_of_range`).
+
+        * below the log start (retention, delete-records): the records in between were
+          deleted before they were mirrored; counted in ``records_expired_total``, logged with
+          the range and noted in the partition's status; it continues from the log start.
+        * beyond the log end (an unclean leader election truncated the log): the records from
+          the new end up to the position were mirrored but are gone from the source, and the
+          offsets from the new end on will hold *new* records. It continues from the new end:
+          stopping would hold every new record back until an operator acts, and the old
+          position would skip the new records written below it; the whole log again (what
+          ``earliest`` did) duplicates everything. Logged (``source_log_truncated``, with the
+          range) and noted in its status.
+        * within the bounds (the leader moved meanwhile): it continues where it was.
+        """
+        for tp, pending in list(self.out_of_range_at.items()):
+            acks = pending.acks
+            if self._ledger.partitions.get(tp) is not acks or acks.error is not None or tp in self.releasing:
+                del self.out_of_range_at[tp]  # released, re-acquired or stopped: the next fetch decides anew
+                continue
+            job = pending.job
+            if job is None:
+                if self._clock() >= pending.retry_at:
+                    pending.job = self._bounds_beside(tp)
+                continue
+            if not job.done.is_set():
+                continue
+            if job.error is not None or job.result is None:
+                self._log.warning("log_bounds_unknown", topic=tp[0], partition=tp[1],
+                                  error=logs.error_text(job.error) if job.error is not None else "no result")
+                pending.job = None
+                pending.retry_at = self._clock() + _RETRY_PREPARE_S
+                continue
+            del self.out_of_range_at[tp]
+            low, high = job.result
+            position = pending.offset
+            if position < low:
+                self._count_expired(tp, position, low, fetch_position=position)
+                start = low
+            elif position > high:
+                start = high
+                self._log.error("source_log_truncated", topic=tp[0], partition=tp[1], position=position,
+                                log_end=high, records=position - high, continues_at=high,
+                                consequence="the records [log_end, position) were mirrored but the source lost "
+                                            "them; the records written there from now on are mirrored too")
+                self._status.note(tp, f"the source log was truncated to {high} below position {position} "
+                                      f"(records [{high}, {position}) were mirrored, then lost by the source); "
+                                      f"mirroring continues from {high}")
+            else:
+                start = position
+                self._log.info("source_offset_in_range_again", topic=tp[0], partition=tp[1], offset=position,
+                               log_start=low, log_end=high)
+            self._continue_at(acks, position, start)
+
+    def _continue_at(self, acks: PartitionAcks, position: int, start: int) -> None:
+        """Fetch ``acks``' partition from ``start`` on, in the same acquisition; what is gone counts as done."""
+        tp = acks.tp
+        if start != position:
+            if acks.in_flight:
+                # Reports still due: the records up to ``start`` count as done once they are in.
+                acks.skipped(start - 1)
+            else:
+                acks.position = start  # committed next: a restart does not find the same gap again
+        self._consumer.incremental_unassign([TopicPartition(tp[0], tp[1])])
+        self._consumer.incremental_assign([TopicPartition(tp[0], tp[1], start)])
+        self._starts[tp] = start
+        self._status.soon()
+        self._log.info("partition_continued", topic=tp[0], partition=tp[1], position=position, start=start)
+
     def await_beside(self, acks: PartitionAcks, offset: int, reason: str) -> None:
         """On the loop: ``produce()`` refused the record at ``offset``, its destination partition unknown to it.
 
@@ -709,11 +827,24 @@ class Handoff:
         for tp in committed:
             low = starts.get((tp.topic, tp.partition))
             if low is not None and tp.offset < low:
-                # Retention deleted records before they were mirrored: say so loudly, the
-                # consumer can only continue from the log start.
-                self._metrics.expired.labels(tp.topic).inc(low - tp.offset)
-                self._log.error("records_expired_before_mirroring", topic=tp.topic, partition=tp.partition,
-                                committed=tp.offset, log_start=low, records=low - tp.offset)
+                # Retention deleted records before they were mirrored: say so loudly; the
+                # fetch then finds its position out of range, and the partition continues
+                # from the log start (out_of_range, which counts nothing twice).
+                self._count_expired((tp.topic, tp.partition), tp.offset, low, committed=tp.offset)
+
+    def _count_expired(self, tp: TP, position: int, low: int, **context: Any) -> int:
+        """Count and log the records [position, low) deleted before they were mirrored, those not counted yet."""
+        with self._expired_lock:
+            first = max(position, self._expired_through.get(tp, position))
+            if low <= first:
+                return 0
+            self._expired_through[tp] = low
+        self._metrics.expired.labels(tp[0]).inc(low - first)
+        self._log.error("records_expired_before_mirroring", topic=tp[0], partition=tp[1], log_start=low,
+                        records=low - first, first_expired=first, **context)
+        self._status.note(tp, f"records [{first}, {low}) were deleted from the source before they were "
+                              f"mirrored; mirroring continues from the log start {low}")
+        return low - first
 
 
 def _shared_destinations(records: dict[str, TopicRecord], destinations: dict[str, str]) -> dict[str, str]:

@@ -33,6 +33,9 @@ class StatusReporter:
         # The ZooKeeper session this worker registered in; None while it is not registered.
         self.session: int | None = None
         self._progress: dict[TP, tuple[int, float]] = {}  # position, epoch seconds it last moved
+        # A partition's note for the operator while it mirrors on (records deleted before they were
+        # mirrored, a truncated source log): shown as its status error; kept until it is released.
+        self._notes: dict[TP, str] = {}
 
     def use_consumer(self, consumer: Any) -> None:
         """Read the cached end offsets from ``consumer`` from now on (the fetch watch replaced the old one)."""
@@ -45,8 +48,14 @@ class StatusReporter:
         """Publish at the next turn of the loop (an error the operator should see)."""
         self.last_written = 0.0
 
+    def note(self, tp: TP, text: str) -> None:
+        """Show ``text`` as ``tp``'s status error from the next write on, though it is not stopped."""
+        self._notes[tp] = text
+        self.soon()
+
     def forget(self, tp: TP) -> None:
         self._progress.pop(tp, None)
+        self._notes.pop(tp, None)
         try:
             self._metrics.lag.remove(tp[0], str(tp[1]))
         except KeyError:
@@ -80,7 +89,7 @@ class StatusReporter:
                 records_per_s=round(records / elapsed, 1),
                 bytes_per_s=round(size / elapsed, 1),
                 lag=lag,
-                error=acks.error,
+                error=acks.error or self._notes.get(tp),
                 last_progress_at=round(last[1], 3),
             )
         self._metrics.in_flight.set(self._ledger.in_flight_bytes)
