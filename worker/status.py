@@ -16,6 +16,10 @@ from ureplicator.common.zkschema import PartitionStatus, WorkerStatus
 from ureplicator.worker.acks import TP, AckLedger
 from ureplicator.worker.metrics import WorkerMetrics
 
+# How long a note (records expired before they were mirrored, a truncated source log) stays in the
+# partition's status: an hour of "needs attention" for a person to see, not the partition's life.
+NOTE_KEEP_S = 3600.0
+
 
 class StatusReporter:
     """Build and write ``status/<worker>``: what the leader's hand-off gate and the API read."""
@@ -34,8 +38,10 @@ class StatusReporter:
         self.session: int | None = None
         self._progress: dict[TP, tuple[int, float]] = {}  # position, epoch seconds it last moved
         # A partition's note for the operator while it mirrors on (records deleted before they were
-        # mirrored, a truncated source log): shown as its status error; kept until it is released.
-        self._notes: dict[TP, str] = {}
+        # mirrored, a truncated source log): shown as its status error for NOTE_KEEP_S, then dropped,
+        # so one past event does not keep the pipeline "needs attention" for the partition's life
+        # (records_expired_total and its alert keep the count).
+        self._notes: dict[TP, tuple[str, float]] = {}
 
     def use_consumer(self, consumer: Any) -> None:
         """Read the cached end offsets from ``consumer`` from now on (the fetch watch replaced the old one)."""
@@ -50,8 +56,17 @@ class StatusReporter:
 
     def note(self, tp: TP, text: str) -> None:
         """Show ``text`` as ``tp``'s status error from the next write on, though it is not stopped."""
-        self._notes[tp] = text
+        self._notes[tp] = (text, self._clock())
         self.soon()
+
+    def _note(self, tp: TP, now: float) -> str | None:
+        found = self._notes.get(tp)
+        if found is None:
+            return None
+        if now - found[1] > NOTE_KEEP_S:
+            del self._notes[tp]
+            return None
+        return found[0]
 
     def forget(self, tp: TP) -> None:
         self._progress.pop(tp, None)
@@ -89,7 +104,7 @@ class StatusReporter:
                 records_per_s=round(records / elapsed, 1),
                 bytes_per_s=round(size / elapsed, 1),
                 lag=lag,
-                error=acks.error or self._notes.get(tp),
+                error=acks.error or self._note(tp, now),
                 last_progress_at=round(last[1], 3),
             )
         self._metrics.in_flight.set(self._ledger.in_flight_bytes)
