@@ -19,7 +19,7 @@ from dataclasses import replace
 from datetime import datetime, timezone
 
 from kazoo.client import KazooState
-from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from prometheus_client import CollectorRegistry
 
 from ureplicator.common import httpserve, logs, signals, zk
@@ -28,7 +28,14 @@ from ureplicator.common.errors import UReplicatorError
 from ureplicator.common.zkschema import Paths, PoolBinding, SchemaError, WorkerInfo
 from ureplicator.worker import probes
 from ureplicator.worker.metrics import WorkerMetrics, per_route
-from ureplicator.worker.mirror import VERSION, MirrorWorker
+from ureplicator.worker.mirror import (
+    ID_WAIT_MARGIN_S,
+    VERSION,
+    IdHolderWatch,
+    MirrorWorker,
+    WorkerIdInUse,
+    describe_holder,
+)
 
 
 def run(config: Config) -> int:
@@ -138,18 +145,20 @@ def run_pooled(config: Config) -> int:
                       started_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
                       metrics_port=config.worker.metrics_port)
     signals.on_stop_signals(graceful, log, "worker_signal")
+    id_wait_s = max(config.zookeeper.session_timeout_s,
+                    getattr(client, "granted_session_s", None) or 0.0) + ID_WAIT_MARGIN_S
     serving: _Serving | None = None
     failed: tuple[str | None, float] = (None, 0.0)  # a route that could not be served, and when to try again
     code = 0
     try:
-        if _join_pool(client, paths, wid, info.encode(), stop):
+        if _join_pool(client, paths, wid, info.encode(), stop, id_wait_s):
             face.joined.set()
         client.DataWatch(paths.pool_binding(wid), on_binding)
         log.info("pool_joined")
         while not stop.is_set():
             if lost.is_set() and client.connected:
                 lost.clear()
-                if _join_pool(client, paths, wid, info.encode(), stop):
+                if _join_pool(client, paths, wid, info.encode(), stop, id_wait_s):
                     face.joined.set()
             wanted = binding["route"]
             if serving is not None and serving.error is not None:
@@ -177,9 +186,7 @@ def run_pooled(config: Config) -> int:
             serving.stop()
         face.joined.clear()
         try:
-            client.delete(paths.pool_worker(wid))
-        except NoNodeError:
-            pass
+            _leave_pool(client, paths.pool_worker(wid))
         finally:
             client.stop()
             client.close()
@@ -189,13 +196,40 @@ def run_pooled(config: Config) -> int:
     return code
 
 
-def _join_pool(client, paths: Paths, wid: str, info: bytes, stop: threading.Event) -> bool:  # noqa: ANN001
-    """Register in the pool (True); a previous session's node with our id is waited out (False: stopped first)."""
+def _join_pool(client, paths: Paths, wid: str, info: bytes, stop: threading.Event,  # noqa: ANN001
+               wait_s: float) -> bool:
+    """Register in the pool (True); a previous session's node with our id is waited out (False: stopped first).
+
+    The same rule as :meth:`MirrorWorker.register`: a node another session still holds after
+    ``wait_s`` (session timeout and margin) belongs to a live process, and we refuse with
+    :class:`WorkerIdInUse` rather than wait for ever; its node is never touched.
+    """
     client.ensure_path(paths.pool_workers)
+    path = paths.pool_worker(wid)
+    holder = IdHolderWatch(wait_s)
     while True:
         try:
-            client.create(paths.pool_worker(wid), info, ephemeral=True)
+            client.create(path, info, ephemeral=True)
             return True
         except NodeExistsError:
+            try:
+                data, stat = client.get(path)
+            except NoNodeError:
+                continue  # its session expired meanwhile: take the id
+            owner = getattr(stat, "ephemeralOwner", None)
+            if owner is not None and client.client_id and owner == client.client_id[0]:
+                return True  # ours: a create of this session answered after a reconnect
+            if holder.expired(owner):
+                raise WorkerIdInUse(wid, path, describe_holder(data, owner), wait_s) from None
             if stop.wait(0.5):
                 return False
+
+
+def _leave_pool(client, path: str) -> None:  # noqa: ANN001
+    """Delete our pool node, and only ours: a refused or stopped join leaves another holder's node alone."""
+    try:
+        _, stat = client.get(path)
+        if client.client_id and getattr(stat, "ephemeralOwner", None) == client.client_id[0]:
+            client.delete(path, version=stat.version)
+    except (NoNodeError, BadVersionError):
+        pass

@@ -73,6 +73,58 @@ VERSION = "0.1.0"
 LEASE_RENEW_S = 0.5
 LEASE_MARGIN_SHARE = 0.1  # of the session: see lease_s
 LEASE_MARGIN_MIN_S = 1.0
+# How long past the session timeout a node of a previous life of our id may still stand: ZooKeeper
+# expires sessions in tick-sized buckets and the leader's view follows a little later.
+ID_WAIT_MARGIN_S = 5.0
+
+
+class WorkerIdInUse(ConfigError):
+    """Another process holds this worker id with a live session: two workers must never share one."""
+
+    def __init__(self, worker_id: str, path: str, holder: str, waited_s: float) -> None:
+        super().__init__("worker.id", f"{worker_id!r} is in use by a live worker ({holder}): its node {path} "
+                                      f"outlived {waited_s:.0f} s of waiting, longer than a previous session of "
+                                      "this id could; give every worker process its own id")
+        self.worker_id = worker_id
+        self.holder = holder
+
+
+def describe_holder(data: bytes | None, owner: int | None) -> str:
+    """The live holder of a worker id, for the refusal: host, pid and start from its WorkerInfo."""
+    session = f"session {hex(owner)}" if owner else "session unknown"
+    try:
+        info = WorkerInfo.decode(data or b"")
+    except SchemaError:
+        return f"registration unreadable, {session}"
+    return f"host {info.host}, pid {info.pid}, started_at {info.started_at}, {session}"
+
+
+class IdHolderWatch:
+    """Decides, from repeated reads of the node holding our id, whether to wait on or to refuse.
+
+    A node of a previous life of this id (a crash, a pod restarted within the session timeout)
+    vanishes once its session expires; one whose owning session outlives that is held by another
+    live process. Its host and pid settle nothing sooner: a restarted pod keeps its hostname and
+    often its pid (1 in a container), a replacement pod of a Deployment has a new host while the
+    dead one's session still counts down, and a node that merely stays for a few seconds is what a
+    dead session's node does too. So the clock runs per owning session, from when we first saw it.
+    """
+
+    def __init__(self, wait_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.wait_s = wait_s
+        self._clock = clock
+        self.owner: int | None = None
+        self.since = clock()
+
+    def seen(self, owner: int | None) -> float:
+        """Seconds the current owner has held the node (a new owner restarts the clock)."""
+        now = self._clock()
+        if owner != self.owner:
+            self.owner, self.since = owner, now
+        return now - self.since
+
+    def expired(self, owner: int | None) -> bool:
+        return self.seen(owner) > self.wait_s
 
 
 def lease_s(session_timeout_s: float) -> float:
@@ -147,6 +199,7 @@ class MirrorWorker:
         self._lease_timer_stop = threading.Event()
         self.last_turn = time.monotonic()  # when the loop last came round (/healthz)
         self.registered = threading.Event()  # /ready: registered and not fenced
+        self._registered_session: int | None = None  # the session our nodes were created in
         self.limiter = RateLimiter(config.worker.max_records_per_s, config.worker.max_bytes_per_s)
 
         clients = clients or worker_clients.connect(config, worker_id)
@@ -284,7 +337,13 @@ class MirrorWorker:
         return not self._stop.is_set()
 
     def register(self, wait_s: float | None = None) -> None:
-        """Announce this worker; a stale node of a previous session with our id is waited out."""
+        """Announce this worker; a node of a previous session with our id is waited out.
+
+        ``wait_s`` (default: the session timeout, asked or granted, plus ``ID_WAIT_MARGIN_S``) is
+        how long one other session may hold our id before we refuse with :class:`WorkerIdInUse`:
+        a previous life's session has expired by then, so its holder is another live process.
+        Its nodes are only ever read, never deleted or written.
+        """
         info = WorkerInfo(
             host=socket.gethostname(),
             pid=os.getpid(),
@@ -295,38 +354,67 @@ class MirrorWorker:
             loop_reason=self.destination.loop_reason,
         )
         self._check_mode()
-        # An assignment left from an earlier life of this id may already be given away:
-        # drop it and wait for one the leader writes for this registration.
-        try:
-            self.zk.delete(self.paths.assignment(self.worker_id))
-        except NoNodeError:
-            pass
-        deadline = time.monotonic() + (wait_s if wait_s is not None else self.config.zookeeper.session_timeout_s + 5)
+        if wait_s is None:
+            wait_s = max(self.config.zookeeper.session_timeout_s,
+                         getattr(self.zk, "granted_session_s", None) or 0.0) + ID_WAIT_MARGIN_S
+        holder = IdHolderWatch(wait_s)
         # The registration and the first status in one write: the leader pins a worker's written
         # assignment only while it can read that worker's status, so a registered worker without
         # one would let it hand the same partitions to another worker while this one applies them.
         status = self.status.build(self.handoff.generation, self._clock()).encode()
+        assignment = self.paths.assignment(self.worker_id)
         while True:
             tx = self.zk.transaction()
             tx.create(self.paths.worker(self.worker_id), info.encode(), ephemeral=True)
             tx.create(self.paths.worker_status(self.worker_id), status, ephemeral=True)
+            # An assignment left from an earlier life of this id may already be given away: it goes
+            # in the same write, so the leader writes one for this registration, and only once the
+            # id is ours (deleted before, it was a live holder's assignment, released at once).
+            dropping = bool(self.zk.exists(assignment))
+            if dropping:
+                tx.delete(assignment)
             results = tx.commit()
             failures = [r for r in results if isinstance(r, Exception) and not isinstance(r, RolledBackError)]
             if not failures:
                 break
-            # A previous session's nodes with our id are still there until it expires: wait it out.
-            if not isinstance(failures[0], NodeExistsError) or time.monotonic() > deadline or self._stop.is_set():
+            if dropping and isinstance(failures[0], NoNodeError):
+                continue  # the assignment went meanwhile (the leader's clean-up): try again without it
+            if not isinstance(failures[0], NodeExistsError) or self._stop.is_set():
                 raise failures[0]
             if self._drop_own_stale_nodes():
                 continue
+            self._wait_for_id(holder)
             time.sleep(0.5)
-        self.zk.DataWatch(self.paths.assignment(self.worker_id), self._on_assignment)
+        self.zk.DataWatch(assignment, self._on_assignment)
         self.zk.DataWatch(self.paths.rate_limit, self._on_rate_limit)
         self._lease_at = self._clock()
         granted = self._follow_granted_session()
         self.status.session = self.zk.client_id[0] if self.zk.client_id else None
+        self._registered_session = self.status.session
         self.registered.set()
         self.log.info("worker_registered", session_s=granted, lease_s=round(self._lease_s, 2))
+
+    def _wait_for_id(self, holder: IdHolderWatch) -> None:
+        """One look at the node holding our id: wait on while a previous session of ours may own it, else refuse."""
+        # The status node too: one another session holds without its registration blocks us as well,
+        # and must not be waited on for ever (it goes with its session).
+        for path in (self.paths.worker(self.worker_id), self.paths.worker_status(self.worker_id)):
+            try:
+                data, stat = self.zk.get(path)
+                break
+            except NoNodeError:
+                continue
+        else:
+            return  # gone meanwhile (its session expired): the next attempt takes the id
+        owner = getattr(stat, "ephemeralOwner", None)
+        first = holder.owner != owner
+        if holder.expired(owner):
+            text = describe_holder(data, owner)
+            self.log.error("worker_id_in_use", holder=text, waited_s=round(holder.wait_s, 1))
+            raise WorkerIdInUse(self.worker_id, path, text, holder.wait_s)
+        if first:
+            self.log.warning("worker_id_held", holder=describe_holder(data, owner), wait_s=round(holder.wait_s, 1),
+                             why="a previous session of this id expires by then; a live one means a duplicate id")
 
     def _drop_own_stale_nodes(self) -> bool:
         """Delete our id's nodes that *this* session created before registering; True if one was.
@@ -614,6 +702,9 @@ class MirrorWorker:
         already gone, ZooKeeper trouble) each node is deleted on its own; the session's end
         removes whatever is left, as both are ephemeral.
         """
+        session = self.zk.client_id[0] if self.zk.client_id else None
+        if self._registered_session is None or session != self._registered_session:
+            return  # never registered in this session: nodes with our id are another's (or its expired one's)
         paths = (self.paths.worker_status(self.worker_id), self.paths.worker(self.worker_id))
         try:
             tx = self.zk.transaction()
