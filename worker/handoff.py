@@ -624,6 +624,10 @@ class Handoff:
             self._consumer.pause([TopicPartition(tp[0], tp[1])])
         except KafkaException:
             pass
+        # librdkafka keeps a pause through an unassign: whichever assigns this partition next (a
+        # new acquisition after the operator's fix and a rebalance) must resume it, or it would sit
+        # paused with no error to show for it.
+        self._held.add(tp)
         self._status.soon()
 
     def out_of_range(self, acks: PartitionAcks, offset: int, reason: str) -> None:

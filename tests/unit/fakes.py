@@ -111,6 +111,9 @@ class FakeConsumer:
     def pause(self, partitions: list[TopicPartition]) -> None:
         self.paused.update((tp.topic, tp.partition) for tp in partitions)
 
+    def resume(self, partitions: list[TopicPartition]) -> None:
+        self.paused.difference_update((tp.topic, tp.partition) for tp in partitions)
+
     def consume(self, num_messages: int, timeout: float) -> list[FakeMessage]:
         self.consume_calls.append((num_messages, timeout))
         out: list[FakeMessage] = []

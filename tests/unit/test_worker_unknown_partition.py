@@ -202,3 +202,36 @@ def test_exactly_once_an_abort_during_the_wait_leaves_the_partition_waiting_then
     # Then the commit holds both partitions complete, t:1's records sent once
     assert producer.written[("t", 1)] == values(4, 1)
     assert {(tp.topic, tp.partition): tp.offset for tp in producer.offsets} == {("t", 0): 13, ("t", 1): 4}
+
+
+def test_a_stopped_partition_given_back_later_is_resumed_not_left_paused_by_its_old_stop():
+    # Given a worker whose consumer keeps a pause through an unassign, as librdkafka does
+    rig = make_rig(handoff_thread=True)
+    resumed: list[tuple[str, int]] = []
+
+    def unassign(partitions: list[TopicPartition]) -> None:
+        paused = set(rig.consumer.paused)
+        FakeConsumer.incremental_unassign(rig.consumer, partitions)
+        rig.consumer.paused |= paused
+
+    def resume(partitions: list[TopicPartition]) -> None:
+        resumed.extend((tp.topic, tp.partition) for tp in partitions)
+        rig.consumer.paused.difference_update((tp.topic, tp.partition) for tp in partitions)
+
+    rig.consumer.incremental_unassign = unassign  # type: ignore[method-assign]
+    rig.consumer.resume = resume  # type: ignore[attr-defined]
+    rig.consumer.logs[("t", 1)] = []
+    rig.assign(1, ("t", 0), ("t", 1))
+    wait_until(lambda: rig.worker.handoff.change is None and len(rig.worker.owned) == 2, rig)
+    # and t:1 stopped at offset 0 (a record the destination refused)
+    acks = rig.worker.ledger.partitions[("t", 1)]
+    rig.worker.handoff.stop_partition(acks, 0, "Broker: Message size too large")
+    assert ("t", 1) in rig.consumer.paused
+    # When the operator fixed the cause and a rebalance takes t:1 away, then gives it back
+    rig.assign(2, ("t", 0))
+    wait_until(lambda: rig.worker.handoff.change is None and ("t", 1) not in rig.worker.owned, rig)
+    rig.consumer.append(("t", 1), *values(3, 1))
+    rig.assign(3, ("t", 0), ("t", 1))
+    # Then the new acquisition is resumed and copies its records (was: paused for good, with no error shown)
+    wait_until(lambda: rig.producer.written.get(("t", 1)) == values(3, 1), rig)
+    assert ("t", 1) in resumed and ("t", 1) not in rig.consumer.paused
