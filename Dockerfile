@@ -10,7 +10,7 @@
 # `make install` fetched into jvm/jars/spark-kafka/ first, so no Maven runs in the build.
 #
 # Both install the tested set the way `make install` does: every dependency from the lock files
-# (lock/image-runtime.txt, lock/image-verifier.txt: the same pins as lock/py3.11.txt, with hashes,
+# (lock/image-runtime.txt, lock/image-verifier.txt: the same pins as requirements.lock, with hashes,
 # devtools/pylock.py), then the package itself without resolving anything; not editable and
 # without the dev extras (the verifier image adds the `verifier` extra: pyspark), and run
 # as uid/gid 10001, which the chart's security contexts expect. The entrypoint is

@@ -9,9 +9,9 @@ PYTEST_ARGS ?=
 	sanitize clean bench bench-throughput bench-eos bench-controller-scale bench-verifier bench-latency bench-ack-latency bench-stalls drill soak
 
 help:
-	@echo "make install      venv (.venv from lock/py<version>.txt, editable, dev + verifier extras) + pinned JVM jars (.cache/jvm)"
-	@echo "make lock         re-resolve lock/ after a change to setup.cfg (uv, pins kept where they fit)"
-	@echo "make lock-upgrade every pin to the newest allowed release, then the checks that guard it (review git diff lock/)"
+	@echo "make install      venv (.venv from requirements.lock, editable, dev + verifier extras) + pinned JVM jars (.cache/jvm)"
+	@echo "make lock         re-resolve requirements.lock after a change to setup.cfg (uv, pins kept where they fit)"
+	@echo "make lock-upgrade every pin to the newest allowed release, then the checks that guard it (review git diff requirements.lock)"
 	@echo "make test         unit + integration tests against a real local ZooKeeper/Kafka stack (+ helm, promtool), on TEST_WORKERS=2 xdist workers"
 	@echo "make test-serial  the same tests in one pytest process (make test: one stack, TEST_WORKERS=2 xdist workers, then the disruptive tests alone)"
 	@echo "make demo         end-to-end demo: mirror 100,000 records and compare per partition"
@@ -32,11 +32,13 @@ help:
 # What `make demo` needs: Python and Java/Maven, no Go (helm and promtool are for `make test`).
 install: venv jars
 
-# The tested set: every Python package pinned with hashes in lock/py<version>.txt (devtools/pylock.py,
-# made by uv); setup.cfg keeps only the compatible ranges. Installed with --require-hashes, the
+# The tested set: every Python package pinned with hashes in requirements.lock, for Python 3.10, 3.11
+# and 3.12 in one file (devtools/pylock.py, made by uv); setup.cfg keeps only the compatible ranges.
+# Installed with --require-hashes, the
 # build tools included (--no-build-isolation), then the package itself without resolving anything.
 PYVERSION := $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)
-LOCK := lock/py$(PYVERSION).txt
+LOCK := requirements.lock
+LOCK_PYTHONS := 3.10 3.11 3.12
 
 # Reinstall only when the package metadata, the lock or the C loop changed; say what was reused.
 # editable_mode=compat puts the checkout on sys.path, so the console script also finds devtools/
@@ -44,8 +46,8 @@ LOCK := lock/py$(PYVERSION).txt
 # compiler the worker runs its Python loop; `ureplicator worker` logs which one, and its gauge
 # ureplicator_worker_native_loop says so).
 venv:
-	@set -e; [ -f $(LOCK) ] || { echo "venv: no lock file for Python $(PYVERSION) ($(LOCK)); the tested sets are" \
-	  "lock/py3.10.txt, py3.11.txt and py3.12.txt: PYTHON=python3.11 make ..." >&2; exit 1; }; \
+	@set -e; case " $(LOCK_PYTHONS) " in *" $(PYVERSION) "*) ;; *) echo "venv: no tested set for Python" \
+	  "'$(PYVERSION)': $(LOCK) is resolved for $(LOCK_PYTHONS) (e.g. PYTHON=python3.11 make ...)" >&2; exit 1;; esac; \
 	sum=$$(cat setup.cfg setup.py pyproject.toml worker/_native.c $(LOCK) | sha256sum | cut -c1-16); \
 	if [ -x $(BIN)/python ] && [ "$$(cat $(VENV)/.installed 2>/dev/null)" = "$$sum" ]; then \
 	  echo "venv: reused $(VENV) (setup.cfg, setup.py, $(LOCK) and worker/_native.c unchanged)"; \
@@ -60,13 +62,13 @@ venv:
 	  echo "venv: ready ($$($(BIN)/python -c 'import confluent_kafka as c; print("confluent-kafka", c.version()[0] if isinstance(c.version(), tuple) else c.version())'))"; \
 	fi
 
-# Re-resolve lock/ after a change to setup.cfg, keeping every pin that still fits.
+# Re-resolve requirements.lock and lock/ after a change to setup.cfg, keeping every pin that still fits.
 lock: venv
 	@$(BIN)/python -m devtools.pylock compile
 
 # Every pin to the newest release setup.cfg allows, then the checks that guard it: the venv
 # reinstalled from the new lock, the lock against setup.cfg, the C loop's self-test on the new
-# confluent-kafka, and the unit tests. Review `git diff lock/` and commit it as its own change.
+# confluent-kafka, and the unit tests. Review `git diff requirements.lock lock/` and commit it as its own change.
 lock-upgrade: venv
 	@$(BIN)/python -m devtools.pylock compile --upgrade
 	@$(MAKE) --no-print-directory venv
@@ -74,7 +76,7 @@ lock-upgrade: venv
 	@$(BIN)/python -m ureplicator.worker.selftest >/dev/null && echo "lock-upgrade: the C loop's self-test passes" \
 	  || { echo "lock-upgrade: the C loop's self-test fails on the new lock:"; $(BIN)/python -m ureplicator.worker.selftest; exit 1; }
 	@$(BIN)/python -m pytest -q -p no:cacheprovider tests/unit
-	@git diff --stat -- lock/
+	@git diff --stat -- requirements.lock lock/
 
 jars: venv
 	@$(BIN)/python -m devtools.jvm fetch
