@@ -69,10 +69,7 @@ _verdicts: dict[tuple[str, str, str], selftest.Outcome] = {}
 def load() -> ModuleType:
     """The proven, initialised ``worker._native`` module; raises :class:`Unavailable` with the reason."""
     version = installed_version()
-    try:
-        module = _import()
-    except ImportError as exc:
-        raise Unavailable(f"worker._native is not built ({exc}); `make install` compiles it") from None
+    module = _import()
     key = (str(module.__file__), extension_path(), version)
     verdict = _verdicts.get(key)
     if verdict is None:
@@ -86,10 +83,7 @@ def load() -> ModuleType:
 def initialised() -> ModuleType:
     """``worker._native`` with :func:`init` run in this process (the self-test's first step); :class:`Unavailable`."""
     version = installed_version()
-    try:
-        module = _import()
-    except ImportError as exc:
-        raise Unavailable(f"worker._native is not built ({exc}); `make install` compiles it") from None
+    module = _import()
     try:
         sample = Message(**_LAYOUT_SAMPLE)
     except TypeError as exc:
@@ -102,7 +96,15 @@ def initialised() -> ModuleType:
 
 
 def _import() -> ModuleType:
-    """``worker._native``: the in-place build, or the file named by ``$UREPLICATOR_NATIVE_MODULE``."""
+    """``worker._native``: the in-place build, or the one ``$UREPLICATOR_NATIVE_MODULE`` names; :class:`Unavailable`."""
+    try:
+        return _import_module()
+    except ImportError as exc:
+        raise Unavailable(f"worker._native is not built ({exc}); `make install` compiles it") from None
+
+
+def _import_module() -> ModuleType:
+    """The import itself (ImportError when there is no build)."""
     path = os.environ.get(MODULE_ENV)
     if not path:
         from ureplicator.worker import _native
